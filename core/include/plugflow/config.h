@@ -1,0 +1,43 @@
+// The runtime configuration (YAML). Parsed and validated against a schema: unknown keys,
+// wrong types and bad values raise ConfigError with the file, line and key.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plugflow/export.h"
+
+namespace plugflow {
+
+struct PluginSpec {
+  std::string name;  // a bare name ("cpu") searched on the plugin path, or a path to a library
+  bool optional = false;  // a failure is recorded (plugflow.info shows it) instead of raised
+};
+
+struct Optimizations {
+  std::string conv_algo_search = "heuristic";  // heuristic | exhaustive
+  std::string algo_cache;                      // file path; empty: no persistence
+  bool fuse_pad_conv = true;
+  bool fuse_add_to_output = true;
+  bool fuse_conv_bn = true;
+  bool fuse_bias_act = true;
+  std::string amp = "off";  // off | bf16 | fp16
+};
+
+struct Config {
+  std::string source = "<default>";  // file the config came from (for messages)
+  std::vector<PluginSpec> plugins;
+  std::vector<std::string> plugin_path;   // extra directories searched first
+  std::vector<std::string> kernel_prefer;  // provider order for the dispatcher
+  int threads = 0;                         // 0: the machine's core count
+  Optimizations optimizations;
+  std::string collective_cpu = "gloo";
+  std::string collective_cuda = "nccl";
+  double collective_timeout_s = 1800.0;
+};
+
+PF_API Config parse_config(const std::string& text, const std::string& source);
+PF_API Config load_config_file(const std::string& path);
+PF_API const std::string& default_config_text();  // configs/cpu.yaml, compiled in
+
+}  // namespace plugflow

@@ -1,0 +1,95 @@
+// The C++ functional API: what Python calls. Each function validates its arguments, applies
+// PyTorch's broadcasting and type promotion, and runs catalog ops through the dispatcher.
+// View functions only change metadata.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plugflow/export.h"
+#include "plugflow/scalar.h"
+#include "plugflow/tensor.h"
+
+namespace plugflow::ops {
+
+// ---- creation ---------------------------------------------------------------------------
+PF_API Tensor empty(const Shape& sizes, DType dtype, Device device);
+PF_API Tensor full(const Shape& sizes, Scalar value, DType dtype, Device device);
+PF_API Tensor zeros(const Shape& sizes, DType dtype, Device device);
+PF_API Tensor ones(const Shape& sizes, DType dtype, Device device);
+PF_API Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, Device device);
+PF_API Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device);
+PF_API Tensor scalar_tensor(Scalar value, DType dtype, Device device);
+
+// ---- random (plugflow's global generator per device type; see manual_seed) ---------------
+PF_API void manual_seed(uint64_t seed);
+PF_API uint64_t initial_seed();
+PF_API Tensor rand(const Shape& sizes, DType dtype, Device device);
+PF_API Tensor randn(const Shape& sizes, DType dtype, Device device);
+PF_API Tensor randint(int64_t low, int64_t high, const Shape& sizes, DType dtype, Device device);
+PF_API Tensor& uniform_(Tensor& t, double low, double high);
+PF_API Tensor& normal_(Tensor& t, double mean, double std);
+
+// ---- copies and conversion ----------------------------------------------------------------
+// Copies src into dst (broadcasting src to dst's shape, any dtypes, any devices, any strides).
+PF_API Tensor& copy_(Tensor& dst, const Tensor& src);
+PF_API Tensor& fill_(Tensor& t, Scalar value);
+PF_API Tensor& zero_(Tensor& t);
+PF_API Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy = false);
+PF_API Tensor contiguous(const Tensor& t);
+PF_API Tensor clone(const Tensor& t);
+
+// ---- views ---------------------------------------------------------------------------------
+PF_API Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset);
+PF_API Tensor view(const Tensor& t, const Shape& sizes);  // one -1 allowed
+PF_API Tensor reshape(const Tensor& t, const Shape& sizes);
+PF_API Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
+PF_API Tensor permute(const Tensor& t, const Shape& dims);
+PF_API Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1);
+PF_API Tensor expand(const Tensor& t, const Shape& sizes);  // -1 keeps a dim
+PF_API Tensor squeeze(const Tensor& t, std::optional<int64_t> dim = std::nullopt);
+PF_API Tensor unsqueeze(const Tensor& t, int64_t dim);
+PF_API Tensor slice(const Tensor& t, int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step = 1);
+PF_API Tensor select(const Tensor& t, int64_t dim, int64_t index);  // IndexError out of range
+PF_API Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+
+// ---- shape helpers ---------------------------------------------------------------------------
+PF_API int64_t wrap_dim(int64_t dim, int64_t ndim);  // IndexError naming the valid range
+PF_API Shape broadcast_shapes(const Shape& a, const Shape& b);  // ValueError... as PyTorch: RuntimeError
+// torch.result_type for two operands; a Scalar counts as a "wrapped number".
+PF_API DType result_type(const Tensor& a, const Tensor& b);
+PF_API DType result_type(const Tensor& a, Scalar b);
+
+// ---- elementwise -----------------------------------------------------------------------------
+// name: add sub mul div pow maximum minimum remainder fmod floor_divide atan2
+//       bitwise_and bitwise_or bitwise_xor logical_and logical_or logical_xor
+//       eq ne lt le gt ge
+PF_API Tensor binary(const std::string& name, const Tensor& a, const Tensor& b);
+PF_API Tensor binary(const std::string& name, const Tensor& a, Scalar b);
+PF_API Tensor binary(const std::string& name, Scalar a, const Tensor& b);
+// In place: a = a (op) b; the result dtype must be castable to a's (RuntimeError otherwise).
+PF_API Tensor& binary_(const std::string& name, Tensor& a, const Tensor& b);
+PF_API Tensor& binary_(const std::string& name, Tensor& a, Scalar b);
+PF_API Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+PF_API Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+PF_API Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode = "");
+// name: neg abs exp log ... (see core/src/ops/unary.cpp for the list)
+PF_API Tensor unary(const std::string& name, const Tensor& a);
+PF_API Tensor& unary_(const std::string& name, Tensor& a);
+
+// ---- reductions -------------------------------------------------------------------------------
+// name: sum prod mean amax amin. dims empty = all dims.
+PF_API Tensor reduce(const std::string& name, const Tensor& a, const Shape& dims, bool keepdim,
+                     std::optional<DType> dtype = std::nullopt);
+// Values and int64 indices along one dim (torch.max(t, dim)).
+PF_API std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim);
+PF_API std::pair<Tensor, Tensor> min_dim(const Tensor& a, int64_t dim, bool keepdim);
+PF_API Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim);
+PF_API Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim);
+
+// ---- linear algebra -----------------------------------------------------------------------------
+PF_API Tensor mm(const Tensor& a, const Tensor& b);
+PF_API Tensor bmm(const Tensor& a, const Tensor& b);
+PF_API Tensor matmul(const Tensor& a, const Tensor& b);  // numpy/PyTorch semantics, batched broadcasting
+
+}  // namespace plugflow::ops

@@ -1,0 +1,49 @@
+// A Python number on its way into an op: bool, integer or floating, with its kind kept so
+// that promotion follows PyTorch's rules for "wrapped numbers".
+#pragma once
+#include <cstdint>
+
+#include "plugflow/dtype.h"
+
+namespace plugflow {
+
+class Scalar {
+ public:
+  enum class Kind : uint8_t { Bool, Int, Float };
+  Scalar() : kind_(Kind::Int), i_(0) {}
+  Scalar(bool b) : kind_(Kind::Bool), i_(b) {}  // NOLINT(google-explicit-constructor)
+  Scalar(int v) : kind_(Kind::Int), i_(v) {}  // NOLINT
+  Scalar(int64_t v) : kind_(Kind::Int), i_(v) {}  // NOLINT
+  Scalar(double v) : kind_(Kind::Float), d_(v) {}  // NOLINT
+  Scalar(float v) : kind_(Kind::Float), d_(v) {}  // NOLINT
+
+  Kind kind() const { return kind_; }
+  bool is_floating() const { return kind_ == Kind::Float; }
+  bool is_integral() const { return kind_ == Kind::Int; }
+  bool is_bool() const { return kind_ == Kind::Bool; }
+  double to_double() const { return kind_ == Kind::Float ? d_ : static_cast<double>(i_); }
+  int64_t to_int() const { return kind_ == Kind::Float ? static_cast<int64_t>(d_) : i_; }
+  bool to_bool() const { return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0; }
+  // The dtype PyTorch gives a tensor made from this number alone (default float is float32).
+  DType default_dtype() const {
+    return kind_ == Kind::Float ? DType::Float32 : kind_ == Kind::Int ? DType::Int64 : DType::Bool;
+  }
+  template <typename T>
+  T to() const {
+    if constexpr (std::is_same_v<T, bool>) return to_bool();
+    else if constexpr (std::is_integral_v<T>) return static_cast<T>(kind_ == Kind::Float ? static_cast<T>(d_) : static_cast<T>(i_));
+    else return static_cast<T>(static_cast<float>(to_double()));
+  }
+
+ private:
+  Kind kind_;
+  union {
+    int64_t i_;
+    double d_;
+  };
+};
+
+template <>
+inline double Scalar::to<double>() const { return to_double(); }
+
+}  // namespace plugflow

@@ -1,0 +1,102 @@
+// Tensor: a strided view (sizes, strides, offset in elements) on a shared Storage.
+// Views share the storage and its version counter; metadata changes never copy data.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plugflow/device.h"
+#include "plugflow/dtype.h"
+#include "plugflow/export.h"
+
+namespace plugflow {
+
+using Shape = std::vector<int64_t>;
+
+// Raw memory of one device. Owns it through the device backend unless `owner` keeps
+// foreign memory alive (numpy arrays, DLPack, ...).
+class PF_API Storage {
+ public:
+  // Allocates nbytes on `device` through its backend.
+  Storage(Device device, size_t nbytes);
+  // Wraps memory someone else owns; `owner` is released when the storage dies.
+  Storage(Device device, void* data, size_t nbytes, std::shared_ptr<void> owner);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  // Bumped by every in-place write; autograd compares it with the value it saved.
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  DeviceBackend* backend_ = nullptr;  // null for foreign memory
+  std::shared_ptr<void> owner_;
+  std::atomic<uint32_t> version_{0};
+};
+
+struct AutogradMeta;  // defined by the autograd engine (core/src/autograd)
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::Float32;
+  std::shared_ptr<AutogradMeta> autograd;  // null: plain tensor without grad
+};
+
+PF_API Shape contiguous_strides(const Shape& sizes);
+PF_API int64_t shape_numel(const Shape& sizes);
+PF_API std::string shape_str(const Shape& sizes);  // "[2, 3]"
+
+class PF_API Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // New uninitialized contiguous tensor.
+  static Tensor empty(const Shape& sizes, DType dtype, Device device);
+  // A view on an existing storage.
+  static Tensor view_of(std::shared_ptr<Storage> storage, Shape sizes, Shape strides,
+                        int64_t offset, DType dtype);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& sizes() const { return impl_->sizes; }
+  const Shape& strides() const { return impl_->strides; }
+  int64_t size(int64_t dim) const;  // negative dims wrap; IndexError when out of range
+  int64_t stride(int64_t dim) const;
+  int64_t offset() const { return impl_->offset; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
+  int64_t numel() const { return shape_numel(impl_->sizes); }
+  DType dtype() const { return impl_->dtype; }
+  size_t itemsize() const { return plugflow::itemsize(impl_->dtype); }
+  Device device() const { return impl_->storage->device(); }
+  bool is_contiguous() const;
+  // True when the elements fill a dense block with no gaps (any order), so a flat loop works.
+  bool is_non_overlapping_and_dense() const;
+
+  const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
+  void* data_ptr() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(itemsize());
+  }
+  template <typename T>
+  T* data() const { return static_cast<T*>(data_ptr()); }
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+}  // namespace plugflow

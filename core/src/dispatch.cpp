@@ -1,0 +1,124 @@
+#include "plugflow/dispatch.h"
+
+#include <algorithm>
+#include <map>
+
+#include "plugflow/runtime.h"
+#include "registry_internal.h"
+
+namespace plugflow {
+namespace internal {
+const KernelRecord* choose_kernel(const std::vector<KernelRecord>& candidates, const std::vector<std::string>& prefer);
+}
+
+namespace {
+
+std::vector<KernelRecord> candidates_for(const OpDef& op, DeviceType device, DType dtype) {
+  std::vector<KernelRecord> out;
+  for (auto& k : registered_kernels())
+    if (k.op == op.name && k.device == device && k.dtype == dtype) out.push_back(std::move(k));
+  return out;
+}
+
+[[noreturn]] void throw_no_kernel(const OpDef& op, DeviceType device, DType dtype) {
+  // List what exists for this op so the user sees whether it is the dtype or the device.
+  std::map<std::string, std::string> by_provider;
+  for (const auto& k : registered_kernels()) {
+    if (k.op != op.name) continue;
+    auto& s = by_provider[k.provider + " (" + std::string(device_type_name(k.device)) + ")"];
+    if (!s.empty()) s += ", ";
+    s += dtype_name(k.dtype);
+  }
+  std::string registered;
+  for (const auto& [p, d] : by_provider) registered += "\n  " + p + ": " + d;
+  if (registered.empty()) registered = " none (no loaded plugin implements it)";
+  PF_THROW(NotImplementedError, "no kernel for op '", op.name, "' on device type '", device_type_name(device),
+           "' with dtype ", dtype_name(dtype), "; registered kernels:", registered);
+}
+
+}  // namespace
+
+KernelFn find_kernel(const OpDef& op, DeviceType device, DType dtype) {
+  const uint64_t gen = internal::registry_generation();
+  if (op.cache_generation.load(std::memory_order_acquire) == gen) {
+    if (KernelFn fn = op.cache[static_cast<int>(device)][static_cast<int>(dtype)].load(std::memory_order_relaxed))
+      return fn;
+  } else {
+    for (auto& row : op.cache)
+      for (auto& slot : row) slot.store(nullptr, std::memory_order_relaxed);
+    op.cache_generation.store(gen, std::memory_order_release);
+  }
+  ensure_initialized();
+  const auto candidates = candidates_for(op, device, dtype);
+  const KernelRecord* best = internal::choose_kernel(candidates, internal::kernel_preference());
+  if (best == nullptr) throw_no_kernel(op, device, dtype);
+  op.cache[static_cast<int>(device)][static_cast<int>(dtype)].store(best->fn, std::memory_order_relaxed);
+  return best->fn;
+}
+
+std::string chosen_provider(const OpDef& op, DeviceType device, DType dtype) {
+  const auto candidates = candidates_for(op, device, dtype);
+  const KernelRecord* best = internal::choose_kernel(candidates, internal::kernel_preference());
+  return best ? best->provider : std::string();
+}
+
+namespace {
+
+Device common_device(const OpDef& op, std::span<const Tensor> inputs) {
+  const Device d = inputs[0].device();
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    const Device e = inputs[i].device();
+    PF_CHECK(e == d, "Expected all tensors to be on the same device, but found at least two devices, ", d.str(),
+             " and ", e.str(), "! (in op '", op.name, "')");
+  }
+  return d;
+}
+
+void run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<Tensor> outputs,
+                Device device) {
+  bool all_empty = !outputs.empty();
+  for (const auto& o : outputs) all_empty = all_empty && o.numel() == 0;
+  if (all_empty) return;
+  const DType key = inputs.empty() ? outputs[0].dtype() : inputs[0].dtype();
+  KernelFn fn = find_kernel(op, device.type, key);
+  KernelContext ctx{op, inputs, outputs, attrs, device, device_backend(device).current_stream(device.index)};
+  fn(ctx);
+}
+
+}  // namespace
+
+std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs) {
+  for (const auto& t : inputs) PF_CHECK(t.defined(), "op '", op.name, "' got an undefined tensor");
+  if (!inputs.empty()) common_device(op, inputs);
+  std::vector<TensorMeta> metas = op.meta(inputs, attrs);
+  std::vector<Tensor> outputs;
+  outputs.reserve(metas.size());
+  for (const auto& m : metas) outputs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+  const Device device = inputs.empty() ? metas.at(0).device : inputs[0].device();
+  run_kernel(op, inputs, attrs, outputs, device);
+  return outputs;
+}
+
+void call_op_out(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<Tensor> outputs) {
+  for (const auto& t : inputs) PF_CHECK(t.defined(), "op '", op.name, "' got an undefined tensor");
+  if (!inputs.empty()) common_device(op, inputs);
+  std::vector<TensorMeta> metas = op.meta(inputs, attrs);
+  // An empty meta result marks ops whose outputs the caller allocates and checks (fill, copy, ...).
+  PF_CHECK(metas.empty() || metas.size() == outputs.size(), "op '", op.name, "' produces ", metas.size(), " outputs, got ",
+           outputs.size());
+  for (size_t i = 0; i < metas.size(); ++i) {
+    PF_CHECK(outputs[i].sizes() == metas[i].sizes, "op '", op.name, "': output ", i, " has shape ",
+             shape_str(outputs[i].sizes()), " but the result has shape ", shape_str(metas[i].sizes));
+    PF_CHECK(outputs[i].dtype() == metas[i].dtype, "op '", op.name, "': result type ", dtype_name(metas[i].dtype),
+             " can't be written to an output of type ", dtype_name(outputs[i].dtype()));
+    PF_CHECK(outputs[i].device() == metas[i].device, "op '", op.name, "': output ", i, " is on ",
+             outputs[i].device().str(), " but the result is on ", metas[i].device.str());
+  }
+  const Device device = inputs.empty() ? outputs[0].device() : inputs[0].device();
+  for (const auto& o : outputs)
+    PF_CHECK(o.device() == device, "op '", op.name, "': output on ", o.device().str(), " but inputs on ", device.str());
+  run_kernel(op, inputs, attrs, outputs, device);
+  for (auto& o : outputs) o.storage()->bump_version();
+}
+
+}  // namespace plugflow

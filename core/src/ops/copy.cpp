@@ -1,0 +1,111 @@
+// Copies between any dtypes, strides and devices; conversions built on them.
+#include <algorithm>
+
+#include "plugflow/dispatch.h"
+#include "plugflow/error.h"
+#include "plugflow/ops.h"
+
+namespace plugflow::ops {
+namespace {
+
+const OpDef& copy_op() {
+  static const OpDef& op = find_op("copy");
+  return op;
+}
+
+// Same-device casting copy through the device's `copy` kernel.
+void device_copy(Tensor& dst, const Tensor& src) {
+  const Tensor in[] = {src};
+  Tensor out[] = {dst};
+  call_op_out(copy_op(), in, {}, out);
+}
+
+// Byte range [lo, hi) of the storage a tensor can touch.
+std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
+  int64_t lo = t.offset(), hi = t.offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.sizes()[d] == 0) return {0, 0};
+    hi += (t.sizes()[d] - 1) * t.strides()[d];
+  }
+  const auto sz = static_cast<int64_t>(t.itemsize());
+  return {lo * sz, (hi + 1) * sz};
+}
+
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage()) return false;
+  auto [alo, ahi] = byte_extent(a);
+  auto [blo, bhi] = byte_extent(b);
+  return alo < bhi && blo < ahi;
+}
+
+}  // namespace
+
+Tensor& copy_(Tensor& dst, const Tensor& src_in) {
+  PF_CHECK(dst.defined() && src_in.defined(), "copy_: undefined tensor");
+  Tensor src = src_in;
+  if (src.sizes() != dst.sizes()) src = expand(src, dst.sizes());
+  if (dst.numel() == 0) return dst;
+  // A source that shares memory with the destination (other than being the very same view)
+  // is read completely before anything is written.
+  if (may_overlap(dst, src) &&
+      !(dst.offset() == src.offset() && dst.strides() == src.strides() && dst.dtype() == src.dtype()))
+    src = clone(src);
+  else if (dst.is_same(src))
+    return dst;
+
+  const Device sd = src.device(), dd = dst.device();
+  if (sd == dd) {
+    device_copy(dst, src);
+    return dst;
+  }
+  // Across devices: cast on the source side into a dense staging buffer of dst's dtype,
+  // move the bytes, then scatter into dst's strides on the destination device.
+  Tensor staged = src;
+  if (src.dtype() != dst.dtype() || !src.is_contiguous()) {
+    staged = Tensor::empty(src.sizes(), dst.dtype(), sd);
+    device_copy(staged, src);
+  }
+  const size_t nbytes = static_cast<size_t>(staged.numel()) * staged.itemsize();
+  Tensor target = dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), dd);
+  if (sd.is_cpu()) {
+    device_backend(dd).copy_from_host(dd.index, target.data_ptr(), staged.data_ptr(), nbytes);
+  } else if (dd.is_cpu()) {
+    device_backend(sd).copy_to_host(sd.index, target.data_ptr(), staged.data_ptr(), nbytes);
+  } else {  // device to another device: through host memory
+    Tensor host = Tensor::empty(staged.sizes(), staged.dtype(), Device{DeviceType::CPU, 0});
+    device_backend(sd).copy_to_host(sd.index, host.data_ptr(), staged.data_ptr(), nbytes);
+    device_backend(dd).copy_from_host(dd.index, target.data_ptr(), host.data_ptr(), nbytes);
+  }
+  if (!target.is_same(dst)) device_copy(dst, target);
+  else dst.storage()->bump_version();
+  return dst;
+}
+
+Tensor& fill_(Tensor& t, Scalar value) {
+  static const OpDef& op = find_op("fill");
+  Tensor out[] = {t};
+  call_op_out(op, {}, Attrs{{"value", value}}, out);
+  return t;
+}
+
+Tensor& zero_(Tensor& t) { return fill_(t, Scalar(int64_t{0})); }
+
+Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy) {
+  Device d = device.value_or(t.device());
+  if (d.index < 0) d.index = 0;
+  const DType dt = dtype.value_or(t.dtype());
+  if (!copy && d == t.device() && dt == t.dtype()) return t;
+  Tensor out = Tensor::empty(t.sizes(), dt, d);
+  copy_(out, t);
+  return out;
+}
+
+Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
+
+Tensor clone(const Tensor& t) {
+  Tensor out = Tensor::empty(t.sizes(), t.dtype(), t.device());
+  if (t.numel() > 0) device_copy(out, t);
+  return out;
+}
+
+}  // namespace plugflow::ops

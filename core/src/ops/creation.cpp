@@ -1,0 +1,54 @@
+// Factory functions.
+#include <cmath>
+
+#include "plugflow/dispatch.h"
+#include "plugflow/error.h"
+#include "plugflow/ops.h"
+
+namespace plugflow::ops {
+
+Tensor empty(const Shape& sizes, DType dtype, Device device) { return Tensor::empty(sizes, dtype, device); }
+
+Tensor full(const Shape& sizes, Scalar value, DType dtype, Device device) {
+  Tensor t = Tensor::empty(sizes, dtype, device);
+  fill_(t, value);
+  return t;
+}
+
+Tensor zeros(const Shape& sizes, DType dtype, Device device) { return full(sizes, Scalar(int64_t{0}), dtype, device); }
+Tensor ones(const Shape& sizes, DType dtype, Device device) { return full(sizes, Scalar(int64_t{1}), dtype, device); }
+Tensor scalar_tensor(Scalar value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype_opt, Device device) {
+  const bool any_float = start.is_floating() || end.is_floating() || step.is_floating();
+  const DType dtype = dtype_opt.value_or(any_float ? DType::Float32 : DType::Int64);
+  const double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  PF_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
+  PF_CHECK(st != 0.0, "step must be nonzero");
+  PF_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+  double n_double;
+  if (!any_float) {  // exact integer arithmetic, as PyTorch does for integral arguments
+    const int64_t a = start.to_int(), b = end.to_int(), c = step.to_int();
+    n_double = static_cast<double>((b - a + c + (c > 0 ? -1 : 1)) / c);
+  } else {
+    n_double = std::ceil((e - s) / st);
+  }
+  PF_CHECK(n_double >= 0 && n_double < 9.2e18, "invalid size, possible overflow?");
+  const auto n = static_cast<int64_t>(n_double);
+  Tensor out = Tensor::empty({n}, dtype, device);
+  static const OpDef& op = find_op("arange");
+  Tensor outs[] = {out};
+  call_op_out(op, {}, Attrs{{"start", start}, {"step", step}}, outs);
+  return out;
+}
+
+Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
+  PF_CHECK(steps >= 0, "number of steps must be non-negative");
+  Tensor out = Tensor::empty({steps}, dtype, device);
+  static const OpDef& op = find_op("linspace");
+  Tensor outs[] = {out};
+  call_op_out(op, {}, Attrs{{"start", start}, {"end", end}}, outs);
+  return out;
+}
+
+}  // namespace plugflow::ops

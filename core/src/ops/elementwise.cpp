@@ -1,0 +1,245 @@
+// Elementwise ops: PyTorch's type promotion and broadcasting, then one kernel call.
+#include <array>
+#include <optional>
+
+#include "op_tables.h"
+#include "plugflow/dispatch.h"
+#include "plugflow/error.h"
+#include "plugflow/ops.h"
+
+namespace plugflow::ops {
+namespace {
+
+using internal::BinaryInfo;
+using internal::BinaryKind;
+using internal::UnaryInfo;
+using internal::UnaryKind;
+
+// PyTorch's combine_categories: a lower-priority operand only matters when it is of a
+// higher kind (bool < integral < floating).
+std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (is_floating(*higher)) return higher;
+  if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
+  return higher;
+}
+
+struct PromotionState {
+  std::optional<DType> dim, zero_dim, wrapped;
+  void add(const Tensor& t) {
+    auto& slot = t.dim() > 0 ? dim : zero_dim;
+    slot = slot ? promote_types(*slot, t.dtype()) : t.dtype();
+  }
+  void add(Scalar s) { wrapped = wrapped ? promote_types(*wrapped, s.default_dtype()) : s.default_dtype(); }
+  DType result() const { return *combine(dim, combine(zero_dim, wrapped)); }
+};
+
+const BinaryInfo& binary_info(const std::string& name) {
+  const BinaryInfo* info = internal::find_binary(name);
+  PF_CHECK_T(info != nullptr, ValueError, "unknown binary op '", name, "'");
+  return *info;
+}
+
+// int category for can_cast: bool 0, integral 1, floating 2.
+int category(DType t) { return t == DType::Bool ? 0 : is_floating(t) ? 2 : 1; }
+
+// The dtype the kernel computes in, after PyTorch's op-specific rules.
+DType compute_dtype(const BinaryInfo& info, DType common, const Attrs& attrs) {
+  if (info.integral_only)
+    PF_CHECK(!is_floating(common), "\"", info.name, "_cpu\" not implemented for '", dtype_name(common),
+             "' (bitwise ops need integral or bool tensors)");
+  if (info.float_only && !is_floating(common)) return DType::Float32;
+  if (info.name == "div" && !is_floating(common)) {
+    const bool rounding = attrs.has("rounding_mode") && !attrs.get<std::string>("rounding_mode").empty();
+    if (!rounding) return DType::Float32;  // true division of integers
+  }
+  return common;
+}
+
+void check_bool_arith(const BinaryInfo& info, DType dt) {
+  if (dt != DType::Bool) return;
+  PF_CHECK(info.name != "sub", "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` "
+                               "or `logical_xor()` operator instead.");
+  PF_CHECK(info.name != "div" && info.name != "floor_divide" && info.name != "remainder" && info.name != "fmod" &&
+               info.name != "pow",
+           "\"", info.name, "\" is not supported for bool tensors");
+}
+
+Attrs binary_attrs(const BinaryInfo& info, Scalar alpha, const std::string& rounding_mode) {
+  if (info.name == "add" || info.name == "sub") return Attrs{{"alpha", alpha}};
+  if (info.name == "div") {
+    PF_CHECK(rounding_mode.empty() || rounding_mode == "trunc" || rounding_mode == "floor",
+             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", rounding_mode, "'");
+    return Attrs{{"rounding_mode", rounding_mode}};
+  }
+  return {};
+}
+
+Tensor prepare(const Tensor& t, DType dt, const Shape& shape) {
+  Tensor c = to(t, std::nullopt, dt);
+  return c.sizes() == shape ? c : expand(c, shape);
+}
+
+Tensor run_binary(const BinaryInfo& info, const Tensor& a, const Tensor& b, DType common, const Attrs& attrs) {
+  const DType dt = compute_dtype(info, common, attrs);
+  check_bool_arith(info, dt);
+  if (attrs.has("alpha")) {
+    const Scalar& alpha = attrs.get<Scalar>("alpha");
+    PF_CHECK(!(alpha.is_floating() && !is_floating(dt)),
+             "For integral input tensors, argument alpha must not be a floating point number.");
+  }
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes());
+  const Tensor in[] = {prepare(a, dt, shape), prepare(b, dt, shape)};
+  return call_op(find_op(info.name), in, attrs)[0];
+}
+
+Tensor run_binary_inplace(const BinaryInfo& info, Tensor& a, const Tensor& b, DType common, const Attrs& attrs) {
+  const DType result = info.kind == BinaryKind::Arithmetic ? compute_dtype(info, common, attrs) : DType::Bool;
+  PF_CHECK(category(result) <= category(a.dtype()), "result type ", dtype_name(result),
+           " can't be cast to the desired output type ", dtype_name(a.dtype()));
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes());
+  PF_CHECK(shape == a.sizes(), "output with shape ", shape_str(a.sizes()), " doesn't match the broadcast shape ",
+           shape_str(shape));
+  if (info.kind != BinaryKind::Arithmetic || result != a.dtype()) {
+    Tensor r = run_binary(info, a, b, common, attrs);
+    copy_(a, r);
+    return a;
+  }
+  check_bool_arith(info, result);
+  Tensor bb = prepare(b, result, shape);
+  // Elementwise kernels may read and write the same element, but not read elements another
+  // lane writes: a partially overlapping operand is materialized first.
+  if (bb.storage() == a.storage() && !(bb.offset() == a.offset() && bb.strides() == a.strides())) bb = clone(bb);
+  const Tensor in[] = {a, bb};
+  Tensor out[] = {a};
+  call_op_out(find_op(info.name), in, attrs, out);
+  return a;
+}
+
+}  // namespace
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    PF_CHECK(da == db || da == 1 || db == 1, "The size of tensor a (", da, ") must match the size of tensor b (", db,
+             ") at non-singleton dimension ", i);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  PromotionState s;
+  s.add(a);
+  s.add(b);
+  return s.result();
+}
+
+DType result_type(const Tensor& a, Scalar b) {
+  PromotionState s;
+  s.add(a);
+  s.add(b);
+  return s.result();
+}
+
+Tensor binary(const std::string& name, const Tensor& a, const Tensor& b) {
+  const BinaryInfo& info = binary_info(name);
+  return run_binary(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), ""));
+}
+
+Tensor binary(const std::string& name, const Tensor& a, Scalar b) {
+  const BinaryInfo& info = binary_info(name);
+  const DType common = result_type(a, b);
+  return run_binary(info, a, scalar_tensor(b, common, a.device()), common, binary_attrs(info, Scalar(int64_t{1}), ""));
+}
+
+Tensor binary(const std::string& name, Scalar a, const Tensor& b) {
+  const BinaryInfo& info = binary_info(name);
+  const DType common = result_type(b, a);
+  return run_binary(info, scalar_tensor(a, common, b.device()), b, common, binary_attrs(info, Scalar(int64_t{1}), ""));
+}
+
+Tensor& binary_(const std::string& name, Tensor& a, const Tensor& b) {
+  const BinaryInfo& info = binary_info(name);
+  run_binary_inplace(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), ""));
+  return a;
+}
+
+Tensor& binary_(const std::string& name, Tensor& a, Scalar b) {
+  const BinaryInfo& info = binary_info(name);
+  const DType common = result_type(a, b);
+  run_binary_inplace(info, a, scalar_tensor(b, common, a.device()), common, binary_attrs(info, Scalar(int64_t{1}), ""));
+  return a;
+}
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  const BinaryInfo& info = binary_info("add");
+  return run_binary(info, a, b, result_type(a, b), binary_attrs(info, alpha, ""));
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  const BinaryInfo& info = binary_info("sub");
+  return run_binary(info, a, b, result_type(a, b), binary_attrs(info, alpha, ""));
+}
+
+Tensor div(const Tensor& a, const Tensor& b, const std::string& rounding_mode) {
+  const BinaryInfo& info = binary_info("div");
+  return run_binary(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), rounding_mode));
+}
+
+// ---- unary ------------------------------------------------------------------------------------
+
+namespace {
+
+const UnaryInfo& unary_info(const std::string& name) {
+  const UnaryInfo* info = internal::find_unary(name);
+  PF_CHECK_T(info != nullptr, ValueError, "unknown unary op '", name, "'");
+  return *info;
+}
+
+DType unary_compute_dtype(const UnaryInfo& info, DType in) {
+  switch (info.kind) {
+    case UnaryKind::FloatMath: return is_floating(in) ? in : DType::Float32;
+    case UnaryKind::IntegralOnly:
+      PF_CHECK(!is_floating(in), "\"", info.name, "_cpu\" not implemented for '", dtype_name(in),
+               "' (bitwise ops need integral or bool tensors)");
+      return in;
+    case UnaryKind::AnyDtype:
+      PF_CHECK(!(info.name == "neg" && in == DType::Bool),
+               "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
+               "use the `~` or `logical_not()` operator instead.");
+      return in;
+    case UnaryKind::BoolOut: return in;
+  }
+  return in;
+}
+
+}  // namespace
+
+Tensor unary(const std::string& name, const Tensor& a) {
+  const UnaryInfo& info = unary_info(name);
+  const Tensor in[] = {to(a, std::nullopt, unary_compute_dtype(info, a.dtype()))};
+  return call_op(find_op(info.name), in)[0];
+}
+
+Tensor& unary_(const std::string& name, Tensor& a) {
+  const UnaryInfo& info = unary_info(name);
+  const DType dt = unary_compute_dtype(info, a.dtype());
+  const DType result = info.kind == UnaryKind::BoolOut ? DType::Bool : dt;
+  PF_CHECK(category(result) <= category(a.dtype()), "result type ", dtype_name(result),
+           " can't be cast to the desired output type ", dtype_name(a.dtype()));
+  if (result != a.dtype()) {
+    copy_(a, unary(name, a));
+    return a;
+  }
+  const Tensor in[] = {a};
+  Tensor out[] = {a};
+  call_op_out(find_op(info.name), in, {}, out);
+  return a;
+}
+
+}  // namespace plugflow::ops

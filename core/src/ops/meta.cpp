@@ -1,0 +1,130 @@
+// The op catalog: every op's signature and meta function, registered when the core loads.
+// Meta functions check the contract of docs/kernels.md; user-facing argument checks happen
+// earlier, in the functional layer, where the user's own words (dims, shapes) are known.
+#include <string>
+
+#include "op_tables.h"
+#include "plugflow/op.h"
+
+namespace plugflow {
+namespace {
+
+void check_same_inputs(std::span<const Tensor> in, const char* what) {
+  for (size_t i = 1; i < in.size(); ++i) {
+    PF_CHECK(in[i].sizes() == in[0].sizes(), what, ": inputs must have one shape (broadcast first), got ",
+             shape_str(in[0].sizes()), " and ", shape_str(in[i].sizes()));
+    PF_CHECK_T(in[i].dtype() == in[0].dtype(), TypeError, what, ": inputs must have one dtype (promote first), got ",
+               dtype_name(in[0].dtype()), " and ", dtype_name(in[i].dtype()));
+  }
+}
+
+std::vector<TensorMeta> same_as_input(std::span<const Tensor> in, const Attrs&) {
+  check_same_inputs(in, "elementwise op");
+  return {{in[0].sizes(), in[0].dtype(), in[0].device()}};
+}
+
+std::vector<TensorMeta> bool_output(std::span<const Tensor> in, const Attrs&) {
+  check_same_inputs(in, "elementwise op");
+  return {{in[0].sizes(), DType::Bool, in[0].device()}};
+}
+
+// Ops that write into caller-provided outputs (fill, copy, arange, random): the functional
+// layer allocates and checks the outputs; an empty result tells call_op_out to accept them.
+std::vector<TensorMeta> caller_outputs(std::span<const Tensor>, const Attrs&) { return {}; }
+
+Shape reduced_shape(const Tensor& in, const Shape& dims, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < in.dim(); ++d) {
+    bool reduced = false;
+    for (int64_t r : dims) reduced = reduced || r == d;
+    if (!reduced) out.push_back(in.sizes()[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+void check_dims(const Tensor& in, const Shape& dims) {
+  PF_CHECK(!dims.empty(), "reduction: dims must be non-empty (the functional layer expands 'all dims')");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    PF_CHECK_T(dims[i] >= 0 && dims[i] < in.dim(), IndexError, "reduction dim ", dims[i], " out of range for ",
+               in.dim(), "-d input");
+    PF_CHECK(i == 0 || dims[i] > dims[i - 1], "reduction dims must be sorted and unique");
+  }
+}
+
+std::vector<TensorMeta> reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& dims = attrs.get<Shape>("dims");
+  check_dims(in[0], dims);
+  return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), in[0].dtype(), in[0].device()}};
+}
+
+std::vector<TensorMeta> index_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const Shape dims{attrs.get<int64_t>("dim")};
+  check_dims(in[0], dims);
+  return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), DType::Int64, in[0].device()}};
+}
+
+std::vector<TensorMeta> value_index_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const Shape dims{attrs.get<int64_t>("dim")};
+  check_dims(in[0], dims);
+  const Shape out = reduced_shape(in[0], dims, attrs.get<bool>("keepdim"));
+  return {{out, in[0].dtype(), in[0].device()}, {out, DType::Int64, in[0].device()}};
+}
+
+std::vector<TensorMeta> mm_meta(std::span<const Tensor> in, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  PF_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
+  PF_CHECK(a.sizes()[1] == b.sizes()[0], "mat1 and mat2 shapes cannot be multiplied (", a.sizes()[0], "x",
+           a.sizes()[1], " and ", b.sizes()[0], "x", b.sizes()[1], ")");
+  PF_CHECK(a.dtype() == b.dtype(), "expected mat1 and mat2 to have the same dtype, but got: ", dtype_name(a.dtype()),
+           " != ", dtype_name(b.dtype()));
+  return {{{a.sizes()[0], b.sizes()[1]}, a.dtype(), a.device()}};
+}
+
+std::vector<TensorMeta> bmm_meta(std::span<const Tensor> in, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  PF_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
+  PF_CHECK(a.sizes()[0] == b.sizes()[0], "bmm: batch sizes differ: ", a.sizes()[0], " and ", b.sizes()[0]);
+  PF_CHECK(a.sizes()[2] == b.sizes()[1], "bmm: shapes cannot be multiplied (", shape_str(a.sizes()), " and ",
+           shape_str(b.sizes()), ")");
+  PF_CHECK(a.dtype() == b.dtype(), "expected batch1 and batch2 to have the same dtype, but got: ",
+           dtype_name(a.dtype()), " != ", dtype_name(b.dtype()));
+  return {{{a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a.dtype(), a.device()}};
+}
+
+const bool kCatalogRegistered = [] {
+  using internal::BinaryKind;
+  using internal::UnaryKind;
+  register_op("fill", "fill(Tensor(a!) out, Scalar value)", caller_outputs);
+  register_op("copy", "copy(Tensor src, Tensor(a!) dst)", caller_outputs);
+  register_op("arange", "arange(Tensor(a!) out, Scalar start, Scalar step)", caller_outputs);
+  register_op("linspace", "linspace(Tensor(a!) out, float start, float end)", caller_outputs);
+  register_op("uniform", "uniform(Tensor(a!) out, float low, float high, int seed, int offset)", caller_outputs);
+  register_op("normal", "normal(Tensor(a!) out, float mean, float std, int seed, int offset)", caller_outputs);
+  register_op("randint", "randint(Tensor(a!) out, int low, int high, int seed, int offset)", caller_outputs);
+
+  for (const auto& b : internal::kBinaryOps) {
+    std::string sig = std::string(b.name) + "(Tensor a, Tensor b) -> Tensor";
+    register_op(std::string(b.name), sig, b.kind == BinaryKind::Arithmetic ? same_as_input : bool_output);
+  }
+  for (const auto& u : internal::kUnaryOps) {
+    std::string sig = std::string(u.name) + "(Tensor a) -> Tensor";
+    register_op(std::string(u.name), sig, u.kind == UnaryKind::BoolOut ? bool_output : same_as_input);
+  }
+  for (auto name : internal::kParamActivations)
+    register_op(std::string(name), std::string(name) + "(Tensor a, attrs...) -> Tensor", same_as_input);
+  for (auto name : internal::kReduceOps)
+    register_op(std::string(name), std::string(name) + "(Tensor a, int[] dims, bool keepdim) -> Tensor", reduce_meta);
+  register_op("max_dim", "max_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",
+              value_index_reduce_meta);
+  register_op("min_dim", "min_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",
+              value_index_reduce_meta);
+  register_op("argmax", "argmax(Tensor a, int dim, bool keepdim) -> Tensor", index_reduce_meta);
+  register_op("argmin", "argmin(Tensor a, int dim, bool keepdim) -> Tensor", index_reduce_meta);
+  register_op("mm", "mm(Tensor a, Tensor b) -> Tensor", mm_meta);
+  register_op("bmm", "bmm(Tensor a, Tensor b) -> Tensor", bmm_meta);
+  return true;
+}();
+
+}  // namespace
+}  // namespace plugflow

@@ -1,0 +1,12 @@
+// plugflow._C: the binding module. Each area binds itself in its own file.
+#include <pybind11/pybind11.h>
+
+#include "bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "plugflow core bindings";
+  plugflow::python::bind_errors(m);
+  plugflow::python::bind_runtime(m);
+  plugflow::python::bind_tensor(m);
+  plugflow::python::bind_distributed(m);
+}
