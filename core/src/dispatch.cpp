@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 
-#include "plugflow/runtime.h"
 #include "registry_internal.h"
 
 namespace plugflow {
@@ -48,7 +47,6 @@ KernelFn find_kernel(const OpDef& op, DeviceType device, DType dtype) {
       for (auto& slot : row) slot.store(nullptr, std::memory_order_relaxed);
     op.cache_generation.store(gen, std::memory_order_release);
   }
-  ensure_initialized();
   const auto candidates = candidates_for(op, device, dtype);
   const KernelRecord* best = internal::choose_kernel(candidates, internal::kernel_preference());
   if (best == nullptr) throw_no_kernel(op, device, dtype);
