@@ -45,12 +45,12 @@ class PF_API DeviceBackend {
   virtual void copy_on_device(int index, void* dst, const void* src, size_t nbytes) = 0;
   virtual void synchronize(int index) = 0;
   // The opaque stream handle kernels see in KernelContext (nullptr on CPU).
-  virtual void* current_stream(int index) { return nullptr; }
+  virtual void* current_stream(int /*index*/) { return nullptr; }
   // Memory statistics in bytes (current, peak); 0 when the backend does not track them.
-  virtual size_t allocated_bytes(int index) const { return 0; }
-  virtual size_t peak_allocated_bytes(int index) const { return 0; }
-  virtual void reset_peak(int index) {}
-  virtual void empty_cache(int index) {}
+  virtual size_t allocated_bytes(int /*index*/) const { return 0; }
+  virtual size_t peak_allocated_bytes(int /*index*/) const { return 0; }
+  virtual void reset_peak(int /*index*/) {}
+  virtual void empty_cache(int /*index*/) {}
 };
 
 // The backend registered for a device type, or a DeviceError explaining why there is none

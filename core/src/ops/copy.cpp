@@ -1,6 +1,7 @@
 // Copies between any dtypes, strides and devices; conversions built on them.
 #include <algorithm>
 
+#include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -38,25 +39,49 @@ bool may_overlap(const Tensor& a, const Tensor& b) {
   return alo < bhi && blo < ahi;
 }
 
+void copy_data(Tensor& dst, const Tensor& src_in);
+
 }  // namespace
 
 Tensor& copy_(Tensor& dst, const Tensor& src_in) {
   PF_CHECK(dst.defined() && src_in.defined(), "copy_: undefined tensor");
+  autograd::check_inplace(dst);
+  const bool grad = is_floating(dst.dtype()) && autograd::any_requires_grad({&dst, &src_in});
+  {
+    autograd::GradModeGuard no_grad(false);  // the mechanics below are not part of the graph
+    copy_data(dst, src_in);
+  }
+  if (grad) {
+    auto node = autograd::make_node(
+        "CopyBackwards", [dst_meta = TensorMeta{dst.sizes(), dst.dtype(), dst.device()}, src_shape = src_in.sizes(),
+                          src_dtype = src_in.dtype(), src_dev = src_in.device()](
+                             const std::vector<Tensor>& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+          Tensor gs = autograd::sum_to(to(g[0], src_dev, src_dtype), src_shape);
+          return {zeros(dst_meta.sizes, dst_meta.dtype, dst_meta.device), is_floating(src_dtype) ? gs : Tensor()};
+        });
+    autograd::record_inplace(node, dst, {src_in});
+  }
+  return dst;
+}
+
+namespace {
+// copy_ without autograd.
+void copy_data(Tensor& dst, const Tensor& src_in) {
   Tensor src = src_in;
   if (src.sizes() != dst.sizes()) src = expand(src, dst.sizes());
-  if (dst.numel() == 0) return dst;
+  if (dst.numel() == 0) return;
   // A source that shares memory with the destination (other than being the very same view)
   // is read completely before anything is written.
   if (may_overlap(dst, src) &&
       !(dst.offset() == src.offset() && dst.strides() == src.strides() && dst.dtype() == src.dtype()))
     src = clone(src);
   else if (dst.is_same(src))
-    return dst;
+    return;
 
   const Device sd = src.device(), dd = dst.device();
   if (sd == dd) {
     device_copy(dst, src);
-    return dst;
+    return;
   }
   // Across devices: cast on the source side into a dense staging buffer of dst's dtype,
   // move the bytes, then scatter into dst's strides on the destination device.
@@ -78,13 +103,21 @@ Tensor& copy_(Tensor& dst, const Tensor& src_in) {
   }
   if (!target.is_same(dst)) device_copy(dst, target);
   else dst.storage()->bump_version();
-  return dst;
 }
+}  // namespace
+
 
 Tensor& fill_(Tensor& t, Scalar value) {
   static const OpDef& op = find_op("fill");
+  autograd::check_inplace(t);
   Tensor out[] = {t};
   call_op_out(op, {}, Attrs{{"value", value}}, out);
+  if (autograd::any_requires_grad({&t})) {
+    auto node = autograd::make_node("FillBackward0", [](const std::vector<Tensor>& g, const std::vector<Tensor>&) {
+      return std::vector<Tensor>{zeros(g[0].sizes(), g[0].dtype(), g[0].device())};
+    });
+    autograd::record_inplace(node, t, {});
+  }
   return t;
 }
 
@@ -105,6 +138,12 @@ Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
 Tensor clone(const Tensor& t) {
   Tensor out = Tensor::empty(t.sizes(), t.dtype(), t.device());
   if (t.numel() > 0) device_copy(out, t);
+  if (autograd::any_requires_grad({&t})) {
+    auto node = autograd::make_node("CloneBackward0", [](const std::vector<Tensor>& g, const std::vector<Tensor>&) {
+      return std::vector<Tensor>{g[0]};
+    });
+    autograd::record(node, {t}, {out});
+  }
   return out;
 }
 

@@ -2,7 +2,9 @@
 #include <array>
 #include <optional>
 
+#include "grad.h"
 #include "op_tables.h"
+#include "plugflow/autograd.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -91,7 +93,9 @@ Tensor run_binary(const BinaryInfo& info, const Tensor& a, const Tensor& b, DTyp
   }
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes());
   const Tensor in[] = {prepare(a, dt, shape), prepare(b, dt, shape)};
-  return call_op(find_op(info.name), in, attrs)[0];
+  Tensor out = call_op(find_op(info.name), in, attrs)[0];
+  internal::record_binary(std::string(info.name), in[0], in[1], out, attrs);
+  return out;
 }
 
 Tensor run_binary_inplace(const BinaryInfo& info, Tensor& a, const Tensor& b, DType common, const Attrs& attrs) {
@@ -107,13 +111,21 @@ Tensor run_binary_inplace(const BinaryInfo& info, Tensor& a, const Tensor& b, DT
     return a;
   }
   check_bool_arith(info, result);
+  autograd::check_inplace(a);
   Tensor bb = prepare(b, result, shape);
   // Elementwise kernels may read and write the same element, but not read elements another
   // lane writes: a partially overlapping operand is materialized first.
   if (bb.storage() == a.storage() && !(bb.offset() == a.offset() && bb.strides() == a.strides())) bb = clone(bb);
+  const bool grad = is_floating(result) && autograd::any_requires_grad({&a, &bb});
+  const std::string name(info.name);
+  const Tensor before = grad && internal::binary_needs_self_before(name) ? clone(autograd::detach(a)) : Tensor();
   const Tensor in[] = {a, bb};
   Tensor out[] = {a};
   call_op_out(find_op(info.name), in, attrs, out);
+  // `a.mul_(a)`: the formula must see the old value for both operands.
+  if (grad)
+    internal::record_binary_inplace(name, a, before, bb, bb.storage() == a.storage() && before.defined() ? before : bb,
+                                    attrs);
   return a;
 }
 
@@ -223,7 +235,9 @@ DType unary_compute_dtype(const UnaryInfo& info, DType in) {
 Tensor unary(const std::string& name, const Tensor& a) {
   const UnaryInfo& info = unary_info(name);
   const Tensor in[] = {to(a, std::nullopt, unary_compute_dtype(info, a.dtype()))};
-  return call_op(find_op(info.name), in)[0];
+  Tensor out = call_op(find_op(info.name), in)[0];
+  internal::record_unary(name, in[0], out, {});
+  return out;
 }
 
 Tensor& unary_(const std::string& name, Tensor& a) {
@@ -236,9 +250,13 @@ Tensor& unary_(const std::string& name, Tensor& a) {
     copy_(a, unary(name, a));
     return a;
   }
+  autograd::check_inplace(a);
+  const bool grad = is_floating(result) && autograd::any_requires_grad({&a});
+  const Tensor before = grad && internal::unary_needs_self_before(name) ? clone(autograd::detach(a)) : Tensor();
   const Tensor in[] = {a};
   Tensor out[] = {a};
   call_op_out(find_op(info.name), in, {}, out);
+  if (grad) internal::record_unary_inplace(name, a, before);
   return a;
 }
 

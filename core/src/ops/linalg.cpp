@@ -1,10 +1,31 @@
 // Matrix products. matmul follows numpy/PyTorch: 1-D operands are promoted to matrices and
 // the promoted dims removed again; batch dims broadcast.
+#include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
 
 namespace plugflow::ops {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+// d(a@b)/da = g @ b^T, d/db = a^T @ g, on the last two dims (mm and bmm alike).
+void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&a, &b})) return;
+  const bool batched = a.dim() == 3;
+  auto node = autograd::make_node(name, [batched](const Tensors& g, const Tensors& s) -> Tensors {
+    const Tensor &a = s[0], &b = s[1];
+    const int64_t r = batched ? 1 : 0;
+    auto prod = [batched](const Tensor& x, const Tensor& y) { return batched ? bmm(x, y) : mm(x, y); };
+    return {prod(g[0], transpose(b, r, r + 1)), prod(transpose(a, r, r + 1), g[0])};
+  });
+  node->save(a);
+  node->save(b);
+  autograd::record(node, {a, b}, {out});
+}
+
+}  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   static const OpDef& op = find_op("mm");
@@ -13,7 +34,9 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   PF_CHECK(b.dim() == 2, "mat2 must be a matrix");
   if (a.sizes()[1] == 0 && a.sizes()[1] == b.sizes()[0] && a.dtype() == b.dtype())  // empty inner dim: zeros
     return zeros({a.sizes()[0], b.sizes()[1]}, a.dtype(), a.device());
-  return call_op(op, in)[0];
+  Tensor out = call_op(op, in)[0];
+  record_matmul("MmBackward0", a, b, out);
+  return out;
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
@@ -23,7 +46,9 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   if (a.sizes()[2] == 0 && a.sizes()[2] == b.sizes()[1] && a.sizes()[0] == b.sizes()[0] && a.dtype() == b.dtype())
     return zeros({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a.dtype(), a.device());
   const Tensor in[] = {a, b};
-  return call_op(op, in)[0];
+  Tensor out = call_op(op, in)[0];
+  record_matmul("BmmBackward0", a, b, out);
+  return out;
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

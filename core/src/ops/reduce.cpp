@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -43,6 +44,83 @@ bool reduces_over_empty(const Tensor& a, const Shape& dims) {
   return false;
 }
 
+// The reduced gradient broadcast back over the input's shape.
+Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bool keepdim) {
+  Tensor r = g;
+  if (!keepdim)
+    for (int64_t d : dims) r = unsqueeze(r, d);  // ascending, so positions line up
+  return expand(r, in_shape);
+}
+
+using Tensors = std::vector<Tensor>;
+
+void record_reduce(const std::string& name, const Tensor& in, const Tensor& out, const Shape& dims, bool keepdim) {
+  if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&in})) return;
+  const Shape shape = in.sizes();
+  std::shared_ptr<autograd::FunctionNode> node;
+  if (name == "sum") {
+    node = autograd::make_node("SumBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
+      return {expand_back(g[0], shape, dims, keepdim)};
+    });
+  } else if (name == "mean") {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= shape[d];
+    node = autograd::make_node("MeanBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
+      return {binary("div", expand_back(g[0], shape, dims, keepdim), Scalar(n))};
+    });
+  } else if (name == "prod") {
+    // Zero-safe: with no zero in a slice, d/dx_i = prod / x_i; with exactly one zero, only
+    // that element gets the product of the others; with more, everything is 0.
+    node = autograd::make_node("ProdBackward1", [=](const Tensors& g, const Tensors& s) -> Tensors {
+      const Tensor &a = s[0], &out = s[1];
+      const Tensor is_zero = autograd::mask_as(binary("eq", a, Scalar(0)), a.dtype());
+      const Tensor safe = binary("add", a, is_zero);  // zeros replaced by ones
+      const Tensor zero_count = reduce("sum", is_zero, dims, true);
+      const Tensor prod_others = reduce("prod", safe, dims, true);
+      const Tensor ge = expand_back(g[0], shape, dims, keepdim);
+      const Tensor no_zero = binary("div", binary("mul", ge, expand(keepdim ? out : expand_back(out, shape, dims, false), shape)), safe);
+      const Tensor one_zero =
+          autograd::mul(autograd::mul(ge, expand(prod_others, shape)),
+                        autograd::mul(is_zero, autograd::mask_as(binary("eq", expand(zero_count, shape), Scalar(1)), a.dtype())));
+      return {binary("add", autograd::mul(no_zero, binary("sub", Scalar(1), is_zero)), one_zero)};
+    });
+    node->save(in);
+    node->save_output(out, 0);
+  } else {  // amax / amin: the gradient is shared evenly by the elements equal to the extreme
+    node = autograd::make_node(name == "amax" ? "AmaxBackward0" : "AminBackward0",
+                               [=](const Tensors& g, const Tensors& s) -> Tensors {
+                                 const Tensor &a = s[0], &out = s[1];
+                                 const Tensor hit = autograd::mask_as(
+                                     binary("eq", a, expand_back(out, shape, dims, keepdim)), a.dtype());
+                                 const Tensor count = reduce("sum", hit, dims, true);
+                                 return {binary("div", autograd::mul(expand_back(g[0], shape, dims, keepdim), hit),
+                                                expand(count, shape))};
+                               });
+    node->save(in);
+    node->save_output(out, 0);
+  }
+  autograd::record(node, {in}, {out});
+}
+
+// Gradient of values picked at `indices` along `dim`: a one-hot mask times the gradient.
+void record_value_index(const char* name, const Tensor& in, const Tensor& values, const Tensor& indices, int64_t dim,
+                        bool keepdim) {
+  if (!autograd::any_requires_grad({&in})) return;
+  auto node = autograd::make_node(name, [shape = in.sizes(), dim, keepdim](const Tensors& g, const Tensors& s) -> Tensors {
+    const Tensor& idx = s[0];
+    const Tensor idx_k = keepdim ? idx : unsqueeze(idx, dim);
+    Shape pos_shape(shape.size(), 1);
+    pos_shape[dim] = shape[dim];
+    const Tensor pos = reshape(arange(Scalar(int64_t{0}), Scalar(shape[dim]), Scalar(int64_t{1}), DType::Int64, idx.device()),
+                               pos_shape);
+    const Tensor onehot = autograd::mask_as(binary("eq", expand(pos, shape), expand(idx_k, shape)), g[0].dtype());
+    const Tensor gk = keepdim ? g[0] : unsqueeze(g[0], dim);
+    return {autograd::mul(expand(gk, shape), onehot)};
+  });
+  node->save(indices);
+  autograd::record(node, {in}, {values, indices});
+}
+
 }  // namespace
 
 Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in, bool keepdim,
@@ -76,7 +154,9 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
     return full(out_shape, identity, out_dtype, a.device());
   }
   const Tensor in[] = {to(a, std::nullopt, out_dtype)};
-  return call_op(find_op(name), in, Attrs{{"dims", dims}, {"keepdim", keep}})[0];
+  Tensor out = call_op(find_op(name), in, Attrs{{"dims", dims}, {"keepdim", keep}})[0];
+  record_reduce(name, in[0], out, dims, keep);
+  return out;
 }
 
 namespace {
@@ -88,7 +168,9 @@ std::pair<Tensor, Tensor> value_index(const char* op, const char* user_name, con
   PF_CHECK_T(a.sizes()[d] != 0, IndexError, user_name, "(): Expected reduction dim ", d,
              " to have non-zero size.");
   const Tensor in[] = {a};
-  auto outs = call_op(find_op(op), in, Attrs{{"dim", d}, {"keepdim", a_in.dim() == 0 ? false : keepdim}});
+  const bool keep = a_in.dim() == 0 ? false : keepdim;
+  auto outs = call_op(find_op(op), in, Attrs{{"dim", d}, {"keepdim", keep}});
+  record_value_index(std::string(op) == "max_dim" ? "MaxBackward0" : "MinBackward0", a, outs[0], outs[1], d, keep);
   return {outs[0], outs[1]};
 }
 

@@ -2,10 +2,52 @@
 #include <algorithm>
 #include <numeric>
 
+#include "../autograd/grad_utils.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
 
 namespace plugflow::ops {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+// Registers `view` with autograd: as a view of `base` whenever grad mode is on (so a later
+// in-place write through it, even of a tensor that requires grad, reaches the base's history),
+// and with a backward node from `make_fn()` when the base requires grad.
+template <typename MakeFn>
+Tensor finish_view(const Tensor& base, Tensor view, const char* name, MakeFn&& make_fn) {
+  if (!autograd::is_grad_enabled()) return view;
+  if (autograd::requires_grad(base)) autograd::record_view(base, view, autograd::make_node(name, make_fn()));
+  else autograd::record_view(base, view, nullptr);
+  return view;
+}
+
+// Backward of views that only rearrange metadata: reshape the gradient back.
+auto reshape_back(const Tensor& base) {
+  return [&base] {
+    return [shape = base.sizes()](const Tensors& g, const Tensors&) -> Tensors { return {reshape(g[0], shape)}; };
+  };
+}
+
+// Backward of views that pick a region: scatter the gradient into zeros of the base's shape,
+// through the same view geometry relative to a fresh dense buffer.
+auto region_back(const Tensor& base, const Tensor& view) {
+  return [&base, &view] {
+    return [sizes = base.sizes(), dtype = base.dtype(), dev = base.device(), bstrides = base.strides(),
+            boff = base.offset(), vsizes = view.sizes(), vstrides = view.strides(),
+            voff = view.offset()](const Tensors& g, const Tensors&) -> Tensors {
+      int64_t hi = std::max(boff, voff);
+      for (size_t d = 0; d < sizes.size(); ++d)
+        if (sizes[d] > 0) hi = std::max(hi, boff + (sizes[d] - 1) * bstrides[d]);
+      Tensor buffer = zeros({hi + 1}, dtype, dev);
+      Tensor gv = as_strided(buffer, vsizes, vstrides, voff);
+      copy_(gv, g[0]);
+      return {as_strided(buffer, sizes, bstrides, boff)};
+    };
+  };
+}
+
+}  // namespace
 
 int64_t wrap_dim(int64_t dim, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);  // a 0-d tensor accepts dim 0 / -1, like PyTorch
@@ -32,7 +74,7 @@ Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int
   PF_CHECK(empty || last < capacity, "setStorage: sizes ", shape_str(sizes), ", strides ", shape_str(strides),
            " and storage offset ", offset, " require a storage of ", last + 1, " elements, but it has ", capacity);
   Tensor v = Tensor::view_of(t.storage(), sizes, strides, offset, t.dtype());
-  return v;
+  return finish_view(t, v, "AsStridedBackward0", region_back(t, v));
 }
 
 // Infers one -1 in a requested shape. PyTorch's messages.
@@ -101,14 +143,16 @@ Tensor view(const Tensor& t, const Shape& sizes) {
   PF_CHECK(view_strides(t.sizes(), t.strides(), shape, strides),
            "view size is not compatible with input tensor's size and stride (at least one dimension spans across "
            "two contiguous subspaces). Use .reshape(...) instead.");
-  return Tensor::view_of(t.storage(), shape, strides, t.offset(), t.dtype());
+  return finish_view(t, Tensor::view_of(t.storage(), shape, strides, t.offset(), t.dtype()), "ViewBackward0",
+                     reshape_back(t));
 }
 
 Tensor reshape(const Tensor& t, const Shape& sizes) {
   const Shape shape = infer_size(sizes, t.numel());
   Shape strides;
   if (view_strides(t.sizes(), t.strides(), shape, strides))
-    return Tensor::view_of(t.storage(), shape, strides, t.offset(), t.dtype());
+    return finish_view(t, Tensor::view_of(t.storage(), shape, strides, t.offset(), t.dtype()), "ViewBackward0",
+                       reshape_back(t));
   return view(contiguous(t), shape);
 }
 
@@ -139,21 +183,28 @@ Tensor permute(const Tensor& t, const Shape& dims) {
     sizes[i] = t.sizes()[d];
     strides[i] = t.strides()[d];
   }
-  return Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype());
+  return finish_view(t, Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype()), "PermuteBackward0", [&] {
+    Shape inverse(dims.size());
+    for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], t.dim())] = static_cast<int64_t>(i);
+    return [inverse](const Tensors& g, const Tensors&) -> Tensors { return {permute(g[0], inverse)}; };
+  });
 }
 
 Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1) {
   if (t.dim() == 0) {
     wrap_dim(dim0, 0);
     wrap_dim(dim1, 0);
-    return Tensor::view_of(t.storage(), t.sizes(), t.strides(), t.offset(), t.dtype());
+    return finish_view(t, Tensor::view_of(t.storage(), t.sizes(), t.strides(), t.offset(), t.dtype()),
+                       "TransposeBackward0", reshape_back(t));
   }
   dim0 = wrap_dim(dim0, t.dim());
   dim1 = wrap_dim(dim1, t.dim());
   Shape sizes = t.sizes(), strides = t.strides();
   std::swap(sizes[dim0], sizes[dim1]);
   std::swap(strides[dim0], strides[dim1]);
-  return Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype());
+  return finish_view(t, Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype()), "TransposeBackward0", [&] {
+    return [dim0, dim1](const Tensors& g, const Tensors&) -> Tensors { return {transpose(g[0], dim0, dim1)}; };
+  });
 }
 
 Tensor expand(const Tensor& t, const Shape& sizes) {
@@ -184,7 +235,12 @@ Tensor expand(const Tensor& t, const Shape& sizes) {
       out_strides[i] = 0;
     }
   }
-  return Tensor::view_of(t.storage(), out_sizes, out_strides, t.offset(), t.dtype());
+  return finish_view(t, Tensor::view_of(t.storage(), out_sizes, out_strides, t.offset(), t.dtype()), "ExpandBackward0",
+                     [&] {
+                       return [shape = t.sizes()](const Tensors& g, const Tensors&) -> Tensors {
+                         return {autograd::sum_to(g[0], shape)};
+                       };
+                     });
 }
 
 Tensor squeeze(const Tensor& t, std::optional<int64_t> dim) {
@@ -203,7 +259,8 @@ Tensor squeeze(const Tensor& t, std::optional<int64_t> dim) {
       strides.push_back(t.strides()[i]);
     }
   }
-  return Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype());
+  return finish_view(t, Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype()), "SqueezeBackward0",
+                     reshape_back(t));
 }
 
 Tensor unsqueeze(const Tensor& t, int64_t dim) {
@@ -212,7 +269,8 @@ Tensor unsqueeze(const Tensor& t, int64_t dim) {
   const int64_t new_stride = dim < t.dim() ? sizes[dim] * strides[dim] : 1;
   sizes.insert(sizes.begin() + dim, 1);
   strides.insert(strides.begin() + dim, new_stride);
-  return Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype());
+  return finish_view(t, Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype()), "UnsqueezeBackward0",
+                     reshape_back(t));
 }
 
 Tensor slice(const Tensor& t, int64_t dim, std::optional<int64_t> start_opt, std::optional<int64_t> end_opt,
@@ -230,7 +288,16 @@ Tensor slice(const Tensor& t, int64_t dim, std::optional<int64_t> start_opt, std
   Shape sizes = t.sizes(), strides = t.strides();
   sizes[dim] = (end - start + step - 1) / step;
   strides[dim] *= step;
-  return Tensor::view_of(t.storage(), sizes, strides, t.offset() + start * t.strides()[dim], t.dtype());
+  Tensor v = Tensor::view_of(t.storage(), sizes, strides, t.offset() + start * t.strides()[dim], t.dtype());
+  return finish_view(t, v, "SliceBackward0", [&] {
+    return [shape = t.sizes(), dtype = t.dtype(), dev = t.device(), dim, start, end,
+            step](const Tensors& g, const Tensors&) -> Tensors {
+      Tensor gi = zeros(shape, dtype, dev);
+      Tensor region = slice(gi, dim, start, end, step);
+      copy_(region, g[0]);
+      return {gi};
+    };
+  });
 }
 
 Tensor select(const Tensor& t, int64_t dim, int64_t index) {
@@ -243,7 +310,16 @@ Tensor select(const Tensor& t, int64_t dim, int64_t index) {
   Shape sizes = t.sizes(), strides = t.strides();
   sizes.erase(sizes.begin() + dim);
   strides.erase(strides.begin() + dim);
-  return Tensor::view_of(t.storage(), sizes, strides, t.offset() + index * t.strides()[dim], t.dtype());
+  Tensor v = Tensor::view_of(t.storage(), sizes, strides, t.offset() + index * t.strides()[dim], t.dtype());
+  return finish_view(t, v, "SelectBackward0", [&] {
+    return [shape = t.sizes(), dtype = t.dtype(), dev = t.device(), dim, index](const Tensors& g,
+                                                                                const Tensors&) -> Tensors {
+      Tensor gi = zeros(shape, dtype, dev);
+      Tensor region = select(gi, dim, index);
+      copy_(region, g[0]);
+      return {gi};
+    };
+  });
 }
 
 Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {

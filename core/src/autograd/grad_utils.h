@@ -1,0 +1,35 @@
+// Core-internal helpers for backward formulas.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plugflow/autograd.h"
+#include "plugflow/ops.h"
+
+namespace plugflow::autograd {
+
+// Sums `g` down to `shape` (undoing broadcasting): leading dims are summed away, dims where
+// shape has 1 are summed with keepdim.
+inline Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.sizes() == shape) return g;
+  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  Shape dims;
+  for (int64_t d = 0; d < lead; ++d) dims.push_back(d);
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] == 1 && g.sizes()[lead + i] != 1) dims.push_back(lead + static_cast<int64_t>(i));
+  Tensor r = dims.empty() ? g : ops::reduce("sum", g, dims, true);
+  return lead > 0 || r.sizes() != shape ? ops::reshape(r, shape) : r;
+}
+
+// A 0/1 tensor of `dtype` from a bool tensor.
+inline Tensor mask_as(const Tensor& cond, DType dtype) { return ops::to(cond, std::nullopt, dtype); }
+
+inline Tensor mul(const Tensor& a, const Tensor& b) { return ops::binary("mul", a, b); }
+inline Tensor mul(const Tensor& a, Scalar b) { return ops::binary("mul", a, b); }
+inline Tensor div(const Tensor& a, const Tensor& b) { return ops::binary("div", a, b); }
+inline Tensor neg(const Tensor& a) { return ops::unary("neg", a); }
+
+// Records `node` for an op with these inputs/outputs when any input requires grad.
+inline bool should_record(const std::vector<Tensor>& inputs) { return any_requires_grad(inputs); }
+
+}  // namespace plugflow::autograd

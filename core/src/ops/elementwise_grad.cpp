@@ -1,0 +1,284 @@
+// Backward formulas of the elementwise ops (PyTorch's derivatives.yaml, written with ops).
+#include <cmath>
+#include <functional>
+#include <unordered_map>
+
+#include "../autograd/grad_utils.h"
+#include "grad.h"
+#include "op_tables.h"
+
+namespace plugflow::internal {
+namespace {
+
+using autograd::make_node;
+using autograd::mask_as;
+using autograd::mul;
+using autograd::neg;
+using Tensors = std::vector<Tensor>;
+
+Tensor div_(const Tensor& a, const Tensor& b) { return ops::binary("div", a, b); }
+Tensor add(const Tensor& a, const Tensor& b) { return ops::binary("add", a, b); }
+Tensor un(const char* name, const Tensor& a) { return ops::unary(name, a); }
+Tensor cmp(const char* name, const Tensor& a, const Tensor& b) { return ops::binary(name, a, b); }
+Tensor cmp(const char* name, const Tensor& a, Scalar b) { return ops::binary(name, a, b); }
+Tensor zeros_like(const Tensor& t) { return ops::zeros(t.sizes(), t.dtype(), t.device()); }
+
+// d/da, d/db of a binary op given grad g, inputs a, b, output out.
+using BinaryFn = std::function<std::pair<Tensor, Tensor>(const Tensor& g, const Tensor& a, const Tensor& b,
+                                                         const Tensor& out, const Attrs& attrs)>;
+// A formula and the tensors it reads: only those are saved (saving more would keep memory
+// alive and flag harmless in-place changes as errors).
+struct BinaryGrad {
+  BinaryFn fn;
+  const char* needs;  // subset of "abo": a, b, the output
+};
+
+const std::unordered_map<std::string, BinaryGrad>& binary_grads() {
+  static const std::unordered_map<std::string, BinaryGrad> table = {
+      {"add", {[](auto& g, auto&, auto&, auto&, const Attrs& at) {
+         return std::pair{g, mul(g, at.get<Scalar>("alpha"))};
+       }, ""}},
+      {"sub", {[](auto& g, auto&, auto&, auto&, const Attrs& at) {
+         return std::pair{g, mul(neg(g), at.get<Scalar>("alpha"))};
+       }, ""}},
+      {"mul", {[](auto& g, auto& a, auto& b, auto&, auto&) { return std::pair{mul(g, b), mul(g, a)}; }, "ab"}},
+      {"div", {[](auto& g, auto& a, auto& b, auto&, const Attrs& at) {
+         if (at.has("rounding_mode") && !at.get<std::string>("rounding_mode").empty())
+           return std::pair{zeros_like(g), zeros_like(g)};
+         return std::pair{div_(g, b), neg(div_(mul(g, a), mul(b, b)))};
+       }, "ab"}},
+      {"pow", {[](auto& g, auto& a, auto& b, auto& out, auto&) {
+         // d/da = b * a^(b-1), 0 where b == 0; d/db = out * log(a), 0 where a == 0 and b >= 0.
+         Tensor da = mul(mul(g, b), ops::binary("pow", a, ops::binary("sub", b, Scalar(1))));
+         da = mul(da, mask_as(cmp("ne", b, Scalar(0)), g.dtype()));
+         Tensor safe_log = un("log", add(a, mask_as(cmp("eq", a, Scalar(0)), a.dtype())));  // log(1) where a == 0
+         Tensor db = mul(mul(g, out), safe_log);
+         return std::pair{da, db};
+       }, "abo"}},
+      {"maximum", {[](auto& g, auto& a, auto& b, auto&, auto&) {
+         // Ties split the gradient evenly (PyTorch 1.13).
+         Tensor w = add(mask_as(cmp("gt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
+         Tensor wb = add(mask_as(cmp("lt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
+         return std::pair{mul(g, w), mul(g, wb)};
+       }, "ab"}},
+      {"minimum", {[](auto& g, auto& a, auto& b, auto&, auto&) {
+         Tensor w = add(mask_as(cmp("lt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
+         Tensor wb = add(mask_as(cmp("gt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
+         return std::pair{mul(g, w), mul(g, wb)};
+       }, "ab"}},
+      {"remainder", {[](auto& g, auto& a, auto& b, auto&, auto&) {
+         return std::pair{g, mul(neg(g), ops::div(a, b, "floor"))};
+       }, "ab"}},
+      {"fmod", {[](auto& g, auto& a, auto& b, auto&, auto&) {
+         return std::pair{g, mul(neg(g), ops::div(a, b, "trunc"))};
+       }, "ab"}},
+      {"atan2", {[](auto& g, auto& a, auto& b, auto&, auto&) {
+         Tensor denom = add(mul(a, a), mul(b, b));
+         return std::pair{mul(g, div_(b, denom)), mul(g, div_(neg(a), denom))};
+       }, "ab"}},
+      {"floor_divide", {[](auto& g, auto&, auto&, auto&, auto&) { return std::pair{zeros_like(g), zeros_like(g)}; }, ""}},
+  };
+  return table;
+}
+
+constexpr double kPi = 3.14159265358979323846;
+
+using UnaryFn = std::function<Tensor(const Tensor& g, const Tensor& a, const Tensor& out, const Attrs& attrs)>;
+struct UnaryGrad {
+  UnaryFn fn;
+  const char* needs;  // subset of "ao": the input, the output
+};
+
+Tensor sigmoid_of(const Tensor& a) { return un("sigmoid", a); }
+Tensor one_minus(const Tensor& t) { return ops::binary("sub", Scalar(1), t); }
+
+const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
+  static const std::unordered_map<std::string, UnaryGrad> table = {
+      {"neg", {[](auto& g, auto&, auto&, auto&) { return neg(g); }, ""}},
+      {"abs", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("sign", a)); }, "a"}},
+      {"exp", {[](auto& g, auto&, auto& out, auto&) { return mul(g, out); }, "o"}},
+      {"exp2", {[](auto& g, auto&, auto& out, auto&) { return mul(mul(g, out), Scalar(std::log(2.0))); }, "o"}},
+      {"expm1", {[](auto& g, auto&, auto& out, auto&) { return mul(g, ops::binary("add", out, Scalar(1))); }, "o"}},
+      {"log", {[](auto& g, auto& a, auto&, auto&) { return div_(g, a); }, "a"}},
+      {"log2", {[](auto& g, auto& a, auto&, auto&) { return div_(g, mul(a, Scalar(std::log(2.0)))); }, "a"}},
+      {"log10", {[](auto& g, auto& a, auto&, auto&) { return div_(g, mul(a, Scalar(std::log(10.0)))); }, "a"}},
+      {"log1p", {[](auto& g, auto& a, auto&, auto&) { return div_(g, ops::binary("add", a, Scalar(1))); }, "a"}},
+      {"sqrt", {[](auto& g, auto&, auto& out, auto&) { return div_(g, mul(out, Scalar(2))); }, "o"}},
+      {"rsqrt", {[](auto& g, auto&, auto& out, auto&) { return mul(mul(g, mul(out, mul(out, out))), Scalar(-0.5)); }, "o"}},
+      {"sin", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("cos", a)); }, "a"}},
+      {"cos", {[](auto& g, auto& a, auto&, auto&) { return mul(g, neg(un("sin", a))); }, "a"}},
+      {"tan", {[](auto& g, auto&, auto& out, auto&) { return mul(g, ops::binary("add", mul(out, out), Scalar(1))); }, "o"}},
+      {"asin", {[](auto& g, auto& a, auto&, auto&) { return div_(g, un("sqrt", one_minus(mul(a, a)))); }, "a"}},
+      {"acos", {[](auto& g, auto& a, auto&, auto&) { return neg(div_(g, un("sqrt", one_minus(mul(a, a))))); }, "a"}},
+      {"atan", {[](auto& g, auto& a, auto&, auto&) { return div_(g, ops::binary("add", mul(a, a), Scalar(1))); }, "a"}},
+      {"sinh", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("cosh", a)); }, "a"}},
+      {"cosh", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("sinh", a)); }, "a"}},
+      {"tanh", {[](auto& g, auto&, auto& out, auto&) { return mul(g, one_minus(mul(out, out))); }, "o"}},
+      {"asinh", {[](auto& g, auto& a, auto&, auto&) {
+         return div_(g, un("sqrt", ops::binary("add", mul(a, a), Scalar(1))));
+       }, "a"}},
+      {"acosh", {[](auto& g, auto& a, auto&, auto&) {
+         return div_(g, un("sqrt", ops::binary("sub", mul(a, a), Scalar(1))));
+       }, "a"}},
+      {"atanh", {[](auto& g, auto& a, auto&, auto&) { return div_(g, one_minus(mul(a, a))); }, "a"}},
+      {"sigmoid", {[](auto& g, auto&, auto& out, auto&) { return mul(g, mul(out, one_minus(out))); }, "o"}},
+      {"erf", {[](auto& g, auto& a, auto&, auto&) {
+         return mul(mul(g, un("exp", neg(mul(a, a)))), Scalar(2.0 / std::sqrt(kPi)));
+       }, "a"}},
+      {"erfc", {[](auto& g, auto& a, auto&, auto&) {
+         return mul(mul(g, un("exp", neg(mul(a, a)))), Scalar(-2.0 / std::sqrt(kPi)));
+       }, "a"}},
+      {"erfinv", {[](auto& g, auto&, auto& out, auto&) {
+         return mul(mul(g, un("exp", mul(out, out))), Scalar(std::sqrt(kPi) / 2.0));
+       }, "o"}},
+      {"reciprocal", {[](auto& g, auto&, auto& out, auto&) { return neg(mul(g, mul(out, out))); }, "o"}},
+      {"square", {[](auto& g, auto& a, auto&, auto&) { return mul(mul(g, a), Scalar(2)); }, "a"}},
+      {"relu", {[](auto& g, auto&, auto& out, auto&) { return mul(g, mask_as(cmp("gt", out, Scalar(0)), g.dtype())); }, "o"}},
+      {"silu", {[](auto& g, auto& a, auto&, auto&) {
+         Tensor s = sigmoid_of(a);
+         return mul(g, mul(s, ops::binary("add", mul(a, one_minus(s)), Scalar(1))));
+       }, "a"}},
+      {"mish", {[](auto& g, auto& a, auto&, auto&) {
+         Tensor sp = ops::unary("tanh", ops::unary("log1p", un("exp", a)));  // tanh(softplus(a))
+         Tensor s = sigmoid_of(a);
+         return mul(g, add(sp, mul(mul(a, s), one_minus(mul(sp, sp)))));
+       }, "a"}},
+      {"hardswish", {[](auto& g, auto& a, auto&, auto&) {
+         // 0 for a < -3, a/3 + 1/2 for -3 <= a <= 3, 1 above (PyTorch's boundaries).
+         Tensor mid = mul(mask_as(cmp("ge", a, Scalar(-3)), g.dtype()), mask_as(cmp("le", a, Scalar(3)), g.dtype()));
+         Tensor slope = ops::binary("add", ops::binary("div", a, Scalar(3)), Scalar(0.5));
+         return mul(g, add(mul(mid, slope), mask_as(cmp("gt", a, Scalar(3)), g.dtype())));
+       }, "a"}},
+      {"hardsigmoid", {[](auto& g, auto& a, auto&, auto&) {
+         Tensor mid = mul(mask_as(cmp("gt", a, Scalar(-3)), g.dtype()), mask_as(cmp("lt", a, Scalar(3)), g.dtype()));
+         return mul(mul(g, mid), Scalar(1.0 / 6.0));
+       }, "a"}},
+      {"frac", {[](auto& g, auto&, auto&, auto&) { return g; }, ""}},
+      {"sign", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
+      {"floor", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
+      {"ceil", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
+      {"round", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
+      {"trunc", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
+      {"gelu", {[](auto& g, auto& a, auto&, const Attrs& at) {
+         if (at.get<std::string>("approximate") == "tanh") {
+           const double k = std::sqrt(2.0 / kPi);
+           Tensor a3 = mul(a, mul(a, a));
+           Tensor inner = mul(add(a, mul(a3, Scalar(0.044715))), Scalar(k));
+           Tensor t = un("tanh", inner);
+           Tensor dinner = mul(ops::binary("add", mul(mul(a, a), Scalar(3 * 0.044715)), Scalar(1)), Scalar(k));
+           Tensor left = mul(ops::binary("add", t, Scalar(1)), Scalar(0.5));
+           Tensor right = mul(mul(mul(a, Scalar(0.5)), one_minus(mul(t, t))), dinner);
+           return mul(g, add(left, right));
+         }
+         Tensor cdf = mul(ops::binary("add", un("erf", mul(a, Scalar(1.0 / std::sqrt(2.0)))), Scalar(1)), Scalar(0.5));
+         Tensor pdf = mul(un("exp", mul(mul(a, a), Scalar(-0.5))), Scalar(1.0 / std::sqrt(2.0 * kPi)));
+         return mul(g, add(cdf, mul(a, pdf)));
+       }, "a"}},
+      {"softplus", {[](auto& g, auto& a, auto&, const Attrs& at) {
+         const double beta = at.get<double>("beta"), threshold = at.get<double>("threshold");
+         Tensor ba = mul(a, Scalar(beta));
+         Tensor below = mask_as(cmp("le", ba, Scalar(threshold)), g.dtype());
+         Tensor d = add(mul(below, sigmoid_of(ba)), one_minus(below));
+         return mul(g, d);
+       }, "a"}},
+      {"leaky_relu", {[](auto& g, auto& a, auto&, const Attrs& at) {
+         const double slope = at.get<double>("negative_slope");
+         Tensor pos = mask_as(cmp("gt", a, Scalar(0)), g.dtype());
+         return mul(g, add(pos, mul(one_minus(pos), Scalar(slope))));
+       }, "a"}},
+      {"elu", {[](auto& g, auto& a, auto&, const Attrs& at) {
+         const double alpha = at.get<double>("alpha"), scale = at.get<double>("scale"),
+                      input_scale = at.get<double>("input_scale");
+         Tensor pos = mask_as(cmp("gt", a, Scalar(0)), g.dtype());
+         Tensor negd = mul(un("exp", mul(a, Scalar(input_scale))), Scalar(alpha * scale * input_scale));
+         return mul(g, add(mul(pos, Scalar(scale)), mul(one_minus(pos), negd)));
+       }, "a"}},
+  };
+  return table;
+}
+
+
+// PyTorch names backward nodes after the op: "MulBackward0".
+std::string node_name(const std::string& op) {
+  std::string n;
+  bool upper = true;
+  for (char c : op) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    n += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return n + "Backward0";
+}
+
+bool needs(const char* list, char what) { return std::string_view(list).find(what) != std::string_view::npos; }
+
+}  // namespace
+
+bool binary_needs_self_before(const std::string& name) {
+  auto it = binary_grads().find(name);
+  return it != binary_grads().end() && needs(it->second.needs, 'a');
+}
+bool unary_needs_self_before(const std::string& name) {
+  auto it = unary_grads().find(name);
+  return it != unary_grads().end() && needs(it->second.needs, 'a');
+}
+
+void record_binary(const std::string& name, const Tensor& a, const Tensor& b, const Tensor& out, const Attrs& attrs) {
+  if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&a, &b})) return;
+  auto it = binary_grads().find(name);
+  PF_CHECK_T(it != binary_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+  const BinaryGrad& spec = it->second;
+  auto node = make_node(node_name(name), [f = spec.fn, attrs](const Tensors& g, const Tensors& s) -> Tensors {
+    auto [ga, gb] = f(g[0], s[0], s[1], s[2], attrs);
+    return {ga, gb};
+  });
+  node->save(needs(spec.needs, 'a') ? a : Tensor());
+  node->save(needs(spec.needs, 'b') ? b : Tensor());
+  node->save_output(needs(spec.needs, 'o') ? out : Tensor(), 0);
+  autograd::record(node, {a, b}, {out});
+}
+
+void record_unary(const std::string& name, const Tensor& a, const Tensor& out, const Attrs& attrs) {
+  if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&a})) return;
+  auto it = unary_grads().find(name);
+  PF_CHECK_T(it != unary_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+  const UnaryGrad& spec = it->second;
+  auto node = make_node(node_name(name), [f = spec.fn, attrs](const Tensors& g, const Tensors& s) -> Tensors {
+    return {f(g[0], s[0], s[1], attrs)};
+  });
+  node->save(needs(spec.needs, 'a') ? a : Tensor());
+  node->save_output(needs(spec.needs, 'o') ? out : Tensor(), 0);
+  autograd::record(node, {a}, {out});
+}
+
+void record_binary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before, const Tensor& b,
+                           const Tensor& b_value, const Attrs& attrs) {
+  auto it = binary_grads().find(name);
+  PF_CHECK_T(it != binary_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+  const BinaryGrad& spec = it->second;
+  auto node = make_node(node_name(name + "_"), [f = spec.fn, attrs](const Tensors& g, const Tensors& s) -> Tensors {
+    auto [ga, gb] = f(g[0], s[0], s[1], s[2], attrs);
+    return {ga, gb};
+  });
+  node->save(self_before);
+  node->save(needs(spec.needs, 'b') ? b_value : Tensor());
+  node->save_output(needs(spec.needs, 'o') ? self : Tensor(), 0);
+  autograd::record_inplace(node, self, {b});
+}
+
+void record_unary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before) {
+  auto it = unary_grads().find(name);
+  PF_CHECK_T(it != unary_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+  const UnaryGrad& spec = it->second;
+  auto node = make_node(node_name(name + "_"), [f = spec.fn](const Tensors& g, const Tensors& s) -> Tensors {
+    return {f(g[0], s[0], s[1], {})};
+  });
+  node->save(self_before);
+  node->save_output(needs(spec.needs, 'o') ? self : Tensor(), 0);
+  autograd::record_inplace(node, self, {});
+}
+
+}  // namespace plugflow::internal
