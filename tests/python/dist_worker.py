@@ -1,0 +1,121 @@
+"""One rank of a test_distributed.py scenario, run as its own process.
+
+    python dist_worker.py SCENARIO [ARG]
+
+The rank, world size and master address come from the environment (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT), as torchrun sets them. The worker prints one JSON object as its last
+line of output; the test compares it with the values it expects. Expected values are never
+computed here, so a wrong collective cannot agree with itself.
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import plugflow as pf
+import plugflow.distributed as dist
+
+
+def collectives():
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    out = {"rank": rank, "world_size": ws, "backend": dist.get_backend(), "initialized": dist.is_initialized()}
+
+    t = pf.tensor([rank + 1.0, 2.0 * (rank + 1)], dtype=pf.float32)
+    dist.all_reduce(t)
+    out["sum"] = t.tolist()
+
+    t = pf.tensor([rank, -rank, 7], dtype=pf.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    out["max"] = t.tolist()
+
+    t = pf.tensor([rank + 1.0], dtype=pf.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    out["product"] = t.tolist()
+
+    t = pf.tensor([float(rank)], dtype=pf.float64)
+    work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
+    out["avg_work_completed"] = work.is_completed() and work.wait()
+    out["avg"] = t.tolist()
+
+    t = pf.tensor([10 * rank, 10 * rank + 1], dtype=pf.int32)
+    dist.broadcast(t, src=ws - 1)
+    out["broadcast"] = t.tolist()
+
+    gathered = [pf.zeros(2, dtype=pf.float32) for _ in range(ws)]
+    dist.all_gather(gathered, pf.tensor([rank, rank + 0.5], dtype=pf.float32))
+    out["all_gather"] = [g.tolist() for g in gathered]
+
+    flat = pf.zeros(2 * ws, dtype=pf.float32)
+    dist.all_gather_into_tensor(flat, pf.tensor([rank, -rank], dtype=pf.float32))
+    out["all_gather_into_tensor"] = flat.tolist()
+
+    # input_list[i] = [rank + i, 100 * i]: rank r receives sum over ranks of input_list[r].
+    output = pf.zeros(2, dtype=pf.float32)
+    dist.reduce_scatter(output, [pf.tensor([rank + i, 100.0 * i], dtype=pf.float32) for i in range(ws)])
+    out["reduce_scatter"] = output.tolist()
+
+    output = pf.zeros(1, dtype=pf.float32)
+    dist.reduce_scatter_tensor(output, pf.arange(ws, dtype=pf.float32), op=dist.ReduceOp.SUM)
+    out["reduce_scatter_tensor"] = output.tolist()
+
+    if rank == 0:
+        dist.send(pf.tensor([3.5, 4.5]), dst=1, tag=3)
+    elif rank == 1:
+        got = pf.zeros(2)
+        out["recv_src"] = dist.recv(got, src=0, tag=3)
+        out["recv"] = got.tolist()
+
+    if rank != 0:
+        time.sleep(0.3)
+    start = time.monotonic()
+    dist.barrier()
+    out["barrier_s"] = time.monotonic() - start
+
+    dist.destroy_process_group()
+    out["initialized_after_destroy"] = dist.is_initialized()
+    return out
+
+
+def missing_peer(timeout_s):
+    """world_size=2, but only this rank (0) runs: init must give up after the timeout."""
+    start = time.monotonic()
+    try:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout_s)))
+    except Exception as e:  # noqa: BLE001 - the test checks the type
+        return {"error": type(e).__name__, "is_timeout": isinstance(e, TimeoutError), "message": str(e),
+                "elapsed": time.monotonic() - start}
+    return {"error": None, "elapsed": time.monotonic() - start}
+
+
+def init_method(url):
+    """init through a tcp:// or file:// URL; rank and world_size as arguments, not env."""
+    rank, ws = int(os.environ.pop("RANK")), int(os.environ.pop("WORLD_SIZE"))
+    os.environ.pop("MASTER_ADDR")
+    os.environ.pop("MASTER_PORT")
+    dist.init_process_group(backend="gloo", init_method=url, rank=rank, world_size=ws,
+                            timeout=datetime.timedelta(seconds=60))
+    t = pf.tensor([rank + 1], dtype=pf.int64)
+    dist.all_reduce(t)
+    result = {"rank": dist.get_rank(), "sum": t.tolist()}
+    dist.destroy_process_group()
+    return result
+
+
+def main():
+    scenario = sys.argv[1]
+    if scenario == "collectives":
+        result = collectives()
+    elif scenario == "missing_peer":
+        result = missing_peer(sys.argv[2])
+    elif scenario == "init_method":
+        result = init_method(sys.argv[2])
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
