@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   plugflow::python::bind_runtime(m);
   plugflow::python::bind_tensor(m);
   plugflow::python::bind_distributed(m);
+  plugflow::python::bind_autograd(m);  // after bind_tensor: adds to the Tensor class
 }

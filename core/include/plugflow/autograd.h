@@ -33,6 +33,8 @@ struct Edge {
 PF_API bool is_grad_enabled();
 PF_API void set_grad_enabled(bool enabled);
 PF_API bool is_inference_mode();
+// Inference mode implies no grad; leaving it restores nothing (use the guard for scopes).
+PF_API void set_inference_mode(bool enabled);
 
 class PF_API GradModeGuard {
  public:

@@ -18,6 +18,10 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 bool is_grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 bool is_inference_mode() { return t_inference_mode; }
+void set_inference_mode(bool enabled) {
+  t_inference_mode = enabled;
+  if (enabled) t_grad_enabled = false;
+}
 
 GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) { t_grad_enabled = enabled; }
 GradModeGuard::~GradModeGuard() { t_grad_enabled = prev_; }
