@@ -1,6 +1,6 @@
 #include "plugflow/layout.h"
 
-#include <vector>
+#include <array>
 
 #include "plugflow/error.h"
 
@@ -20,10 +20,14 @@ StridedLayout make_layout(std::span<const Tensor* const> operands) {
   L.numel = out.numel();
   for (int k = 0; k < nops; ++k) L.data[k] = static_cast<char*>(operands[k]->data_ptr());
 
+  // Fixed-size scratch: this runs once per elementwise kernel call, so no heap allocation.
+  constexpr int kMaxInputDims = 64;
+  PF_CHECK(out.dim() <= kMaxInputDims, "tensors with more than ", kMaxInputDims, " dims are not supported");
   // Dims of size 1 never move a pointer: drop them.
-  std::vector<int> dims;
+  std::array<int, kMaxInputDims> dims;
+  int ndims = 0;
   for (int d = 0; d < out.dim(); ++d)
-    if (out.sizes()[d] != 1) dims.push_back(d);
+    if (out.sizes()[d] != 1) dims[ndims++] = d;
 
   // Order dims outermost-first by stride, the output deciding first and the inputs breaking
   // ties (so a transposed output is still written in memory order). Insertion sort: stable,
@@ -36,34 +40,32 @@ StridedLayout make_layout(std::span<const Tensor* const> operands) {
     }
     return false;
   };
-  for (size_t i = 1; i < dims.size(); ++i) {
-    // Walking from the innermost position outward: move dims[i] outward past inner dims.
-    for (size_t j = i; j > 0 && inner_than(dims[j - 1], dims[j]); --j) std::swap(dims[j - 1], dims[j]);
-  }
+  for (int i = 1; i < ndims; ++i)
+    for (int j = i; j > 0 && inner_than(dims[j - 1], dims[j]); --j) std::swap(dims[j - 1], dims[j]);
 
   // Merge neighbours (outer o, inner i) where every operand has stride[o] == stride[i]*size[i].
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<int64_t>> strides(nops);
-  for (int d : dims) {
+  std::array<int64_t, kMaxInputDims> sizes;
+  std::array<std::array<int64_t, kMaxInputDims>, kMaxLayoutOperands> strides;
+  int n = 0;
+  for (int i = 0; i < ndims; ++i) {
+    const int d = dims[i];
     const int64_t size = out.sizes()[d];
-    if (!sizes.empty()) {
+    if (n > 0) {
       bool merge = true;
-      const size_t last = sizes.size() - 1;
-      // `d` is inside the previous entry: previous (outer) must equal d's stride * d's size.
-      for (int k = 0; k < nops && merge; ++k)
-        merge = strides[k][last] == operands[k]->strides()[d] * size;
+      for (int k = 0; k < nops && merge; ++k) merge = strides[k][n - 1] == operands[k]->strides()[d] * size;
       if (merge) {
-        sizes[last] *= size;
-        for (int k = 0; k < nops; ++k) strides[k][last] = operands[k]->strides()[d];
+        sizes[n - 1] *= size;
+        for (int k = 0; k < nops; ++k) strides[k][n - 1] = operands[k]->strides()[d];
         continue;
       }
     }
-    sizes.push_back(size);
-    for (int k = 0; k < nops; ++k) strides[k].push_back(operands[k]->strides()[d]);
+    sizes[n] = size;
+    for (int k = 0; k < nops; ++k) strides[k][n] = operands[k]->strides()[d];
+    ++n;
   }
-  PF_CHECK(sizes.size() <= static_cast<size_t>(kMaxLayoutDims), "tensor iteration needs ", sizes.size(),
-           " dims after merging; at most ", kMaxLayoutDims, " are supported");
-  L.ndim = static_cast<int>(sizes.size());
+  PF_CHECK(n <= kMaxLayoutDims, "tensor iteration needs ", n, " dims after merging; at most ", kMaxLayoutDims,
+           " are supported");
+  L.ndim = n;
   for (int d = 0; d < L.ndim; ++d) {
     L.sizes[d] = sizes[d];
     for (int k = 0; k < nops; ++k)

@@ -78,6 +78,16 @@ Attrs binary_attrs(const BinaryInfo& info, Scalar alpha, const std::string& roun
   return {};
 }
 
+// Catalog entries of the binary ops, looked up once (the catalog never changes after load).
+const OpDef& binary_op(const BinaryInfo& info) {
+  static const auto table = [] {
+    std::array<const OpDef*, std::size(internal::kBinaryOps)> t{};
+    for (size_t i = 0; i < t.size(); ++i) t[i] = &find_op(internal::kBinaryOps[i].name);
+    return t;
+  }();
+  return *table[&info - internal::kBinaryOps];
+}
+
 Tensor prepare(const Tensor& t, DType dt, const Shape& shape) {
   Tensor c = to(t, std::nullopt, dt);
   return c.sizes() == shape ? c : expand(c, shape);
@@ -91,9 +101,11 @@ Tensor run_binary(const BinaryInfo& info, const Tensor& a, const Tensor& b, DTyp
     PF_CHECK(!(alpha.is_floating() && !is_floating(dt)),
              "For integral input tensors, argument alpha must not be a floating point number.");
   }
-  const Shape shape = broadcast_shapes(a.sizes(), b.sizes());
-  const Tensor in[] = {prepare(a, dt, shape), prepare(b, dt, shape)};
-  Tensor out = call_op(find_op(info.name), in, attrs)[0];
+  // Same shape and dtype (the common case) needs no broadcasting or casting views.
+  const bool plain = a.sizes() == b.sizes() && a.dtype() == dt && b.dtype() == dt;
+  const Shape shape = plain ? Shape() : broadcast_shapes(a.sizes(), b.sizes());
+  const Tensor in[] = {plain ? a : prepare(a, dt, shape), plain ? b : prepare(b, dt, shape)};
+  Tensor out = call_op(binary_op(info), in, attrs)[0];
   internal::record_binary(std::string(info.name), in[0], in[1], out, attrs);
   return out;
 }
@@ -121,7 +133,7 @@ Tensor run_binary_inplace(const BinaryInfo& info, Tensor& a, const Tensor& b, DT
   const Tensor before = grad && internal::binary_needs_self_before(name) ? clone(autograd::detach(a)) : Tensor();
   const Tensor in[] = {a, bb};
   Tensor out[] = {a};
-  call_op_out(find_op(info.name), in, attrs, out);
+  call_op_out(binary_op(info), in, attrs, out);
   // `a.mul_(a)`: the formula must see the old value for both operands.
   if (grad)
     internal::record_binary_inplace(name, a, before, bb, bb.storage() == a.storage() && before.defined() ? before : bb,
@@ -232,10 +244,19 @@ DType unary_compute_dtype(const UnaryInfo& info, DType in) {
 
 }  // namespace
 
+const OpDef& unary_op(const UnaryInfo& info) {
+  static const auto table = [] {
+    std::array<const OpDef*, std::size(internal::kUnaryOps)> t{};
+    for (size_t i = 0; i < t.size(); ++i) t[i] = &find_op(internal::kUnaryOps[i].name);
+    return t;
+  }();
+  return *table[&info - internal::kUnaryOps];
+}
+
 Tensor unary(const std::string& name, const Tensor& a) {
   const UnaryInfo& info = unary_info(name);
   const Tensor in[] = {to(a, std::nullopt, unary_compute_dtype(info, a.dtype()))};
-  Tensor out = call_op(find_op(info.name), in)[0];
+  Tensor out = call_op(unary_op(info), in)[0];
   internal::record_unary(name, in[0], out, {});
   return out;
 }
@@ -255,7 +276,7 @@ Tensor& unary_(const std::string& name, Tensor& a) {
   const Tensor before = grad && internal::unary_needs_self_before(name) ? clone(autograd::detach(a)) : Tensor();
   const Tensor in[] = {a};
   Tensor out[] = {a};
-  call_op_out(find_op(info.name), in, {}, out);
+  call_op_out(unary_op(info), in, {}, out);
   if (grad) internal::record_unary_inplace(name, a, before);
   return a;
 }
