@@ -59,10 +59,17 @@ DType compute_dtype(const BinaryInfo& info, DType common, const Attrs& attrs) {
   return common;
 }
 
+// PyTorch refuses subtraction when either operand (tensor or Python number) is a bool.
+void check_sub_operands(const BinaryInfo& info, bool a_bool, bool b_bool) {
+  if (info.name != "sub" || !(a_bool || b_bool)) return;
+  PF_CHECK(!(a_bool && b_bool), "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` "
+                                "or `logical_xor()` operator instead.");
+  PF_THROW(Error, "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a "
+                  "mask, use the `~` or `logical_not()` operator instead.");
+}
+
 void check_bool_arith(const BinaryInfo& info, DType dt) {
   if (dt != DType::Bool) return;
-  PF_CHECK(info.name != "sub", "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` "
-                               "or `logical_xor()` operator instead.");
   PF_CHECK(info.name != "div" && info.name != "floor_divide" && info.name != "remainder" && info.name != "fmod" &&
                info.name != "pow",
            "\"", info.name, "\" is not supported for bool tensors");
@@ -172,29 +179,34 @@ DType result_type(const Tensor& a, Scalar b) {
 
 Tensor binary(const std::string& name, const Tensor& a, const Tensor& b) {
   const BinaryInfo& info = binary_info(name);
+  check_sub_operands(info, a.dtype() == DType::Bool, b.dtype() == DType::Bool);
   return run_binary(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), ""));
 }
 
 Tensor binary(const std::string& name, const Tensor& a, Scalar b) {
   const BinaryInfo& info = binary_info(name);
+  check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
   return run_binary(info, a, scalar_tensor(b, common, a.device()), common, binary_attrs(info, Scalar(int64_t{1}), ""));
 }
 
 Tensor binary(const std::string& name, Scalar a, const Tensor& b) {
   const BinaryInfo& info = binary_info(name);
+  check_sub_operands(info, a.is_bool(), b.dtype() == DType::Bool);
   const DType common = result_type(b, a);
   return run_binary(info, scalar_tensor(a, common, b.device()), b, common, binary_attrs(info, Scalar(int64_t{1}), ""));
 }
 
 Tensor& binary_(const std::string& name, Tensor& a, const Tensor& b) {
   const BinaryInfo& info = binary_info(name);
+  check_sub_operands(info, a.dtype() == DType::Bool, b.dtype() == DType::Bool);
   run_binary_inplace(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), ""));
   return a;
 }
 
 Tensor& binary_(const std::string& name, Tensor& a, Scalar b) {
   const BinaryInfo& info = binary_info(name);
+  check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
   run_binary_inplace(info, a, scalar_tensor(b, common, a.device()), common, binary_attrs(info, Scalar(int64_t{1}), ""));
   return a;
@@ -207,6 +219,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   const BinaryInfo& info = binary_info("sub");
+  check_sub_operands(info, a.dtype() == DType::Bool, b.dtype() == DType::Bool);
   return run_binary(info, a, b, result_type(a, b), binary_attrs(info, alpha, ""));
 }
 

@@ -1,0 +1,366 @@
+// Binary elementwise kernels: arithmetic, bitwise, logical and comparison ops.
+//
+// Each op is a functor template on the storage type T with
+//   supported  - whether the op is defined for T (drives registration, PyTorch's dtype sets),
+//   out_t      - the output storage type (T, or bool for logical/compare ops),
+//   C          - the compute type (float for float16/bfloat16),
+//   zero_check - whether an integer zero divisor must raise (division-like ops),
+//   C-or-bool operator()(C a, C b) const.
+// binary_kernel<Op> turns any of them into a kernel through the generic elementwise loop.
+#include <cmath>
+#include <string>
+
+#include "kernels.h"
+#include "loops.h"
+
+namespace plugflow::cpu {
+namespace {
+
+template <typename T, typename Out = T>
+struct OpBase {
+  using out_t = Out;
+  using C = opmath_t<T>;
+  static constexpr bool zero_check = false;
+  explicit OpBase(const KernelContext&) {}
+};
+
+// An optional Scalar attribute (alpha of add/sub) in compute type C.
+template <typename C>
+C scalar_attr(const KernelContext& ctx, const char* name, C fallback) {
+  return ctx.attrs.has(name) ? scalar_to<C>(ctx.attr<Scalar>(name)) : fallback;
+}
+
+// ---- arithmetic ------------------------------------------------------------------------------
+
+template <typename T>
+struct AddOp : OpBase<T> {
+  using C = opmath_t<T>;
+  static constexpr bool supported = true;
+  C alpha;
+  explicit AddOp(const KernelContext& ctx) : OpBase<T>(ctx), alpha(scalar_attr<C>(ctx, "alpha", C(1))) {}
+  C operator()(C a, C b) const {
+    if constexpr (std::is_same_v<T, bool>) return a || (alpha && b);
+    else if constexpr (is_int_v<T>) return wrap_add(a, wrap_mul(alpha, b));
+    else return a + alpha * b;
+  }
+};
+
+template <typename T>
+struct SubOp : OpBase<T> {
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;  // PyTorch: use logical_xor
+  C alpha;
+  explicit SubOp(const KernelContext& ctx) : OpBase<T>(ctx), alpha(scalar_attr<C>(ctx, "alpha", C(1))) {}
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<T>) return wrap_sub(a, wrap_mul(alpha, b));
+    else return a - alpha * b;
+  }
+};
+
+template <typename T>
+struct MulOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = true;
+  C operator()(C a, C b) const {
+    if constexpr (std::is_same_v<T, bool>) return a && b;
+    else if constexpr (is_int_v<T>) return wrap_mul(a, b);
+    else return a * b;
+  }
+};
+
+// Integer quotient truncated toward zero. b == -1 is answered by negation: INT_MIN / -1
+// traps on x86 (SIGFPE) although the wrapped result is well defined.
+template <typename T>
+inline T int_div_trunc(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return wrap_sub(T(0), a);
+  }
+  return static_cast<T>(a / b);
+}
+template <typename T>
+inline T int_mod_trunc(T a, T b) {  // sign of a (C++ %), like fmod
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+  }
+  return static_cast<T>(a % b);
+}
+template <typename T>
+inline T int_div_floor(T a, T b) {  // Python's //
+  const T q = int_div_trunc(a, b);
+  if constexpr (std::is_signed_v<T>) {
+    if (int_mod_trunc(a, b) != 0 && ((a < 0) != (b < 0))) return wrap_sub(q, T(1));
+  }
+  return q;
+}
+template <typename T>
+inline T int_mod_floor(T a, T b) {  // Python's %: sign of b
+  const T r = int_mod_trunc(a, b);
+  if constexpr (std::is_signed_v<T>) {
+    if (r != 0 && ((r < 0) != (b < 0))) return wrap_add(r, b);
+  }
+  return r;
+}
+
+// PyTorch's div_floor_floating: floor of the true quotient, computed from fmod so that the
+// result is exact where a/b rounds across an integer.
+template <typename C>
+inline C float_div_floor(C a, C b) {
+  if (b == 0) return a / b;  // IEEE: +-inf or nan
+  const C mod = std::fmod(a, b);
+  C div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= C(1);
+  if (div == 0) return std::copysign(C(0), a / b);
+  C floordiv = std::floor(div);
+  if (div - floordiv > C(0.5)) floordiv += C(1);
+  return floordiv;
+}
+
+template <typename T>
+struct DivTrueOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = is_float_v<T>;  // integers are promoted before the kernel
+  C operator()(C a, C b) const { return a / b; }
+};
+
+template <typename T>
+struct DivTruncOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+  static constexpr bool zero_check = is_int_v<T>;
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<T>) return int_div_trunc(a, b);
+    else return std::trunc(a / b);
+  }
+};
+
+template <typename T>
+struct DivFloorOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+  static constexpr bool zero_check = is_int_v<T>;
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<T>) return int_div_floor(a, b);
+    else return float_div_floor(a, b);
+  }
+};
+
+template <typename T>
+struct RemainderOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+  static constexpr bool zero_check = is_int_v<T>;
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<T>) {
+      return int_mod_floor(a, b);
+    } else {
+      C mod = std::fmod(a, b);
+      if (mod != 0 && ((b < 0) != (mod < 0))) mod += b;
+      return mod;
+    }
+  }
+};
+
+template <typename T>
+struct FmodOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+  static constexpr bool zero_check = is_int_v<T>;
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<T>) return int_mod_trunc(a, b);
+    else return std::fmod(a, b);
+  }
+};
+
+template <typename T>
+struct PowOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+  C operator()(C a, C b) const {
+    if constexpr (is_int_v<T>) {
+      if constexpr (std::is_signed_v<T>) {
+        // PyTorch: a negative integer exponent gives 1/a**|b| truncated toward zero.
+        if (b < 0) {
+          if (a == 1) return C(1);
+          if (a == -1) return (b % 2 == 0) ? C(1) : C(-1);
+          return C(0);
+        }
+      }
+      C result = 1, base = a;
+      for (auto e = b; e != 0; e /= 2) {  // square-and-multiply, wrapping like the tensors
+        if (e & 1) result = wrap_mul(result, base);
+        base = wrap_mul(base, base);
+      }
+      return result;
+    } else {
+      return std::pow(a, b);
+    }
+  }
+};
+
+template <typename T>
+struct MaximumOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = true;
+  C operator()(C a, C b) const {
+    if constexpr (is_float_v<T>) return (a != a) ? a : (b != b) ? b : (a > b ? a : b);  // NaN propagates
+    else return a > b ? a : b;
+  }
+};
+
+template <typename T>
+struct MinimumOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = true;
+  C operator()(C a, C b) const {
+    if constexpr (is_float_v<T>) return (a != a) ? a : (b != b) ? b : (a < b ? a : b);
+    else return a < b ? a : b;
+  }
+};
+
+template <typename T>
+struct Atan2Op : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = is_float_v<T>;
+  C operator()(C a, C b) const { return std::atan2(a, b); }
+};
+
+// ---- bitwise (integral and bool) -------------------------------------------------------------
+
+template <typename T>
+struct BitwiseAndOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  static constexpr bool supported = std::is_integral_v<T>;
+  T operator()(T a, T b) const { return static_cast<T>(a & b); }
+};
+template <typename T>
+struct BitwiseOrOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  static constexpr bool supported = std::is_integral_v<T>;
+  T operator()(T a, T b) const { return static_cast<T>(a | b); }
+};
+template <typename T>
+struct BitwiseXorOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  static constexpr bool supported = std::is_integral_v<T>;
+  T operator()(T a, T b) const { return static_cast<T>(a ^ b); }
+};
+
+// ---- logical and comparison (bool output, every dtype) ------------------------------------
+
+#define PF_BOOL_BINARY_OP(Name, expr)                          \
+  template <typename T>                                        \
+  struct Name : OpBase<T, bool> {                              \
+    using OpBase<T, bool>::OpBase;                             \
+    using C = opmath_t<T>;                                     \
+    static constexpr bool supported = true;                    \
+    bool operator()(C a, C b) const { return (expr); }         \
+  };
+
+PF_BOOL_BINARY_OP(LogicalAndOp, (a != C(0)) && (b != C(0)))
+PF_BOOL_BINARY_OP(LogicalOrOp, (a != C(0)) || (b != C(0)))
+PF_BOOL_BINARY_OP(LogicalXorOp, (a != C(0)) != (b != C(0)))
+PF_BOOL_BINARY_OP(EqOp, a == b)
+PF_BOOL_BINARY_OP(NeOp, a != b)
+PF_BOOL_BINARY_OP(LtOp, a < b)
+PF_BOOL_BINARY_OP(LeOp, a <= b)
+PF_BOOL_BINARY_OP(GtOp, a > b)
+PF_BOOL_BINARY_OP(GeOp, a >= b)
+#undef PF_BOOL_BINARY_OP
+
+// ---- the generic kernel ----------------------------------------------------------------------
+
+// True when any element of t is zero (the divisor check of integer division-like ops).
+template <typename T>
+bool any_zero(const Tensor& t) {
+  const StridedLayout L = make_layout({&t});
+  bool found = false;
+  for_each_piece(L, 0, L.numel, [&](char* const* p, int64_t n) {
+    const int64_t s = L.ndim == 0 ? 0 : L.byte_strides[0][L.ndim - 1];
+    bool z = false;
+    for (int64_t i = 0; i < n; ++i) z |= *reinterpret_cast<const T*>(p[0] + i * s) == T(0);
+    found |= z;
+  });
+  return found;
+}
+
+template <template <typename> class OpT, typename T>
+void run_binary(KernelContext& ctx) {
+  using Op = OpT<T>;
+  using Out = typename Op::out_t;
+  using C = opmath_t<T>;
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  const Tensor& out = ctx.output(0);
+  PF_CHECK(b.dtype() == a.dtype() && out.dtype() == cpp_dtype<Out>::value, "cpu '", ctx.op.name,
+           "' kernel expects inputs of one dtype and a ", dtype_name(cpp_dtype<Out>::value), " output, got ",
+           dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " -> ", dtype_name(out.dtype()));
+  if constexpr (Op::zero_check) {
+    // Checked up front so that an in-place call leaves its operand untouched on error.
+    if (out.numel() != 0 && any_zero<T>(b))
+      PF_THROW(Error, "ZeroDivisionError: integer division or modulo by zero in '", ctx.op.name, "' (",
+               dtype_name(a.dtype()), "). Divide floating-point tensors to get inf/nan instead.");
+  }
+  const Op op(ctx);
+  elementwise<Out, T, T>(out, {&a, &b}, [op](T x, T y) { return convert<Out>(op(static_cast<C>(x), static_cast<C>(y))); });
+}
+
+template <template <typename> class OpT>
+void binary_kernel(KernelContext& ctx) {
+  dispatch_supported<OpT>(ctx, ctx.input(0).dtype(), [&](auto tag) { run_binary<OpT, typename decltype(tag)::type>(ctx); });
+}
+
+// div picks its functor by rounding mode: true division, or trunc/floor (integers too).
+template <typename T>
+struct DivSupported {
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+};
+
+void div_kernel(KernelContext& ctx) {
+  const std::string mode = ctx.attrs.has("rounding_mode") ? ctx.attr<std::string>("rounding_mode") : "";
+  if (mode == "trunc") return binary_kernel<DivTruncOp>(ctx);
+  if (mode == "floor") return binary_kernel<DivFloorOp>(ctx);
+  PF_CHECK_T(mode.empty(), ValueError, "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '",
+             mode, "'");
+  PF_CHECK_T(is_floating(ctx.input(0).dtype()), TypeError, "cpu 'div' kernel: true division needs floating inputs, got ",
+             dtype_name(ctx.input(0).dtype()), " (integers are promoted to float before the kernel)");
+  binary_kernel<DivTrueOp>(ctx);
+}
+
+}  // namespace
+
+void register_binary_kernels(Registrar& reg) {
+  register_supported<AddOp>(reg, "add", binary_kernel<AddOp>);
+  register_supported<SubOp>(reg, "sub", binary_kernel<SubOp>);
+  register_supported<MulOp>(reg, "mul", binary_kernel<MulOp>);
+  register_supported<DivSupported>(reg, "div", div_kernel);
+  register_supported<PowOp>(reg, "pow", binary_kernel<PowOp>);
+  register_supported<MaximumOp>(reg, "maximum", binary_kernel<MaximumOp>);
+  register_supported<MinimumOp>(reg, "minimum", binary_kernel<MinimumOp>);
+  register_supported<RemainderOp>(reg, "remainder", binary_kernel<RemainderOp>);
+  register_supported<FmodOp>(reg, "fmod", binary_kernel<FmodOp>);
+  register_supported<DivFloorOp>(reg, "floor_divide", binary_kernel<DivFloorOp>);
+  register_supported<Atan2Op>(reg, "atan2", binary_kernel<Atan2Op>);
+  register_supported<BitwiseAndOp>(reg, "bitwise_and", binary_kernel<BitwiseAndOp>);
+  register_supported<BitwiseOrOp>(reg, "bitwise_or", binary_kernel<BitwiseOrOp>);
+  register_supported<BitwiseXorOp>(reg, "bitwise_xor", binary_kernel<BitwiseXorOp>);
+  register_supported<LogicalAndOp>(reg, "logical_and", binary_kernel<LogicalAndOp>);
+  register_supported<LogicalOrOp>(reg, "logical_or", binary_kernel<LogicalOrOp>);
+  register_supported<LogicalXorOp>(reg, "logical_xor", binary_kernel<LogicalXorOp>);
+  register_supported<EqOp>(reg, "eq", binary_kernel<EqOp>);
+  register_supported<NeOp>(reg, "ne", binary_kernel<NeOp>);
+  register_supported<LtOp>(reg, "lt", binary_kernel<LtOp>);
+  register_supported<LeOp>(reg, "le", binary_kernel<LeOp>);
+  register_supported<GtOp>(reg, "gt", binary_kernel<GtOp>);
+  register_supported<GeOp>(reg, "ge", binary_kernel<GeOp>);
+}
+
+}  // namespace plugflow::cpu

@@ -1,0 +1,253 @@
+// The generic CPU loops every kernel family builds on: dtype helpers, the strided
+// elementwise driver (any number of inputs, any input and output strides) and kernel
+// registration helpers.
+//
+// An elementwise op is a functor `Out operator()(In...) const` on storage types; the driver
+// walks the coalesced layout from plugflow/layout.h and picks, per innermost run, one of:
+//   * all operands contiguous          -> a plain indexed loop the auto-vectorizer handles,
+//   * one input a broadcast scalar     -> the same loop with that input hoisted,
+//   * anything else                    -> a byte-strided loop.
+// Work is split across OpenMP threads by flat element range, so a few long runs parallelize
+// as well as many short ones.
+#pragma once
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "parallel.h"
+#include "plugflow/dtype.h"
+#include "plugflow/kernel.h"
+#include "plugflow/layout.h"
+#include "plugflow/plugin.h"
+#include "plugflow/scalar.h"
+#include "plugflow/tensor.h"
+
+namespace plugflow::cpu {
+
+// ---- dtype helpers ------------------------------------------------------------------------
+
+template <typename T>
+inline constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <typename T>
+inline constexpr bool is_float_v = is_reduced_float_v<T> || std::is_floating_point_v<T>;
+template <typename T>
+inline constexpr bool is_int_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;  // no bool
+
+// The type arithmetic happens in: float for the 16-bit floats (PyTorch's opmath_type).
+template <typename T>
+using opmath_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
+
+// Conversions between storage types with PyTorch's (x86) results, and without undefined
+// behaviour for out-of-range floats: NaN and values outside the target range give the
+// "integer indefinite" value INT_MIN, as cvttss2si does and as PyTorch shows on x86.
+template <typename To, typename From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<opmath_t<From>>(v) != opmath_t<From>(0);
+  } else if constexpr (is_float_v<From> && std::is_integral_v<To>) {
+    const double d = static_cast<double>(static_cast<opmath_t<From>>(v));
+    if constexpr (std::is_same_v<To, int64_t>) {
+      return (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d)
+                                                                         : std::numeric_limits<int64_t>::min();
+    } else if constexpr (std::is_same_v<To, uint8_t>) {
+      // Through int64 (like c10's cast to uint8), so -1.5 -> 255 rather than undefined.
+      return static_cast<uint8_t>(convert<int64_t>(d));
+    } else {
+      // int8/int16/int32: truncate to int32 first, then wrap (C++20 narrowing is modular).
+      const int32_t i = (d > -2147483649.0 && d < 2147483648.0) ? static_cast<int32_t>(d)
+                                                                 : std::numeric_limits<int32_t>::min();
+      return static_cast<To>(i);
+    }
+  } else if constexpr (is_reduced_float_v<To>) {
+    return To(static_cast<float>(static_cast<opmath_t<From>>(v)));
+  } else {
+    return static_cast<To>(static_cast<opmath_t<From>>(v));
+  }
+}
+
+// A Scalar attribute as storage type T, with the same conversion rules as a tensor cast.
+template <typename T>
+inline T scalar_to(const Scalar& v) {
+  if (v.is_floating()) return convert<T>(v.to_double());
+  if (v.is_bool()) return convert<T>(v.to_bool());
+  return convert<T>(v.to_int());
+}
+
+// Two's-complement wrapping arithmetic for integers (signed overflow is undefined in C++;
+// PyTorch's tensors wrap). Vectorizes exactly like the plain operators.
+template <typename T>
+inline T wrap_add(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <typename T>
+inline T wrap_sub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+}
+template <typename T>
+inline T wrap_mul(T a, T b) {
+  // Promote small types to unsigned int: uint16*uint16 would promote to (signed) int and overflow.
+  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+
+// The dtypes an op template supports, for registration: OpT<T>::supported for each T.
+template <template <typename> class OpT>
+void register_supported(Registrar& reg, const std::string& name, KernelFn fn) {
+  for (int d = 0; d < kNumDTypes; ++d) {
+    const DType dt = static_cast<DType>(d);
+    const bool ok = visit_dtype(dt, [](auto tag) { return OpT<typename decltype(tag)::type>::supported; });
+    if (ok) reg.kernel(name, DeviceType::CPU, {dt}, fn);
+  }
+}
+
+// Calls f(type_tag<T>) for the key dtype when OpT<T> supports it; otherwise a clear error
+// (only reachable if registration and the functor disagree).
+template <template <typename> class OpT, typename F>
+void dispatch_supported(const KernelContext& ctx, DType dt, F&& f) {
+  visit_dtype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (OpT<T>::supported) {
+      f(tag);
+    } else {
+      PF_THROW(NotImplementedError, "cpu kernel for '", ctx.op.name, "' does not support dtype ", dtype_name(dt));
+    }
+  });
+}
+
+// ---- iteration ------------------------------------------------------------------------------
+
+// Calls f(ptrs, n) for the pieces of the flat element range [begin, end) of L (in L's
+// iteration order): each piece lies within one innermost run, ptrs[k] points at operand k's
+// first element of the piece and its elements are spaced by byte_strides[k][ndim-1].
+template <typename F>
+void for_each_piece(const StridedLayout& L, int64_t begin, int64_t end, F&& f) {
+  if (begin >= end) return;
+  std::array<char*, kMaxLayoutOperands> ptrs;
+  if (L.ndim == 0) {  // a single element
+    for (int k = 0; k < L.num_operands; ++k) ptrs[k] = L.data[k];
+    f(ptrs.data(), int64_t{1});
+    return;
+  }
+  const int inner = L.ndim - 1;
+  const int64_t run_len = L.sizes[inner];
+  std::array<int64_t, kMaxLayoutDims> idx{};
+  int64_t run = begin / run_len, pos_in_run = begin % run_len;
+  for (int d = inner - 1; d >= 0; --d) {
+    idx[d] = run % L.sizes[d];
+    run /= L.sizes[d];
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    const int64_t n = std::min(run_len - pos_in_run, end - pos);
+    for (int k = 0; k < L.num_operands; ++k) {
+      char* p = L.data[k] + pos_in_run * L.byte_strides[k][inner];
+      for (int d = 0; d < inner; ++d) p += idx[d] * L.byte_strides[k][d];
+      ptrs[k] = p;
+    }
+    f(ptrs.data(), n);
+    pos += n;
+    pos_in_run = 0;
+    for (int d = inner - 1; d >= 0; --d) {
+      if (++idx[d] < L.sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+namespace detail {
+
+// Contiguous run; inputs whose bit is set in ScalarMask are stride-0 and read once.
+template <unsigned ScalarMask, typename Out, typename... In, typename F, size_t... I>
+inline void run_contiguous(char* const* p, int64_t n, const F& f, std::index_sequence<I...>) {
+  Out* out = reinterpret_cast<Out*>(p[0]);
+  const std::tuple<const In*...> in{reinterpret_cast<const In*>(p[I + 1])...};
+  const std::tuple<In...> scalar{(((ScalarMask >> I) & 1u) ? *std::get<I>(in) : In{})...};
+  if constexpr (sizeof...(In) == 0) {
+    const Out v = f();  // nullary functors are pure (fill): compute once
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = f((((ScalarMask >> I) & 1u) ? std::get<I>(scalar) : std::get<I>(in)[i])...);
+  }
+}
+
+template <typename Out, typename... In, typename F, size_t... I>
+inline void run_strided(char* const* p, const int64_t* s, int64_t n, const F& f, std::index_sequence<I...>) {
+  for (int64_t i = 0; i < n; ++i)
+    *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[I + 1] + i * s[I + 1])...);
+}
+
+}  // namespace detail
+
+// out[i] = f(in_0[i], ..., in_{N-1}[i]) over out's shape. Inputs must have out's shape
+// (broadcast ones as stride-0 views); any strides. Out and In are storage types.
+//
+// The contiguous loops carry `omp simd`: iterations are independent even for in-place calls,
+// where the output aliases an input element-for-element (same index), so the vectorizer
+// needs no runtime alias checks.
+template <typename Out, typename... In, typename F>
+void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins, const F& f) {
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  constexpr size_t N = sizeof...(In);
+  std::array<const Tensor*, N + 1> ops{};
+  ops[0] = &out;
+  for (size_t k = 0; k < N; ++k) ops[k + 1] = ins[k];
+  const StridedLayout L = make_layout(std::span<const Tensor* const>(ops.data(), ops.size()));
+  constexpr std::array<int64_t, N + 1> item{static_cast<int64_t>(sizeof(Out)), static_cast<int64_t>(sizeof(In))...};
+  using Seq = std::make_index_sequence<N>;
+
+  auto piece = [&](char* const* p, int64_t n) {
+    std::array<int64_t, N + 1> s{};
+    for (size_t k = 0; k <= N; ++k) s[k] = L.ndim == 0 ? item[k] : L.byte_strides[k][L.ndim - 1];
+    unsigned contiguous = 0, zero = 0;
+    for (size_t k = 0; k <= N; ++k) {
+      contiguous |= static_cast<unsigned>(s[k] == item[k]) << k;
+      zero |= static_cast<unsigned>(s[k] == 0) << k;
+    }
+    const unsigned all = (1u << (N + 1)) - 1;
+    if (contiguous == all) return detail::run_contiguous<0u, Out, In...>(p, n, f, Seq{});
+    if constexpr (N >= 1) {
+      // Input 0 (operand 1) broadcast, the rest contiguous.
+      if ((contiguous | 2u) == all && (zero & 2u)) return detail::run_contiguous<1u, Out, In...>(p, n, f, Seq{});
+    }
+    if constexpr (N >= 2) {
+      if ((contiguous | 4u) == all && (zero & 4u)) return detail::run_contiguous<2u, Out, In...>(p, n, f, Seq{});
+    }
+    detail::run_strided<Out, In...>(p, s.data(), n, f, Seq{});
+  };
+  parallel_for(numel, kGrainSize, [&](int64_t b, int64_t e) { for_each_piece(L, b, e, piece); });
+}
+
+// Writes f(i) to element i (row-major logical order) of a 1-d or contiguous output; used by
+// index-dependent generators (arange, linspace, random). A non-contiguous output is filled
+// through a contiguous temporary so "element i" keeps meaning the logical index.
+void copy_tensor(const Tensor& dst, const Tensor& src);  // copy_fill.cpp
+
+template <typename T, typename F>
+void generate_indexed(const Tensor& out, const F& f, int64_t grain = kGrainSize) {
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  if (!out.is_contiguous()) {
+    Tensor tmp = Tensor::empty(out.sizes(), out.dtype(), out.device());
+    generate_indexed<T>(tmp, f, grain);
+    copy_tensor(out, tmp);
+    return;
+  }
+  T* o = out.data<T>();
+  parallel_for(numel, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) o[i] = f(i);
+  });
+}
+
+}  // namespace plugflow::cpu

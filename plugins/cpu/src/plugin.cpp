@@ -1,0 +1,19 @@
+// The CPU plugin's entry point: the "cpu" device, every kernel of docs/kernels.md for the
+// CPU, and the thread-count hook (OpenMP and OpenBLAS).
+#include "device.h"
+#include "kernels.h"
+#include "parallel.h"
+#include "plugflow/plugin.h"
+
+PLUGFLOW_PLUGIN("cpu", "0.1.0") {
+  using namespace plugflow::cpu;
+  reg.device(make_cpu_backend());
+  register_copy_fill_kernels(reg);
+  register_binary_kernels(reg);
+  register_unary_kernels(reg);
+  register_reduce_kernels(reg);
+  register_matmul_kernels(reg);
+  register_random_kernels(reg);
+  reg.on_set_num_threads([](int n) { set_num_threads(n); });
+  install_fork_handler();
+}

@@ -1,0 +1,36 @@
+"""plugflow: a deep-learning training runtime with a PyTorch-compatible API.
+
+    import plugflow as torch
+
+Importing plugflow starts the runtime once: it applies the config named by PLUGFLOW_CONFIG, or
+the built-in default (configs/cpu.yaml), which loads the device and collective plugins.
+`plugflow.init(path)` applies another config; `python -m plugflow.info` shows what is loaded.
+"""
+
+from . import _C
+from ._C import ConfigError, PluginError, Tensor, device, dtype
+from ._C import (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,  # noqa: A004
+                 promote_types, can_cast, init, set_num_threads, get_num_threads)
+from ._size import Size
+from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
+from ._tensor_str import set_printoptions, get_printoptions
+from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, arange,
+                        linspace, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
+                        randn_like, randint_like)
+from . import return_types, cuda
+
+__version__ = _C.version()
+
+# The functional API bound in C++ (plugflow.add, plugflow.exp, plugflow.sum, plugflow.from_numpy,
+# ...): _C lists the names it exports at the top level.
+globals().update({name: getattr(_C, name) for name in _C._public_functions})
+
+# PyTorch's dtype aliases (torch.float is float32, torch.long is int64, ...).
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+short = int16
+
+_C.ensure_initialized()

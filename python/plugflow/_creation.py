@@ -1,0 +1,191 @@
+"""Tensor creation functions (torch.tensor, torch.zeros, torch.arange, ...).
+
+Each one resolves PyTorch's defaults (dtype, device, the randint overloads) and makes one call
+into the `_C` primitive, which parses sizes given either way: f(2, 3) or f((2, 3)).
+"""
+
+import operator
+
+from . import _C
+from ._C import Tensor
+
+__all__ = [
+    "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
+    "linspace", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
+    "rand_like", "randn_like", "randint_like",
+]
+
+
+def get_default_dtype():
+    """The dtype of tensors made from Python floats: plugflow.float32."""
+    return _C.float32
+
+
+def is_tensor(obj):
+    """True when obj is a plugflow.Tensor (or a subclass such as nn.Parameter)."""
+    return isinstance(obj, Tensor)
+
+
+def _sizes(size, kwargs):
+    """The positional sizes, or PyTorch's keyword form f(size=(2, 3))."""
+    if kwargs:
+        if set(kwargs) != {"size"} or size:
+            bad = next(k for k in kwargs if k != "size") if set(kwargs) != {"size"} else "size"
+            raise TypeError(f"got an unexpected keyword argument '{bad}'")
+        return (kwargs["size"],)
+    return size
+
+
+def _device(device):
+    if device is None or isinstance(device, _C.device):
+        return device
+    return _C.device(device)  # "cuda:1", "cpu", an int CUDA index
+
+
+def _number(x):
+    """A number argument that may arrive as a one-element tensor (arange(t.size(0)) etc.)."""
+    return x.item() if isinstance(x, Tensor) else x
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        if not hasattr(t, "requires_grad_"):
+            raise NotImplementedError("requires_grad=True needs plugflow's autograd, which this build "
+                                      "does not include")
+        t.requires_grad_(True)
+    return t
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of data: nested lists/tuples of numbers, a numpy array, a number
+    or a tensor. The dtype is inferred as PyTorch does: bool -> bool, int -> int64,
+    float -> float32, numpy arrays and numpy scalars keep theirs."""
+    return _finish(_C._tensor(data, dtype, _device(device)), requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Like tensor(), but shares memory when data already is a tensor or a CPU-compatible numpy
+    array of the requested dtype and device."""
+    device = _device(device)
+    if isinstance(data, Tensor):
+        return data.to(device=device, dtype=dtype)
+    if type(data).__module__ == "numpy" and type(data).__name__ == "ndarray":
+        try:
+            t = _C.from_numpy(data)
+        except (TypeError, ValueError):
+            return tensor(data, dtype=dtype, device=device)
+        return t.to(device=device, dtype=dtype)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    """An uninitialized tensor."""
+    return _finish(_C._empty(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    """A tensor filled with 0."""
+    return _finish(_C._zeros(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    """A tensor filled with 1."""
+    return _finish(_C._ones(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """A tensor filled with fill_value; without dtype, the dtype follows the value (bool, int64 or
+    the default float)."""
+    return _finish(_C._full((size,), fill_value, dtype, _device(device)), requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    """Values from start (default 0) up to end, exclusive, by step. int64 when every argument is
+    an integer, else the default float dtype."""
+    if end is None:
+        start, end = 0, start
+    return _finish(_C._arange(_number(start), _number(end), _number(step), dtype, _device(device)), requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    """steps values evenly spaced from start to end, inclusive."""
+    return _finish(_C._linspace(float(_number(start)), float(_number(end)), operator.index(steps),
+                                dtype or get_default_dtype(), _device(device)), requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    """Uniform samples from [0, 1)."""
+    return _finish(_C._rand(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    """Standard normal samples."""
+    return _finish(_C._randn(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+
+
+def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
+    """randint(high, size) or randint(low, high, size): integers uniform in [low, high) (int64)."""
+    if size is None:
+        if len(args) == 2:
+            (high, size), low = args, 0
+        elif len(args) == 3:
+            low, high, size = args
+        else:
+            raise TypeError("randint() expects (high, size) or (low, high, size)")
+    elif len(args) == 1:
+        (high,), low = args, 0
+    elif len(args) == 2:
+        low, high = args
+    else:
+        raise TypeError("randint() expects (high, size) or (low, high, size)")
+    low, high = operator.index(_number(low)), operator.index(_number(high))
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    return _finish(_C._randint(low, high, (size,), dtype or _C.int64, _device(device)),
+                   requires_grad)
+
+
+# ---- *_like: the input's shape, and its dtype and device unless given --------------------------
+
+def _like(input, dtype, device):
+    if not isinstance(input, Tensor):
+        raise TypeError(f"expected a Tensor as input, got {type(input).__name__}")
+    return input.shape, dtype or input.dtype, _device(device) or input.device
+
+
+def empty_like(input, *, dtype=None, device=None, requires_grad=False):
+    size, dtype, device = _like(input, dtype, device)
+    return _finish(_C._empty(size, dtype, device), requires_grad)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False):
+    size, dtype, device = _like(input, dtype, device)
+    return _finish(_C._zeros(size, dtype, device), requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False):
+    size, dtype, device = _like(input, dtype, device)
+    return _finish(_C._ones(size, dtype, device), requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
+    size, dtype, device = _like(input, dtype, device)
+    return _finish(_C._full(size, fill_value, dtype, device), requires_grad)
+
+
+def rand_like(input, *, dtype=None, device=None, requires_grad=False):
+    size, dtype, device = _like(input, dtype, device)
+    return _finish(_C._rand(size, dtype, device), requires_grad)
+
+
+def randn_like(input, *, dtype=None, device=None, requires_grad=False):
+    size, dtype, device = _like(input, dtype, device)
+    return _finish(_C._randn(size, dtype, device), requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):
+    """randint_like(input, high) or randint_like(input, low, high)."""
+    if high is None:
+        low, high = 0, low
+    size, dtype, device = _like(input, dtype, device)
+    return randint(low, high, size, dtype=dtype, device=device, requires_grad=requires_grad)

@@ -1,0 +1,108 @@
+"""The parts of plugflow.Tensor written in Python.
+
+plugflow.Tensor is the C++ class from _C (so every op returns exactly this type); the methods
+here are the ones where Python is the clearer language and speed does not matter: printing,
+formatting, the new_* constructors, repeat, deepcopy.
+"""
+
+import operator
+
+from . import _C, _creation, _tensor_str
+from ._C import Tensor
+
+
+def _repr(self):
+    return _tensor_str._str(self)
+
+
+def _format(self, format_spec):
+    # f"{t:.3f}" works on one-element tensors, as in PyTorch.
+    if self.dim() == 0:
+        return self.item().__format__(format_spec)
+    return object.__format__(self, format_spec)
+
+
+def _new_size(size):
+    return size if isinstance(size, (tuple, list)) else (size,)
+
+
+def new_empty(self, size, *, dtype=None, device=None, requires_grad=False):
+    """An uninitialized tensor with this tensor's dtype and device unless given."""
+    return _creation.empty(_new_size(size), dtype=dtype or self.dtype, device=device or self.device,
+                           requires_grad=requires_grad)
+
+
+def new_zeros(self, size, *, dtype=None, device=None, requires_grad=False):
+    """Zeros with this tensor's dtype and device unless given."""
+    return _creation.zeros(_new_size(size), dtype=dtype or self.dtype, device=device or self.device,
+                           requires_grad=requires_grad)
+
+
+def new_ones(self, size, *, dtype=None, device=None, requires_grad=False):
+    """Ones with this tensor's dtype and device unless given."""
+    return _creation.ones(_new_size(size), dtype=dtype or self.dtype, device=device or self.device,
+                          requires_grad=requires_grad)
+
+
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """fill_value everywhere, with this tensor's dtype and device unless given."""
+    return _creation.full(_new_size(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                          requires_grad=requires_grad)
+
+
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+    """A copy of data with this tensor's dtype and device unless given."""
+    return _creation.tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                            requires_grad=requires_grad)
+
+
+def repeat(self, *sizes):
+    """Tile the tensor: repeat(2, 3) on a (a, b) tensor gives (2a, 3b).
+
+    Composed from views: each dim d of size s becomes a (r, s) pair of a broadcast (stride-0)
+    repeat dim and the data dim, which one reshape turns into a copy of r * s rows.
+    """
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = sizes[0]
+    sizes = [operator.index(s) for s in sizes]
+    if len(sizes) < self.dim():
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
+                           "of tensor")
+    src = self.reshape((1,) * (len(sizes) - self.dim()) + tuple(self.shape))
+    interleaved, expanded, final = [], [], []
+    for r, s in zip(sizes, src.shape):
+        interleaved += [1, s]
+        expanded += [r, s]
+        final.append(r * s)
+    return src.reshape(interleaved).expand(expanded).reshape(final)
+
+
+def __deepcopy__(self, memo):
+    if id(self) in memo:
+        return memo[id(self)]
+    new = self.clone()
+    if type(self) is not Tensor:  # keep the subclass; Tensor(t) aliases t's fresh storage
+        sub = type(self).__new__(type(self))
+        Tensor.__init__(sub, new)
+        new = sub
+    memo[id(self)] = new
+    state = getattr(self, "__dict__", None)
+    if state:
+        import copy
+
+        new.__dict__.update(copy.deepcopy(state, memo))
+    return new
+
+
+def _install():
+    Tensor.__repr__ = _repr
+    Tensor.__format__ = _format
+    Tensor.__deepcopy__ = __deepcopy__
+    Tensor.__module__ = "plugflow"
+    for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor, repeat):
+        setattr(Tensor, fn.__name__, fn)
+    _C.dtype.__module__ = "plugflow"
+    _C.device.__module__ = "plugflow"
+
+
+_install()

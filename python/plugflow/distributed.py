@@ -1,0 +1,387 @@
+"""plugflow.distributed: PyTorch's torch.distributed process-group API on plugflow's
+communicator plugins (gloo for CPU tensors, nccl for CUDA tensors).
+
+    import plugflow.distributed as dist
+    dist.init_process_group("gloo")          # MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+
+There is one process group, the default (WORLD) one. Every collective is complete when it
+returns (``async_op=True`` hands back an already-completed ``Work``), and raises
+``TimeoutError`` when a peer does not take part within the group's timeout; after such a
+failure the group is unusable: destroy it and create a new one.
+"""
+
+import datetime
+import os
+import urllib.parse
+
+from . import _C
+from ._C import PluginError, Tensor
+
+__all__ = [
+    "Backend", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
+    "all_reduce", "barrier", "broadcast", "default_pg_timeout", "destroy_process_group", "get_backend", "get_rank",
+    "get_world_size", "group", "init_process_group", "is_available", "is_gloo_available", "is_initialized",
+    "is_nccl_available", "recv", "reduce_scatter", "reduce_scatter_tensor", "send",
+]
+
+ReduceOp = _C._ReduceOp  # SUM, AVG, PRODUCT, MIN, MAX
+
+default_pg_timeout = datetime.timedelta(minutes=30)
+
+_NOT_INITIALIZED = ("Default process group has not been initialized, please make sure to call "
+                    "init_process_group.")
+
+
+class Backend(str):
+    """A backend name, lower-cased: ``Backend("GLOO") == Backend.GLOO == "gloo"``."""
+
+    GLOO = "gloo"
+    NCCL = "nccl"
+
+    def __new__(cls, name):
+        if not isinstance(name, str):
+            raise ValueError(f"Backend name must be a string, but got: {name!r}")
+        return super().__new__(cls, name.lower())
+
+
+class ProcessGroup:
+    """A group of ranks sharing a communicator. Made by init_process_group."""
+
+    def __init__(self, comm):
+        self._comm = comm
+
+    def rank(self):
+        return self._comm.rank
+
+    def size(self):
+        return self._comm.world_size
+
+    def name(self):
+        return self._comm.backend
+
+    def __repr__(self):
+        return f"<plugflow.distributed.ProcessGroup backend={self.name()!r} rank={self.rank()} size={self.size()}>"
+
+
+class GroupMember:
+    """``GroupMember.WORLD`` (alias ``group.WORLD``) is the default group once initialized."""
+
+    WORLD = None
+
+
+group = GroupMember
+
+
+class Work:
+    """What a collective returns with ``async_op=True``. plugflow's collectives finish before
+    they return (or raise), so the work is complete when you get it."""
+
+    def __init__(self, result=None):
+        self._result = [] if result is None else result
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._result
+
+    def __repr__(self):
+        return "<plugflow.distributed.Work (completed)>"
+
+
+_default_pg = None
+
+
+# ---- availability and state ---------------------------------------------------------------
+
+def _backend_available(name):
+    if name in _C._communicator_backends():
+        return True
+    # Not loaded by the config: the plugin of that name may still be on the plugin path.
+    try:
+        _C.load_plugin(name)
+    except PluginError:
+        return False
+    return name in _C._communicator_backends()
+
+
+def is_available():
+    """True when at least one communicator backend can be used."""
+    return bool(_C._communicator_backends()) or is_gloo_available() or is_nccl_available()
+
+
+def is_gloo_available():
+    return _backend_available(Backend.GLOO)
+
+
+def is_nccl_available():
+    return _backend_available(Backend.NCCL)
+
+
+def is_initialized():
+    return _default_pg is not None
+
+
+def _get_default_group():
+    if _default_pg is None:
+        raise RuntimeError(_NOT_INITIALIZED)
+    return _default_pg
+
+
+def _resolve_group(grp):
+    pg = _get_default_group()
+    if grp is None or grp is pg:
+        return pg
+    raise ValueError(f"plugflow.distributed has only the default (WORLD) process group; got {grp!r}")
+
+
+def get_rank(group=None):
+    return _resolve_group(group).rank()
+
+
+def get_world_size(group=None):
+    return _resolve_group(group).size()
+
+
+def get_backend(group=None):
+    return Backend(_resolve_group(group).name())
+
+
+# ---- init ---------------------------------------------------------------------------------
+
+def _collectives_config():
+    """The config's `collectives` section: {"cpu": ..., "cuda": ..., "timeout_s": ...}."""
+    try:
+        section = _C.current_config().get("collectives")
+    except AttributeError:
+        section = None
+    return section if isinstance(section, dict) else {}
+
+
+def _env_int(name, method):
+    value = os.environ.get(name)
+    if value is None:
+        raise ValueError(f"Error initializing plugflow.distributed using {method} rendezvous: environment variable "
+                         f"{name} expected, but not set")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"Error initializing plugflow.distributed using {method} rendezvous: environment variable "
+                         f"{name} must be an integer, got {value!r}") from None
+
+
+def _query_int(query, key, given, method):
+    """rank / world_size: the argument when given (>= 0), else the URL's query parameter."""
+    if given is not None and given >= 0:
+        return given
+    if key in query:
+        try:
+            return int(query[key][-1])
+        except ValueError:
+            raise ValueError(f"{method} init_method: {key} must be an integer, got {query[key][-1]!r}") from None
+    raise ValueError(f"Error initializing plugflow.distributed using {method} rendezvous: {key} parameter missing "
+                     f"(pass {key}= to init_process_group or ?{key}= in the URL)")
+
+
+def _parse_init_method(init_method, rank, world_size):
+    """(master_addr, master_port, store_path, rank, world_size) from an init_method URL."""
+    url = urllib.parse.urlparse(init_method)
+    query = urllib.parse.parse_qs(url.query)
+    if url.scheme == "env":
+        addr = os.environ.get("MASTER_ADDR")
+        if not addr:
+            raise ValueError("Error initializing plugflow.distributed using env:// rendezvous: environment variable "
+                             "MASTER_ADDR expected, but not set")
+        port = _env_int("MASTER_PORT", "env://")
+        rank = rank if rank >= 0 else _env_int("RANK", "env://")
+        world_size = world_size if world_size >= 0 else _env_int("WORLD_SIZE", "env://")
+        return addr, port, "", rank, world_size
+    if url.scheme == "tcp":
+        try:
+            port = url.port
+        except ValueError:
+            port = None
+        if not url.hostname or port is None:
+            raise ValueError(f"tcp:// init_method needs a host and a port, as tcp://10.1.1.20:23456; got "
+                             f"{init_method!r}")
+        return (url.hostname, port, "", _query_int(query, "rank", rank, "tcp://"),
+                _query_int(query, "world_size", world_size, "tcp://"))
+    if url.scheme == "file":
+        path = urllib.parse.unquote(url.path)
+        if not path:
+            raise ValueError(f"file:// init_method needs a path, as file:///shared/rendezvous; got {init_method!r}")
+        return ("127.0.0.1", 29500, path, _query_int(query, "rank", rank, "file://"),
+                _query_int(query, "world_size", world_size, "file://"))
+    raise ValueError(f"init_method {init_method!r} is not supported: use env://, tcp://host:port or "
+                     f"file:///path (a directory shared by the ranks)")
+
+
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                       group_name="", pg_options=None):
+    """Join the default process group. Blocks until all `world_size` ranks have joined, or
+    raises TimeoutError after `timeout` (a datetime.timedelta; default: the config's
+    collectives.timeout_s, 30 minutes unless changed).
+
+    backend: "gloo" (CPU tensors) or "nccl" (CUDA tensors); default: the config's
+    collectives.cpu. init_method: "env://" (default: MASTER_ADDR, MASTER_PORT, RANK,
+    WORLD_SIZE; the rank and world_size arguments win over RANK and WORLD_SIZE),
+    "tcp://host:port" or "file:///dir" (a directory the ranks share; created if missing).
+    Rank 0 serves the TCP rendezvous on the master port.
+    """
+    global _default_pg
+    if _default_pg is not None:
+        raise RuntimeError("trying to initialize the default process group twice!")
+    if store is not None:
+        raise ValueError("plugflow.distributed does not take a Store object; give the rendezvous as init_method "
+                         "('tcp://host:port' or 'file:///dir') or through MASTER_ADDR/MASTER_PORT")
+    if pg_options is not None:
+        raise ValueError("pg_options is not supported by plugflow.distributed")
+    if not isinstance(world_size, int) or not isinstance(rank, int):
+        raise TypeError(f"rank and world_size must be integers, got rank={rank!r}, world_size={world_size!r}")
+
+    config = _collectives_config()
+    if timeout is None:
+        timeout_s = float(config.get("timeout_s", default_pg_timeout.total_seconds()))
+    elif isinstance(timeout, datetime.timedelta):
+        timeout_s = timeout.total_seconds()
+    else:
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+
+    if backend is None:
+        backend = config.get("cpu", Backend.GLOO)
+    backend = Backend(backend)
+    if ":" in backend or "," in backend:
+        raise ValueError(f"device-specific backend strings like {backend!r} are not supported; pass one backend, "
+                         f"'gloo' or 'nccl'")
+
+    if init_method is None:
+        init_method = "env://"
+    addr, port, store_path, rank, world_size = _parse_init_method(init_method, rank, world_size)
+    comm = _C._Communicator(str(backend), addr, port, store_path, rank, world_size, timeout_s)
+    _default_pg = ProcessGroup(comm)
+    GroupMember.WORLD = _default_pg
+
+
+def destroy_process_group(group=None):
+    """Leave the default group and release its communicator (and rank 0's port)."""
+    global _default_pg
+    pg = _resolve_group(group)
+    pg._comm.close()
+    _default_pg = None
+    GroupMember.WORLD = None
+
+
+# ---- collectives --------------------------------------------------------------------------
+
+def _check_tensor(t, fn, arg="tensor"):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{fn}: {arg} must be a plugflow.Tensor, got {type(t).__name__}")
+
+
+def _check_tensor_list(ts, fn, arg):
+    if not isinstance(ts, (list, tuple)):
+        raise TypeError(f"{fn}: {arg} must be a list of plugflow.Tensor, got {type(ts).__name__}")
+    for i, t in enumerate(ts):
+        _check_tensor(t, fn, f"{arg}[{i}]")
+
+
+def _check_op(op, fn):
+    if not isinstance(op, ReduceOp):
+        raise TypeError(f"{fn}: op must be a plugflow.distributed.ReduceOp, got {op!r}")
+
+
+def _done(async_op, result=None):
+    return Work(result) if async_op else None
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduce `tensor` over all ranks, in place on every rank."""
+    pg = _resolve_group(group)
+    _check_tensor(tensor, "all_reduce")
+    _check_op(op, "all_reduce")
+    pg._comm.all_reduce(tensor, op)
+    return _done(async_op, [tensor])
+
+
+def broadcast(tensor, src, group=None, async_op=False):
+    """Copy rank `src`'s `tensor` into `tensor` on every rank."""
+    pg = _resolve_group(group)
+    _check_tensor(tensor, "broadcast")
+    pg._comm.broadcast(tensor, src)
+    return _done(async_op, [tensor])
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    """tensor_list[i] receives rank i's `tensor` (one tensor of the same shape per rank)."""
+    pg = _resolve_group(group)
+    _check_tensor_list(tensor_list, "all_gather", "tensor_list")
+    _check_tensor(tensor, "all_gather")
+    pg._comm.all_gather(list(tensor_list), tensor)
+    return _done(async_op, list(tensor_list))
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """output_tensor (world_size times input_tensor's elements) receives every rank's input in
+    rank order."""
+    pg = _resolve_group(group)
+    _check_tensor(output_tensor, "all_gather_into_tensor", "output_tensor")
+    _check_tensor(input_tensor, "all_gather_into_tensor", "input_tensor")
+    pg._comm.all_gather_into_tensor(output_tensor, input_tensor)
+    return _done(async_op, [output_tensor])
+
+
+def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
+    """`output` receives the reduction over all ranks of input_list[rank]."""
+    pg = _resolve_group(group)
+    _check_tensor(output, "reduce_scatter", "output")
+    _check_tensor_list(input_list, "reduce_scatter", "input_list")
+    _check_op(op, "reduce_scatter")
+    pg._comm.reduce_scatter(output, list(input_list), op)
+    return _done(async_op, [output])
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
+    """`input` is split on dim 0 into world_size chunks; `output` receives the reduction of
+    chunk `rank` over all ranks."""
+    pg = _resolve_group(group)
+    _check_tensor(output, "reduce_scatter_tensor", "output")
+    _check_tensor(input, "reduce_scatter_tensor", "input")
+    _check_op(op, "reduce_scatter_tensor")
+    pg._comm.reduce_scatter_tensor(output, input, op)
+    return _done(async_op, [output])
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    """Block until every rank has reached the barrier."""
+    pg = _resolve_group(group)
+    pg._comm.barrier()
+    return _done(async_op)
+
+
+def send(tensor, dst, group=None, tag=0):
+    """Send `tensor` to rank `dst`. Blocking: it pairs with a recv (same tag) on `dst`."""
+    pg = _resolve_group(group)
+    _check_tensor(tensor, "send")
+    pg._comm.send(tensor, dst, tag)
+
+
+def recv(tensor, src=None, group=None, tag=0):
+    """Receive into `tensor` from rank `src`; returns `src`."""
+    pg = _resolve_group(group)
+    _check_tensor(tensor, "recv")
+    if src is None:
+        raise ValueError("recv: receiving from any source (src=None) is not supported; pass the sender's rank")
+    pg._comm.recv(tensor, src, tag)
+    return src

@@ -1,0 +1,32 @@
+"""Named tuples returned by reductions with indices (torch.return_types)."""
+
+__all__ = ["max", "min"]
+
+
+def _structseq(name, fields):
+    """A tuple subclass with named fields whose repr matches torch.return_types."""
+
+    def __new__(cls, iterable):
+        values = tuple(iterable)
+        if len(values) != len(fields):
+            raise TypeError(f"plugflow.return_types.{name} takes a {len(fields)}-sequence "
+                            f"({len(values)}-sequence given)")
+        return tuple.__new__(cls, values)
+
+    def __repr__(self):
+        body = ",\n".join(f"{f}={v!r}" for f, v in zip(fields, self))
+        return f"plugflow.return_types.{name}(\n{body})"
+
+    def __reduce__(self):
+        return (type(self), (tuple(self),))
+
+    namespace = {"__new__": __new__, "__repr__": __repr__, "__reduce__": __reduce__,
+                 "__slots__": (), "__module__": "plugflow.return_types",
+                 "n_fields": len(fields), "_fields": tuple(fields)}
+    for i, field in enumerate(fields):
+        namespace[field] = property(lambda self, i=i: tuple.__getitem__(self, i))
+    return type(name, (tuple,), namespace)
+
+
+max = _structseq("max", ("values", "indices"))
+min = _structseq("min", ("values", "indices"))

@@ -1,0 +1,194 @@
+// plugflow._C distributed bindings: the communicator behind plugflow.distributed.
+//
+// Python's process-group logic (env:// parsing, the default group, ReduceOp on the PyTorch
+// names) lives in plugflow/distributed.py; this file exposes one `_Communicator` per
+// process group. Every blocking call releases the GIL, so other Python threads (a data
+// loader, a heartbeat) keep running while a rank waits for its peers.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "casters.h"
+#include "plugflow/communicator.h"
+#include "plugflow/error.h"
+#include "plugflow/ops.h"
+#include "plugflow/runtime.h"
+
+namespace py = pybind11;
+
+namespace plugflow::python {
+namespace {
+
+std::chrono::milliseconds timeout_from_seconds(double seconds) {
+  PF_CHECK_T(std::isfinite(seconds) && seconds > 0, ValueError, "timeout must be a positive number of seconds, got ",
+             seconds);
+  // Far beyond any job's length, and still far from overflowing the clock arithmetic.
+  constexpr double kMaxSeconds = 1e9;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(std::min(seconds, kMaxSeconds) * 1000.0)));
+}
+
+// The backend's plugin is normally loaded by the config (plugins: [cpu, gloo]); when it is
+// not, try the plugin of the same name so init_process_group("nccl") works with any config
+// under which the plugin can be found, and say why when it cannot.
+void ensure_backend(const std::string& backend) {
+  ensure_initialized();
+  const auto names = communicator_backends();
+  if (std::find(names.begin(), names.end(), backend) != names.end()) return;
+  try {
+    load_plugin(backend);
+  } catch (const Error& e) {
+    std::string registered;
+    for (const auto& n : names) registered += (registered.empty() ? "" : ", ") + n;
+    PF_THROW(PluginError, "no communicator backend '", backend, "' is registered (registered: ",
+             registered.empty() ? "none" : registered, "), and loading a plugin named '", backend,
+             "' failed: ", e.what());
+  }
+}
+
+// Holds the communicator so that close() can drop it with the GIL released: a destructor may
+// wait on the peers (NCCL flushes outstanding work), and Python's GC must not hold the GIL
+// through that. Each call keeps its own reference, so close() from another thread cannot
+// destroy a communicator under a running operation.
+class PyCommunicator {
+ public:
+  explicit PyCommunicator(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+
+  std::shared_ptr<Communicator> get() const {
+    std::shared_ptr<Communicator> c = std::atomic_load(&comm_);
+    PF_CHECK(c != nullptr, "this process group was destroyed (destroy_process_group); create a new one with "
+                           "init_process_group");
+    return c;
+  }
+  void close() { std::atomic_store(&comm_, std::shared_ptr<Communicator>()); }
+  bool closed() const { return std::atomic_load(&comm_) == nullptr; }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+};
+
+}  // namespace
+
+void bind_distributed(py::module_& m) {
+  py::enum_<ReduceOp>(m, "_ReduceOp", "Reduction of all_reduce / reduce_scatter (PyTorch's ReduceOp names).")
+      .value("SUM", ReduceOp::Sum)
+      .value("AVG", ReduceOp::Avg)
+      .value("PRODUCT", ReduceOp::Product)
+      .value("MIN", ReduceOp::Min)
+      .value("MAX", ReduceOp::Max);
+
+  m.def("_communicator_backends", [] {
+        ensure_initialized();
+        return communicator_backends();
+      },
+      "Names of the registered communicator backends (after loading the config's plugins).");
+
+  py::class_<PyCommunicator>(m, "_Communicator",
+                             "One process group's communicator. Every operation is collective (send/recv: "
+                             "between two ranks), in place, and complete when it returns; TimeoutError when a "
+                             "peer does not answer within the timeout.")
+      .def(py::init([](const std::string& backend, const std::string& master_addr, int master_port,
+                       const std::string& store_path, int rank, int world_size, double timeout_s) {
+             Rendezvous rv;
+             rv.master_addr = master_addr;
+             rv.master_port = master_port;
+             rv.store_path = store_path;
+             rv.rank = rank;
+             rv.world_size = world_size;
+             rv.timeout = timeout_from_seconds(timeout_s);
+             std::unique_ptr<Communicator> comm;
+             {
+               py::gil_scoped_release nogil;  // the rendezvous waits for the peers
+               ensure_backend(backend);
+               comm = create_communicator(backend, rv);
+             }
+             return std::make_unique<PyCommunicator>(std::move(comm));
+           }),
+           py::arg("backend"), py::arg("master_addr") = "127.0.0.1", py::arg("master_port") = 29500,
+           py::arg("store_path") = "", py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("timeout_s") = 1800.0,
+           "Rendezvous with the peers: a TCP store served by rank 0 at master_addr:master_port, or a file store\n"
+           "in the directory store_path when it is set.")
+      .def_property_readonly("rank", [](const PyCommunicator& c) { return c.get()->rank(); })
+      .def_property_readonly("world_size", [](const PyCommunicator& c) { return c.get()->world_size(); })
+      .def_property_readonly("backend", [](const PyCommunicator& c) { return c.get()->backend(); })
+      .def_property_readonly("closed", &PyCommunicator::closed)
+      .def("close", &PyCommunicator::close, py::call_guard<py::gil_scoped_release>(),
+           "Destroy the communicator now (later calls raise RuntimeError).")
+      .def("all_reduce", [](PyCommunicator& c, Tensor& t, ReduceOp op) { c.get()->all_reduce(t, op); },
+           py::arg("tensor"), py::arg("op") = ReduceOp::Sum, py::call_guard<py::gil_scoped_release>())
+      .def("broadcast", [](PyCommunicator& c, Tensor& t, int src) { c.get()->broadcast(t, src); }, py::arg("tensor"),
+           py::arg("src"), py::call_guard<py::gil_scoped_release>())
+      .def("all_gather",
+           [](PyCommunicator& c, std::vector<Tensor> out, const Tensor& in) { c.get()->all_gather(out, in); },
+           py::arg("tensor_list"), py::arg("tensor"), py::call_guard<py::gil_scoped_release>(),
+           "tensor_list[i] receives rank i's tensor; the tensors of the list are written in place.")
+      .def("all_gather_into_tensor",
+           [](PyCommunicator& c, Tensor& out, const Tensor& in) {
+             const std::shared_ptr<Communicator> keep = c.get();
+             Communicator& comm = *keep;
+             const int64_t n = in.numel();
+             const int ws = comm.world_size();
+             PF_CHECK_T(out.numel() == n * ws, ValueError, "all_gather_into_tensor: the output has ", out.numel(),
+                        " elements; it needs world_size x input = ", ws, " x ", n);
+             PF_CHECK_T(out.is_contiguous(), ValueError, "all_gather_into_tensor: the output must be contiguous");
+             PF_CHECK_T(out.dtype() == in.dtype(), TypeError, "all_gather_into_tensor: output dtype ",
+                        dtype_name(out.dtype()), " differs from the input's ", dtype_name(in.dtype()));
+             // Views on the output: each rank's slice is written in place.
+             const Tensor flat = ops::view(out, {n * ws});
+             std::vector<Tensor> chunks;
+             for (int r = 0; r < ws; ++r) chunks.push_back(ops::view(ops::narrow(flat, 0, n * r, n), in.sizes()));
+             comm.all_gather(chunks, in);
+           },
+           py::arg("output_tensor"), py::arg("input_tensor"), py::call_guard<py::gil_scoped_release>(),
+           "output (world_size x input elements, contiguous) receives every rank's input in rank order.")
+      .def("reduce_scatter",
+           [](PyCommunicator& c, Tensor& out, std::vector<Tensor> inputs, ReduceOp op) {
+             const std::shared_ptr<Communicator> keep = c.get();
+             Communicator& comm = *keep;
+             const int ws = comm.world_size();
+             PF_CHECK_T(static_cast<int>(inputs.size()) == ws, ValueError, "reduce_scatter: input_list has ",
+                        inputs.size(), " tensors; it needs one per rank (", ws, ")");
+             // Stack the list into one [world_size, *out.shape] tensor, the form the
+             // communicator splits on dim 0.
+             Shape stacked_shape{ws};
+             stacked_shape.insert(stacked_shape.end(), out.sizes().begin(), out.sizes().end());
+             Tensor stacked = ops::empty(stacked_shape, out.dtype(), out.device());
+             for (int r = 0; r < ws; ++r) {
+               PF_CHECK_T(inputs[r].sizes() == out.sizes(), ValueError, "reduce_scatter: input_list[", r,
+                          "] has shape ", shape_str(inputs[r].sizes()), " but the output has ",
+                          shape_str(out.sizes()));
+               PF_CHECK_T(inputs[r].dtype() == out.dtype(), TypeError, "reduce_scatter: input_list[", r,
+                          "] has dtype ", dtype_name(inputs[r].dtype()), " but the output has ",
+                          dtype_name(out.dtype()));
+               Tensor slot = ops::select(stacked, 0, r);
+               ops::copy_(slot, inputs[r]);
+             }
+             comm.reduce_scatter(out, stacked, op);
+           },
+           py::arg("output"), py::arg("input_list"), py::arg("op") = ReduceOp::Sum,
+           py::call_guard<py::gil_scoped_release>(),
+           "output receives the reduction over ranks of input_list[rank].")
+      .def("reduce_scatter_tensor",
+           [](PyCommunicator& c, Tensor& out, const Tensor& in, ReduceOp op) { c.get()->reduce_scatter(out, in, op); },
+           py::arg("output"), py::arg("input"), py::arg("op") = ReduceOp::Sum, py::call_guard<py::gil_scoped_release>(),
+           "input is split on dim 0 into world_size chunks; output receives the reduction of chunk `rank`.")
+      .def("barrier", [](PyCommunicator& c) { c.get()->barrier(); }, py::call_guard<py::gil_scoped_release>())
+      .def("send", [](PyCommunicator& c, const Tensor& t, int dst, int tag) { c.get()->send(t, dst, tag); },
+           py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>())
+      .def("recv", [](PyCommunicator& c, Tensor& t, int src, int tag) { c.get()->recv(t, src, tag); },
+           py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>())
+      .def("__repr__", [](const PyCommunicator& c) {
+        if (c.closed()) return std::string("<plugflow._C._Communicator (destroyed)>");
+        const std::shared_ptr<Communicator> comm = c.get();
+        return detail::str_cat("<plugflow._C._Communicator backend='", comm->backend(), "' rank=", comm->rank(),
+                               " world_size=", comm->world_size(), ">");
+      });
+}
+
+}  // namespace plugflow::python

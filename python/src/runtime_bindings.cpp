@@ -1,0 +1,218 @@
+// Runtime bindings: init and config, plugins, registered kernels, devices, threads.
+// Everything plugflow.info shows comes from here.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "casters.h"
+#include "plugflow/device.h"
+#include "plugflow/dispatch.h"
+#include "plugflow/error.h"
+#include "plugflow/kernel.h"
+#include "plugflow/op.h"
+#include "plugflow/runtime.h"
+
+namespace py = pybind11;
+
+namespace plugflow::python {
+namespace {
+
+DeviceType parse_device_type(const std::string& name) {
+  for (int i = 0; i < kNumDeviceTypes; ++i) {
+    const auto t = static_cast<DeviceType>(i);
+    if (device_type_name(t) == name) return t;
+  }
+  PF_THROW(ValueError, "unknown device type '", name, "' (expected 'cpu' or 'cuda')");
+}
+
+// The config as a dict shaped like the YAML file it came from.
+py::dict config_dict(const Config& c) {
+  py::list plugins;
+  for (const auto& p : c.plugins) {
+    py::dict d;
+    d["name"] = p.name;
+    d["optional"] = p.optional;
+    plugins.append(d);
+  }
+  py::dict kernels;
+  kernels["prefer"] = c.kernel_prefer;
+
+  const Optimizations& o = c.optimizations;
+  py::dict opt;
+  opt["conv_algo_search"] = o.conv_algo_search;
+  opt["algo_cache"] = o.algo_cache;
+  opt["fuse_pad_conv"] = o.fuse_pad_conv;
+  opt["fuse_add_to_output"] = o.fuse_add_to_output;
+  opt["fuse_conv_bn"] = o.fuse_conv_bn;
+  opt["fuse_bias_act"] = o.fuse_bias_act;
+  opt["amp"] = o.amp;
+
+  py::dict coll;
+  coll["cpu"] = c.collective_cpu;
+  coll["cuda"] = c.collective_cuda;
+  coll["timeout_s"] = c.collective_timeout_s;
+
+  py::dict d;
+  d["source"] = c.source;
+  d["plugins"] = plugins;
+  d["plugin_path"] = c.plugin_path;
+  d["kernels"] = kernels;
+  d["threads"] = c.threads;
+  d["optimizations"] = opt;
+  d["collectives"] = coll;
+  return d;
+}
+
+// What plugflow knows about one device type: is a backend registered, how many devices it
+// found, and, when there are none, why (the core's or the plugin's own explanation).
+py::dict device_type_info(DeviceType t) {
+  py::dict d;
+  d["type"] = std::string(device_type_name(t));
+  DeviceBackend* backend = find_device_backend(t);
+  d["plugin_loaded"] = backend != nullptr;
+  const int count = backend ? backend->device_count() : 0;
+  d["device_count"] = count;
+  std::string reason;
+  if (count == 0) {
+    try {
+      device_backend(Device{t, 0});  // throws the DeviceError a tensor on this device would get
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+    if (reason.empty() && backend) reason = backend->unavailable_reason();
+  }
+  d["unavailable_reason"] = reason;
+  return d;
+}
+
+DeviceBackend& backend_for(const std::string& type, int index) {
+  return device_backend(Device{parse_device_type(type), index});
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& m) {
+  py::class_<LoadedPlugin>(m, "LoadedPlugin", "A plugin library the runtime loaded.")
+      .def_readonly("name", &LoadedPlugin::name)
+      .def_readonly("version", &LoadedPlugin::version)
+      .def_readonly("abi_major", &LoadedPlugin::abi_major)
+      .def_readonly("abi_minor", &LoadedPlugin::abi_minor)
+      .def_readonly("path", &LoadedPlugin::path)
+      .def_property_readonly(
+          "abi", [](const LoadedPlugin& p) { return std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor); })
+      .def("__repr__", [](const LoadedPlugin& p) {
+        return "LoadedPlugin(name='" + p.name + "', version='" + p.version + "', abi=" + std::to_string(p.abi_major) +
+               "." + std::to_string(p.abi_minor) + ", path='" + p.path + "')";
+      });
+
+  py::class_<PluginFailure>(m, "PluginFailure", "A configured plugin that did not load, and why.")
+      .def_readonly("name", &PluginFailure::name)
+      .def_readonly("reason", &PluginFailure::reason)
+      .def("__repr__",
+           [](const PluginFailure& f) { return "PluginFailure(name='" + f.name + "', reason='" + f.reason + "')"; });
+
+  py::class_<KernelRecord>(m, "KernelRecord", "One registered kernel: (op, device, dtype) by a provider.")
+      .def_readonly("op", &KernelRecord::op)
+      .def_property_readonly("device", [](const KernelRecord& k) { return std::string(device_type_name(k.device)); })
+      .def_readonly("dtype", &KernelRecord::dtype)
+      .def_readonly("provider", &KernelRecord::provider)
+      .def_property_readonly("priority", [](const KernelRecord& k) { return std::string(priority_name(k.priority)); })
+      .def("__repr__", [](const KernelRecord& k) {
+        return "KernelRecord(op='" + k.op + "', device='" + std::string(device_type_name(k.device)) +
+               "', dtype=" + std::string(dtype_name(k.dtype)) + ", provider='" + k.provider + "', priority='" +
+               std::string(priority_name(k.priority)) + "')";
+      });
+
+  // ---- init and config -----------------------------------------------------------------------
+  m.def("init", &init, py::arg("path") = "",
+        "Apply a config: load its plugins, set the kernel preference and the thread count.\n"
+        "An empty path means PLUGFLOW_CONFIG if set, else the built-in default (configs/cpu.yaml).\n"
+        "Raises plugflow.ConfigError or plugflow.PluginError.");
+  m.def("ensure_initialized", &ensure_initialized, "init() with the defaults, once.");
+  m.def("is_initialized", &is_initialized);
+  m.def(
+      "current_config", [] { return config_dict(current_config()); },
+      "The active config as a dict shaped like the YAML file.");
+  m.def(
+      "parse_config",
+      [](const std::string& text, const std::string& source) { return config_dict(parse_config(text, source)); },
+      py::arg("text"), py::arg("source") = "<string>",
+      "Parse and validate YAML config text (raises plugflow.ConfigError); returns it as a dict.");
+  m.def(
+      "default_config_text", [] { return default_config_text(); },
+      "The compiled-in default config (configs/cpu.yaml).");
+
+  // ---- plugins -----------------------------------------------------------------------------------
+  m.def("load_plugin", &load_plugin, py::arg("name_or_path"), py::arg("extra_dirs") = std::vector<std::string>{},
+        "Load one plugin by name (searched on the plugin path) or by file path. Raises plugflow.PluginError.");
+  m.def("loaded_plugins", &loaded_plugins);
+  m.def("plugin_failures", &plugin_failures,
+        "Optional plugins of the config that did not load, with the loader's reasons.");
+  m.def("plugin_search_path", &plugin_search_path, py::arg("extra_dirs") = std::vector<std::string>{},
+        "Directories searched for a plugin name, in order.");
+
+  // ---- ops and kernels -------------------------------------------------------------------------------
+  m.def("op_names", &op_names, "Names of every op in the catalog.");
+  m.def(
+      "op_signature", [](const std::string& name) { return find_op(name).signature; }, py::arg("name"));
+  m.def("registered_kernels", &registered_kernels, "Every kernel the loaded plugins registered.");
+  m.def(
+      "chosen_provider",
+      [](const std::string& op, const std::string& device, DType dtype) {
+        return chosen_provider(find_op(op), parse_device_type(device), dtype);
+      },
+      py::arg("op"), py::arg("device"), py::arg("dtype"),
+      "The provider whose kernel the dispatcher runs for (op, device type, dtype); '' when none.");
+
+  // ---- devices ---------------------------------------------------------------------------------------
+  m.def(
+      "device_info",
+      [] {
+        py::list out;
+        for (int i = 0; i < kNumDeviceTypes; ++i) out.append(device_type_info(static_cast<DeviceType>(i)));
+        return out;
+      },
+      "Per device type: plugin_loaded, device_count and, without devices, unavailable_reason.");
+  m.def(
+      "device_count",
+      [](const std::string& type) {
+        DeviceBackend* b = find_device_backend(parse_device_type(type));
+        return b ? b->device_count() : 0;
+      },
+      py::arg("type"));
+  m.def(
+      "synchronize",
+      [](const std::string& type, int index) {
+        DeviceBackend& b = backend_for(type, index);
+        py::gil_scoped_release nogil;  // may wait for a long device queue
+        b.synchronize(index);
+      },
+      py::arg("type"), py::arg("index") = 0);
+  m.def(
+      "memory_allocated",
+      [](const std::string& type, int index) { return backend_for(type, index).allocated_bytes(index); },
+      py::arg("type"), py::arg("index") = 0);
+  m.def(
+      "max_memory_allocated",
+      [](const std::string& type, int index) { return backend_for(type, index).peak_allocated_bytes(index); },
+      py::arg("type"), py::arg("index") = 0);
+  m.def(
+      "reset_peak_memory_stats", [](const std::string& type, int index) { backend_for(type, index).reset_peak(index); },
+      py::arg("type"), py::arg("index") = 0);
+  m.def(
+      "empty_cache", [](const std::string& type, int index) { backend_for(type, index).empty_cache(index); },
+      py::arg("type"), py::arg("index") = 0);
+
+  // ---- threads and version -----------------------------------------------------------------------------
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        PF_CHECK(n > 0, "set_num_threads expects a positive integer, got ", n);  // RuntimeError, as in PyTorch
+        set_num_threads(n);
+      },
+      py::arg("n"));
+  m.def("get_num_threads", &get_num_threads);
+  m.def("version", &version);
+}
+
+}  // namespace plugflow::python

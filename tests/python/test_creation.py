@@ -1,0 +1,193 @@
+"""Creation functions and dtype inference, against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+from helpers import DTYPE_NAMES, assert_matches, dtype_name, pf_dtype, to_torch, torch_dtype
+
+
+@pytest.mark.parametrize("fn", ["zeros", "ones", "empty", "rand", "randn"])
+def test_size_forms(fn):
+    f = getattr(pf, fn)
+    for args in [(2, 3), ((2, 3),), ([2, 3],), (pf.Size([2, 3]),), (pf.ones(2, 3).shape,)]:
+        t = f(*args)
+        assert t.shape == (2, 3)
+        assert t.dtype is pf.float32
+        assert t.device == pf.device("cpu")
+    assert f(size=(2, 3)).shape == (2, 3)
+    assert f().shape == ()
+    assert f(0).shape == (0,)
+    assert f(np.int64(4)).shape == (4,)
+
+
+@pytest.mark.parametrize("name", DTYPE_NAMES)
+def test_zeros_ones_full_every_dtype(name):
+    dt = pf_dtype(name)
+    assert_matches(pf.zeros(2, 3, dtype=dt), torch.zeros(2, 3, dtype=torch_dtype(name)))
+    assert_matches(pf.ones(4, dtype=dt), torch.ones(4, dtype=torch_dtype(name)))
+    assert_matches(pf.full((3, 1), 1, dtype=dt), torch.full((3, 1), 1, dtype=torch_dtype(name)))
+    assert pf.empty(2, 2, dtype=dt).dtype is dt
+
+
+@pytest.mark.parametrize("value", [True, 3, -2, 2.5, float("inf")])
+def test_full_infers_dtype_from_value(value):
+    assert_matches(pf.full((2, 3), value), torch.full((2, 3), value))
+
+
+@pytest.mark.parametrize("args", [(5,), (0,), (2, 7), (1, 10, 3), (10, 1, -2), (0.0, 1.0, 0.1), (1, 4.0),
+                                  (-3.5, 2.25, 0.75), (0, 1, 0.3), (5, 5)])
+def test_arange_matches_torch(args):
+    assert_matches(pf.arange(*args), torch.arange(*args))
+
+
+@pytest.mark.parametrize("name", ["int32", "int64", "float32", "float64"])
+def test_arange_dtype(name):
+    assert_matches(pf.arange(1, 8, 2, dtype=pf_dtype(name)), torch.arange(1, 8, 2, dtype=torch_dtype(name)))
+
+
+@pytest.mark.parametrize("args", [(0, 1, 5), (-2.5, 10, 7), (3, -3, 4), (0, 1, 1), (1, 2, 0), (0, 100, 101)])
+def test_linspace_matches_torch(args):
+    assert_matches(pf.linspace(*args), torch.linspace(*args))
+    assert_matches(pf.linspace(*args, dtype=pf.float64), torch.linspace(*args, dtype=torch.float64))
+
+
+def test_rand_randn_ranges_and_seed():
+    pf.manual_seed(1234)
+    a = pf.rand(10000)
+    b = pf.randn(10000, dtype=pf.float64)
+    pf.manual_seed(1234)
+    assert pf.rand(10000).tolist() == a.tolist()
+    assert pf.randn(10000, dtype=pf.float64).tolist() == b.tolist()
+    x = a.numpy()
+    assert x.min() >= 0.0 and x.max() < 1.0
+    assert abs(x.mean() - 0.5) < 0.02
+    y = b.numpy()
+    assert b.dtype is pf.float64
+    assert abs(y.mean()) < 0.05 and abs(y.std() - 1.0) < 0.05
+    assert len(set(x.tolist())) > 9000  # not a constant or a short cycle
+
+
+def test_randint_forms():
+    pf.manual_seed(0)
+    t = pf.randint(3, 10, (20, 30))
+    assert t.dtype is pf.int64 and t.shape == (20, 30)
+    v = t.numpy()
+    assert v.min() >= 3 and v.max() < 10
+    assert set(np.unique(v).tolist()) == set(range(3, 10))
+    t = pf.randint(5, (100,))
+    assert t.numpy().min() >= 0 and t.numpy().max() < 5
+    assert pf.randint(0, 2, size=(3,), dtype=pf.int32).dtype is pf.int32
+    assert pf.randint(4, size=(3,)).shape == (3,)
+    with pytest.raises(RuntimeError, match="from=5 >= to=5"):
+        pf.randint(5, 5, (2,))
+
+
+@pytest.mark.parametrize("fn", ["empty_like", "zeros_like", "ones_like", "rand_like", "randn_like"])
+def test_like_functions(fn):
+    src = pf.ones(2, 3, dtype=pf.float64)
+    t = getattr(pf, fn)(src)
+    assert t.shape == (2, 3) and t.dtype is pf.float64 and t.device == src.device
+    t = getattr(pf, fn)(src, dtype=pf.float32)
+    assert t.dtype is pf.float32
+    if fn in ("zeros_like", "ones_like"):
+        assert_matches(t, getattr(torch, fn)(torch.ones(2, 3)))
+
+
+def test_full_like_and_randint_like():
+    src = pf.zeros(3, 2, dtype=pf.int32)
+    assert_matches(pf.full_like(src, 7), torch.full_like(torch.zeros(3, 2, dtype=torch.int32), 7))
+    r = pf.randint_like(src, 4)
+    assert r.dtype is pf.int32 and r.numpy().max() < 4
+    r = pf.randint_like(src, 2, 5)
+    assert r.numpy().min() >= 2 and r.numpy().max() < 5
+
+
+INFERENCE_CASES = [
+    1, 2.5, True, [], [[], []], [1, 2, 3], [1.0, 2], [True, False], [True, 2], [True, 2.0],
+    [[1, 2], [3, 4]], ((1, 2), (3, 4)), [[[1.5]], [[2.5]]], [np.float64(1.0), 2.0], [np.float32(1.0)],
+    [np.int32(3), 4], [np.int16(1), np.int16(2)], np.float64(2.0), np.int8(3), [2 ** 40, -(2 ** 40)],
+    [float("nan"), float("inf"), -float("inf")], np.arange(6, dtype=np.int16).reshape(2, 3),
+    np.ones((2, 2), dtype=np.float16), np.array([True, False]), np.arange(4.0)[::2],
+]
+
+
+@pytest.mark.parametrize("data", INFERENCE_CASES, ids=[repr(c)[:40] for c in INFERENCE_CASES])
+def test_tensor_infers_like_torch(data):
+    assert_matches(pf.tensor(data), torch.tensor(data))
+
+
+@pytest.mark.parametrize("name", DTYPE_NAMES)
+def test_tensor_with_dtype(name):
+    data = [[0, 1, 2], [3, 4, 5]]
+    assert_matches(pf.tensor(data, dtype=pf_dtype(name)), torch.tensor(data, dtype=torch_dtype(name)))
+    data = [[0.0, 1.5, -2.5]]
+    if name != "uint8":  # negative float -> uint8 is undefined behaviour in PyTorch
+        assert_matches(pf.tensor(data, dtype=pf_dtype(name)), torch.tensor(data, dtype=torch_dtype(name)))
+
+
+def test_tensor_of_tensors_and_copies():
+    src = pf.tensor([1.0, 2.0])
+    t = pf.tensor(src)
+    t[0] = 5
+    assert src.tolist() == [1.0, 2.0]  # a copy
+    assert pf.tensor([pf.tensor(1), pf.tensor(2)]).tolist() == [1, 2]
+    assert pf.tensor(src, dtype=pf.int64).dtype is pf.int64
+    arr = np.ones(3)
+    t = pf.tensor(arr)
+    arr[0] = 7
+    assert t.tolist() == [1.0, 1.0, 1.0]  # tensor() copies numpy data too
+
+
+def test_tensor_bad_data():
+    with pytest.raises(ValueError, match=r"expected sequence of length 2 at dim 1 \(got 1\)"):
+        pf.tensor([[1, 2], [3]])
+    with pytest.raises(TypeError, match="invalid data type 'str'"):
+        pf.tensor(["a"])
+    with pytest.raises(TypeError):
+        pf.tensor("abc")
+    with pytest.raises(TypeError):
+        pf.tensor([[1, 2], 3])
+    with pytest.raises(RuntimeError, match="Overflow"):
+        pf.tensor([2 ** 70])
+    with pytest.raises(TypeError, match="zeros\\(\\): argument 'size' must be tuple of ints, but found element of "
+                                        "type float at pos 2"):
+        pf.zeros(2, 3.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shape'"):
+        pf.ones(shape=(2,))
+
+
+def test_tensor_constructor_class():
+    assert pf.Tensor().shape == (0,)
+    assert pf.Tensor(2, 3).shape == (2, 3) and pf.Tensor(2, 3).dtype is pf.float32
+    assert_matches(pf.Tensor([1, 2]), torch.Tensor([1, 2]))
+    base = pf.zeros(3)
+    alias = pf.Tensor(base)
+    alias[1] = 4
+    assert base.tolist() == [0.0, 4.0, 0.0]  # shares storage
+
+
+def test_as_tensor_shares_when_possible():
+    arr = np.zeros(3, dtype=np.float32)
+    t = pf.as_tensor(arr)
+    arr[0] = 2
+    assert t[0].item() == 2.0
+    src = pf.ones(2)
+    assert pf.as_tensor(src) is src
+    assert pf.as_tensor([1, 2]).dtype is pf.int64
+    assert pf.as_tensor(arr, dtype=pf.float64).dtype is pf.float64
+
+
+def test_default_dtype_and_is_tensor():
+    assert pf.get_default_dtype() is pf.float32
+    assert pf.is_tensor(pf.ones(1)) and not pf.is_tensor([1])
+    assert pf.numel(pf.ones(2, 5)) == 10
+
+
+def test_exact_sum_check():
+    # The smoke test from the README: a broadcast add of int64 into float32, then a reduction.
+    value = (pf.ones(2, 3) + pf.arange(3)).sum().item()
+    assert value == (torch.ones(2, 3) + torch.arange(3)).sum().item() == 12.0
+    assert isinstance(value, float)
+    assert dtype_name(to_torch(pf.ones(2, 3) + pf.arange(3)).dtype) == "float32"

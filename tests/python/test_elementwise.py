@@ -1,0 +1,277 @@
+"""Elementwise binary and unary ops against PyTorch: random broadcast shapes, non-contiguous
+operands (transposed, strided slices, expanded), Python scalars, operators and in-place forms."""
+
+import math
+import operator
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+from helpers import assert_matches, from_torch, make_pair, random_shape, to_torch
+
+SEEDS = range(6)
+
+
+def broadcast_shapes(rng):
+    """Two random shapes that broadcast: some dims of one become 1 or are dropped."""
+    out = random_shape(rng, max_dims=4, max_size=4)
+    a = [s if rng.random() < 0.7 else 1 for s in out]
+    b = [s if rng.random() < 0.7 else 1 for s in out]
+    b = b[int(rng.integers(0, len(b) + 1)):]  # fewer leading dims
+    return tuple(a), tuple(b)
+
+
+def layouts(rng, pf_t, torch_t):
+    """The same values seen through different memory layouts."""
+    yield "contiguous", pf_t, torch_t
+    if pf_t.dim() >= 2:
+        # A transposed copy, transposed back: same values, non-contiguous strides.
+        p = pf_t.transpose(0, 1).contiguous().transpose(0, 1)
+        yield "transposed", p, torch_t
+    # Values placed at every other element of a bigger buffer: a strided slice.
+    if pf_t.dim() >= 1:
+        shape = list(pf_t.shape)
+        shape[-1] *= 2
+        big = pf.zeros(*shape, dtype=pf_t.dtype)
+        view = big[..., ::2]
+        view[...] = pf_t
+        yield "strided", view, torch_t
+
+
+ARITH = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("op", ARITH + COMPARE)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_binary_float_broadcast_and_layouts(seed, op, dtype):
+    rng = np.random.default_rng(seed)
+    sa, sb = broadcast_shapes(rng)
+    low = 0.5 if op == "pow" else -5  # pow of negative bases to fractional powers is nan
+    a, ta = make_pair(rng, sa, dtype, low=low)
+    b, tb = make_pair(rng, sb, dtype, low=-2 if op == "pow" else -5, high=2 if op == "pow" else 5)
+    expected = getattr(torch, op)(ta, tb)
+    for _, pa, _ in layouts(rng, a, ta):
+        for _, pb, _ in layouts(rng, b, tb):
+            assert_matches(getattr(pf, op)(pa, pb), expected)
+            assert_matches(getattr(pa, op)(pb), expected)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "maximum", "minimum", "remainder", "fmod", "floor_divide",
+                                "bitwise_and", "bitwise_or", "bitwise_xor"] + COMPARE)
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8"])
+def test_binary_int(seed, op, dtype):
+    rng = np.random.default_rng(seed)
+    sa, sb = broadcast_shapes(rng)
+    a, ta = make_pair(rng, sa, dtype, low=-20, high=20)
+    b, tb = make_pair(rng, sb, dtype, low=1, high=7)  # no division by zero
+    if op in ("sub",) and dtype == "uint8":
+        pytest.skip("unsigned wrap-around is covered by the uint8 cast tests")
+    assert_matches(getattr(pf, op)(a, b), getattr(torch, op)(ta, tb))
+
+
+def test_expanded_operands():
+    rng = np.random.default_rng(0)
+    a, ta = make_pair(rng, (3, 1), "float32")
+    b, tb = make_pair(rng, (1, 4), "float32")
+    pa, pb = a.expand(3, 4), b.expand(3, 4)
+    assert pa.stride() == (1, 0)
+    assert_matches(pa * pb, ta.expand(3, 4) * tb.expand(3, 4))
+    assert_matches(pa + 1.5, ta.expand(3, 4) + 1.5)
+    assert_matches(pf.exp(pa), torch.exp(ta.expand(3, 4)))
+
+
+OPERATORS = [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+             operator.pow, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge]
+
+
+@pytest.mark.parametrize("op", OPERATORS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+@pytest.mark.parametrize("scalar", [3, 2.5, -2], ids=["int", "float", "negint"])
+def test_operators_with_scalars_both_sides(op, dtype, scalar):
+    rng = np.random.default_rng(1)
+    a, ta = make_pair(rng, (3, 4), dtype, low=1, high=9)
+    if op is operator.pow and dtype == "int64" and isinstance(scalar, int) and scalar < 0:
+        pytest.skip("integers to negative integer powers are an error in PyTorch")
+    assert_matches(op(a, scalar), op(ta, scalar))
+    if op is operator.pow and dtype == "int64" and scalar == -2:
+        return
+    assert_matches(op(scalar, a), op(scalar, ta))
+
+
+@pytest.mark.parametrize("op", OPERATORS, ids=lambda f: f.__name__)
+def test_operators_tensor_tensor(op):
+    rng = np.random.default_rng(2)
+    a, ta = make_pair(rng, (2, 3), "float64", low=0.5, high=4)
+    b, tb = make_pair(rng, (3,), "float64", low=0.5, high=4)
+    assert_matches(op(a, b), op(ta, tb))
+
+
+@pytest.mark.parametrize("op", [operator.and_, operator.or_, operator.xor], ids=lambda f: f.__name__)
+def test_bitwise_operators(op):
+    a, b = [True, False, True, False], [True, True, False, False]
+    assert_matches(op(pf.tensor(a), pf.tensor(b)), op(torch.tensor(a), torch.tensor(b)))
+    assert_matches(op(pf.tensor([5, 3, 12]), 6), op(torch.tensor([5, 3, 12]), 6))
+    assert_matches(op(6, pf.tensor([5, 3, 12])), op(6, torch.tensor([5, 3, 12])))
+    assert_matches(op(pf.tensor(a), True), op(torch.tensor(a), True))
+
+
+def test_unary_operators():
+    values = [-2.5, -1.0, 0.0, 3.0]
+    assert_matches(-pf.tensor(values), -torch.tensor(values))
+    assert_matches(abs(pf.tensor(values)), abs(torch.tensor(values)))
+    t = pf.tensor(values)
+    assert +t is t
+    assert_matches(~pf.tensor([True, False]), ~torch.tensor([True, False]))
+    assert_matches(~pf.tensor([5, -1, 0]), ~torch.tensor([5, -1, 0]))
+
+
+@pytest.mark.parametrize("op,name", [(operator.iadd, "add"), (operator.isub, "sub"), (operator.imul, "mul"),
+                                     (operator.itruediv, "div"), (operator.ifloordiv, "floor_divide"),
+                                     (operator.imod, "remainder"), (operator.ipow, "pow")])
+def test_inplace_operators_keep_identity_and_write_views(op, name):
+    rng = np.random.default_rng(3)
+    base, tbase = make_pair(rng, (4, 6), "float32", low=1, high=3)
+    other, tother = make_pair(rng, (6,), "float32", low=1, high=3)
+    view, tview = base[1:3], tbase[1:3]
+    result = op(view, other)
+    assert result is view  # the same Python object, as `x += y` needs
+    op(tview, tother)
+    assert_matches(base, tbase)  # the write went through the view into the base
+    before = to_torch(base)
+    assert getattr(base, name + "_")(2) is base
+    assert_matches(base, getattr(torch, name)(before, 2))
+
+
+def test_inplace_rejects_narrowing_like_torch():
+    t = pf.ones(2, dtype=pf.int64)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        t += 1.5
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        t.add_(pf.ones(2))
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        t.add_(pf.ones(2), alpha=2)
+
+
+def test_alpha_and_rounding_modes():
+    a, b = [1.0, -7.5, 9.0], [2.0, 2.0, -4.0]
+    pa, pb, ta, tb = pf.tensor(a), pf.tensor(b), torch.tensor(a), torch.tensor(b)
+    assert_matches(pa.add(pb, alpha=3), ta.add(tb, alpha=3))
+    assert_matches(pa.sub(pb, alpha=0.5), ta.sub(tb, alpha=0.5))
+    assert_matches(pf.add(pa, 2, alpha=3), torch.add(ta, 2, alpha=3))
+    assert_matches(pa.clone().add_(pb, alpha=-2), ta.clone().add_(tb, alpha=-2))
+    for mode in ("trunc", "floor"):
+        assert_matches(pa.div(pb, rounding_mode=mode), ta.div(tb, rounding_mode=mode))
+        assert_matches(pa.div(3, rounding_mode=mode), ta.div(3, rounding_mode=mode))
+        ia, ib = pf.tensor([7, -7, 9]), pf.tensor([2, 2, -4])
+        assert_matches(ia.div(ib, rounding_mode=mode), torch.tensor([7, -7, 9]).div(torch.tensor([2, 2, -4]),
+                                                                                    rounding_mode=mode))
+    with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+        pf.ones(2, dtype=pf.int64).add(pf.ones(2, dtype=pf.int64), alpha=1.5)
+    with pytest.raises(ValueError, match="rounding_mode"):
+        pa.div(pb, rounding_mode="round")
+
+
+def test_integer_true_division_gives_float():
+    assert_matches(pf.tensor([1, 2, 3]) / 2, torch.tensor([1, 2, 3]) / 2)
+    assert_matches(pf.tensor([1, 2, 3]) / pf.tensor([2, 4, 8]), torch.tensor([1, 2, 3]) / torch.tensor([2, 4, 8]))
+
+
+def test_pow_with_scalar_base():
+    assert_matches(pf.pow(2, pf.tensor([0.5, 2.0])), torch.pow(2, torch.tensor([0.5, 2.0])))
+    assert_matches(pf.pow(pf.tensor([1, 2, 3]), 2), torch.pow(torch.tensor([1, 2, 3]), 2))
+
+
+def test_bad_operands():
+    t = pf.ones(2)
+    with pytest.raises(TypeError):
+        t + "a"
+    with pytest.raises(TypeError):
+        t * object()
+    with pytest.raises(TypeError, match="must be Tensor or Number"):
+        t.add("a")
+    with pytest.raises(RuntimeError, match="must match the size"):
+        pf.ones(2, 3) + pf.ones(4)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        pf.ones(2, 3).mul_(pf.ones(2, 1, 3))
+    assert (t == "a") is False  # Python falls back to identity, as with torch
+
+
+DOMAINS = {  # op -> (low, high) of inputs inside the op's domain
+    "log": (0.1, 5), "log2": (0.1, 5), "log10": (0.1, 5), "log1p": (-0.9, 5), "sqrt": (0, 5), "rsqrt": (0.1, 5),
+    "asin": (-0.99, 0.99), "acos": (-0.99, 0.99), "atanh": (-0.99, 0.99), "acosh": (1.01, 5),
+    "erfinv": (-0.99, 0.99), "reciprocal": (0.5, 5), "exp": (-5, 5), "exp2": (-5, 5), "expm1": (-5, 5),
+}
+UNARY_FLOAT = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
+               "erfc", "erfinv", "reciprocal", "neg", "abs", "square", "sign", "relu", "floor", "ceil", "round",
+               "trunc", "frac"]
+
+
+@pytest.mark.parametrize("op", UNARY_FLOAT)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_unary_float(op, dtype):
+    rng = np.random.default_rng(4)
+    low, high = DOMAINS.get(op, (-3, 3))
+    a, ta = make_pair(rng, (5, 7), dtype, low=low, high=high)
+    if dtype in ("float16", "bfloat16") and op in ("erfinv",):
+        pytest.skip("PyTorch 1.13 has no CPU half erfinv")
+    expected = getattr(torch, op)(ta.float() if dtype in ("float16", "bfloat16") else ta).to(ta.dtype)
+    assert_matches(getattr(pf, op)(a), expected)
+    assert_matches(getattr(a.t(), op)(), getattr(torch, op)(ta.t().float()).to(ta.dtype)
+                   if dtype in ("float16", "bfloat16") else getattr(torch, op)(ta.t()))
+    # In place, also through a strided view.
+    b = a.clone()
+    assert getattr(b[:, ::2], op + "_")() is not None
+    tb = ta.clone()
+    tb[:, ::2] = expected[:, ::2]
+    assert_matches(b, tb)
+
+
+@pytest.mark.parametrize("op", ["neg", "abs", "square", "sign", "relu", "floor", "ceil", "round", "trunc"])
+@pytest.mark.parametrize("dtype", ["int32", "int64", "int8"])
+def test_unary_int_keeps_dtype(op, dtype):
+    rng = np.random.default_rng(5)
+    a, ta = make_pair(rng, (4, 5), dtype, low=-9, high=9)
+    assert_matches(getattr(pf, op)(a), getattr(torch, op)(ta))
+
+
+@pytest.mark.parametrize("op", ["exp", "sqrt", "sin", "sigmoid"])
+def test_unary_float_ops_promote_ints(op):
+    assert_matches(getattr(pf, op)(pf.tensor([1, 2, 3])), getattr(torch, op)(torch.tensor([1, 2, 3])))
+
+
+@pytest.mark.parametrize("op", ["isnan", "isinf", "isfinite", "logical_not"])
+def test_predicates(op):
+    values = [1.0, float("nan"), float("inf"), -float("inf"), 0.0]
+    assert_matches(getattr(pf, op)(pf.tensor(values)), getattr(torch, op)(torch.tensor(values)))
+
+
+def test_bitwise_not_and_logical_not():
+    assert_matches(pf.bitwise_not(pf.tensor([0, 5, -3])), torch.bitwise_not(torch.tensor([0, 5, -3])))
+    assert_matches(pf.tensor([0, 5]).logical_not(), torch.tensor([0, 5]).logical_not())
+    with pytest.raises(RuntimeError):
+        pf.tensor([1.5]).bitwise_not()
+
+
+def test_round_half_to_even_and_special_values():
+    values = [0.5, 1.5, 2.5, -0.5, -1.5, float("nan"), float("inf")]
+    assert_matches(pf.round(pf.tensor(values)), torch.round(torch.tensor(values)))
+    assert math.isnan(pf.sqrt(pf.tensor([-1.0])).item())
+
+
+def test_functional_only_activations():
+    # silu/mish/hardswish/hardsigmoid are torch.nn.functional's; _C exposes them for plugflow.nn.
+    rng = np.random.default_rng(6)
+    a, ta = make_pair(rng, (3, 4), "float32")
+    for name in ["silu", "mish", "hardswish", "hardsigmoid"]:
+        assert_matches(getattr(pf._C, name)(a), getattr(torch.nn.functional, name)(ta))
+
+
+def test_from_torch_roundtrip_helper_sanity():
+    t = torch.arange(6.0).reshape(2, 3).t()
+    assert_matches(from_torch(t), t)

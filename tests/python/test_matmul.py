@@ -1,0 +1,71 @@
+"""matmul / mm / bmm / @ for every rank combination PyTorch allows, against PyTorch."""
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+from helpers import assert_matches, make_pair
+
+MATMUL_SHAPES = [
+    ((4,), (4,)),            # dot
+    ((3, 4), (4,)),          # matrix-vector
+    ((4,), (4, 5)),          # vector-matrix
+    ((3, 4), (4, 5)),        # matrix-matrix
+    ((2, 3, 4), (4, 5)),     # batched @ matrix
+    ((4,), (2, 4, 5)),       # vector @ batched
+    ((2, 3, 4), (4,)),       # batched @ vector
+    ((2, 3, 4), (2, 4, 5)),  # batched @ batched
+    ((2, 1, 3, 4), (5, 4, 2)),  # broadcast batch dims
+    ((1, 3, 4), (6, 4, 2)),
+    ((3, 0), (0, 2)),        # empty inner dim: zeros
+]
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=[f"{a}@{b}" for a, b in MATMUL_SHAPES])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_matmul_shapes(sa, sb, dtype):
+    rng = np.random.default_rng(0)
+    a, ta = make_pair(rng, sa, dtype)
+    b, tb = make_pair(rng, sb, dtype)
+    expected = torch.matmul(ta, tb)
+    assert_matches(pf.matmul(a, b), expected, rtol=1e-5, atol=1e-4)
+    assert_matches(a @ b, expected, rtol=1e-5, atol=1e-4)
+    assert_matches(a.matmul(b), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_mm_and_bmm_with_non_contiguous_inputs(dtype):
+    rng = np.random.default_rng(1)
+    a, ta = make_pair(rng, (5, 3), dtype)
+    b, tb = make_pair(rng, (6, 5), dtype)
+    # a.t() is column-major, b[:, ::2] strided, b.t() transposed.
+    assert_matches(pf.mm(a.t(), b.t()), torch.mm(ta.t(), tb.t()))
+    assert_matches(a.t().mm(b[:5, ::2]), ta.t().mm(tb[:5, ::2]))
+    x, tx = make_pair(rng, (4, 3, 2), dtype)
+    y, ty = make_pair(rng, (4, 5, 3), dtype)
+    assert_matches(pf.bmm(x.transpose(1, 2), y.transpose(1, 2)), torch.bmm(tx.transpose(1, 2), ty.transpose(1, 2)))
+    assert_matches(x.transpose(1, 2).bmm(y.transpose(1, 2)), tx.transpose(1, 2).bmm(ty.transpose(1, 2)))
+    # an expanded (stride-0) operand
+    v, tv = make_pair(rng, (3, 1), dtype)
+    assert_matches(v.expand(3, 4).t() @ a.t(), tv.expand(3, 4).t() @ ta.t())
+
+
+def test_matmul_promotes_mixed_dtypes_like_torch():
+    a, b = pf.ones(2, 3, dtype=pf.float32), pf.ones(3, 2, dtype=pf.float32)
+    assert (a @ b).dtype is pf.float32
+    with pytest.raises(RuntimeError):
+        pf.mm(pf.ones(2, 3), pf.ones(3, 2, dtype=pf.float64))  # torch: "expected ... same dtype"
+
+
+def test_matmul_errors():
+    with pytest.raises(RuntimeError):
+        pf.ones(2, 3) @ pf.ones(4, 2)
+    with pytest.raises(RuntimeError):
+        pf.mm(pf.ones(2), pf.ones(2, 2))
+    with pytest.raises(RuntimeError):
+        pf.bmm(pf.ones(2, 3, 4), pf.ones(3, 4, 5))
+    with pytest.raises(RuntimeError):
+        pf.matmul(pf.ones(()), pf.ones(2))
+    with pytest.raises(TypeError):
+        pf.ones(2, 2) @ [[1, 0], [0, 1]]

@@ -1,0 +1,127 @@
+"""Reductions over dims (int or tuple), keepdim and dtype; max/min with indices; any/all."""
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+from helpers import assert_matches, make_pair, pf_dtype, random_shape, torch_dtype
+
+SEEDS = range(8)
+
+
+def random_dims(rng, ndim):
+    """None, one dim (maybe negative) or a tuple of distinct dims."""
+    if ndim == 0:
+        return None
+    kind = rng.integers(0, 3)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return int(rng.integers(-ndim, ndim))
+    count = int(rng.integers(1, ndim + 1))
+    return tuple(int(d) for d in rng.permutation(ndim)[:count])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin", "prod"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_reductions(seed, op, dtype):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, max_dims=4, max_size=5)
+    a, ta = make_pair(rng, shape, dtype, low=0.5, high=1.5)  # keeps prod well conditioned
+    dims = random_dims(rng, a.dim())
+    if op == "prod" and isinstance(dims, tuple):
+        dims = dims[0]  # torch.prod takes one dim
+    for keepdim in (False, True):
+        if dims is None:
+            if keepdim:
+                continue
+            expected = getattr(torch, op)(ta)
+            assert_matches(getattr(a, op)(), expected)
+            assert_matches(getattr(pf, op)(a), expected)
+        else:
+            expected = getattr(torch, op)(ta, dims, keepdim=keepdim)
+            assert_matches(getattr(a, op)(dims, keepdim=keepdim), expected)
+            assert_matches(getattr(pf, op)(a, dim=dims, keepdim=keepdim), expected)
+        if a.dim() >= 2 and dims is not None:  # a non-contiguous input
+            t = a.transpose(0, -1)
+            tt = ta.transpose(0, -1)
+            assert_matches(getattr(t, op)(dims, keepdim=keepdim), getattr(torch, op)(tt, dims, keepdim=keepdim))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "int32", "int64"])
+def test_integer_sum_and_prod_promote_to_int64(dtype):
+    rng = np.random.default_rng(0)
+    a, ta = make_pair(rng, (3, 4), dtype, low=-3, high=4)
+    assert_matches(a.sum(), ta.sum())
+    assert_matches(a.sum(1), ta.sum(1))
+    assert_matches(a.prod(0), ta.prod(0))
+
+
+@pytest.mark.parametrize("name", ["float64", "int32", "float32"])
+def test_sum_dtype_argument(name):
+    a = pf.tensor([[1, 2], [3, 4]], dtype=pf.int16)
+    ta = torch.tensor([[1, 2], [3, 4]], dtype=torch.int16)
+    assert_matches(a.sum(dtype=pf_dtype(name)), ta.sum(dtype=torch_dtype(name)))
+    assert_matches(a.sum(0, dtype=pf_dtype(name)), ta.sum(0, dtype=torch_dtype(name)))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min_with_dim_returns_values_and_indices(seed, op):
+    rng = np.random.default_rng(seed)
+    shape = random_shape(rng, max_dims=3, max_size=5) or (3,)
+    a, ta = make_pair(rng, shape, "int64", low=0, high=4)  # ties: the first index wins
+    dim = int(rng.integers(-a.dim(), a.dim()))
+    for keepdim in (False, True):
+        got = getattr(a, op)(dim, keepdim=keepdim)
+        expected = getattr(ta, op)(dim, keepdim=keepdim)
+        assert_matches(got.values, expected.values)
+        assert_matches(got.indices, expected.indices)
+        values, indices = got
+        assert_matches(values, expected[0])
+        assert type(got).__name__ == op
+    assert_matches(getattr(a, op)(), getattr(ta, op)())
+    b, tb = make_pair(rng, shape, "int64")
+    assert_matches(getattr(pf, op)(a, b), getattr(torch, op)(ta, tb))
+
+
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_argmax_argmin(op):
+    rng = np.random.default_rng(3)
+    a, ta = make_pair(rng, (4, 5, 3), "float32")
+    assert_matches(getattr(a, op)(), getattr(ta, op)())
+    for dim in (0, 1, -1):
+        for keepdim in (False, True):
+            assert_matches(getattr(pf, op)(a, dim, keepdim), getattr(torch, op)(ta, dim, keepdim))
+
+
+def test_nan_propagates_through_max():
+    t = pf.tensor([1.0, float("nan"), 3.0])
+    assert np.isnan(t.max().item())
+    assert np.isnan(t.amax().item())
+    assert t.argmax().item() == 1
+
+
+@pytest.mark.parametrize("op", ["any", "all"])
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int64", "float32"])
+def test_any_all(op, dtype):
+    data = [[0, 1, 0], [0, 0, 0], [1, 1, 1]]
+    a, ta = pf.tensor(data, dtype=pf_dtype(dtype)), torch.tensor(data, dtype=torch_dtype(dtype))
+    assert_matches(getattr(a, op)(), getattr(ta, op)())
+    for dim in (0, 1, -1):
+        assert_matches(getattr(a, op)(dim), getattr(ta, op)(dim))
+        assert_matches(getattr(a, op)(dim, keepdim=True), getattr(ta, op)(dim, keepdim=True))
+
+
+def test_reduction_errors():
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        pf.ones(2, 3).sum(5)
+    with pytest.raises(IndexError):
+        pf.ones(2, 3).max(2)
+
+
+def test_empty_sum_is_zero():
+    assert_matches(pf.zeros(0, 3).sum(0), torch.zeros(0, 3).sum(0))
+    assert pf.zeros(0).sum().item() == 0.0
