@@ -1,0 +1,34 @@
+// What the CUDA translation units (.cu) offer the host layer (plugin.cpp, matmul.cpp).
+// Plain C++ declarations only: no CUDA or Boost headers, so both compilers read it.
+#pragma once
+#include <vector>
+
+#include "plugflow/dtype.h"
+#include "plugflow/kernel.h"
+
+namespace plugflow::cuda {
+
+// One op's CUDA kernel and the dtypes it is registered for.
+struct KernelDef {
+  const char* op;
+  std::vector<DType> dtypes;
+  KernelFn fn;
+};
+
+std::vector<KernelDef> copy_kernels();     // copy.cu: fill copy arange linspace
+std::vector<KernelDef> random_kernels();   // random.cu: uniform normal randint
+std::vector<KernelDef> binary_kernels();   // binary.cu: arithmetic, bitwise, logical, compare
+std::vector<KernelDef> unary_kernels();    // unary.cu (includes unary_math_kernels)
+std::vector<KernelDef> unary_math_kernels();  // unary_math.cu: float math and activations
+std::vector<KernelDef> reduce_kernels();   // reduce.cu: sum prod mean amax amin max_dim min_dim argmax argmin
+std::vector<KernelDef> matmul_kernels();   // matmul.cpp: mm bmm (cuBLAS + integer kernel)
+
+// dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.
+void launch_copy(const Tensor& dst, const Tensor& src, void* stream);
+
+// out[b] = a[b] @ b[b] for the integer dtypes (no BLAS has them): a (B,M,K), b (B,K,N) with any
+// element strides (batch stride 0 allowed), out (B,M,N) with any strides. Accumulates in
+// 64 bits and wraps to the dtype like the CPU kernel.
+void launch_integer_bmm(const Tensor& out, const Tensor& a, const Tensor& b, void* stream);
+
+}  // namespace plugflow::cuda

@@ -1,0 +1,214 @@
+// mm and bmm. Floating dtypes go to cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx):
+// float32 in exact fp32 (no TF32, as PyTorch's default), float64 in fp64, and f16/bf16 with
+// float accumulation (reduced-precision split-K reductions disallowed). Integer dtypes use
+// launch_integer_bmm (matmul_int.cu).
+//
+// cuBLAS is column-major; a row-major C = A @ B is the column-major C^T = B^T @ A^T, so the
+// operands are passed swapped. A strided operand is read in place when it is row-major or
+// transposed row-major (any leading dimension); otherwise it is copied to a contiguous
+// buffer first.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "kernel_common.h"
+#include "launchers.h"
+
+namespace plugflow::cuda {
+namespace {
+
+#define PF_CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                            \
+    const cublasStatus_t pf_st_ = (expr);                                                         \
+    if (pf_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      PF_THROW(DeviceError, "cuBLAS error ", cublasGetStatusName(pf_st_), " (", cublasGetStatusString(pf_st_), \
+               ") in ", #expr);                                                                   \
+  } while (0)
+
+// One cuBLAS handle per device, created on first use. Calls on a handle are serialized: the
+// stream is set per call and a handle is not safe to reconfigure concurrently.
+struct BlasHandles {
+  std::mutex mutex;
+  std::vector<cublasHandle_t> handles;
+};
+BlasHandles& blas_handles() {
+  static BlasHandles h;  // never destroyed handles: see CachingAllocator's destructor
+  return h;
+}
+
+// Locks the device's handle, bound to `stream`, for one call.
+class BlasLease {
+ public:
+  BlasLease(int device, cudaStream_t stream) : lock_(blas_handles().mutex) {
+    auto& hs = blas_handles().handles;
+    if (hs.size() <= static_cast<size_t>(device)) hs.resize(static_cast<size_t>(device) + 1, nullptr);
+    if (hs[static_cast<size_t>(device)] == nullptr) {
+      cublasHandle_t h = nullptr;
+      PF_CUBLAS_CHECK(cublasCreate(&h));
+      // Float accumulation for f16/bf16 all the way (no reduced-precision split-K).
+      PF_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+      hs[static_cast<size_t>(device)] = h;
+    }
+    handle_ = hs[static_cast<size_t>(device)];
+    PF_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  }
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+// How cuBLAS can read a row-major (rows x cols) matrix with element strides (s0, s1) in
+// place: as is (row-major, ld = s0) or as a transposed row-major one (column-major, ld = s1).
+// ld follows the BLAS rule ld >= max(1, row length); size-1 dims may have any stride.
+struct BlasView {
+  bool transposed;  // column-major storage
+  int64_t ld;
+};
+std::optional<BlasView> blas_view(int64_t rows, int64_t cols, int64_t s0, int64_t s1) {
+  if ((cols == 1 || s1 == 1) && (rows == 1 || s0 >= std::max<int64_t>(1, cols)))
+    return BlasView{false, rows == 1 ? std::max<int64_t>(1, cols) : s0};
+  if ((rows == 1 || s0 == 1) && (cols == 1 || s1 >= std::max<int64_t>(1, rows)))
+    return BlasView{true, cols == 1 ? std::max<int64_t>(1, rows) : s1};
+  return std::nullopt;
+}
+
+struct BlasTypes {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+};
+BlasTypes blas_types(DType t) {
+  switch (t) {
+    case DType::Float32: return {CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case DType::Float64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case DType::Float16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case DType::BFloat16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    default: PF_THROW(TypeError, "cuBLAS matmul: unsupported dtype ", dtype_name(t));
+  }
+}
+
+// An operand prepared for cuBLAS: the tensor actually read (the input or a contiguous copy)
+// and how to read one matrix of it.
+struct Operand {
+  Tensor tensor;
+  BlasView view;
+  int64_t batch_stride;  // elements
+};
+
+Operand prepare(const Tensor& t, bool batched, const KernelScope& scope) {
+  const int64_t bd = batched ? 1 : 0;
+  const int64_t rows = t.sizes()[bd], cols = t.sizes()[bd + 1];
+  if (auto v = blas_view(rows, cols, t.strides()[bd], t.strides()[bd + 1]); v && v->ld <= INT_MAX)
+    return {t, *v, batched ? t.strides()[0] : 0};
+  Tensor dense = Tensor::empty(t.sizes(), t.dtype(), t.device());
+  launch_copy(dense, t, scope.stream);
+  return {dense, BlasView{false, std::max<int64_t>(1, cols)}, batched ? rows * cols : 0};
+}
+
+// C (batch x M x N, contiguous) = A @ B through cuBLAS.
+void blas_matmul(const Tensor& c, const Tensor& a, const Tensor& b, bool batched, const KernelScope& scope) {
+  const int64_t bd = batched ? 1 : 0;
+  const int64_t batch = batched ? a.sizes()[0] : 1;
+  const int64_t M = a.sizes()[bd], K = a.sizes()[bd + 1], N = b.sizes()[bd + 1];
+  PF_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, "matrix multiply: sizes beyond 2^31-1 are not supported by cuBLAS (",
+           M, "x", K, " @ ", K, "x", N, ")");
+  const Operand A = prepare(a, batched, scope), B = prepare(b, batched, scope);
+  const BlasTypes types = blas_types(a.dtype());
+  // alpha/beta have the compute type's C type.
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool f64 = types.compute == CUBLAS_COMPUTE_64F;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f);
+  const void* beta = f64 ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f);
+  // Swapped operands: C^T (N x M) = op(B) (N x K) @ op(A) (K x M), column-major.
+  const cublasOperation_t op_b = B.view.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = A.view.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+  const int ldb = static_cast<int>(B.view.ld), lda = static_cast<int>(A.view.ld), ldc = std::max(1, m);
+
+  BlasLease blas(scope.device, scope.stream);
+  if (!batched) {
+    PF_CUBLAS_CHECK(cublasGemmEx(blas.get(), op_b, op_a, m, n, k, alpha, B.tensor.data_ptr(), types.data, ldb,
+                                 A.tensor.data_ptr(), types.data, lda, beta, c.data_ptr(), types.data, ldc,
+                                 types.compute, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  // Batches in groups cuBLAS's grid can hold.
+  constexpr int64_t kMaxBatch = 65535;
+  const int64_t isz = static_cast<int64_t>(a.itemsize());
+  for (int64_t b0 = 0; b0 < batch; b0 += kMaxBatch) {
+    const int count = static_cast<int>(std::min(kMaxBatch, batch - b0));
+    const char* bp = static_cast<const char*>(B.tensor.data_ptr()) + b0 * B.batch_stride * isz;
+    const char* ap = static_cast<const char*>(A.tensor.data_ptr()) + b0 * A.batch_stride * isz;
+    char* cp = static_cast<char*>(c.data_ptr()) + b0 * M * N * isz;
+    PF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas.get(), op_b, op_a, m, n, k, alpha, bp, types.data, ldb,
+                                               B.batch_stride, ap, types.data, lda, A.batch_stride, beta, cp,
+                                               types.data, ldc, M * N, count, types.compute, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+// A (1, rows, cols) view of a matrix, for the batched integer kernel.
+Tensor with_batch_dim(const Tensor& t) {
+  Shape sizes = t.sizes(), strides = t.strides();
+  sizes.insert(sizes.begin(), 1);
+  strides.insert(strides.begin(), 0);
+  return Tensor::view_of(t.storage(), sizes, strides, t.offset(), t.dtype());
+}
+
+// Shared by mm (no batch dim) and bmm.
+void matmul(KernelContext& ctx, bool batched) {
+  KernelScope scope(ctx);
+  const Tensor &a = ctx.input(0), &b = ctx.input(1);
+  const Tensor& out = ctx.output(0);
+  const int64_t bd = batched ? 1 : 0;
+  PF_CHECK_T(a.dim() == bd + 2 && b.dim() == bd + 2 && out.dim() == bd + 2, ValueError, "cuda '", ctx.op.name,
+             "' expects ", bd + 2, "-d operands, got ", shape_str(a.sizes()), ", ", shape_str(b.sizes()), " -> ",
+             shape_str(out.sizes()));
+  const int64_t M = a.sizes()[bd], K = a.sizes()[bd + 1], N = b.sizes()[bd + 1];
+  PF_CHECK_T(b.sizes()[bd] == K && out.sizes()[bd] == M && out.sizes()[bd + 1] == N &&
+                 (!batched || (b.sizes()[0] == a.sizes()[0] && out.sizes()[0] == a.sizes()[0])),
+             ValueError, "cuda '", ctx.op.name, "': shapes ", shape_str(a.sizes()), " and ", shape_str(b.sizes()),
+             " cannot be multiplied into ", shape_str(out.sizes()));
+  PF_CHECK(a.dtype() == b.dtype() && out.dtype() == a.dtype(), "cuda '", ctx.op.name, "' expects one dtype, got ",
+           dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " -> ", dtype_name(out.dtype()));
+  if (out.numel() == 0) return;
+  if (!is_floating(a.dtype())) {
+    if (batched) launch_integer_bmm(out, a, b, scope.stream);
+    else launch_integer_bmm(with_batch_dim(out), with_batch_dim(a), with_batch_dim(b), scope.stream);
+    return;
+  }
+  // cuBLAS writes a contiguous result; any other output layout goes through a temporary.
+  if (!out.is_contiguous()) {
+    Tensor tmp = Tensor::empty(out.sizes(), out.dtype(), out.device());
+    std::vector<Tensor> outs{tmp};
+    KernelContext inner{ctx.op, ctx.inputs, outs, ctx.attrs, ctx.device, scope.stream};
+    matmul(inner, batched);
+    launch_copy(out, tmp, scope.stream);
+    return;
+  }
+  if (K == 0) {  // an empty sum: zeros (with k == 0 cuBLAS only scales C by beta)
+    PF_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, static_cast<size_t>(out.numel()) * out.itemsize(), scope.stream));
+    return;
+  }
+  blas_matmul(out, a, b, batched, scope);
+}
+
+void mm_kernel(KernelContext& ctx) { matmul(ctx, false); }
+void bmm_kernel(KernelContext& ctx) { matmul(ctx, true); }
+
+}  // namespace
+
+std::vector<KernelDef> matmul_kernels() {
+  std::vector<DType> numeric;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (static_cast<DType>(i) != DType::Bool) numeric.push_back(static_cast<DType>(i));
+  return {{"mm", numeric, &mm_kernel}, {"bmm", numeric, &bmm_kernel}};
+}
+
+}  // namespace plugflow::cuda

@@ -1,0 +1,158 @@
+// The CUDA caching allocator's pool logic (plugins/cuda/src/allocator.h) against a fake raw
+// memory source: rounding, reuse, statistics, releasing the cache, out-of-memory handling.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "allocator.h"
+#include "plugflow/error.h"
+
+namespace {
+
+using plugflow::cuda::CachingAllocator;
+using plugflow::cuda::RawMemory;
+
+constexpr size_t MiB = size_t{1} << 20;
+
+// Hands out fake addresses from a counter and enforces a capacity.
+struct FakeStats {
+  size_t capacity = 1024 * MiB, used = 0;
+  int mallocs = 0, frees = 0, failures = 0;
+};
+class FakeMemory final : public RawMemory {
+ public:
+  explicit FakeMemory(FakeStats* stats) : s_(stats) {}
+  void* malloc(size_t nbytes, std::string& why) override {
+    if (s_->used + nbytes > s_->capacity) {
+      ++s_->failures;
+      why = "fake device full";
+      return nullptr;
+    }
+    ++s_->mallocs;
+    s_->used += nbytes;
+    void* p = reinterpret_cast<void*>(next_);
+    next_ += nbytes + 4096;
+    sizes_[p] = nbytes;
+    return p;
+  }
+  void free(void* ptr) override {
+    ++s_->frees;
+    s_->used -= sizes_.at(ptr);
+    sizes_.erase(ptr);
+  }
+  std::string name() const override { return "fake:0"; }
+
+ private:
+  FakeStats* s_;
+  uintptr_t next_ = 0x10000000;
+  std::map<void*, size_t> sizes_;
+};
+
+struct CudaAllocatorTest : ::testing::Test {
+  FakeStats stats;
+  CachingAllocator alloc{std::make_unique<FakeMemory>(&stats)};
+};
+
+TEST(CudaAllocator, RoundsToFewSizes) {
+  EXPECT_EQ(CachingAllocator::round_size(1), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(512), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024u);
+  EXPECT_EQ(CachingAllocator::round_size(MiB), MiB);
+  EXPECT_EQ(CachingAllocator::round_size(MiB + 1), 2 * MiB);
+  EXPECT_EQ(CachingAllocator::round_size(3 * MiB), 4 * MiB);
+  EXPECT_EQ(CachingAllocator::round_size(64 * MiB), 64 * MiB);
+}
+
+TEST_F(CudaAllocatorTest, ZeroBytesAllocateNothing) {
+  EXPECT_EQ(alloc.allocate(0), nullptr);
+  EXPECT_EQ(stats.mallocs, 0);
+  EXPECT_TRUE(alloc.deallocate(nullptr));
+}
+
+TEST_F(CudaAllocatorTest, ReusesFreedBlocksOfSimilarSize) {
+  void* a = alloc.allocate(1000);
+  ASSERT_TRUE(alloc.deallocate(a));
+  EXPECT_EQ(alloc.allocate(900), a) << "same size class: the cached block comes back";
+  EXPECT_EQ(stats.mallocs, 1);
+
+  void* big = alloc.allocate(10 * MiB);
+  ASSERT_TRUE(alloc.deallocate(big));
+  EXPECT_EQ(alloc.allocate(9 * MiB), big) << "within a quarter of the request";
+  ASSERT_TRUE(alloc.deallocate(big));
+  void* small = alloc.allocate(2 * MiB);
+  EXPECT_NE(small, big) << "a 10 MiB block must not serve a 2 MiB request";
+  EXPECT_EQ(stats.mallocs, 3);
+}
+
+TEST_F(CudaAllocatorTest, SmallAndLargePoolsAreSeparate) {
+  void* large = alloc.allocate(2 * MiB);
+  ASSERT_TRUE(alloc.deallocate(large));
+  EXPECT_NE(alloc.allocate(MiB), large);
+}
+
+TEST_F(CudaAllocatorTest, TracksAllocatedPeakAndReservedBytes) {
+  void* a = alloc.allocate(3 * MiB);  // 4 MiB block
+  void* b = alloc.allocate(100);      // 512 B block
+  EXPECT_EQ(alloc.allocated_bytes(), 4 * MiB + 512);
+  EXPECT_EQ(alloc.peak_allocated_bytes(), 4 * MiB + 512);
+  ASSERT_TRUE(alloc.deallocate(a));
+  EXPECT_EQ(alloc.allocated_bytes(), 512u);
+  EXPECT_EQ(alloc.peak_allocated_bytes(), 4 * MiB + 512);
+  EXPECT_EQ(alloc.reserved_bytes(), 4 * MiB + 512) << "freed blocks stay reserved in the cache";
+  alloc.reset_peak();
+  EXPECT_EQ(alloc.peak_allocated_bytes(), 512u);
+  ASSERT_TRUE(alloc.deallocate(b));
+  EXPECT_EQ(alloc.allocated_bytes(), 0u);
+}
+
+TEST_F(CudaAllocatorTest, EmptyCacheReturnsFreeBlocksOnly) {
+  void* a = alloc.allocate(5 * MiB);
+  void* b = alloc.allocate(5 * MiB);
+  ASSERT_TRUE(alloc.deallocate(a));
+  EXPECT_EQ(alloc.cached_blocks(), 1u);
+  alloc.empty_cache();
+  EXPECT_EQ(stats.frees, 1);
+  EXPECT_EQ(alloc.cached_blocks(), 0u);
+  EXPECT_EQ(alloc.reserved_bytes(), alloc.allocated_bytes());
+  EXPECT_EQ(stats.used, 6 * MiB) << "the live block stays";
+  ASSERT_TRUE(alloc.deallocate(b));
+}
+
+TEST_F(CudaAllocatorTest, OutOfMemoryReleasesTheCacheAndRetries) {
+  stats.capacity = 10 * MiB;
+  void* a = alloc.allocate(6 * MiB);
+  ASSERT_TRUE(alloc.deallocate(a));  // cached: the fake device now has 4 MiB free
+  void* b = alloc.allocate(8 * MiB);
+  EXPECT_NE(b, nullptr);
+  EXPECT_EQ(stats.failures, 1);
+  EXPECT_EQ(stats.frees, 1) << "the cached 6 MiB block was returned to make room";
+  EXPECT_EQ(alloc.reserved_bytes(), 8 * MiB);
+}
+
+TEST_F(CudaAllocatorTest, OutOfMemoryIsADeviceErrorThatSaysWhy) {
+  stats.capacity = 4 * MiB;
+  void* keep = alloc.allocate(3 * MiB);
+  try {
+    alloc.allocate(3 * MiB);
+    FAIL() << "expected DeviceError";
+  } catch (const plugflow::DeviceError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("CUDA out of memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fake:0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fake device full"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4.0 MiB allocated"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(alloc.allocated_bytes(), 4 * MiB) << "a failed allocation changes nothing";
+  ASSERT_TRUE(alloc.deallocate(keep));
+}
+
+TEST_F(CudaAllocatorTest, RejectsPointersItDidNotAllocate) {
+  int local = 0;
+  EXPECT_FALSE(alloc.deallocate(&local));
+  void* a = alloc.allocate(64);
+  ASSERT_TRUE(alloc.deallocate(a));
+  EXPECT_FALSE(alloc.deallocate(a)) << "a double free is rejected, not cached twice";
+}
+
+}  // namespace
