@@ -18,6 +18,10 @@ from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, 
                         linspace, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
                         randn_like, randint_like)
 from . import return_types, cuda
+from . import autograd  # noqa: E402
+from .autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled,  # noqa: E402
+                       is_inference_mode_enabled)
+from . import nn  # noqa: E402  (nn.functional; bindings must exist first)
 
 __version__ = _C.version()
 
@@ -34,3 +38,5 @@ int = int32  # noqa: A001
 short = int16
 
 _C.ensure_initialized()
+
+from . import distributed  # noqa: E402,F401  (plugflow.distributed after `import plugflow`)

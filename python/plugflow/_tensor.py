@@ -2,10 +2,8 @@
 
 plugflow.Tensor is the C++ class from _C (so every op returns exactly this type); the methods
 here are the ones where Python is the clearer language and speed does not matter: printing,
-formatting, the new_* constructors, repeat, deepcopy.
+formatting, the new_* constructors, deepcopy.
 """
-
-import operator
 
 from . import _C, _creation, _tensor_str
 from ._C import Tensor
@@ -56,27 +54,6 @@ def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
                             requires_grad=requires_grad)
 
 
-def repeat(self, *sizes):
-    """Tile the tensor: repeat(2, 3) on a (a, b) tensor gives (2a, 3b).
-
-    Composed from views: each dim d of size s becomes a (r, s) pair of a broadcast (stride-0)
-    repeat dim and the data dim, which one reshape turns into a copy of r * s rows.
-    """
-    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
-        sizes = sizes[0]
-    sizes = [operator.index(s) for s in sizes]
-    if len(sizes) < self.dim():
-        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions "
-                           "of tensor")
-    src = self.reshape((1,) * (len(sizes) - self.dim()) + tuple(self.shape))
-    interleaved, expanded, final = [], [], []
-    for r, s in zip(sizes, src.shape):
-        interleaved += [1, s]
-        expanded += [r, s]
-        final.append(r * s)
-    return src.reshape(interleaved).expand(expanded).reshape(final)
-
-
 def __deepcopy__(self, memo):
     if id(self) in memo:
         return memo[id(self)]
@@ -99,7 +76,7 @@ def _install():
     Tensor.__format__ = _format
     Tensor.__deepcopy__ = __deepcopy__
     Tensor.__module__ = "plugflow"
-    for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor, repeat):
+    for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor):
         setattr(Tensor, fn.__name__, fn)
     _C.dtype.__module__ = "plugflow"
     _C.device.__module__ = "plugflow"

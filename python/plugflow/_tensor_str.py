@@ -159,6 +159,8 @@ def _tensor_str(t, indent):
         return "[]"
     from . import _C
 
+    t = t.detach()  # formatting reads values only: no autograd records
+
     summarize = t.numel() > PRINT_OPTS.threshold
     if t.dtype is _C.float16 or t.dtype is _C.bfloat16:
         t = t.float()  # format as PyTorch does: through float32

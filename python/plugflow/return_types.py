@@ -1,6 +1,6 @@
 """Named tuples returned by reductions with indices (torch.return_types)."""
 
-__all__ = ["max", "min"]
+__all__ = ["max", "min", "sort", "topk"]
 
 
 def _structseq(name, fields):
@@ -30,3 +30,5 @@ def _structseq(name, fields):
 
 max = _structseq("max", ("values", "indices"))
 min = _structseq("min", ("values", "indices"))
+sort = _structseq("sort", ("values", "indices"))
+topk = _structseq("topk", ("values", "indices"))

@@ -52,8 +52,7 @@ class PyFunctionNode : public ag::Node {
     return out;
   }
   void release_saved() override {
-    for (auto& s : saved_) s.release();
-    released_ = !saved_.empty();
+    for (auto& s : saved_) released_ = s.release() || released_;
   }
   std::vector<ag::SavedTensor> saved_;
 
@@ -81,13 +80,22 @@ std::vector<Tensor> tensors_or_empty(py::handle seq) {
   return out;
 }
 
-// Python hook -> GradHook: the hook returns a replacement tensor or None.
+// Python hook -> GradHook: the hook returns a replacement tensor (same shape and dtype, as
+// PyTorch checks) or None.
 ag::GradHook make_hook(py::function fn) {
   auto holder = std::make_shared<py::function>(std::move(fn));
   return [holder](const Tensor& g) -> Tensor {
     py::gil_scoped_acquire gil;
     py::object r = (*holder)(g);
-    return r.is_none() ? Tensor() : r.cast<Tensor>();
+    if (r.is_none()) return Tensor();
+    if (!py::isinstance<Tensor>(r))
+      PF_THROW(TypeError, "expected a Tensor or None from a gradient hook, got ", py::str(py::type::of(r)).cast<std::string>());
+    Tensor t = r.cast<Tensor>();
+    auto name = [&] { return py::str(py::getattr(*holder, "__name__", py::repr(*holder))).cast<std::string>(); };
+    PF_CHECK(t.sizes() == g.sizes(), "hook '", name(), "' has changed the size of value");
+    PF_CHECK(t.dtype() == g.dtype(), "hook '", name(), "' has changed the type of value (was ", dtype_name(g.dtype()),
+             " got ", dtype_name(t.dtype()), ")");
+    return t;
   };
 }
 
@@ -245,6 +253,8 @@ void bind_autograd(py::module_& m) {
                          [](const Tensor& t, py::handle gradient, py::handle retain_graph, bool create_graph,
                             py::handle inputs) {
                            const bool retain = retain_graph.is_none() ? create_graph : retain_graph.cast<bool>();
+                           PF_CHECK(inputs.is_none() || py::len(inputs) > 0,
+                                    "'inputs' argument to backward() cannot be empty.");
                            std::vector<Tensor> grads;
                            if (!gradient.is_none()) grads.push_back(gradient.cast<Tensor>());
                            ag::backward({t}, grads, retain, create_graph, tensors_or_empty(inputs));

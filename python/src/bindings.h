@@ -7,4 +7,19 @@ void bind_runtime(pybind11::module_& m);      // runtime_bindings.cpp: init, plu
 void bind_tensor(pybind11::module_& m);       // tensor_bindings.cpp: dtype, device, Tensor, ops
 void bind_distributed(pybind11::module_& m);  // distributed_bindings.cpp: communicators
 void bind_autograd(pybind11::module_& m);     // autograd_bindings.cpp: grad mode, backward, hooks, Function
+void bind_shape(pybind11::module_& m);
+void bind_reduction(pybind11::module_& m);    // reduction_bindings.cpp: var, std, logsumexp, norm, cumsum, softmax, ...        // shape_bindings.cpp: cat, stack, split, sort, topk, unique, pad, ...
+void bind_math(pybind11::module_& m);         // math_bindings.cpp: clamp, lerp, addcmul, activations, addmm, einsum, out=
+void bind_indexing(pybind11::module_& m);     // indexing_bindings.cpp: gather, scatter, index_select, where, ...
 }  // namespace plugflow::python
+
+namespace plugflow {
+class Tensor;
+namespace python {
+// Advanced indexing for Tensor.__getitem__/__setitem__ (indexing_bindings.cpp): keys that hold
+// a tensor, a sequence or a bool go there; ints, slices, None and ... alone stay views.
+bool is_advanced_index(pybind11::handle index);
+Tensor advanced_getitem(const Tensor& self, pybind11::handle index);
+void advanced_setitem(Tensor& self, pybind11::handle index, pybind11::handle value);
+}  // namespace python
+}  // namespace plugflow

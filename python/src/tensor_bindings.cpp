@@ -562,6 +562,8 @@ Tensor index_tensor(const Tensor& self, py::handle index) {
       return select_checked(self, 0, to_int(index, "index"), 0);
     }
   }
+  // Tensors, sequences and bools: advanced indexing (a copy), in indexing_bindings.cpp.
+  if (is_advanced_index(index)) return advanced_getitem(self, index);
   py::tuple items = PyTuple_Check(index.ptr()) ? py::reinterpret_borrow<py::tuple>(index) : py::make_tuple(index);
 
   // Classify once; count the indices that consume a dimension.
@@ -614,6 +616,7 @@ Tensor index_tensor(const Tensor& self, py::handle index) {
 
 // t[index] = value: value is a tensor (broadcast), a number, or nested sequences.
 void set_index(Tensor& self, py::handle index, py::handle value) {
+  if (is_advanced_index(index)) return advanced_setitem(self, index, value);  // index_put_
   Tensor view = index_tensor(self, index);
   Scalar s;
   if (to_scalar(value, s)) {
@@ -760,20 +763,10 @@ py::object max_min(bool is_max, const Tensor& self, py::handle dim_or_other, boo
   return make_return_pair(is_max, std::move(values), std::move(indices));
 }
 
-// any()/all() composed from ne and sum: no dedicated kernels needed, same answers.
+// any()/all(): the reduction family's kernels (bool output; uint8 stays uint8, as in PyTorch).
 Tensor any_all(bool is_all, const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
-  Tensor nonzero = ops::binary(kNe, self, Scalar(false));
-  Shape dims;
-  int64_t reduced = self.numel();
-  if (dim) {
-    const int64_t d = ops::wrap_dim(*dim, self.dim());
-    dims = {d};
-    reduced = self.dim() == 0 ? 1 : self.sizes()[d];
-  }
-  Tensor count = ops::reduce(kSum, nonzero, dims, keepdim, DType::Int64);
-  Tensor r = is_all ? ops::binary(kEq, count, Scalar(reduced)) : ops::binary(kGt, count, Scalar(int64_t{0}));
-  // PyTorch keeps uint8 for uint8 inputs (a legacy of masks before bool existed).
-  return self.dtype() == DType::UInt8 ? ops::to(r, std::nullopt, DType::UInt8) : r;
+  const Shape dims = dim ? Shape{*dim} : Shape{};
+  return is_all ? ops::all(self, dims, keepdim) : ops::any(self, dims, keepdim);
 }
 
 // ============================================================================================

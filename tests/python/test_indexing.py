@@ -93,10 +93,9 @@ def test_index_errors():
         pf.ones(2, 2)[..., 0, ...]
     with pytest.raises(IndexError, match="0-dim"):
         pf.tensor(1.0)[0]
-    with pytest.raises(NotImplementedError, match="advanced indexing"):
-        pf.ones(3)[[0, 2]]
-    with pytest.raises(NotImplementedError, match="advanced indexing"):
-        pf.ones(3)[pf.tensor([True, False, True])]
+    # Advanced indexing (lists, tensors, masks) is tested in test_indexing_ops.py.
+    with pytest.raises(IndexError, match="index 3 is out of bounds for dimension 0 with size 3"):
+        pf.ones(3)[[0, 3]]
 
 
 def test_special_index_kinds():

@@ -74,9 +74,15 @@ struct PF_API AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;
   bool retains_grad = false;
-  std::vector<GradHook> hooks;  // leaf hooks run in AccumulateGrad; others as node pre-hooks
+  // register_hook's hooks, by handle (a removed one is emptied). Leaf hooks run in
+  // AccumulateGrad; a non-leaf's are also installed as pre-hooks of its grad_fn.
+  std::vector<std::shared_ptr<GradHook>> hooks;
   // View tracking: an in-place op on a view rewrites its base's history (CopySlices).
   std::shared_ptr<TensorImpl> view_base;  // the root base, null when not a view
+  // The storage version when this view's grad_fn was set. An in-place write to the base (or
+  // another view of it) bumps the version; the view's history is then rebuilt from the
+  // base's current one on next use (AsStridedBackward0), as PyTorch does.
+  uint32_t view_version = 0;
 };
 
 }  // namespace plugflow
@@ -118,7 +124,8 @@ class PF_API SavedTensor {
   // Throws when the tensor was modified in place since it was saved, or was freed by an
   // earlier backward without retain_graph. `owner` is the node that saved it.
   Tensor unpack(const std::shared_ptr<Node>& owner) const;
-  void release();
+  // Frees the tensor; false for an undefined placeholder (nothing was saved).
+  bool release();
 
  private:
   Tensor tensor_;  // inputs: the tensor itself; outputs: an alias without autograd state
@@ -144,10 +151,9 @@ class PF_API Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr;
   // Metadata of each forward output, to check and materialize incoming gradients.
   std::vector<TensorMeta> output_meta;
-  // Hooks of non-leaf outputs, keyed by output_nr, run before apply.
+  // Hooks of non-leaf outputs (register_hook, and retain_grad's), keyed by output_nr, run
+  // before apply in registration order.
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
-  // Non-leaf outputs whose .grad is retained (retain_grad): the tensor impls, weakly.
-  std::vector<std::pair<uint32_t, std::weak_ptr<TensorImpl>>> retained;
 };
 
 // A node whose backward is a closure; most ops use this.

@@ -63,9 +63,105 @@ AutogradMeta& meta(const Tensor& t) {
   if (!m) m = std::make_shared<AutogradMeta>();
   return *m;
 }
-const AutogradMeta* meta_if(const Tensor& t) { return t.defined() ? t.impl()->autograd.get() : nullptr; }
-
 bool differentiable(DType t) { return is_floating(t); }
+
+// The storage extent (in elements) that a dense buffer needs so that both geometries fit.
+int64_t storage_extent(const Shape& sizes, const Shape& strides, int64_t offset, const Shape& vsizes,
+                       const Shape& vstrides, int64_t voffset) {
+  auto last = [](const Shape& sz, const Shape& st, int64_t off) {
+    for (size_t d = 0; d < sz.size(); ++d) {
+      if (sz[d] == 0) return off;  // empty: touches nothing
+      off += (sz[d] - 1) * st[d];
+    }
+    return off;
+  };
+  return std::max(last(sizes, strides, offset), last(vsizes, vstrides, voffset)) + 1;
+}
+
+// The backward of "view = as_strided(base)": the gradient is scattered into zeros laid out
+// like the base, through the view's geometry relative to the same storage.
+std::shared_ptr<FunctionNode> as_strided_backward(const Tensor& base, const Tensor& view) {
+  return make_node("AsStridedBackward0",
+                   [sizes = base.sizes(), dtype = base.dtype(), dev = base.device(), vs = view.sizes(),
+                    vst = view.strides(), vo = view.offset(), bst = base.strides(),
+                    bo = base.offset()](const std::vector<Tensor>& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+                     Tensor storage = ops::zeros({storage_extent(sizes, bst, bo, vs, vst, vo)}, dtype, dev);
+                     Tensor gb = ops::as_strided(storage, sizes, bst, bo);
+                     Tensor gv = ops::as_strided(storage, vs, vst, vo);
+                     ops::copy_(gv, g[0]);
+                     return {gb};
+                   });
+}
+
+// A pre-hook calling a registered hook (a no-op once removed).
+GradHook call_hook(std::shared_ptr<GradHook> hook) {
+  return [hook = std::move(hook)](const Tensor& g) { return *hook ? (*hook)(g) : Tensor(); };
+}
+
+// retain_grad's pre-hook: accumulates the gradient into the tensor's .grad (with history
+// under create_graph, else a private copy), and leaves the gradient flowing on unchanged.
+// `owner` is the node it is installed on: once an in-place op gives the tensor a new grad_fn,
+// the hook moves there (PyTorch: .grad is the gradient of the tensor's current value).
+GradHook retain_hook(std::weak_ptr<TensorImpl> weak, const Node* owner) {
+  return [weak = std::move(weak), owner](const Tensor& g) -> Tensor {
+    auto impl = weak.lock();
+    if (!impl || !impl->autograd || impl->autograd->grad_fn.get() != owner) return {};
+    const Tensor t(impl);
+    const bool create_graph = is_grad_enabled();
+    Tensor mine = create_graph ? g : ops::clone(detach(g));
+    Tensor old = grad(t);
+    set_grad(t, !old.defined() ? mine : create_graph ? ops::add(old, mine) : ops::binary_("add", old, mine));
+    return {};
+  };
+}
+
+// Moves a non-leaf's hooks onto its new grad_fn (after an in-place op or a view refresh).
+void install_hooks(Node& fn, const AutogradMeta& m, const Tensor& t) {
+  for (const auto& h : m.hooks) fn.pre_hooks.emplace_back(0, call_hook(h));
+  if (m.retains_grad) fn.pre_hooks.emplace_back(0, retain_hook(t.impl_ptr(), &fn));
+}
+
+// A view whose storage was written since its history was set (an in-place op on the base or
+// on another view of it) gets a new grad_fn reading from the base's current history.
+void refresh_view(const Tensor& t, AutogradMeta& m) {
+  m.view_version = t.storage()->version();
+  if (m.requires_grad || !differentiable(t.dtype())) return;  // a leaf made from a view keeps being one
+  const Tensor base(m.view_base);
+  const AutogradMeta* bm = base.impl()->autograd.get();  // a root: never a view itself
+  if (!bm || (!bm->requires_grad && !bm->grad_fn)) return;
+  auto fn = as_strided_backward(base, t);
+  fn->next_edges = {gradient_edge(base)};
+  fn->output_meta = {{t.sizes(), t.dtype(), t.device()}};
+  install_hooks(*fn, m, t);
+  m.grad_fn = std::move(fn);
+  m.output_nr = 0;
+}
+
+const AutogradMeta* meta_if(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  AutogradMeta* m = t.impl()->autograd.get();
+  if (m && m->view_base && m->view_version != t.storage()->version()) refresh_view(t, *m);
+  return m;
+}
+
+// PyTorch's legacy type names in messages: "plugflow.FloatTensor", "plugflow.cuda.LongTensor".
+std::string legacy_type_name(const Tensor& t) {
+  const char* base = "Tensor";
+  switch (t.dtype()) {
+    case DType::Bool: base = "BoolTensor"; break;
+    case DType::UInt8: base = "ByteTensor"; break;
+    case DType::Int8: base = "CharTensor"; break;
+    case DType::Int16: base = "ShortTensor"; break;
+    case DType::Int32: base = "IntTensor"; break;
+    case DType::Int64: base = "LongTensor"; break;
+    case DType::Float16: base = "HalfTensor"; break;
+    case DType::BFloat16: base = "BFloat16Tensor"; break;
+    case DType::Float32: base = "FloatTensor"; break;
+    case DType::Float64: base = "DoubleTensor"; break;
+  }
+  const Device d = t.device();
+  return std::string("plugflow.") + (d.is_cpu() ? "" : std::string(device_type_name(d.type)) + ".") + base;
+}
 
 }  // namespace
 
@@ -77,8 +173,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!g.defined()) return {};
   Tensor leaf(leaf_);
   AutogradMeta& m = meta(leaf);
-  for (auto& hook : m.hooks) {
-    Tensor r = hook(g);
+  for (const auto& hook : m.hooks) {
+    if (!*hook) continue;  // removed
+    Tensor r = (*hook)(g);
     if (r.defined()) g = r;
   }
   if (!is_grad_enabled()) {  // plain backward: .grad never carries history
@@ -114,6 +211,7 @@ std::shared_ptr<Node> grad_fn(const Tensor& t) {
 
 void set_requires_grad(const Tensor& t, bool value) {
   if (!value && !requires_grad(t)) return;
+  if (value && !is_leaf(t)) return;  // a non-leaf already requires grad
   PF_CHECK(is_leaf(t), "you can only change requires_grad flags of leaf variables.",
            value ? "" : " If you want to use a computed variable in a subgraph that doesn't require differentiation "
                         "use var_no_grad = var.detach().");
@@ -142,7 +240,7 @@ void retain_grad(const Tensor& t) {
   AutogradMeta& m = meta(t);
   if (m.retains_grad) return;
   m.retains_grad = true;
-  m.grad_fn->retained.emplace_back(m.output_nr, t.impl_ptr());
+  m.grad_fn->pre_hooks.emplace_back(m.output_nr, retain_hook(t.impl_ptr(), m.grad_fn.get()));
 }
 
 bool retains_grad(const Tensor& t) {
@@ -153,20 +251,16 @@ bool retains_grad(const Tensor& t) {
 size_t register_hook(const Tensor& t, GradHook hook) {
   PF_CHECK(requires_grad(t), "cannot register a hook on a tensor that doesn't require gradient");
   AutogradMeta& m = meta(t);
-  m.hooks.push_back(hook);
-  if (m.grad_fn) m.grad_fn->pre_hooks.emplace_back(m.output_nr, std::move(hook));
+  auto holder = std::make_shared<GradHook>(std::move(hook));
+  m.hooks.push_back(holder);
+  if (m.grad_fn) m.grad_fn->pre_hooks.emplace_back(m.output_nr, call_hook(holder));
   return m.hooks.size() - 1;
 }
 
 void remove_hook(const Tensor& t, size_t handle) {
   AutogradMeta& m = meta(t);
   if (handle >= m.hooks.size()) return;
-  m.hooks[handle] = [](const Tensor&) { return Tensor(); };  // keeps other handles stable
-  if (m.grad_fn) {
-    size_t seen = 0;
-    for (auto& [nr, h] : m.grad_fn->pre_hooks)
-      if (nr == m.output_nr && seen++ == handle) h = [](const Tensor&) { return Tensor(); };
-  }
+  *m.hooks[handle] = nullptr;  // every copy installed on a node sees it gone; handles stay stable
 }
 
 Tensor detach(const Tensor& t) {
@@ -174,7 +268,7 @@ Tensor detach(const Tensor& t) {
 }
 
 Edge gradient_edge(const Tensor& t) {
-  AutogradMeta* m = t.impl()->autograd.get();
+  AutogradMeta* m = const_cast<AutogradMeta*>(meta_if(t));
   if (!m) return {};
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (!m->requires_grad) return {};
@@ -210,10 +304,10 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
   if (now != version_) {
     std::string produced;
     if (output_nr_ >= 0) produced = ", which is output " + std::to_string(output_nr_) + " of " + owner->name() + ",";
-    else if (auto fn = grad_fn(tensor_)) produced = ", which is output " + std::to_string(meta_if(tensor_)->output_nr) +
-                                                    " of " + fn->name() + ",";
+    else if (auto fn = grad_fn(tensor_))  // its current grad_fn, as PyTorch reports it
+      produced = ", which is output " + std::to_string(meta_if(tensor_)->output_nr) + " of " + fn->name() + ",";
     PF_THROW(Error, "one of the variables needed for gradient computation has been modified by an inplace "
-                    "operation: [", dtype_name(tensor_.dtype()), " ", shape_str(tensor_.sizes()), "]", produced,
+                    "operation: [", legacy_type_name(tensor_), " ", shape_str(tensor_.sizes()), "]", produced,
              " is at version ", now, "; expected version ", version_,
              " instead. Hint: the operation that failed to compute its gradient was ", owner->name(), ".");
   }
@@ -227,9 +321,11 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner) const {
   return out;
 }
 
-void SavedTensor::release() {
+bool SavedTensor::release() {
+  if (!defined_) return false;  // a placeholder: nothing to free, nothing to complain about later
   tensor_ = Tensor();
   released_ = true;
+  return true;
 }
 
 std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
@@ -256,8 +352,7 @@ std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grads) {
 }
 
 void FunctionNode::release_saved() {
-  for (auto& s : saved_) s.release();
-  released_ = !saved_.empty();
+  for (auto& s : saved_) released_ = s.release() || released_;
 }
 
 // ---- recording ------------------------------------------------------------------------------
@@ -311,7 +406,9 @@ void record_view(const Tensor& base, const Tensor& view, const std::shared_ptr<N
   const AutogradMeta* bm = meta_if(base);
   std::shared_ptr<TensorImpl> root = bm && bm->view_base ? bm->view_base : base.impl_ptr();
   if (node) record(node, {base}, {view});
-  meta(view).view_base = std::move(root);
+  AutogradMeta& vm = meta(view);
+  vm.view_base = std::move(root);
+  vm.view_version = view.storage()->version();
 }
 
 namespace {
@@ -332,8 +429,9 @@ class CopySlices : public Node {
     if (!grads[0].defined()) return out;
     // A dense copy of the base's gradient laid out like the base, so the view's geometry
     // (relative to the storage) addresses the same elements.
-    Tensor result = ops::as_strided(ops::empty({storage_elems()}, output_meta[0].dtype, output_meta[0].device),
-                             output_meta[0].sizes, base_strides_, base_offset_);
+    const int64_t extent = storage_extent(output_meta[0].sizes, base_strides_, base_offset_, sizes_, strides_, offset_);
+    Tensor result = ops::as_strided(ops::zeros({extent}, output_meta[0].dtype, output_meta[0].device),
+                                    output_meta[0].sizes, base_strides_, base_offset_);
     ops::copy_(result, grads[0]);
     Tensor grad_slice = ops::as_strided(result, sizes_, strides_, offset_);
     std::vector<Tensor> res = fn_->apply({ops::clone(grad_slice)});
@@ -346,15 +444,6 @@ class CopySlices : public Node {
   void release_saved() override { fn_->release_saved(); }
 
  private:
-  int64_t storage_elems() const {
-    int64_t hi = std::max(base_offset_, offset_);
-    for (size_t d = 0; d < output_meta[0].sizes.size(); ++d)
-      if (output_meta[0].sizes[d] > 0) hi = std::max(hi, base_offset_ + (output_meta[0].sizes[d] - 1) * base_strides_[d]);
-    int64_t vhi = offset_;
-    for (size_t d = 0; d < sizes_.size(); ++d)
-      if (sizes_[d] > 0) vhi += (sizes_[d] - 1) * strides_[d];
-    return std::max(hi, vhi) + 1;
-  }
   Shape sizes_, strides_;
   int64_t offset_;
   Shape base_strides_;
@@ -380,26 +469,13 @@ void record_inplace(const std::shared_ptr<Node>& node, const Tensor& self, const
     bm.grad_fn = slices;
     bm.output_nr = 0;
     // The view now reads from the rewritten base.
-    auto view_fn = make_node("AsStridedBackward0",
-                             [sizes = base.sizes(), dtype = base.dtype(), dev = base.device(), vs = self.sizes(),
-                              vst = self.strides(), vo = self.offset(), bst = base.strides(), bo = base.offset()](
-                                 const std::vector<Tensor>& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
-                               int64_t hi = bo;
-                               for (size_t d = 0; d < sizes.size(); ++d)
-                                 if (sizes[d] > 0) hi += (sizes[d] - 1) * bst[d];
-                               int64_t vhi = vo;
-                               for (size_t d = 0; d < vs.size(); ++d)
-                                 if (vs[d] > 0) vhi += (vs[d] - 1) * vst[d];
-                               Tensor storage = ops::zeros({std::max(hi, vhi) + 1}, dtype, dev);
-                               Tensor gb = ops::as_strided(storage, sizes, bst, bo);
-                               Tensor gv = ops::as_strided(storage, vs, vst, vo);
-                               ops::copy_(gv, g[0]);
-                               return {gb};
-                             });
+    auto view_fn = as_strided_backward(base, self);
     view_fn->next_edges = {Edge{slices, 0}};
     view_fn->output_meta = {{self.sizes(), self.dtype(), self.device()}};
+    install_hooks(*view_fn, *sm, self);
     sm->grad_fn = view_fn;
     sm->output_nr = 0;
+    sm->view_version = self.storage()->version();
     return;
   }
   std::vector<Tensor> inputs{self};
@@ -411,6 +487,8 @@ void record_inplace(const std::shared_ptr<Node>& node, const Tensor& self, const
   AutogradMeta& m = meta(self);
   m.grad_fn = node;
   m.output_nr = 0;
+  // Hooks stay with the old value's node (PyTorch); retain_grad follows the new value.
+  if (m.retains_grad) node->pre_hooks.emplace_back(0, retain_hook(self.impl_ptr(), node.get()));
 }
 
 }  // namespace plugflow::autograd

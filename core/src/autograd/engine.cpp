@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "../autograd/grad_utils.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -30,15 +31,26 @@ struct GraphTask {
   std::vector<Tensor> captured;
 };
 
+// Whether `shape` broadcasts to `target` (PyTorch's is_expandable_to).
+bool expandable_to(const Shape& shape, const Shape& target) {
+  if (shape.size() > target.size()) return false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t s = shape[shape.size() - 1 - i], t = target[target.size() - 1 - i];
+    if (s != t && s != 1) return false;
+  }
+  return true;
+}
+
 // Adds `g` into input `nr` of `fn`'s buffer, checking it against what the node produced.
 void accumulate(GraphTask& task, Node* fn, uint32_t nr, Tensor g, const Node* producer) {
   const TensorMeta& m = fn->output_meta.at(nr);
   if (g.sizes() != m.sizes) {
-    // Broadcast gradients (e.g. from a hook) are summed back; anything else is an error.
-    PF_CHECK(g.numel() == shape_numel(m.sizes) || g.dim() >= static_cast<int64_t>(m.sizes.size()),
-             "Function ", producer ? producer->name() : std::string("backward"), " returned an invalid gradient at index ",
-             nr, " - got ", shape_str(g.sizes()), " but expected shape compatible with ", shape_str(m.sizes));
-    g = g.numel() == shape_numel(m.sizes) ? ops::reshape(g, m.sizes) : ops::reshape(g, m.sizes);
+    // A gradient with broadcast dims is summed back (PyTorch's validate_outputs); anything
+    // else is an error.
+    PF_CHECK(expandable_to(m.sizes, g.sizes()), "Function ", producer ? producer->name() : std::string("backward"),
+             " returned an invalid gradient at index ", nr, " - got ", shape_str(g.sizes()),
+             " but expected shape compatible with ", shape_str(m.sizes));
+    g = sum_to(g, m.sizes);
   }
   if (g.dtype() != m.dtype) g = ops::to(g, std::nullopt, m.dtype);
   PF_CHECK(g.device() == m.device, "Function ", producer ? producer->name() : std::string("backward"),
@@ -77,19 +89,12 @@ void count_dependencies(GraphTask& task, const std::vector<Node*>& roots) {
   }
 }
 
-void run_hooks_and_retain(Node* n, std::vector<Tensor>& grads, bool create_graph) {
+// Tensor hooks and retain_grad of the node's outputs, in registration order.
+void run_pre_hooks(Node* n, std::vector<Tensor>& grads) {
   for (auto& [nr, hook] : n->pre_hooks) {
     if (nr >= grads.size() || !grads[nr].defined()) continue;
     Tensor r = hook(grads[nr]);
     if (r.defined()) grads[nr] = r;
-  }
-  for (auto& [nr, weak] : n->retained) {
-    auto impl = weak.lock();
-    if (!impl || nr >= grads.size() || !grads[nr].defined()) continue;
-    Tensor t(impl);
-    Tensor g = create_graph ? grads[nr] : ops::clone(detach(grads[nr]));
-    Tensor old = grad(t);
-    set_grad(t, old.defined() ? (create_graph ? ops::add(old, g) : ops::binary_("add", old, g)) : g);
   }
 }
 
@@ -110,10 +115,11 @@ void execute(GraphTask& task, const std::vector<Node*>& roots) {
     std::vector<Tensor> grads = std::move(task.buffers[n]);
     task.buffers.erase(n);
     grads.resize(n->output_meta.size());
-    run_hooks_and_retain(n, grads, task.create_graph);
+    // autograd.grad captures before the tensors' hooks run (PyTorch 1.13).
     if (auto it = task.captures.find(n); it != task.captures.end())
       for (auto [nr, slot] : it->second)
         if (nr < grads.size()) task.captured[slot] = grads[nr];
+    run_pre_hooks(n, grads);
 
     std::vector<Tensor> out;
     const bool skip = (task.capture_only && is_accumulate_grad(*n)) ||
@@ -121,8 +127,10 @@ void execute(GraphTask& task, const std::vector<Node*>& roots) {
     bool leads_further = false;
     for (const Edge& e : n->next_edges)
       if (e.valid() && (!task.restricted || task.needed.count(e.fn.get()))) leads_further = true;
-    if (!skip && (leads_further || is_accumulate_grad(*n))) out = n->apply(std::move(grads));
-    if (!task.retain_graph) n->release_saved();
+    if (!skip && (leads_further || is_accumulate_grad(*n))) {
+      out = n->apply(std::move(grads));
+      if (!task.retain_graph) n->release_saved();  // only what ran is freed (PyTorch)
+    }
 
     for (size_t i = 0; i < n->next_edges.size(); ++i) {
       const Edge& e = n->next_edges[i];

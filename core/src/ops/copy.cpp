@@ -129,7 +129,18 @@ Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dt
   const DType dt = dtype.value_or(t.dtype());
   if (!copy && d == t.device() && dt == t.dtype()) return t;
   Tensor out = Tensor::empty(t.sizes(), dt, d);
-  copy_(out, t);
+  {
+    autograd::GradModeGuard no_grad(false);
+    copy_(out, t);
+  }
+  if (is_floating(dt) && autograd::any_requires_grad({&t})) {
+    auto node = autograd::make_node(
+        "ToCopyBackward0", [src_dtype = t.dtype(), src_dev = t.device()](const std::vector<Tensor>& g,
+                                                                         const std::vector<Tensor>&) {
+          return std::vector<Tensor>{to(g[0], src_dev, src_dtype)};
+        });
+    autograd::record(node, {t}, {out});
+  }
   return out;
 }
 

@@ -22,6 +22,8 @@ Tensor un(const char* name, const Tensor& a) { return ops::unary(name, a); }
 Tensor cmp(const char* name, const Tensor& a, const Tensor& b) { return ops::binary(name, a, b); }
 Tensor cmp(const char* name, const Tensor& a, Scalar b) { return ops::binary(name, a, b); }
 Tensor zeros_like(const Tensor& t) { return ops::zeros(t.sizes(), t.dtype(), t.device()); }
+Tensor sigmoid_of(const Tensor& a) { return un("sigmoid", a); }
+Tensor one_minus(const Tensor& t) { return ops::binary("sub", Scalar(1), t); }
 
 // d/da, d/db of a binary op given grad g, inputs a, b, output out.
 using BinaryFn = std::function<std::pair<Tensor, Tensor>(const Tensor& g, const Tensor& a, const Tensor& b,
@@ -48,22 +50,28 @@ const std::unordered_map<std::string, BinaryGrad>& binary_grads() {
          return std::pair{div_(g, b), neg(div_(mul(g, a), mul(b, b)))};
        }, "ab"}},
       {"pow", {[](auto& g, auto& a, auto& b, auto& out, auto&) {
-         // d/da = b * a^(b-1), 0 where b == 0; d/db = out * log(a), 0 where a == 0 and b >= 0.
-         Tensor da = mul(mul(g, b), ops::binary("pow", a, ops::binary("sub", b, Scalar(1))));
-         da = mul(da, mask_as(cmp("ne", b, Scalar(0)), g.dtype()));
-         Tensor safe_log = un("log", add(a, mask_as(cmp("eq", a, Scalar(0)), a.dtype())));  // log(1) where a == 0
+         // d/da = b * a^(b-1), 0 where b == 0 (the exponent is made 1 there, so that 0 * a^0
+         // stays 0 even at a == 0); d/db = out * log(a), 0 where a == 0 and b >= 0.
+         Tensor b_safe = add(b, mask_as(cmp("eq", b, Scalar(0)), b.dtype()));
+         Tensor da = mul(mul(g, b), ops::binary("pow", a, ops::binary("sub", b_safe, Scalar(1))));
+         // log(1) where a == 0 and b >= 0 (PyTorch masks those to 0; b < 0 keeps -inf * inf).
+         Tensor zero_base = ops::binary("logical_and", cmp("eq", a, Scalar(0)), cmp("ge", b, Scalar(0)));
+         Tensor safe_log = un("log", add(a, mask_as(zero_base, a.dtype())));
          Tensor db = mul(mul(g, out), safe_log);
          return std::pair{da, db};
        }, "abo"}},
       {"maximum", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         // Ties split the gradient evenly (PyTorch 1.13).
-         Tensor w = add(mask_as(cmp("gt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
-         Tensor wb = add(mask_as(cmp("lt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
+         // PyTorch 1.13: ties split the gradient evenly; the smaller operand gets none; with a
+         // NaN both get all of it.
+         Tensor half_tie = mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5));
+         Tensor w = ops::binary("sub", one_minus(mask_as(cmp("lt", a, b), g.dtype())), half_tie);
+         Tensor wb = ops::binary("sub", one_minus(mask_as(cmp("gt", a, b), g.dtype())), half_tie);
          return std::pair{mul(g, w), mul(g, wb)};
        }, "ab"}},
       {"minimum", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         Tensor w = add(mask_as(cmp("lt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
-         Tensor wb = add(mask_as(cmp("gt", a, b), g.dtype()), mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5)));
+         Tensor half_tie = mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5));
+         Tensor w = ops::binary("sub", one_minus(mask_as(cmp("gt", a, b), g.dtype())), half_tie);
+         Tensor wb = ops::binary("sub", one_minus(mask_as(cmp("lt", a, b), g.dtype())), half_tie);
          return std::pair{mul(g, w), mul(g, wb)};
        }, "ab"}},
       {"remainder", {[](auto& g, auto& a, auto& b, auto&, auto&) {
@@ -89,8 +97,6 @@ struct UnaryGrad {
   const char* needs;  // subset of "ao": the input, the output
 };
 
-Tensor sigmoid_of(const Tensor& a) { return un("sigmoid", a); }
-Tensor one_minus(const Tensor& t) { return ops::binary("sub", Scalar(1), t); }
 
 const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
   static const std::unordered_map<std::string, UnaryGrad> table = {
@@ -269,12 +275,12 @@ void record_binary_inplace(const std::string& name, const Tensor& self, const Te
   autograd::record_inplace(node, self, {b});
 }
 
-void record_unary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before) {
+void record_unary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before, const Attrs& attrs) {
   auto it = unary_grads().find(name);
   PF_CHECK_T(it != unary_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
   const UnaryGrad& spec = it->second;
-  auto node = make_node(node_name(name + "_"), [f = spec.fn](const Tensors& g, const Tensors& s) -> Tensors {
-    return {f(g[0], s[0], s[1], {})};
+  auto node = make_node(node_name(name + "_"), [f = spec.fn, attrs](const Tensors& g, const Tensors& s) -> Tensors {
+    return {f(g[0], s[0], s[1], attrs)};
   });
   node->save(self_before);
   node->save_output(needs(spec.needs, 'o') ? self : Tensor(), 0);

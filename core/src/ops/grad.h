@@ -18,6 +18,7 @@ bool unary_needs_self_before(const std::string& name);
 // `b_value` is what the formula reads for b (its old value when b aliases self).
 void record_binary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before, const Tensor& b,
                            const Tensor& b_value, const Attrs& attrs);
-void record_unary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before);
+void record_unary_inplace(const std::string& name, const Tensor& self, const Tensor& self_before,
+                          const Attrs& attrs = {});
 
 }  // namespace plugflow::internal

@@ -32,9 +32,9 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   const Tensor in[] = {a, b};
   PF_CHECK(a.dim() == 2, "self must be a matrix");
   PF_CHECK(b.dim() == 2, "mat2 must be a matrix");
-  if (a.sizes()[1] == 0 && a.sizes()[1] == b.sizes()[0] && a.dtype() == b.dtype())  // empty inner dim: zeros
-    return zeros({a.sizes()[0], b.sizes()[1]}, a.dtype(), a.device());
-  Tensor out = call_op(op, in)[0];
+  Tensor out = a.sizes()[1] == 0 && a.sizes()[1] == b.sizes()[0] && a.dtype() == b.dtype()
+                   ? zeros({a.sizes()[0], b.sizes()[1]}, a.dtype(), a.device())  // empty inner dim: zeros
+                   : call_op(op, in)[0];
   record_matmul("MmBackward0", a, b, out);
   return out;
 }
@@ -43,10 +43,11 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   static const OpDef& op = find_op("bmm");
   PF_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
   PF_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
-  if (a.sizes()[2] == 0 && a.sizes()[2] == b.sizes()[1] && a.sizes()[0] == b.sizes()[0] && a.dtype() == b.dtype())
-    return zeros({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a.dtype(), a.device());
   const Tensor in[] = {a, b};
-  Tensor out = call_op(op, in)[0];
+  Tensor out = a.sizes()[2] == 0 && a.sizes()[2] == b.sizes()[1] && a.sizes()[0] == b.sizes()[0] &&
+                       a.dtype() == b.dtype()
+                   ? zeros({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a.dtype(), a.device())
+                   : call_op(op, in)[0];
   record_matmul("BmmBackward0", a, b, out);
   return out;
 }

@@ -54,24 +54,26 @@ Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bo
 
 using Tensors = std::vector<Tensor>;
 
-void record_reduce(const std::string& name, const Tensor& in, const Tensor& out, const Shape& dims, bool keepdim) {
+// `all_dims`: the user reduced everything (no dim argument): PyTorch's "...Backward0" nodes.
+void record_reduce(const std::string& name, const Tensor& in, const Tensor& out, const Shape& dims, bool keepdim,
+                   bool all_dims) {
   if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&in})) return;
   const Shape shape = in.sizes();
   std::shared_ptr<autograd::FunctionNode> node;
   if (name == "sum") {
-    node = autograd::make_node("SumBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
+    node = autograd::make_node(all_dims ? "SumBackward0" : "SumBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
       return {expand_back(g[0], shape, dims, keepdim)};
     });
   } else if (name == "mean") {
     int64_t n = 1;
     for (int64_t d : dims) n *= shape[d];
-    node = autograd::make_node("MeanBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
+    node = autograd::make_node(all_dims ? "MeanBackward0" : "MeanBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
       return {binary("div", expand_back(g[0], shape, dims, keepdim), Scalar(n))};
     });
   } else if (name == "prod") {
     // Zero-safe: with no zero in a slice, d/dx_i = prod / x_i; with exactly one zero, only
     // that element gets the product of the others; with more, everything is 0.
-    node = autograd::make_node("ProdBackward1", [=](const Tensors& g, const Tensors& s) -> Tensors {
+    node = autograd::make_node(all_dims ? "ProdBackward0" : "ProdBackward1", [=](const Tensors& g, const Tensors& s) -> Tensors {
       const Tensor &a = s[0], &out = s[1];
       const Tensor is_zero = autograd::mask_as(binary("eq", a, Scalar(0)), a.dtype());
       const Tensor safe = binary("add", a, is_zero);  // zeros replaced by ones
@@ -151,11 +153,13 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
     const Scalar identity = name == "sum"    ? Scalar(int64_t{0})
                             : name == "prod" ? Scalar(int64_t{1})
                                              : Scalar(std::numeric_limits<double>::quiet_NaN());
-    return full(out_shape, identity, out_dtype, a.device());
+    Tensor out = full(out_shape, identity, out_dtype, a.device());
+    record_reduce(name, to(a, std::nullopt, out_dtype), out, dims, keep, dims_in.empty());  // still differentiable
+    return out;
   }
   const Tensor in[] = {to(a, std::nullopt, out_dtype)};
   Tensor out = call_op(find_op(name), in, Attrs{{"dims", dims}, {"keepdim", keep}})[0];
-  record_reduce(name, in[0], out, dims, keep);
+  record_reduce(name, in[0], out, dims, keep, dims_in.empty());
   return out;
 }
 

@@ -36,9 +36,16 @@ auto region_back(const Tensor& base, const Tensor& view) {
     return [sizes = base.sizes(), dtype = base.dtype(), dev = base.device(), bstrides = base.strides(),
             boff = base.offset(), vsizes = view.sizes(), vstrides = view.strides(),
             voff = view.offset()](const Tensors& g, const Tensors&) -> Tensors {
-      int64_t hi = std::max(boff, voff);
-      for (size_t d = 0; d < sizes.size(); ++d)
-        if (sizes[d] > 0) hi = std::max(hi, boff + (sizes[d] - 1) * bstrides[d]);
+      // The last element either geometry touches (a view may reach past its base's extent
+      // through as_strided).
+      auto last = [](const Shape& sz, const Shape& st, int64_t off) {
+        for (size_t d = 0; d < sz.size(); ++d) {
+          if (sz[d] == 0) return off;
+          off += (sz[d] - 1) * st[d];
+        }
+        return off;
+      };
+      const int64_t hi = std::max(last(sizes, bstrides, boff), last(vsizes, vstrides, voff));
       Tensor buffer = zeros({hi + 1}, dtype, dev);
       Tensor gv = as_strided(buffer, vsizes, vstrides, voff);
       copy_(gv, g[0]);

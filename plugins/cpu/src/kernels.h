@@ -10,5 +10,9 @@ void register_unary_kernels(Registrar& reg);      // math, activations, predicat
 void register_reduce_kernels(Registrar& reg);     // sum ... amin, max_dim ... argmin
 void register_matmul_kernels(Registrar& reg);     // mm, bmm
 void register_random_kernels(Registrar& reg);     // uniform, normal, randint
+void register_indexing_kernels(Registrar& reg);   // index, index_put, where, nonzero
+void register_math_kernels(Registrar& reg);       // clamp, lerp, addcmul, addcdiv
+void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, cumsum, cumprod, softmax, log_softmax
+void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 
 }  // namespace plugflow::cpu

@@ -14,6 +14,10 @@ PLUGFLOW_PLUGIN("cpu", "0.1.0") {
   register_reduce_kernels(reg);
   register_matmul_kernels(reg);
   register_random_kernels(reg);
+  register_indexing_kernels(reg);
+  register_shape_kernels(reg);
+  register_math_kernels(reg);
+  register_reduction_kernels(reg);
   reg.on_set_num_threads([](int n) { set_num_threads(n); });
   install_fork_handler();
 }

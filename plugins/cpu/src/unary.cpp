@@ -8,6 +8,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "vec_math.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -50,6 +51,30 @@ inline C erfinv(C y) {
 
 // ---- float math (floating dtypes only; integers are promoted before the kernel) ------------
 
+// exp, log, tanh and sigmoid in float (float32, and float16/bfloat16 which compute in float)
+// use the branch-free versions of vec_math.h, which the elementwise loop vectorizes; double
+// keeps libm.
+template <typename C>
+inline C fast_exp(C x) {
+  if constexpr (std::is_same_v<C, float>) return vec::exp(x);
+  else return std::exp(x);
+}
+template <typename C>
+inline C fast_log(C x) {
+  if constexpr (std::is_same_v<C, float>) return vec::log(x);
+  else return std::log(x);
+}
+template <typename C>
+inline C fast_tanh(C x) {
+  if constexpr (std::is_same_v<C, float>) return vec::tanh(x);
+  else return std::tanh(x);
+}
+template <typename C>
+inline C fast_sigmoid(C x) {
+  if constexpr (std::is_same_v<C, float>) return vec::sigmoid(x);
+  else return C(1) / (C(1) + std::exp(-x));
+}
+
 #define PF_FLOAT_UNARY_OP(Name, expr)                   \
   template <typename T>                                 \
   struct Name : OpBase<T> {                             \
@@ -59,10 +84,10 @@ inline C erfinv(C y) {
     C operator()(C x) const { return (expr); }          \
   };
 
-PF_FLOAT_UNARY_OP(ExpOp, std::exp(x))
+PF_FLOAT_UNARY_OP(ExpOp, fast_exp(x))
 PF_FLOAT_UNARY_OP(Exp2Op, std::exp2(x))
 PF_FLOAT_UNARY_OP(Expm1Op, std::expm1(x))
-PF_FLOAT_UNARY_OP(LogOp, std::log(x))
+PF_FLOAT_UNARY_OP(LogOp, fast_log(x))
 PF_FLOAT_UNARY_OP(Log2Op, std::log2(x))
 PF_FLOAT_UNARY_OP(Log10Op, std::log10(x))
 PF_FLOAT_UNARY_OP(Log1pOp, std::log1p(x))
@@ -76,16 +101,16 @@ PF_FLOAT_UNARY_OP(AcosOp, std::acos(x))
 PF_FLOAT_UNARY_OP(AtanOp, std::atan(x))
 PF_FLOAT_UNARY_OP(SinhOp, std::sinh(x))
 PF_FLOAT_UNARY_OP(CoshOp, std::cosh(x))
-PF_FLOAT_UNARY_OP(TanhOp, std::tanh(x))
+PF_FLOAT_UNARY_OP(TanhOp, fast_tanh(x))
 PF_FLOAT_UNARY_OP(AsinhOp, std::asinh(x))
 PF_FLOAT_UNARY_OP(AcoshOp, std::acosh(x))
 PF_FLOAT_UNARY_OP(AtanhOp, std::atanh(x))
-PF_FLOAT_UNARY_OP(SigmoidOp, C(1) / (C(1) + std::exp(-x)))
+PF_FLOAT_UNARY_OP(SigmoidOp, fast_sigmoid(x))
 PF_FLOAT_UNARY_OP(ErfOp, std::erf(x))
 PF_FLOAT_UNARY_OP(ErfcOp, std::erfc(x))
 PF_FLOAT_UNARY_OP(ErfinvOp, erfinv(x))
 PF_FLOAT_UNARY_OP(ReciprocalOp, C(1) / x)
-PF_FLOAT_UNARY_OP(SiluOp, x / (C(1) + std::exp(-x)))
+PF_FLOAT_UNARY_OP(SiluOp, x / (C(1) + fast_exp(-x)))
 PF_FLOAT_UNARY_OP(MishOp, x * std::tanh(std::log1p(std::exp(x))))
 PF_FLOAT_UNARY_OP(HardswishOp, x * std::min(std::max(x + C(3), C(0)), C(6)) / C(6))
 PF_FLOAT_UNARY_OP(HardsigmoidOp, std::min(std::max(x + C(3), C(0)), C(6)) / C(6))
@@ -278,12 +303,51 @@ struct BitwiseNotOp : OpBase<T> {
   }
 };
 
+// ---- float32 fast paths -----------------------------------------------------------------------
+
+// Dense float32 exp/log/tanh/sigmoid: the vec_math.h loop compiled twice, for AVX2 + FMA
+// (x86-64-v3: 8 lanes, and the polynomial steps fuse) and for the baseline (SSE2: 4 lanes);
+// the loader picks the clone for the CPU it runs on. Both stay within vec_math.h's ulp bounds
+// (tests/cpp/cpu/test_vec_math.cpp checks the kernel on whatever the test machine runs).
+using DenseF32Fn = void (*)(const float*, float*, int64_t);
+#define PF_DENSE_F32(name, fn)                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void name(     \
+      const float* in, float* out, int64_t n) {                              \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) out[i] = fn(in[i]);  \
+  }
+PF_DENSE_F32(dense_exp_f32, vec::exp)
+PF_DENSE_F32(dense_log_f32, vec::log)
+PF_DENSE_F32(dense_tanh_f32, vec::tanh)
+PF_DENSE_F32(dense_sigmoid_f32, vec::sigmoid)
+#undef PF_DENSE_F32
+
+template <template <typename> class OpT> struct DenseF32 { static constexpr DenseF32Fn fn = nullptr; };
+template <> struct DenseF32<ExpOp> { static constexpr DenseF32Fn fn = dense_exp_f32; };
+template <> struct DenseF32<LogOp> { static constexpr DenseF32Fn fn = dense_log_f32; };
+template <> struct DenseF32<TanhOp> { static constexpr DenseF32Fn fn = dense_tanh_f32; };
+template <> struct DenseF32<SigmoidOp> { static constexpr DenseF32Fn fn = dense_sigmoid_f32; };
+
+// Runs fn over a and out when both are dense with the same layout (element i of one is element
+// i of the other in memory order); false otherwise.
+bool run_dense_f32(DenseF32Fn fn, const Tensor& a, const Tensor& out) {
+  if (a.dtype() != DType::Float32 || out.dtype() != DType::Float32 || a.strides() != out.strides() ||
+      !a.is_non_overlapping_and_dense() || !out.is_non_overlapping_and_dense())
+    return false;
+  const float* in = a.data<float>();
+  float* o = out.data<float>();
+  parallel_for(a.numel(), kGrainSize, [&](int64_t b, int64_t e) { fn(in + b, o + b, e - b); });
+  return true;
+}
+
 // ---- the generic kernel ----------------------------------------------------------------------
 
 template <template <typename> class OpT>
 void unary_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
+  if constexpr (DenseF32<OpT>::fn != nullptr) {
+    if (run_dense_f32(DenseF32<OpT>::fn, a, out)) return;
+  }
   dispatch_supported<OpT>(ctx, a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Op = OpT<T>;

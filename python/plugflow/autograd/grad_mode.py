@@ -2,6 +2,7 @@
 
 import functools
 import inspect
+import sys
 
 from .. import _C
 
@@ -14,17 +15,24 @@ class _DecoratorContextManager:
             @functools.wraps(func)
             def generator(*args, **kwargs):
                 gen = func(*args, **kwargs)
-                with self.clone():
-                    response = gen.send(None)
-                while True:
-                    try:
-                        request = yield response
-                    except BaseException as exc:  # forward throws into the generator
-                        with self.clone():
-                            response = gen.throw(exc)
-                    else:
-                        with self.clone():
-                            response = gen.send(request)
+                try:
+                    with self.clone():  # sending None starts the generator
+                        response = gen.send(None)
+                    while True:
+                        try:
+                            request = yield response  # hand the value out, get the next request
+                        except GeneratorExit:
+                            with self.clone():
+                                gen.close()
+                            raise
+                        except BaseException:  # thrown at us by the caller: forward it
+                            with self.clone():
+                                response = gen.throw(*sys.exc_info())
+                        else:
+                            with self.clone():
+                                response = gen.send(request)
+                except StopIteration as e:  # the generator is done: return what it returned
+                    return e.value
 
             return generator
 
@@ -68,6 +76,11 @@ class set_grad_enabled(_DecoratorContextManager):
         self.prev = _C.is_grad_enabled()
         self.mode = bool(mode)
         _C._set_grad_enabled(self.mode)
+
+    def __call__(self, func):
+        # As a decorator, set_grad_enabled(mode) applies only while the function runs.
+        _C._set_grad_enabled(self.prev)
+        return super().__call__(func)
 
     def __enter__(self):
         pass

@@ -1,0 +1,461 @@
+// The reduction family (plugflow/ops_reduction.h): catalog entries, PyTorch's argument rules
+// and messages, and backward formulas written with ops (so double backward works).
+//
+// Kernels (docs/kernels.md, "Reduction family"): var_mean, norm, all, any over sorted unique
+// dims like sum; cumsum/cumprod (with a `reverse` flag, which cumsum's backward uses) and
+// softmax/log_softmax along one dim. logsumexp is composed from amax/sub/exp/sum/log.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "../autograd/grad_utils.h"
+#include "plugflow/dispatch.h"
+#include "plugflow/error.h"
+#include "plugflow/op.h"
+#include "plugflow/ops.h"
+
+namespace plugflow {
+namespace {
+
+// ---- catalog -----------------------------------------------------------------------------------
+
+Shape meta_reduced_shape(const Tensor& in, const Shape& dims, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < in.dim(); ++d) {
+    const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!reduced) out.push_back(in.sizes()[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+void meta_check_dims(const Tensor& in, const Shape& dims, const char* op) {
+  PF_CHECK(!dims.empty(), op, ": dims must be non-empty (the functional layer expands 'all dims')");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    PF_CHECK_T(dims[i] >= 0 && dims[i] < in.dim(), IndexError, op, ": dim ", dims[i], " out of range for a ", in.dim(),
+               "-d input");
+    PF_CHECK(i == 0 || dims[i] > dims[i - 1], op, ": dims must be sorted and unique");
+  }
+}
+
+void meta_check_floating(const Tensor& in, const char* op) {
+  PF_CHECK_T(is_floating(in.dtype()), TypeError, op, ": expected a floating input, got ", dtype_name(in.dtype()));
+}
+
+std::vector<TensorMeta> var_mean_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  meta_check_floating(in[0], "var_mean");
+  const auto& dims = attrs.get<Shape>("dims");
+  meta_check_dims(in[0], dims, "var_mean");
+  attrs.get<double>("correction");
+  attrs.get<bool>("take_sqrt");
+  const Shape out = meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim"));
+  return {{out, in[0].dtype(), in[0].device()}, {out, in[0].dtype(), in[0].device()}};
+}
+
+std::vector<TensorMeta> norm_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  meta_check_floating(in[0], "norm");
+  const auto& dims = attrs.get<Shape>("dims");
+  meta_check_dims(in[0], dims, "norm");
+  attrs.get<double>("p");
+  return {{meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), in[0].dtype(), in[0].device()}};
+}
+
+std::vector<TensorMeta> logical_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& dims = attrs.get<Shape>("dims");
+  meta_check_dims(in[0], dims, "all/any");
+  const DType out = in[0].dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+  return {{meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), out, in[0].device()}};
+}
+
+std::vector<TensorMeta> along_dim_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const int64_t dim = attrs.get<int64_t>("dim");
+  PF_CHECK_T(dim >= 0 && dim < in[0].dim(), IndexError, "dim ", dim, " out of range for a ", in[0].dim(),
+             "-d input (the functional layer wraps dims and makes 0-d inputs 1-d)");
+  return {{in[0].sizes(), in[0].dtype(), in[0].device()}};
+}
+
+std::vector<TensorMeta> scan_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  attrs.get<bool>("reverse");
+  return along_dim_meta(in, attrs);
+}
+
+std::vector<TensorMeta> softmax_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  meta_check_floating(in[0], "softmax");
+  return along_dim_meta(in, attrs);
+}
+
+const bool kReductionOpsRegistered = [] {
+  register_op("var_mean",
+              "var_mean(Tensor a, int[] dims, bool keepdim, float correction, bool take_sqrt) -> (Tensor var, Tensor mean)",
+              var_mean_meta);
+  register_op("norm", "norm(Tensor a, int[] dims, bool keepdim, float p) -> Tensor", norm_meta);
+  register_op("all", "all(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
+  register_op("any", "any(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
+  register_op("cumsum", "cumsum(Tensor a, int dim, bool reverse) -> Tensor", scan_meta);
+  register_op("cumprod", "cumprod(Tensor a, int dim, bool reverse) -> Tensor", scan_meta);
+  register_op("softmax", "softmax(Tensor a, int dim) -> Tensor", softmax_meta);
+  register_op("log_softmax", "log_softmax(Tensor a, int dim) -> Tensor", softmax_meta);
+  return true;
+}();
+
+}  // namespace
+
+namespace ops {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+using autograd::mask_as;
+using autograd::mul;
+
+// PyTorch's scalar type names in messages ("Long", "Float", ...).
+const char* scalar_type_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "Bool";
+    case DType::UInt8: return "Byte";
+    case DType::Int8: return "Char";
+    case DType::Int16: return "Short";
+    case DType::Int32: return "Int";
+    case DType::Int64: return "Long";
+    case DType::Float16: return "Half";
+    case DType::BFloat16: return "BFloat16";
+    case DType::Float32: return "Float";
+    case DType::Float64: return "Double";
+  }
+  return "?";
+}
+
+// An input prepared for a reduction over `dims`: 0-d inputs reduce like a 1-element 1-d one
+// (dim 0 or -1 only) and give a 0-d result.
+struct Reduction {
+  Tensor a;
+  Shape dims;          // sorted, unique, non-negative; all dims when the user gave none
+  bool keepdim = false;
+  Shape out_shape;
+  bool over_empty = false;  // some reduced dim has size 0
+  int64_t count = 1;        // elements per reduced slice
+};
+
+Reduction prepare(const Tensor& a_in, const Shape& dims_in, bool keepdim) {
+  Reduction r;
+  if (a_in.dim() == 0) {
+    for (int64_t d : dims_in) wrap_dim(d, 0);
+    r.a = reshape(a_in, {1});
+    r.dims = {0};
+  } else {
+    r.a = a_in;
+    std::vector<bool> seen(a_in.dim(), false);
+    for (int64_t d : dims_in) {
+      const int64_t w = wrap_dim(d, a_in.dim());
+      PF_CHECK(!seen[w], "dim ", w, " appears multiple times in the list of dims");
+      seen[w] = true;
+    }
+    for (int64_t d = 0; d < a_in.dim(); ++d)
+      if (dims_in.empty() || seen[d]) r.dims.push_back(d);
+    r.keepdim = keepdim;
+  }
+  r.out_shape = meta_reduced_shape(r.a, r.dims, r.keepdim);
+  for (int64_t d : r.dims) {
+    r.count *= r.a.sizes()[d];
+    if (r.a.sizes()[d] == 0) r.over_empty = true;
+  }
+  return r;
+}
+
+Attrs reduce_attrs(const Reduction& r) { return Attrs{{"dims", r.dims}, {"keepdim", r.keepdim}}; }
+
+// A reduced tensor (keepdim or not) with the reduced dims back as size 1, broadcastable
+// against the input.
+Tensor keep_dims(const Tensor& t, const Shape& dims, bool keepdim) {
+  Tensor r = t;
+  if (!keepdim)
+    for (int64_t d : dims) r = unsqueeze(r, d);  // ascending, so positions line up
+  return r;
+}
+
+// 1 where t == 0 (as t's dtype): added to a divisor, makes it safe; the masked result is 0.
+Tensor zero_mask(const Tensor& t) { return mask_as(binary("eq", t, Scalar(int64_t{0})), t.dtype()); }
+
+// ---- var / std ---------------------------------------------------------------------------------
+
+// The gradient of var/std (output 0) and mean (output 1) over r's dims with respect to x.
+Tensor var_mean_backward(const Tensor& g_var, const Tensor& g_mean, const Tensor& x, const Tensor& result,
+                         const Shape& dims, bool keepdim, int64_t count, double correction, bool is_std) {
+  Tensor gx;
+  if (g_var.defined()) {
+    Tensor gv = keep_dims(g_var, dims, keepdim);
+    if (is_std) {  // d std = d var / (2 std); 0 where std == 0 (PyTorch's masking)
+      const Tensor s = keep_dims(result, dims, keepdim);
+      const Tensor z = zero_mask(s);
+      gv = mul(binary("div", gv, mul(binary("add", s, z), Scalar(2.0))), binary("sub", Scalar(int64_t{1}), z));
+    }
+    const Tensor centered = binary("sub", x, reduce("mean", x, dims, true));
+    gx = mul(mul(gv, centered), Scalar(2.0 / (static_cast<double>(count) - correction)));
+  }
+  if (g_mean.defined()) {
+    const Tensor gm = binary("div", expand(keep_dims(g_mean, dims, keepdim), x.sizes()), Scalar(count));
+    gx = gx.defined() ? binary("add", gx, gm) : gm;
+  }
+  if (gx.defined() && gx.sizes() != x.sizes()) gx = expand(gx, x.sizes());
+  return gx;
+}
+
+std::pair<Tensor, Tensor> var_mean_impl(const Tensor& a_in, const Shape& dims_in, double correction, bool keepdim,
+                                        bool is_std, bool with_mean) {
+  PF_CHECK(is_floating(a_in.dtype()), "std and var only support floating point and complex dtypes");
+  const Reduction r = prepare(a_in, dims_in, keepdim);
+  Tensor v, m;
+  if (r.over_empty) {  // nothing to average: nan, as PyTorch
+    v = full(r.out_shape, Scalar(std::numeric_limits<double>::quiet_NaN()), r.a.dtype(), r.a.device());
+    m = full(r.out_shape, Scalar(std::numeric_limits<double>::quiet_NaN()), r.a.dtype(), r.a.device());
+  } else {
+    static const OpDef& op = find_op("var_mean");
+    Attrs attrs = reduce_attrs(r);
+    attrs.set("correction", correction);
+    attrs.set("take_sqrt", is_std);
+    const Tensor in[] = {r.a};
+    auto outs = call_op(op, in, attrs);
+    v = outs[0];
+    m = outs[1];
+  }
+  if (autograd::any_requires_grad({&r.a})) {
+    const char* name = with_mean ? (is_std ? "StdMeanBackward0" : "VarMeanBackward0")
+                                 : (is_std ? "StdBackward0" : "VarBackward0");
+    auto node = autograd::make_node(
+        name, [dims = r.dims, keep = r.keepdim, count = r.count, correction, is_std, with_mean](
+                  const Tensors& g, const Tensors& s) -> Tensors {
+          return {var_mean_backward(g[0], with_mean ? g[1] : Tensor(), s[0], s[1], dims, keep, count, correction,
+                                    is_std)};
+        });
+    node->save(r.a);
+    node->save_output(v, 0);
+    if (with_mean) autograd::record(node, {r.a}, {v, m});
+    else autograd::record(node, {r.a}, {v});
+  }
+  return {v, m};
+}
+
+// ---- scans -------------------------------------------------------------------------------------
+
+// The scan kernel along dim (x at least 1-d), recorded for autograd.
+Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool reverse);
+
+// sum_{i >= j} g_i along dim: the backward of cumsum (and cumsum's own double backward).
+Tensor reverse_cumsum(const Tensor& g, int64_t dim) { return run_scan("cumsum", g, dim, true); }
+
+// d/dx of cumprod along dim, zeros included. With z the first zero of a line: positions
+// before z get rev_cumsum(g * out) / x; z itself gets rev_cumsum(g * cumprod(x with x_z = 1));
+// positions after z get 0 (each of their products contains x_z).
+Tensor cumprod_backward(const Tensor& g, const Tensor& x, const Tensor& out, int64_t dim) {
+  const Tensor is_zero = zero_mask(x);
+  const Tensor zeros_so_far = run_scan("cumsum", is_zero, dim, false);
+  const Tensor before = zero_mask(zeros_so_far);
+  const Tensor first = mul(is_zero, mask_as(binary("eq", zeros_so_far, Scalar(int64_t{1})), x.dtype()));
+  const Tensor safe_x = binary("add", x, is_zero);
+  const Tensor t_before = mul(binary("div", reverse_cumsum(mul(g, out), dim), safe_x), before);
+  const Tensor cp = run_scan("cumprod", binary("add", x, first), dim, false);
+  const Tensor t_first = mul(reverse_cumsum(mul(g, cp), dim), first);
+  return binary("add", t_before, t_first);
+}
+
+Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool reverse) {
+  const Tensor in[] = {x};
+  Tensor out = call_op(find_op(op), in, Attrs{{"dim", dim}, {"reverse", reverse}})[0];
+  if (is_floating(out.dtype()) && autograd::any_requires_grad({&x})) {
+    if (op == "cumsum") {
+      auto node = autograd::make_node("CumsumBackward0", [dim, reverse](const Tensors& g, const Tensors&) -> Tensors {
+        return {run_scan("cumsum", g[0], dim, !reverse)};
+      });
+      autograd::record(node, {x}, {out});
+    } else {
+      PF_CHECK(!reverse, "cumprod: the reverse scan is not differentiable");
+      auto node = autograd::make_node("CumprodBackward0", [dim](const Tensors& g, const Tensors& s) -> Tensors {
+        return {cumprod_backward(g[0], s[0], s[1], dim)};
+      });
+      node->save(x);
+      node->save_output(out, 0);
+      autograd::record(node, {x}, {out});
+    }
+  }
+  return out;
+}
+
+Tensor scan(const std::string& op, const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  const int64_t d = wrap_dim(dim, a.dim());
+  const DType out_dtype = dtype.value_or(is_floating(a.dtype()) ? a.dtype() : DType::Int64);
+  const Tensor x = to(a.dim() == 0 ? reshape(a, {1}) : a, std::nullopt, out_dtype);
+  const Tensor out = run_scan(op, x, d, false);
+  return a.dim() == 0 ? reshape(out, {}) : out;
+}
+
+// ---- softmax -------------------------------------------------------------------------------------
+
+Tensor softmax_impl(bool log, const Tensor& a_in, int64_t dim, std::optional<DType> dtype) {
+  const Tensor a = dtype ? to(a_in, std::nullopt, *dtype) : a_in;
+  PF_CHECK(is_floating(a.dtype()), "\"", log ? "log_softmax" : "softmax", "_lastdim_kernel_impl\" not implemented for '",
+           scalar_type_name(a.dtype()), "'");
+  const int64_t d = wrap_dim(dim, a.dim());
+  const Tensor x = a.dim() == 0 ? reshape(a, {1}) : a;
+  static const OpDef& softmax_op = find_op("softmax");
+  static const OpDef& log_softmax_op = find_op("log_softmax");
+  const Tensor in[] = {x};
+  Tensor out = call_op(log ? log_softmax_op : softmax_op, in, Attrs{{"dim", d}})[0];
+  if (autograd::any_requires_grad({&x})) {
+    auto node = autograd::make_node(log ? "LogSoftmaxBackward0" : "SoftmaxBackward0",
+                                    [log, d](const Tensors& g, const Tensors& s) -> Tensors {
+                                      const Tensor& y = s[0];
+                                      if (log)  // g - exp(y) * sum(g)
+                                        return {binary("sub", g[0], mul(unary("exp", y), reduce("sum", g[0], {d}, true)))};
+                                      // y * (g - sum(g * y))
+                                      return {mul(y, binary("sub", g[0], reduce("sum", mul(g[0], y), {d}, true)))};
+                                    });
+    node->save_output(out, 0);
+    autograd::record(node, {x}, {out});
+  }
+  return a.dim() == 0 ? reshape(out, {}) : out;
+}
+
+// The largest finite value of a floating dtype (clamping a max keeps infinities out of x - max).
+double finite_max(DType t) {
+  switch (t) {
+    case DType::Float16: return 65504.0;
+    case DType::BFloat16: return 3.3895313892515355e38;
+    case DType::Float32: return static_cast<double>(std::numeric_limits<float>::max());
+    default: return std::numeric_limits<double>::max();
+  }
+}
+
+}  // namespace
+
+// ---- public API ------------------------------------------------------------------------------------
+
+Tensor var(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  return var_mean_impl(a, dims, correction, keepdim, false, false).first;
+}
+Tensor std_dev(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  return var_mean_impl(a, dims, correction, keepdim, true, false).first;
+}
+std::pair<Tensor, Tensor> var_mean(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  return var_mean_impl(a, dims, correction, keepdim, false, true);
+}
+std::pair<Tensor, Tensor> std_mean(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  return var_mean_impl(a, dims, correction, keepdim, true, true);
+}
+
+Tensor logsumexp(const Tensor& a_in, const Shape& dims_in, bool keepdim) {
+  const Tensor a = is_floating(a_in.dtype()) ? a_in : to(a_in, std::nullopt, DType::Float32);
+  const Reduction r = prepare(a, dims_in, keepdim);
+  Tensor out;
+  {
+    autograd::GradModeGuard no_grad(false);  // the gradient is recorded below, in one node
+    if (r.over_empty) {
+      out = full(r.out_shape, Scalar(-std::numeric_limits<double>::infinity()), a.dtype(), a.device());
+    } else {
+      // max clamped to finite values: an infinite max (all -inf, or some +inf) must not give
+      // inf - inf; with the clamp, exp(x - max) is 0 or inf there and the log gives -inf / inf.
+      const double fmax = finite_max(a.dtype());
+      Tensor m = reduce("amax", r.a, r.dims, true);
+      m = binary("maximum", binary("minimum", m, Scalar(fmax)), Scalar(-fmax));
+      Tensor s = reduce("sum", unary("exp", binary("sub", r.a, m)), r.dims, r.keepdim);
+      Tensor mk = r.keepdim ? m : reshape(m, meta_reduced_shape(r.a, r.dims, false));
+      out = binary("add", unary("log", s), mk);
+    }
+  }
+  if (autograd::any_requires_grad({&r.a})) {
+    auto node = autograd::make_node("LogsumexpBackward0", [dims = r.dims, keep = r.keepdim, shape = r.a.sizes()](
+                                                              const Tensors& g, const Tensors& s) -> Tensors {
+      const Tensor& x = s[0];
+      const Tensor res = reshape(s[1], meta_reduced_shape(x, dims, keep));
+      const Tensor w = unary("exp", binary("sub", x, keep_dims(res, dims, keep)));
+      return {mul(expand(keep_dims(reshape(g[0], meta_reduced_shape(x, dims, keep)), dims, keep), shape), w)};
+    });
+    node->save(r.a);
+    node->save_output(out, 0);
+    autograd::record(node, {r.a}, {out});
+  }
+  return out;
+}
+
+Tensor norm(const Tensor& a_in, double p, const Shape& dims_in, bool keepdim, std::optional<DType> dtype) {
+  PF_CHECK(is_floating(a_in.dtype()), "norm(): input dtype should be either floating point or complex. Got ",
+           scalar_type_name(a_in.dtype()), " instead.");
+  if (dtype)
+    PF_CHECK(is_floating(*dtype), "norm(): the desired output dtype should be either floating point or complex. Got ",
+             scalar_type_name(*dtype), " instead.");
+  PF_CHECK_T(!std::isnan(p), ValueError, "norm(): p must not be nan");
+  const Tensor a = dtype ? to(a_in, std::nullopt, *dtype) : a_in;
+  const Reduction r = prepare(a, dims_in, keepdim);
+  Tensor out;
+  if (r.over_empty) {
+    out = zeros(r.out_shape, a.dtype(), a.device());
+  } else {
+    static const OpDef& op = find_op("norm");
+    Attrs attrs = reduce_attrs(r);
+    attrs.set("p", p);
+    const Tensor in[] = {r.a};
+    out = call_op(op, in, attrs)[0];
+  }
+  if (autograd::any_requires_grad({&r.a})) {
+    auto node = autograd::make_node(
+        "NormBackward1", [p, dims = r.dims, keep = r.keepdim](const Tensors& g, const Tensors& s) -> Tensors {
+          const Tensor& x = s[0];
+          const Shape red = meta_reduced_shape(x, dims, keep);
+          const Tensor gk = expand(keep_dims(reshape(g[0], red), dims, keep), x.sizes());
+          const Tensor n = expand(keep_dims(reshape(s[1], red), dims, keep), x.sizes());
+          if (p == 0) return {zeros(x.sizes(), x.dtype(), x.device())};
+          if (p == 1) return {mul(unary("sign", x), gk)};
+          if (p == 2) {  // x / n, 0 where n == 0 (x is 0 there too)
+            return {mul(gk, binary("div", x, binary("add", n, zero_mask(n))))};
+          }
+          const Tensor ax = unary("abs", x);
+          if (std::isinf(p)) {  // shared evenly by the elements equal to the extreme (or NaN)
+            const Tensor hit = mask_as(binary("logical_or", binary("eq", ax, n), unary("isnan", ax)), x.dtype());
+            const Tensor count = expand(reduce("sum", hit, dims, true), x.sizes());
+            return {mul(unary("sign", x), mul(binary("div", gk, count), hit))};
+          }
+          const Tensor nz = zero_mask(n);  // slices whose norm is 0 get no gradient
+          const Tensor keep_n = binary("sub", Scalar(int64_t{1}), nz);
+          if (p < 1) {  // sign(x) |x|^(p-1) (0 at x == 0) * g * n^(1-p)
+            const Tensor xz = zero_mask(x);
+            const Tensor scaled = mul(mul(unary("sign", x), binary("pow", binary("add", ax, xz), Scalar(p - 1))),
+                                      binary("sub", Scalar(int64_t{1}), xz));
+            return {mul(mul(scaled, gk), binary("pow", n, Scalar(1 - p)))};
+          }
+          const Tensor scale = mul(binary("div", gk, binary("pow", binary("add", n, nz), Scalar(p - 1))), keep_n);
+          if (p < 2) return {mul(mul(unary("sign", x), binary("pow", ax, Scalar(p - 1))), scale)};
+          return {mul(mul(x, binary("pow", ax, Scalar(p - 2))), scale)};
+        });
+    node->save(r.a);
+    node->save_output(out, 0);
+    autograd::record(node, {r.a}, {out});
+  }
+  return out;
+}
+
+Tensor all(const Tensor& a, const Shape& dims, bool keepdim) {
+  const Reduction r = prepare(a, dims, keepdim);
+  const DType dt = a.dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+  if (r.over_empty) return full(r.out_shape, Scalar(int64_t{1}), dt, a.device());
+  static const OpDef& op = find_op("all");
+  const Tensor in[] = {autograd::detach(r.a)};
+  return call_op(op, in, reduce_attrs(r))[0];
+}
+
+Tensor any(const Tensor& a, const Shape& dims, bool keepdim) {
+  const Reduction r = prepare(a, dims, keepdim);
+  const DType dt = a.dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+  if (r.over_empty) return full(r.out_shape, Scalar(int64_t{0}), dt, a.device());
+  static const OpDef& op = find_op("any");
+  const Tensor in[] = {autograd::detach(r.a)};
+  return call_op(op, in, reduce_attrs(r))[0];
+}
+
+Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return scan("cumsum", a, dim, dtype); }
+Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return scan("cumprod", a, dim, dtype); }
+
+Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return softmax_impl(false, a, dim, dtype); }
+Tensor log_softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  return softmax_impl(true, a, dim, dtype);
+}
+
+}  // namespace ops
+}  // namespace plugflow
