@@ -77,6 +77,15 @@ struct EntryOrder {
   }
 };
 
+// Key-only order for std::stable_sort (stability supplies the index tie-break).
+template <typename K>
+struct KeyOrder {
+  bool descending;
+  bool operator()(const Entry<K>& x, const Entry<K>& y) const {
+    return descending ? key_less(y.key, x.key) : key_less(x.key, y.key);
+  }
+};
+
 template <typename K>
 std::vector<Entry<K>>& scratch_entries(int64_t n) {
   thread_local std::vector<Entry<K>> buf;
@@ -104,7 +113,7 @@ void sort_kernel(KernelContext& ctx) {
                         auto& buf = scratch_entries<K>(n);
                         const T* src = ap + off[0];
                         for (int64_t i = 0; i < n; ++i) buf[i] = {static_cast<K>(src[i * sa]), i};
-                        std::sort(buf.begin(), buf.end(), EntryOrder<K>{descending});
+                        std::stable_sort(buf.begin(), buf.end(), KeyOrder<K>{descending});
                         T* vo = vp + off[1];
                         int64_t* io = ip + off[2];
                         for (int64_t i = 0; i < n; ++i) {
@@ -290,7 +299,12 @@ void unique_kernel(KernelContext& ctx) {
     auto at = [&](int64_t row, int64_t col) { return static_cast<K>(ap[row * s0 + col * s1]); };
     std::vector<int64_t> order(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) order[i] = i;
-    if (!consecutive) {
+    if (!consecutive && m == 1) {  // plain values (dim=None): a stable sort of (key, index) pairs
+      auto& buf = scratch_entries<K>(n);
+      for (int64_t i = 0; i < n; ++i) buf[i] = {at(i, 0), i};
+      std::stable_sort(buf.begin(), buf.end(), KeyOrder<K>{false});
+      for (int64_t i = 0; i < n; ++i) order[i] = buf[i].index;
+    } else if (!consecutive) {
       std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
         for (int64_t j = 0; j < m; ++j) {
           const K kx = at(x, j), ky = at(y, j);
