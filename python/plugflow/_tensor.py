@@ -21,22 +21,25 @@ def _format(self, format_spec):
 
 
 def _new_size(size):
-    return size if isinstance(size, (tuple, list)) else (size,)
+    """new_zeros(2, 3), new_zeros((2, 3)) and new_zeros(torch.Size) alike; a bare int is one dim."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        return tuple(size[0])
+    return size
 
 
-def new_empty(self, size, *, dtype=None, device=None, requires_grad=False):
+def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
     """An uninitialized tensor with this tensor's dtype and device unless given."""
     return _creation.empty(_new_size(size), dtype=dtype or self.dtype, device=device or self.device,
                            requires_grad=requires_grad)
 
 
-def new_zeros(self, size, *, dtype=None, device=None, requires_grad=False):
+def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
     """Zeros with this tensor's dtype and device unless given."""
     return _creation.zeros(_new_size(size), dtype=dtype or self.dtype, device=device or self.device,
                            requires_grad=requires_grad)
 
 
-def new_ones(self, size, *, dtype=None, device=None, requires_grad=False):
+def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
     """Ones with this tensor's dtype and device unless given."""
     return _creation.ones(_new_size(size), dtype=dtype or self.dtype, device=device or self.device,
                           requires_grad=requires_grad)
@@ -44,7 +47,8 @@ def new_ones(self, size, *, dtype=None, device=None, requires_grad=False):
 
 def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
     """fill_value everywhere, with this tensor's dtype and device unless given."""
-    return _creation.full(_new_size(size), fill_value, dtype=dtype or self.dtype, device=device or self.device,
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
+    return _creation.full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
                           requires_grad=requires_grad)
 
 

@@ -1302,3 +1302,17 @@ def test_binary_grads_at_special_values_match_torch():
         getattr(torch, op)(ta, tb).sum().backward()
         assert_grad(a.grad, ta.grad)
         assert_grad(b.grad, tb.grad)
+
+
+def test_inplace_into_overlapping_memory_raises_like_torch():
+    ops = {"add_": lambda t: t.add_(1), "exp_": lambda t: t.exp_(), "mul_": lambda t: t.mul_(t.new_ones(3, 4)),
+           "copy_": lambda t: t.copy_(t.new_ones(3, 4)), "iadd": lambda t: t.__iadd__(2)}
+    for name, fn in ops.items():
+        for lib in (pf, torch):
+            with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a "
+                                                   "single memory location"):
+                fn(lib.zeros(3, 1).expand(3, 4))
+    # fill_ and zero_ (and t[i] = number) are allowed, as in PyTorch.
+    x = pf.zeros(3, 1)
+    x.expand(3, 4).fill_(2.0)
+    assert x.flatten().tolist() == [2.0, 2.0, 2.0]

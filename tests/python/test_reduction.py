@@ -564,3 +564,20 @@ def test_double_backward(name):
     with pf.no_grad():
         expected = (first(x.detach() + eps * v) - first(x.detach() - eps * v)) / (2 * eps)
     np.testing.assert_allclose(hv.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_nn_functional_softmax_family():
+    import warnings
+
+    rng = np.random.default_rng(8)
+    p, t = pair(rng, (2, 3, 4), dtype="float32")
+    for name in ("softmax", "log_softmax", "softmin"):
+        fp = getattr(pf.nn.functional, name)
+        ft = getattr(torch.nn.functional, name)
+        for dim in (0, 1, -1):
+            close(fp(p, dim), ft(t, dim), "float32")
+            close(fp(p, dim=dim, dtype=pf.float64), ft(t, dim=dim, dtype=torch.float64))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            close(fp(p), ft(t), "float32")  # PyTorch's implicit dim (0 for 3-d inputs)
+            close(fp(p[0]), ft(t[0]), "float32")  # and 1 for 2-d

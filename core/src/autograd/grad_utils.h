@@ -29,6 +29,16 @@ inline Tensor mul(const Tensor& a, Scalar b) { return ops::binary("mul", a, b); 
 inline Tensor div(const Tensor& a, const Tensor& b) { return ops::binary("div", a, b); }
 inline Tensor neg(const Tensor& a) { return ops::unary("neg", a); }
 
+// In-place writes into a tensor where several elements share one memory location (a
+// broadcast/expanded view) would be order-dependent: PyTorch refuses them (its
+// has_internal_overlap: a dim of stride 0 and size > 1). fill_ and zero_ are exempt.
+inline void check_no_internal_overlap(const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    PF_CHECK(!(t.strides()[d] == 0 && t.sizes()[d] > 1),
+             "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+             "location. Please clone() the tensor before performing the operation.");
+}
+
 // Records `node` for an op with these inputs/outputs when any input requires grad.
 inline bool should_record(const std::vector<Tensor>& inputs) { return any_requires_grad(inputs); }
 

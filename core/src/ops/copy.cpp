@@ -45,6 +45,7 @@ void copy_data(Tensor& dst, const Tensor& src_in);
 
 Tensor& copy_(Tensor& dst, const Tensor& src_in) {
   PF_CHECK(dst.defined() && src_in.defined(), "copy_: undefined tensor");
+  autograd::check_no_internal_overlap(dst);
   autograd::check_inplace(dst);
   const bool grad = is_floating(dst.dtype()) && autograd::any_requires_grad({&dst, &src_in});
   {

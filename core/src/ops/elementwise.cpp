@@ -2,6 +2,7 @@
 #include <array>
 #include <optional>
 
+#include "../autograd/grad_utils.h"
 #include "grad.h"
 #include "op_tables.h"
 #include "plugflow/autograd.h"
@@ -124,6 +125,7 @@ Tensor run_binary_inplace(const BinaryInfo& info, Tensor& a, const Tensor& b, DT
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes());
   PF_CHECK(shape == a.sizes(), "output with shape ", shape_str(a.sizes()), " doesn't match the broadcast shape ",
            shape_str(shape));
+  autograd::check_no_internal_overlap(a);
   if (info.kind != BinaryKind::Arithmetic || result != a.dtype()) {
     Tensor r = run_binary(info, a, b, common, attrs);
     copy_(a, r);
@@ -280,6 +282,7 @@ Tensor& unary_(const std::string& name, Tensor& a) {
   const DType result = info.kind == UnaryKind::BoolOut ? DType::Bool : dt;
   PF_CHECK(category(result) <= category(a.dtype()), "result type ", dtype_name(result),
            " can't be cast to the desired output type ", dtype_name(a.dtype()));
+  autograd::check_no_internal_overlap(a);
   if (result != a.dtype()) {
     copy_(a, unary(name, a));
     return a;

@@ -7,9 +7,11 @@
 //     innermost one and the next dim is contiguous, a tile of neighbouring lines advances
 //     together, which vectorizes.
 //   * softmax, log_softmax: per line one pass computes the running max and the sum of
-//     exp(x - max) together (online rescaling), a second pass writes; same line/tile split.
+//     exp(x - max) together (online rescaling, block by block on contiguous lines), a second
+//     pass writes; same line/tile split. float math uses a vectorizable exp (exp_nonpos).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -21,10 +23,26 @@
 namespace plugflow::cpu {
 namespace {
 
+// c ? a : b for floats without a branch. GCC (with its default -ftrapping-math) keeps
+// float-compare ternaries as jumps, which stops the vectorizer; selecting bit patterns
+// through an integer mask does not.
+template <typename C>
+[[gnu::always_inline]] inline C blend(bool c, C a, C b) {
+  using I = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;
+  const I mask = -static_cast<I>(c);
+  I ai, bi;
+  std::memcpy(&ai, &a, sizeof a);
+  std::memcpy(&bi, &b, sizeof b);
+  const I r = (ai & mask) | (bi & ~mask);
+  C out;
+  std::memcpy(&out, &r, sizeof out);
+  return out;
+}
+
 // Max/min that propagate NaN (a NaN accumulator stays, a NaN input takes over).
 template <typename C>
-inline C max_nan(C a, C x) {
-  return ((x > a) | (x != x)) ? x : a;
+[[gnu::always_inline]] inline C max_nan(C a, C x) {
+  return blend((x > a) | (x != x), x, a);
 }
 template <typename C>
 inline C min_nan(C a, C x) {
@@ -302,16 +320,83 @@ void scan_kernel(KernelContext& ctx) {
 
 // ---- softmax / log_softmax ------------------------------------------------------------------------------
 
-// Online max and sum of exp(x - max): one read of the line. An element equal to -inf adds
-// nothing (also when the max so far is -inf, where x - max would be NaN).
+// exp(x) for x <= 0 (softmax only ever needs exp(x - max)), written so that GCC vectorizes it
+// with plain SSE2: Cephes' expf polynomial on r = x - n ln2 (|r| <= ln2/2), times 2^n built in
+// the exponent bits. Relative error ~1e-7; x < -87.3 (and -inf) give 0, NaN stays NaN.
+// always_inline: a call in the loop would stop the vectorizer.
+[[gnu::always_inline]] inline float exp_nonpos(float x) {
+  // Clamped into [-87.34, 0] (NaN too, so the float -> int conversion below is always defined).
+  const float xc = blend(x <= 0.0f, blend(x >= -87.3365448f, x, -87.3365448f), 0.0f);
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return blend(x != x, x, blend(x >= -87.3365448f, y * scale, 0.0f));
+}
+[[gnu::always_inline]] inline double exp_nonpos(double x) { return std::exp(x); }
+
 template <typename C>
-inline void online_update(C& m, C& s, C x) {
-  if (x > m) {
-    s = s * std::exp(m - x) + C(1);
-    m = x;
-  } else if (x != -std::numeric_limits<C>::infinity()) {
-    s += std::exp(x - m);  // NaN inputs make s NaN, so the whole line is NaN, as in PyTorch
+constexpr C kInf = std::numeric_limits<C>::infinity();
+
+// The end of a softmax line: softmax exp(x - m) / s, log_softmax (x - m) - log(s). A +inf
+// max makes the line NaN (exp(inf - inf) in PyTorch's formula); a line of -inf gives NaN.
+template <typename C, bool Log>
+inline C softmax_scale(C m, C s) {
+  if (m == kInf<C>) s = std::numeric_limits<C>::quiet_NaN();
+  if constexpr (Log) return std::log(s);
+  else return C(1) / s;
+}
+template <typename C, bool Log>
+[[gnu::always_inline]] inline C softmax_finish(C x, C m, C scale) {
+  if constexpr (Log) return (x - m) - scale;
+  else return exp_nonpos(x - m) * scale;
+}
+
+// A contiguous line: the max and the sum of exp(x - max) in one read, block by block (the
+// block's max first, the running sum rescaled when it grows), then one pass that writes.
+template <typename T, bool Log>
+void softmax_row(const T* x, T* y, int64_t n) {
+  using C = opmath_t<T>;
+  constexpr int64_t kBlock = 256;
+  constexpr int kLanes = 8;
+  C m = -kInf<C>, s = 0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    C lane[kLanes];
+    for (int j = 0; j < kLanes; ++j) lane[j] = -kInf<C>;
+    int64_t i = b;
+    for (; i + kLanes <= e; i += kLanes) {
+#pragma omp simd
+      for (int j = 0; j < kLanes; ++j) lane[j] = max_nan(lane[j], static_cast<C>(x[i + j]));
+    }
+    C bm = lane[0];
+    for (int j = 1; j < kLanes; ++j) bm = max_nan(bm, lane[j]);
+    for (; i < e; ++i) bm = max_nan(bm, static_cast<C>(x[i]));
+    if (bm != bm) {  // NaN: the whole line is NaN
+      m = s = bm;
+      break;
+    }
+    if (bm > m) {
+      s *= exp_nonpos(m - bm);
+      m = bm;
+    }
+    if (m == -kInf<C>) continue;  // only -inf so far: adds nothing
+    C acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t k = b; k < e; ++k) acc += exp_nonpos(static_cast<C>(x[k]) - m);
+    s += acc;
   }
+  const C scale = softmax_scale<C, Log>(m, s);
+#pragma omp simd
+  for (int64_t k = 0; k < n; ++k) y[k] = convert<T>(softmax_finish<C, Log>(static_cast<C>(x[k]), m, scale));
 }
 
 template <typename T, bool Log>
@@ -319,39 +404,46 @@ void softmax_typed(const Tensor& a, const Tensor& out, int64_t dim) {
   using C = opmath_t<T>;  // float for the 16-bit floats and float32, double for float64
   const Lines L = make_lines(a, out, dim);
   const int64_t n = L.n;
-  constexpr C kNegInf = -std::numeric_limits<C>::infinity();
-  auto finish = [](C x, C m, C scale) -> C {
-    if constexpr (Log) return (x - m) - scale;  // scale = log(sum)
-    else return std::exp(x - m) * scale;        // scale = 1 / sum
-  };
-  // A +inf max makes the line NaN, as exp(inf - inf) does in PyTorch's two-pass formula.
-  auto scale_of = [](C m, C s) -> C {
-    if (m == std::numeric_limits<C>::infinity()) s = std::numeric_limits<C>::quiet_NaN();
-    if constexpr (Log) return std::log(s);
-    else return C(1) / s;
-  };
+  constexpr auto isz = static_cast<int64_t>(sizeof(T));
   auto line = [&](const char* x, char* y) {
-    C m = kNegInf, s = 0;
-    for (int64_t j = 0; j < n; ++j) online_update(m, s, static_cast<C>(*reinterpret_cast<const T*>(x + j * L.sa)));
-    const C scale = scale_of(m, s);
+    if (L.sa == isz && L.so == isz) return softmax_row<T, Log>(reinterpret_cast<const T*>(x), reinterpret_cast<T*>(y), n);
+    // Strided: the same per element, online (the running sum rescaled whenever the max grows).
+    C m = -kInf<C>, s = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const C v = static_cast<C>(*reinterpret_cast<const T*>(x + j * L.sa));
+      const C nm = max_nan(m, v);
+      s = s * blend(nm == m, C(1), exp_nonpos(m - nm)) + blend(v == -kInf<C>, C(0), exp_nonpos(v - nm));
+      m = nm;
+    }
+    const C scale = softmax_scale<C, Log>(m, s);
     for (int64_t j = 0; j < n; ++j)
-      *reinterpret_cast<T*>(y + j * L.so) = convert<T>(finish(static_cast<C>(*reinterpret_cast<const T*>(x + j * L.sa)), m, scale));
+      *reinterpret_cast<T*>(y + j * L.so) =
+          convert<T>(softmax_finish<C, Log>(static_cast<C>(*reinterpret_cast<const T*>(x + j * L.sa)), m, scale));
   };
+  // Neighbouring lines side by side: the same online update, branch-free, vectorized across
+  // the tile.
   auto tile = [&](const char* x, char* y, int64_t nt) {
     C m[kLineTile], s[kLineTile];
     for (int64_t k = 0; k < nt; ++k) {
-      m[k] = kNegInf;
+      m[k] = -kInf<C>;
       s[k] = 0;
     }
     for (int64_t j = 0; j < n; ++j) {
       const T* xr = reinterpret_cast<const T*>(x + j * L.sa);
-      for (int64_t k = 0; k < nt; ++k) online_update(m[k], s[k], static_cast<C>(xr[k]));
+#pragma omp simd
+      for (int64_t k = 0; k < nt; ++k) {
+        const C v = static_cast<C>(xr[k]);
+        const C nm = max_nan(m[k], v);
+        s[k] = s[k] * blend(nm == m[k], C(1), exp_nonpos(m[k] - nm)) + blend(v == -kInf<C>, C(0), exp_nonpos(v - nm));
+        m[k] = nm;
+      }
     }
-    for (int64_t k = 0; k < nt; ++k) s[k] = scale_of(m[k], s[k]);
+    for (int64_t k = 0; k < nt; ++k) s[k] = softmax_scale<C, Log>(m[k], s[k]);
     for (int64_t j = 0; j < n; ++j) {
       const T* xr = reinterpret_cast<const T*>(x + j * L.sa);
       T* yr = reinterpret_cast<T*>(y + j * L.so);
-      for (int64_t k = 0; k < nt; ++k) yr[k] = convert<T>(finish(static_cast<C>(xr[k]), m[k], s[k]));
+#pragma omp simd
+      for (int64_t k = 0; k < nt; ++k) yr[k] = convert<T>(softmax_finish<C, Log>(static_cast<C>(xr[k]), m[k], s[k]));
     }
   };
   for_each_line(L, static_cast<const char*>(a.data_ptr()), static_cast<char*>(out.data_ptr()), line, tile);

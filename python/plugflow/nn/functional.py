@@ -145,3 +145,34 @@ def pad(input, pad, mode="constant", value=None):
 def one_hot(tensor, num_classes=-1):
     """int64 one-hot encoding along a new last dim; num_classes=-1 infers max + 1."""
     return _C.one_hot(tensor, num_classes)
+
+
+# ---- softmax family (the reduction family's fused kernels) -------------------------------------
+
+def _get_softmax_dim(name, ndim, stacklevel):
+    import warnings
+
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  "as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """exp(x) / sum(exp(x)) along dim, computed stably in one fused kernel; dtype casts first."""
+    if dim is None:
+        dim = _get_softmax_dim("softmax", input.dim(), _stacklevel)
+    return _C.softmax(input, dim, dtype)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """softmax(-x) along dim."""
+    if dim is None:
+        dim = _get_softmax_dim("softmin", input.dim(), _stacklevel)
+    return _C.softmax(-input if dtype is None else -input.to(dtype), dim)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """log(softmax(x)) along dim, computed stably in one fused kernel; dtype casts first."""
+    if dim is None:
+        dim = _get_softmax_dim("log_softmax", input.dim(), _stacklevel)
+    return _C.log_softmax(input, dim, dtype)
