@@ -8,7 +8,7 @@ the built-in default (configs/cpu.yaml), which loads the device and collective p
 """
 
 from . import _C
-from ._C import ConfigError, PluginError, Tensor, device, dtype
+from ._C import ConfigError, PluginError, Tensor, device, dtype, Generator, default_generator
 from ._C import (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,  # noqa: A004
                  promote_types, can_cast, init, set_num_threads, get_num_threads)
 from ._size import Size
@@ -16,7 +16,7 @@ from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
 from ._tensor_str import set_printoptions, get_printoptions
 from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, arange,
                         linspace, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
-                        randn_like, randint_like)
+                        randn_like, randint_like, randperm)
 from . import return_types, cuda
 from . import autograd  # noqa: E402
 from .autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled,  # noqa: E402
@@ -40,3 +40,4 @@ short = int16
 _C.ensure_initialized()
 
 from . import distributed  # noqa: E402,F401  (plugflow.distributed after `import plugflow`)
+from . import optim  # noqa: E402,F401  (plugflow.optim, plugflow.optim.lr_scheduler)

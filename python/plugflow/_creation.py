@@ -12,7 +12,7 @@ from ._C import Tensor
 __all__ = [
     "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
     "linspace", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
-    "rand_like", "randn_like", "randint_like",
+    "rand_like", "randn_like", "randint_like", "randperm",
 ]
 
 
@@ -113,17 +113,19 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
                                 dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Uniform samples from [0, 1)."""
-    return _finish(_C._rand(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    return _finish(_C._rand(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device), generator),
+                   requires_grad)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Standard normal samples."""
-    return _finish(_C._randn(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    return _finish(_C._randn(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device), generator),
+                   requires_grad)
 
 
-def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
+def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
     """randint(high, size) or randint(low, high, size): integers uniform in [low, high) (int64)."""
     if size is None:
         if len(args) == 2:
@@ -141,7 +143,13 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
     low, high = operator.index(_number(low)), operator.index(_number(high))
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
-    return _finish(_C._randint(low, high, (size,), dtype or _C.int64, _device(device)),
+    return _finish(_C._randint(low, high, (size,), dtype or _C.int64, _device(device), generator),
+                   requires_grad)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
+    """A random permutation of 0..n-1 (int64 by default)."""
+    return _finish(_C._randperm(operator.index(_number(n)), dtype or _C.int64, _device(device), generator),
                    requires_grad)
 
 

@@ -31,38 +31,6 @@ const Tensor* as_tensor(py::handle h) {
 Tensor& tensor_ref(py::handle h) { return h.cast<Tensor&>(); }
 std::string type_name(py::handle h) { return Py_TYPE(h.ptr())->tp_name; }
 
-const char* scalar_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int8: return "Char";
-    case DType::Int16: return "Short";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
-  }
-  return "Unknown";
-}
-
-const char* cpp_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "bool";
-    case DType::UInt8: return "unsigned char";
-    case DType::Int8: return "signed char";
-    case DType::Int16: return "short int";
-    case DType::Int32: return "int";
-    case DType::Int64: return "long int";
-    case DType::Float16: return "c10::Half";
-    case DType::BFloat16: return "c10::BFloat16";
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
-  }
-  return "unknown";
-}
-
 Scalar number_arg(py::handle h, const char* fn, const char* arg) {
   Scalar s;
   if (!to_scalar(h, s)) PF_THROW(TypeError, fn, "(): argument '", arg, "' must be Number, not ", type_name(h));

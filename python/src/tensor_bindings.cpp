@@ -15,7 +15,9 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -885,6 +887,68 @@ const std::vector<std::string> kBinaryOps = {"mul",        "pow",         "remai
                                              "le",         "gt",          "ge"};
 const std::vector<std::string> kBinaryNoInplace = {"maximum", "minimum"};
 
+// torch.Generator: a Philox stream (seed + counter offset). Seeds are taken modulo 2^64 like
+// PyTorch's; the state is 16 bytes (seed, offset) in a uint8 tensor.
+void bind_generator(py::module_& m) {
+  py::class_<Generator>(m, "Generator", "A random number generator (seed and Philox counter offset).")
+      .def(py::init([](std::optional<Device> device) {
+             PF_CHECK(!device || device->is_cpu() || device->type == DeviceType::CUDA,
+                      "Generator: unsupported device ", device->str());
+             return std::make_unique<Generator>();
+           }),
+           py::arg("device") = py::none())
+      .def(
+          "manual_seed",
+          [](py::object self, py::int_ seed) {
+            // Negative seeds wrap like PyTorch's (seed & 0xffff_ffff_ffff_ffff).
+            const uint64_t s = PyLong_AsUnsignedLongLongMask(seed.ptr());
+            if (PyErr_Occurred()) throw py::error_already_set();
+            self.cast<Generator&>().manual_seed(s);
+            return self;
+          },
+          py::arg("seed"))
+      .def("initial_seed", &Generator::initial_seed)
+      .def("seed",
+           [](Generator& g) {
+             std::random_device rd;
+             const uint64_t s = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+             g.manual_seed(s);
+             return s;
+           })
+      .def("get_state",
+           [](const Generator& g) {
+             const auto [seed, offset] = g.state();
+             Tensor t = ops::empty({16}, DType::UInt8, Device{DeviceType::CPU, 0});
+             std::memcpy(t.data_ptr(), &seed, 8);
+             std::memcpy(static_cast<char*>(t.data_ptr()) + 8, &offset, 8);
+             return t;
+           })
+      .def(
+          "set_state",
+          [](py::object self, const Tensor& state) {
+            PF_CHECK_T(state.dtype() == DType::UInt8 && state.numel() == 16 && state.device().is_cpu(), TypeError,
+                       "set_state: expected a 16-byte torch.ByteTensor from get_state()");
+            const Tensor c = ops::contiguous(state);
+            uint64_t seed, offset;
+            std::memcpy(&seed, c.data_ptr(), 8);
+            std::memcpy(&offset, static_cast<const char*>(c.data_ptr()) + 8, 8);
+            self.cast<Generator&>().set_state(seed, offset);
+            return self;
+          },
+          py::arg("new_state"))
+      .def_property_readonly("device", [](const Generator&) { return Device{DeviceType::CPU, 0}; });
+  m.attr("default_generator") = py::cast(&default_generator(), py::return_value_policy::reference);
+  def_function(
+      m, "manual_seed",
+      [](py::int_ seed) {
+        const uint64_t s = PyLong_AsUnsignedLongLongMask(seed.ptr());
+        if (PyErr_Occurred()) throw py::error_already_set();
+        default_generator().manual_seed(s);
+        return py::module_::import("plugflow._C").attr("default_generator");
+      },
+      py::arg("seed"));
+}
+
 }  // namespace
 
 void bind_tensor(py::module_& m) {
@@ -1125,18 +1189,18 @@ void bind_tensor(py::module_& m) {
            })
       .def(
           "uniform_",
-          [](py::object self, double low, double high) {
-            ops::uniform_(tensor_ref(self), low, high);
+          [](py::object self, double low, double high, Generator* generator) {
+            ops::uniform_(tensor_ref(self), low, high, generator);
             return self;
           },
-          py::arg("from") = 0.0, py::arg("to") = 1.0)
+          py::arg("from") = 0.0, py::arg("to") = 1.0, py::kw_only(), py::arg("generator") = nullptr)
       .def(
           "normal_",
-          [](py::object self, double mean, double std) {
-            ops::normal_(tensor_ref(self), mean, std);
+          [](py::object self, double mean, double std, Generator* generator) {
+            ops::normal_(tensor_ref(self), mean, std, generator);
             return self;
           },
-          py::arg("mean") = 0.0, py::arg("std") = 1.0);
+          py::arg("mean") = 0.0, py::arg("std") = 1.0, py::kw_only(), py::arg("generator") = nullptr);
   m.def(
       "clone", [](const Tensor& t) { return ops::clone(t); }, py::arg("input"),
       py::call_guard<py::gil_scoped_release>());
@@ -1524,29 +1588,36 @@ void bind_tensor(py::module_& m) {
       py::arg("start"), py::arg("end"), py::arg("steps"), py::arg("dtype"), py::arg("device") = py::none());
   m.def(
       "_rand",
-      [dev](py::handle size, DType dtype, std::optional<Device> device) {
-        return ops::rand(ints_from_args(size, "rand", "size"), dtype, dev(device));
+      [dev](py::handle size, DType dtype, std::optional<Device> device, Generator* generator) {
+        return ops::rand(ints_from_args(size, "rand", "size"), dtype, dev(device), generator);
       },
-      py::arg("size"), py::arg("dtype"), py::arg("device") = py::none());
+      py::arg("size"), py::arg("dtype"), py::arg("device") = py::none(), py::arg("generator") = nullptr);
   m.def(
       "_randn",
-      [dev](py::handle size, DType dtype, std::optional<Device> device) {
-        return ops::randn(ints_from_args(size, "randn", "size"), dtype, dev(device));
+      [dev](py::handle size, DType dtype, std::optional<Device> device, Generator* generator) {
+        return ops::randn(ints_from_args(size, "randn", "size"), dtype, dev(device), generator);
       },
-      py::arg("size"), py::arg("dtype"), py::arg("device") = py::none());
+      py::arg("size"), py::arg("dtype"), py::arg("device") = py::none(), py::arg("generator") = nullptr);
   m.def(
       "_randint",
-      [dev](int64_t low, int64_t high, py::handle size, DType dtype, std::optional<Device> device) {
-        return ops::randint(low, high, ints_from_args(size, "randint", "size"), dtype, dev(device));
+      [dev](int64_t low, int64_t high, py::handle size, DType dtype, std::optional<Device> device,
+            Generator* generator) {
+        return ops::randint(low, high, ints_from_args(size, "randint", "size"), dtype, dev(device), generator);
       },
-      py::arg("low"), py::arg("high"), py::arg("size"), py::arg("dtype"), py::arg("device") = py::none());
+      py::arg("low"), py::arg("high"), py::arg("size"), py::arg("dtype"), py::arg("device") = py::none(),
+      py::arg("generator") = nullptr);
+  m.def(
+      "_randperm",
+      [dev](int64_t n, DType dtype, std::optional<Device> device, Generator* generator) {
+        return ops::randperm(n, dtype, dev(device), generator);
+      },
+      py::arg("n"), py::arg("dtype"), py::arg("device") = py::none(), py::arg("generator") = nullptr);
   m.def("_tensor", &tensor_from_data, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
   m.def("_device_from_object", &device_from_object, py::arg("device"));
   def_function(m, "from_numpy", &from_numpy, py::arg("ndarray"),
                "A CPU tensor sharing the array's memory (the tensor keeps the array alive).");
-  def_function(
-      m, "manual_seed", [](int64_t seed) { ops::manual_seed(static_cast<uint64_t>(seed)); }, py::arg("seed"));
   def_function(m, "initial_seed", [] { return ops::initial_seed(); });
+  bind_generator(m);
 
   m.attr("_public_functions") = public_functions();
 }

@@ -191,3 +191,53 @@ def test_exact_sum_check():
     assert value == (torch.ones(2, 3) + torch.arange(3)).sum().item() == 12.0
     assert isinstance(value, float)
     assert dtype_name(to_torch(pf.ones(2, 3) + pf.arange(3)).dtype) == "float32"
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+def test_randperm_is_a_permutation(n):
+    p = pf.randperm(n)
+    assert p.dtype == pf.int64 and p.shape == (n,)
+    assert sorted(p.numpy().tolist()) == list(range(n))
+    assert pf.randperm(n, dtype=pf.float32).dtype == pf.float32
+
+
+def test_randperm_bad_input():
+    with pytest.raises(RuntimeError, match="non-negative"):
+        pf.randperm(-1)
+    with pytest.raises(RuntimeError, match="representable"):
+        pf.randperm(300, dtype=pf.uint8)
+    with pytest.raises(RuntimeError, match="representable"):
+        pf.randperm(3, dtype=pf.bool)
+
+
+def test_randperm_spreads_every_position():
+    # Each value lands in each position about equally often (a biased shuffle would not).
+    counts = np.zeros((5, 5))
+    for _ in range(2000):
+        counts[np.arange(5), pf.randperm(5).numpy()] += 1
+    assert counts.min() > 300 and counts.max() < 500
+
+
+def test_generator_streams():
+    g1, g2 = pf.Generator(), pf.Generator()
+    assert g1.manual_seed(7) is g1 and g1.initial_seed() == 7
+    g2.manual_seed(7)
+    a = pf.rand(50, generator=g1)
+    before = pf.default_generator.get_state()
+    b = pf.rand(50, generator=g2)
+    # The same seed gives the same stream; using a generator leaves the default one alone.
+    assert np.array_equal(a.numpy(), b.numpy())
+    assert np.array_equal(before.numpy(), pf.default_generator.get_state().numpy())
+    state = g1.get_state()
+    x = pf.randn(10, generator=g1)
+    g1.set_state(state)
+    assert np.array_equal(x.numpy(), pf.randn(10, generator=g1).numpy())
+    assert np.array_equal(pf.randperm(20, generator=g1.manual_seed(3)).numpy(),
+                          pf.randperm(20, generator=g2.manual_seed(3)).numpy())
+    t = pf.empty(4, 5)[:, ::2]
+    t.uniform_(-1, 1, generator=g1.manual_seed(5))
+    assert (t.numpy() >= -1).all() and (t.numpy() < 1).all()
+    assert pf.manual_seed(3) is pf.default_generator
+    assert isinstance(g1.seed(), int)
+    with pytest.raises(TypeError):
+        g1.set_state(pf.zeros(3))

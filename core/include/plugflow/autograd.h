@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,8 @@ class PF_API FunctionNode : public Node {
   // Saves an input (or any tensor the formula needs) / the node's own output `nr`; the
   // backward closure receives them unpacked, in saving order.
   void save(const Tensor& t) { saved_.emplace_back(t, -1); }
+  // Sizes the saved list once when the caller knows how many tensors it will save.
+  void reserve_saved(size_t n) { saved_.reserve(n); }
   void save_output(const Tensor& t, uint32_t nr) { saved_.emplace_back(t, static_cast<int>(nr)); }
 
  private:
@@ -187,8 +190,14 @@ PF_API bool any_requires_grad(const std::vector<Tensor>& inputs);
 // Records an out-of-place op: the node gets the inputs' history edges (in order, an empty
 // edge for inputs that do not require grad) and becomes the grad_fn of each floating output.
 // Save what backward needs with node->save / save_output before or after calling this.
-PF_API void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
-                   const std::vector<Tensor>& outputs);
+PF_API void record(const std::shared_ptr<Node>& node, std::span<const Tensor> inputs,
+                   std::span<const Tensor> outputs);
+// Braced lists (`record(node, {a, b}, {out})`) stay on the stack: no vector per call.
+inline void record(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
+                   std::initializer_list<Tensor> outputs) {
+  record(node, std::span<const Tensor>(inputs.begin(), inputs.size()),
+         std::span<const Tensor>(outputs.begin(), outputs.size()));
+}
 // Convenience: record when needed, with a closure. Returns the node (null when not recorded).
 PF_API std::shared_ptr<FunctionNode> make_node(std::string name, BackwardFn fn);
 

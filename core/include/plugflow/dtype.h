@@ -94,6 +94,10 @@ struct BFloat16 {
 
 PF_API std::string_view dtype_name(DType t);  // "float32", "int64", ...
 PF_API DType dtype_from_name(std::string_view name);  // accepts PyTorch aliases (float, long, half, ...); throws TypeError
+// PyTorch's ScalarType names ("Float", "Long", ...), as its error messages quote them.
+PF_API const char* scalar_type_name(DType t);
+// The C++ element type names some PyTorch dtype checks print ("float", "long int", ...).
+PF_API const char* cpp_type_name(DType t);
 
 constexpr size_t itemsize(DType t) {
   switch (t) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "plugflow/export.h"
+#include "plugflow/generator.h"
 #include "plugflow/scalar.h"
 #include "plugflow/tensor.h"
 
@@ -21,14 +22,17 @@ PF_API Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType>
 PF_API Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device);
 PF_API Tensor scalar_tensor(Scalar value, DType dtype, Device device);
 
-// ---- random (plugflow's global generator per device type; see manual_seed) ---------------
-PF_API void manual_seed(uint64_t seed);
+// ---- random (the given generator, else the default one; see plugflow/generator.h) --------
+PF_API void manual_seed(uint64_t seed);  // seeds the default generator
 PF_API uint64_t initial_seed();
-PF_API Tensor rand(const Shape& sizes, DType dtype, Device device);
-PF_API Tensor randn(const Shape& sizes, DType dtype, Device device);
-PF_API Tensor randint(int64_t low, int64_t high, const Shape& sizes, DType dtype, Device device);
-PF_API Tensor& uniform_(Tensor& t, double low, double high);
-PF_API Tensor& normal_(Tensor& t, double mean, double std);
+PF_API Tensor rand(const Shape& sizes, DType dtype, Device device, Generator* gen = nullptr);
+PF_API Tensor randn(const Shape& sizes, DType dtype, Device device, Generator* gen = nullptr);
+PF_API Tensor randint(int64_t low, int64_t high, const Shape& sizes, DType dtype, Device device,
+                      Generator* gen = nullptr);
+// A random permutation of 0..n-1.
+PF_API Tensor randperm(int64_t n, DType dtype, Device device, Generator* gen = nullptr);
+PF_API Tensor& uniform_(Tensor& t, double low, double high, Generator* gen = nullptr);
+PF_API Tensor& normal_(Tensor& t, double mean, double std, Generator* gen = nullptr);
 
 // ---- copies and conversion ----------------------------------------------------------------
 // Copies src into dst (broadcasting src to dst's shape, any dtypes, any devices, any strides).

@@ -375,10 +375,12 @@ std::shared_ptr<FunctionNode> make_node(std::string name, BackwardFn fn) {
   return std::make_shared<FunctionNode>(std::move(name), std::move(fn));
 }
 
-void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+void record(const std::shared_ptr<Node>& node, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   node->next_edges.clear();
+  node->next_edges.reserve(inputs.size());
   for (const Tensor& t : inputs) node->next_edges.push_back(t.defined() ? gradient_edge(t) : Edge{});
   node->output_meta.clear();
+  node->output_meta.reserve(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& o = outputs[i];
     node->output_meta.push_back({o.sizes(), o.dtype(), o.device()});

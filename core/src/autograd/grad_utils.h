@@ -31,8 +31,10 @@ inline Tensor neg(const Tensor& a) { return ops::unary("neg", a); }
 
 // In-place writes into a tensor where several elements share one memory location (a
 // broadcast/expanded view) would be order-dependent: PyTorch refuses them (its
-// has_internal_overlap: a dim of stride 0 and size > 1). fill_ and zero_ are exempt.
+// has_internal_overlap: a dim of stride 0 and size > 1). fill_ and zero_ are exempt, and so is
+// an empty tensor (numpy gives size-0 arrays zero strides).
 inline void check_no_internal_overlap(const Tensor& t) {
+  if (t.numel() == 0) return;
   for (int64_t d = 0; d < t.dim(); ++d)
     PF_CHECK(!(t.strides()[d] == 0 && t.sizes()[d] > 1),
              "unsupported operation: more than one element of the written-to tensor refers to a single memory "

@@ -241,6 +241,7 @@ void record_binary(const std::string& name, const Tensor& a, const Tensor& b, co
     auto [ga, gb] = f(g[0], s[0], s[1], s[2], attrs);
     return {ga, gb};
   });
+  node->reserve_saved(3);
   node->save(needs(spec.needs, 'a') ? a : Tensor());
   node->save(needs(spec.needs, 'b') ? b : Tensor());
   node->save_output(needs(spec.needs, 'o') ? out : Tensor(), 0);
@@ -255,6 +256,7 @@ void record_unary(const std::string& name, const Tensor& a, const Tensor& out, c
   auto node = make_node(node_name(name), [f = spec.fn, attrs](const Tensors& g, const Tensors& s) -> Tensors {
     return {f(g[0], s[0], s[1], attrs)};
   });
+  node->reserve_saved(2);
   node->save(needs(spec.needs, 'a') ? a : Tensor());
   node->save_output(needs(spec.needs, 'o') ? out : Tensor(), 0);
   autograd::record(node, {a}, {out});

@@ -23,6 +23,7 @@ namespace plugflow::ops {
 namespace {
 
 namespace ag = plugflow::autograd;
+using ag::check_no_internal_overlap;
 using Tensors = std::vector<Tensor>;
 
 // The kernels take their operands through one strided layout: the output, the data, then
@@ -44,23 +45,6 @@ const OpDef& where_op() {
 const OpDef& nonzero_op() {
   static const OpDef& op = find_op("nonzero");
   return op;
-}
-
-// PyTorch's scalar type names, as its messages spell them ("Float", "Long").
-const char* scalar_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int8: return "Char";
-    case DType::Int16: return "Short";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
-  }
-  return "?";
 }
 
 // ---- raw views (no autograd: the ops record their own nodes) ---------------------------------
@@ -101,15 +85,6 @@ Tensor on_device(const Tensor& t, Device d) { return t.device() == d ? t : to(t,
 int64_t read_int(const Tensor& t) {
   const Tensor c = to(t, Device{DeviceType::CPU, 0}, DType::Int64, /*copy=*/true);
   return c.data<int64_t>()[0];
-}
-
-// In-place writes through a tensor whose elements share memory would race (PyTorch refuses).
-void check_no_internal_overlap(const Tensor& t) {
-  if (t.numel() == 0) return;
-  for (int64_t d = 0; d < t.dim(); ++d)
-    PF_CHECK(!(t.sizes()[d] > 1 && t.strides()[d] == 0),
-             "unsupported operation: more than one element of the written-to tensor refers to a single memory "
-             "location. Please clone() the tensor before performing the operation.");
 }
 
 // A private copy of `t` when it shares memory with the tensor being written.

@@ -79,40 +79,6 @@ bool has_kernel(const OpDef& op, Device device, DType dtype) {
 // helpers
 // ================================================================================================
 
-// PyTorch's ScalarType names, for messages that quote them ("... not implemented for 'Long'").
-const char* scalar_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int8: return "Char";
-    case DType::Int16: return "Short";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
-  }
-  return "Unknown";
-}
-
-// The C++ element type names PyTorch prints in some dtype checks ("expected dtype float").
-const char* cpp_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "bool";
-    case DType::UInt8: return "unsigned char";
-    case DType::Int8: return "signed char";
-    case DType::Int16: return "short int";
-    case DType::Int32: return "int";
-    case DType::Int64: return "long int";
-    case DType::Float16: return "c10::Half";
-    case DType::BFloat16: return "c10::BFloat16";
-    case DType::Float32: return "float";
-    case DType::Float64: return "double";
-  }
-  return "unknown";
-}
-
 int category(DType t) { return t == DType::Bool ? 0 : is_floating(t) ? 2 : 1; }
 
 // torch.result_type over any number of tensors and numbers (dim > 0 tensors, then 0-d

@@ -107,23 +107,6 @@ using Tensors = std::vector<Tensor>;
 using autograd::mask_as;
 using autograd::mul;
 
-// PyTorch's scalar type names in messages ("Long", "Float", ...).
-const char* scalar_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int8: return "Char";
-    case DType::Int16: return "Short";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
-  }
-  return "?";
-}
-
 // An input prepared for a reduction over `dims`: 0-d inputs reduce like a 1-element 1-d one
 // (dim 0 or -1 only) and give a 0-d result.
 struct Reduction {

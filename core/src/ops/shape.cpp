@@ -21,26 +21,9 @@ namespace {
 
 using Tensors = std::vector<Tensor>;
 
-// PyTorch's ScalarType names, as its messages print them ("Float", "Long", ...).
-const char* torch_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int8: return "Char";
-    case DType::Int16: return "Short";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
-  }
-  return "?";
-}
-
 // "[ torch.FloatTensor{2,0} ]": how PyTorch prints a tensor's type and shape in messages.
 std::string torch_tensor_str(const Tensor& t) {
-  std::string s = "[ torch." + std::string(torch_type_name(t.dtype())) + "Tensor{";
+  std::string s = "[ torch." + std::string(scalar_type_name(t.dtype())) + "Tensor{";
   for (int64_t d = 0; d < t.dim(); ++d) s += (d ? "," : "") + std::to_string(t.sizes()[d]);
   return s + "} ]";
 }
@@ -257,7 +240,7 @@ void record_cat(const std::vector<Tensor>& tensors, const Tensor& out, int64_t d
     }
     return grads;
   });
-  autograd::record(node, tensors, {out});
+  autograd::record(node, tensors, std::span<const Tensor>(&out, 1));
 }
 
 // Gives `out` a fresh contiguous storage of `sizes` (torch's resize of out= arguments).
@@ -284,7 +267,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
   const CatPlan p = plan_cat(tensors, dim);
   PF_CHECK(can_cast(p.dtype, out.dtype()), "torch.cat(): input types can't be cast to the desired output type ",
-           torch_type_name(out.dtype()));
+           scalar_type_name(out.dtype()));
   PF_CHECK(out.device() == p.device, "Expected out tensor to be on ", p.device.str(), " but got ", out.device().str());
   PF_CHECK(!autograd::any_requires_grad(tensors) && !autograd::any_requires_grad({&out}),
            "cat(): functions with out=... arguments don't support automatic differentiation, but one of the "
@@ -1006,7 +989,7 @@ Tensor pad(const Tensor& t, const Shape& pad_arg, const std::string& mode, std::
   const bool reflect = mode == "reflect";
   PF_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::Float64, "\"",
            reflect ? "reflection_pad" : "replication_pad", npad, "d", reflect ? "" : "_cpu", "\" not implemented for '",
-           torch_type_name(t.dtype()), "'");
+           scalar_type_name(t.dtype()), "'");
   // Every dim but the batch dim must be non-empty.
   bool non_empty = true;
   for (int64_t d = ndim == npad + 2 ? 1 : 0; d < ndim; ++d) non_empty = non_empty && t.sizes()[d] != 0;

@@ -1,0 +1,19 @@
+"""plugflow.optim: optimizers and learning-rate schedules (torch.optim's API and numbers).
+
+    import plugflow.optim as optim
+    opt = optim.SGD(params, lr=0.1, momentum=0.9)
+    sched = optim.lr_scheduler.StepLR(opt, step_size=10)
+
+Updates follow PyTorch's single-tensor (for-loop) implementations operation by operation, so the
+parameters match PyTorch's step for step up to float rounding, and state dicts use PyTorch's format.
+"""
+
+from .optimizer import Optimizer
+from .sgd import SGD
+from .adam import Adam
+from .adamw import AdamW
+from .rmsprop import RMSprop
+from .adagrad import Adagrad
+from . import lr_scheduler
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
