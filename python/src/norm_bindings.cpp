@@ -108,15 +108,36 @@ void bind_norm(py::module_& m) {
       arg("input"), arg("indices"), arg("max_norm"), arg("norm_type"));
 
   // ---- dropout ------------------------------------------------------------------------------------
-  function("dropout", &ops::dropout, arg("input"), arg("p"), arg("train"));
-  function("feature_dropout", &ops::feature_dropout, arg("input"), arg("p"), arg("train"));
+  // Out of place, but the input itself comes back when nothing is dropped (eval, p = 0, empty),
+  // as in torch: return the caller's object then, not a second wrapper of the same tensor.
+  auto same_or_new = [](const py::object& input, Tensor result) -> py::object {
+    if (result.is_same(input.cast<const Tensor&>())) return input;
+    return py::cast(std::move(result));
+  };
   function(
-      "alpha_dropout", [](const Tensor& t, double p, bool train) { return ops::alpha_dropout(t, p, train, false); },
+      "dropout",
+      [same_or_new](py::object t, double p, bool train) {
+        return same_or_new(t, ops::dropout(t.cast<const Tensor&>(), p, train));
+      },
+      arg("input"), arg("p"), arg("train"));
+  function(
+      "feature_dropout",
+      [same_or_new](py::object t, double p, bool train) {
+        return same_or_new(t, ops::feature_dropout(t.cast<const Tensor&>(), p, train));
+      },
+      arg("input"), arg("p"), arg("train"));
+  function(
+      "alpha_dropout",
+      [same_or_new](py::object t, double p, bool train) {
+        return same_or_new(t, ops::alpha_dropout(t.cast<const Tensor&>(), p, train, false));
+      },
       arg("input"), arg("p"), arg("train"));
   function(
       "feature_alpha_dropout",
-      [](const Tensor& t, double p, bool train) { return ops::alpha_dropout(t, p, train, true); }, arg("input"),
-      arg("p"), arg("train"));
+      [same_or_new](py::object t, double p, bool train) {
+        return same_or_new(t, ops::alpha_dropout(t.cast<const Tensor&>(), p, train, true));
+      },
+      arg("input"), arg("p"), arg("train"));
   // In place: return the very object passed in (identity matters to callers, as in torch).
   function(
       "dropout_",

@@ -244,7 +244,12 @@ Tensor grad_or_zeros(const Tensor& g, const Tensor& like) {
   return g.defined() ? g : zeros(like.sizes(), like.dtype(), like.device());
 }
 
-bool requires_grad(const Tensor& t) { return t.defined() && autograd::requires_grad(t); }
+// A kernel's fresh contiguous output with the caller's shape, as a plain tensor: a reshape
+// would make it an autograd view of the kernel output, and an in-place op on the result would
+// then rewrite the history of that base (which has none) instead of the result's own.
+Tensor result_as(const Tensor& t, const Shape& sizes) {
+  return Tensor::view_of(t.storage(), sizes, contiguous_strides(sizes), t.offset(), t.dtype());
+}
 
 // Records `node` for (x, weight, bias) -> out; weight/bias may be undefined (no edge).
 void record_affine(const std::shared_ptr<autograd::FunctionNode>& node, const Tensor& x, const Tensor& weight,
@@ -357,12 +362,13 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     running_mean.storage()->bump_version();
     running_var.storage()->bump_version();
   }
-  Tensor out = reshape(outs[0], input.sizes());
+  Tensor out = result_as(outs[0], input.sizes());
   if (autograd::any_requires_grad({&input, &weight, &bias})) {
     auto node = autograd::make_node(
         "NativeBatchNormBackward0",
-        [training, eps, has_weight = weight.defined(), has_bias = bias.defined()](const Tensors& g,
-                                                                                 const Tensors& s) -> Tensors {
+        [training, eps, has_weight = weight.defined(), has_bias = bias.defined(),
+         wshape = weight.defined() ? weight.sizes() : Shape{},
+         bshape = bias.defined() ? bias.sizes() : Shape{}](const Tensors& g, const Tensors& s) -> Tensors {
           const Tensor& x = s[0];
           const Tensor weight = has_weight ? s[1] : Tensor();
           const Tensor x3 = as_ncl(x);
@@ -370,9 +376,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           Tensors r = autograd::is_grad_enabled()
                           ? batch_norm_backward_composed(gy, x3, weight, s[2], s[3], training, eps)
                           : batch_norm_backward_fused(gy, x3, weight, s[2], s[3], training);
-          const Shape wshape = has_weight ? s[1].sizes() : Shape{};
           return {reshape(r[0], x.sizes()), has_weight ? reshape(r[1], wshape) : Tensor(),
-                  has_bias ? reshape(r[2], wshape) : Tensor()};
+                  has_bias ? reshape(r[2], bshape) : Tensor()};
         });
     node->save(input);
     node->save(weight.defined() ? weight : Tensor());
@@ -434,11 +439,11 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   const Tensor in[] = {x2, vec(weight), vec(bias)};
   Tensors outs = call_op(op, in,
                          Attrs{{"eps", eps}, {"has_weight", weight.defined()}, {"has_bias", bias.defined()}});
-  Tensor out = reshape(outs[0], input.sizes());
+  Tensor out = result_as(outs[0], input.sizes());
   if (autograd::any_requires_grad({&input, &weight, &bias})) {
     auto node = autograd::make_node(
         "NativeLayerNormBackward0",
-        [m, n, eps, has_weight = weight.defined(), has_bias = bias.defined()](const Tensors& g,
+        [m, n, eps, normalized_shape, has_weight = weight.defined(), has_bias = bias.defined()](const Tensors& g,
                                                                              const Tensors& s) -> Tensors {
           const Tensor& x = s[0];
           const Tensor weight = has_weight ? s[1] : Tensor();
@@ -454,9 +459,8 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
             const Tensor in[] = {gy, x2, has_weight ? contiguous(w) : x2, s[2], s[3]};
             r = call_op(bop, in, Attrs{{"has_weight", has_weight}});
           }
-          const Shape wshape = has_weight ? weight.sizes() : Shape{};
-          return {reshape(r[0], x.sizes()), has_weight ? reshape(r[1], wshape) : Tensor(),
-                  has_bias ? reshape(r[2], wshape) : Tensor()};
+          return {reshape(r[0], x.sizes()), has_weight ? reshape(r[1], normalized_shape) : Tensor(),
+                  has_bias ? reshape(r[2], normalized_shape) : Tensor()};
         });
     node->save(input);
     node->save(weight.defined() ? weight : Tensor());
@@ -511,7 +515,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
                                {"eps", eps},
                                {"has_weight", weight.defined()},
                                {"has_bias", bias.defined()}});
-  Tensor out = reshape(outs[0], input.sizes());
+  Tensor out = result_as(outs[0], input.sizes());
   if (autograd::any_requires_grad({&input, &weight, &bias})) {
     auto node = autograd::make_node(
         "NativeGroupNormBackward0",
@@ -605,7 +609,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   out_shape.push_back(weight.sizes()[1]);
   static const OpDef& op = find_op("embedding");
   const Tensor in[] = {weight, flat};
-  Tensor out = reshape(call_op(op, in)[0], out_shape);
+  Tensor out = result_as(call_op(op, in)[0], out_shape);
   if (autograd::any_requires_grad({&weight})) {
     const int64_t pad = padding_idx.value_or(-1);
     auto node = autograd::make_node(
@@ -732,7 +736,7 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   Tensor result;
   if (dropout_shortcut(input, p, training, false, result)) return result;
   auto [y, mask] = dropout_kernel(input, p, 1.0 / (1.0 - p));
-  return apply_mask(input, reshape(y, input.sizes()), mask);
+  return apply_mask(input, y, mask);
 }
 
 Tensor& dropout_(Tensor& input, double p, bool training) {
@@ -815,7 +819,8 @@ Tensor nll_loss(const Tensor& input, const Tensor& target_in, const Tensor& weig
   // An index outside [0, C) (and not ignore_index) is an error, as PyTorch's kernel asserts.
   if (safe_target.numel() > 0) {
     const Tensor lo = reduce("amin", safe_target, {}, false), hi = reduce("amax", safe_target, {}, false);
-    const int64_t vmin = *contiguous(lo).data<int64_t>(), vmax = *contiguous(hi).data<int64_t>();
+    const int64_t vmin = *to(lo, Device{}, std::nullopt).data<int64_t>();  // host copies (any device)
+    const int64_t vmax = *to(hi, Device{}, std::nullopt).data<int64_t>();
     PF_CHECK_T(vmin >= 0 && vmax < classes, IndexError, "Target ", vmin < 0 ? vmin : vmax, " is out of bounds.");
   }
   const Tensor picked = squeeze(gather(input, cdim, unsqueeze(safe_target, cdim)), cdim);

@@ -5,6 +5,11 @@
 //     pass, shift = the first element of the slice (the "assumed mean" method: with the shift a
 //     sample of the data, the subtraction in var = (s2 - s1^2 / n) / n loses nothing that
 //     matters, unlike plain sums of squares).
+//   * Outputs are computed from x - mean, never x * scale + (shift - mean * scale): with the
+//     mean large against the spread, x * scale loses the digits that matter (PyTorch's CPU
+//     kernels do that). The mean is split into its T value and the rounding remainder
+//     (mean_hi + mean_lo), so (x - mean_hi) is exact for x near the mean and the result is
+//     accurate to T's precision.
 //   * Backward kernels take the saved mean and 1/std, so each needs one pass for the reductions
 //     (sum of g and of g * (x - mean)) and one that writes grad_input, with the weight and bias
 //     gradients from the same reductions.
@@ -61,11 +66,19 @@ inline void moments(double s1, double s2, double shift, int64_t count, double& m
   var = std::max(0.0, s2 / static_cast<double>(count) - m1 * m1);
 }
 
-// y = x * scale + shift over n contiguous elements, in T's arithmetic type.
+// A mean as T's nearest value plus the rounding remainder: (x - hi) - lo is x - mean to T's
+// precision.
 template <typename T>
-inline void affine_run(const T* x, T* y, int64_t n, T scale, T shift) {
+struct SplitMean {
+  T hi, lo;
+  explicit SplitMean(double mean) : hi(static_cast<T>(mean)), lo(static_cast<T>(mean - static_cast<double>(hi))) {}
+};
+
+// y = (x - mean) * scale + shift over n contiguous elements, in T's arithmetic type.
+template <typename T>
+inline void affine_run(const T* x, T* y, int64_t n, SplitMean<T> mean, T scale, T shift) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale + shift;
+  for (int64_t i = 0; i < n; ++i) y[i] = ((x[i] - mean.hi) - mean.lo) * scale + shift;
 }
 
 // sum(g) and sum(g * (x - mean)) over n contiguous elements, in double.
@@ -82,11 +95,11 @@ inline void grad_sums(const T* g, const T* x, int64_t n, double mean, double& su
   dot += b;
 }
 
-// gx = g * a + x * b + c over n contiguous elements.
+// gx = g * a + (x - mean) * b + c over n contiguous elements.
 template <typename T>
-inline void grad_affine_run(const T* g, const T* x, T* gx, int64_t n, T a, T b, T c) {
+inline void grad_affine_run(const T* g, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * a + x[i] * b + c;
+  for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * a + ((x[i] - mean.hi) - mean.lo) * b + c;
 }
 
 void check_contiguous(const KernelContext& ctx, std::initializer_list<const Tensor*> ts) {
@@ -131,8 +144,8 @@ void batch_norm_typed(const KernelContext& ctx) {
   T* save_invstd = ctx.output(2).data<T>();
   const int64_t count = n * l;
 
-  // The channel's statistics -> save_mean/save_invstd, running update, (scale, shift).
-  auto finish_channel = [&](int64_t ch, double mean, double var, T& scale, T& shift) {
+  // The channel's statistics -> save_mean/save_invstd, running update; y = (x - mean) * scale + shift.
+  auto finish_channel = [&](int64_t ch, double mean, double var, SplitMean<T>& mean_out, T& scale, T& shift) {
     double invstd;
     if (training) {
       invstd = 1.0 / std::sqrt(var + eps);
@@ -147,9 +160,9 @@ void batch_norm_typed(const KernelContext& ctx) {
     }
     save_mean[ch] = static_cast<T>(mean);
     save_invstd[ch] = static_cast<T>(invstd);
-    const T alpha = static_cast<T>(invstd) * (has_weight ? w[ch] : T(1));
-    scale = alpha;
-    shift = (has_bias ? b[ch] : T(0)) - static_cast<T>(mean) * alpha;
+    mean_out = SplitMean<T>(mean);
+    scale = static_cast<T>(invstd) * (has_weight ? w[ch] : T(1));
+    shift = has_bias ? b[ch] : T(0);
   };
 
   if (l == 1) {
@@ -158,7 +171,7 @@ void batch_norm_typed(const KernelContext& ctx) {
     parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
                  [&](int64_t b0, int64_t b1) {
                    double s1[kChannelBlock], s2[kChannelBlock], shift0[kChannelBlock];
-                   T scale[kChannelBlock], shift[kChannelBlock];
+                   T scale[kChannelBlock], shift[kChannelBlock], mean_hi[kChannelBlock], mean_lo[kChannelBlock];
                    for (int64_t blk = b0; blk < b1; ++blk) {
                      const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
                      if (training) {
@@ -179,13 +192,17 @@ void batch_norm_typed(const KernelContext& ctx) {
                      for (int64_t j = 0; j < nc; ++j) {
                        double mean = 0, var = 0;
                        if (training) moments(s1[j], s2[j], shift0[j], n, mean, var);
-                       finish_channel(c0 + j, mean, var, scale[j], shift[j]);
+                       SplitMean<T> split(0.0);
+                       finish_channel(c0 + j, mean, var, split, scale[j], shift[j]);
+                       mean_hi[j] = split.hi;
+                       mean_lo[j] = split.lo;
                      }
                      for (int64_t i = 0; i < n; ++i) {
                        const T* row = xp + i * c + c0;
                        T* out = yp + i * c + c0;
 #pragma omp simd
-                       for (int64_t j = 0; j < nc; ++j) out[j] = row[j] * scale[j] + shift[j];
+                       for (int64_t j = 0; j < nc; ++j)
+                         out[j] = ((row[j] - mean_hi[j]) - mean_lo[j]) * scale[j] + shift[j];
                      }
                    }
                  });
@@ -201,9 +218,11 @@ void batch_norm_typed(const KernelContext& ctx) {
         for (int64_t i = 0; i < n; ++i) shifted_sums(xp + (i * c + ch) * l, l, shift0, s1, s2);
         moments(s1, s2, shift0, count, mean, var);
       }
+      SplitMean<T> split(0.0);
       T scale, shift;
-      finish_channel(ch, mean, var, scale, shift);
-      for (int64_t i = 0; i < n; ++i) affine_run(xp + (i * c + ch) * l, yp + (i * c + ch) * l, l, scale, shift);
+      finish_channel(ch, mean, var, split, scale, shift);
+      for (int64_t i = 0; i < n; ++i)
+        affine_run(xp + (i * c + ch) * l, yp + (i * c + ch) * l, l, split, scale, shift);
     }
   });
 }
@@ -214,19 +233,19 @@ void batch_norm_kernel(KernelContext& ctx) {
 }
 
 // grad_x for training: w * invstd * (g - mean(g) - xhat * mean(g * xhat)), which per channel is
-// g * a + x * b + c'; for eval: g * w * invstd. grad_weight = sum(g * xhat), grad_bias = sum(g).
+// g * a + (x - mean) * b + c; for eval: g * w * invstd. grad_weight = sum(g * xhat), grad_bias = sum(g).
 template <typename T>
 struct BatchNormGradCoefs {
   T a, b, c;
 };
 
 template <typename T>
-BatchNormGradCoefs<T> batch_norm_grad_coefs(bool training, double w, double mean, double invstd, double sum_g,
-                                            double dot, int64_t count) {
+BatchNormGradCoefs<T> batch_norm_grad_coefs(bool training, double w, double invstd, double sum_g, double dot,
+                                            int64_t count) {
   const double a = w * invstd;
   if (!training) return {static_cast<T>(a), T(0), T(0)};
   const double b = -a * invstd * invstd * dot / static_cast<double>(count);
-  const double c = -a * sum_g / static_cast<double>(count) - b * mean;
+  const double c = -a * sum_g / static_cast<double>(count);
   return {static_cast<T>(a), static_cast<T>(b), static_cast<T>(c)};
 }
 
@@ -250,7 +269,7 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
     parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
                  [&](int64_t b0, int64_t b1) {
                    double sg[kChannelBlock], dot[kChannelBlock], mu[kChannelBlock];
-                   T ca[kChannelBlock], cb[kChannelBlock], cc[kChannelBlock];
+                   T ca[kChannelBlock], cb[kChannelBlock], cc[kChannelBlock], mh[kChannelBlock], ml[kChannelBlock];
                    for (int64_t blk = b0; blk < b1; ++blk) {
                      const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
                      for (int64_t j = 0; j < nc; ++j) {
@@ -269,8 +288,11 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                      }
                      for (int64_t j = 0; j < nc; ++j) {
                        const double invstd = static_cast<double>(invstd_v[c0 + j]);
-                       const auto k = batch_norm_grad_coefs<T>(training, weight_of(c0 + j), mu[j], invstd, sg[j],
-                                                               dot[j], count);
+                       const auto k = batch_norm_grad_coefs<T>(training, weight_of(c0 + j), invstd, sg[j], dot[j],
+                                                               count);
+                       const SplitMean<T> split(mu[j]);
+                       mh[j] = split.hi;
+                       ml[j] = split.lo;
                        ca[j] = k.a;
                        cb[j] = k.b;
                        cc[j] = k.c;
@@ -282,7 +304,8 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                        const T* xr = xp + i * c + c0;
                        T* out = gxp + i * c + c0;
 #pragma omp simd
-                       for (int64_t j = 0; j < nc; ++j) out[j] = g[j] * ca[j] + xr[j] * cb[j] + cc[j];
+                       for (int64_t j = 0; j < nc; ++j)
+                         out[j] = g[j] * ca[j] + ((xr[j] - mh[j]) - ml[j]) * cb[j] + cc[j];
                      }
                    }
                  });
@@ -295,10 +318,11 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
       for (int64_t i = 0; i < n; ++i) grad_sums(gp + (i * c + ch) * l, xp + (i * c + ch) * l, l, mean, sum_g, dot);
       gwp[ch] = static_cast<T>(dot * invstd);
       gbp[ch] = static_cast<T>(sum_g);
-      const auto k = batch_norm_grad_coefs<T>(training, weight_of(ch), mean, invstd, sum_g, dot, count);
+      const auto k = batch_norm_grad_coefs<T>(training, weight_of(ch), invstd, sum_g, dot, count);
+      const SplitMean<T> split(mean);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * l;
-        grad_affine_run(gp + off, xp + off, gxp + off, l, k.a, k.b, k.c);
+        grad_affine_run(gp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
       }
     }
   });
@@ -335,18 +359,19 @@ void layer_norm_typed(const KernelContext& ctx) {
       const double rstd = 1.0 / std::sqrt(var + eps);
       meanp[r] = static_cast<T>(mean);
       rstdp[r] = static_cast<T>(rstd);
-      const T scale = static_cast<T>(rstd), shift = static_cast<T>(-mean * rstd);
+      const T scale = static_cast<T>(rstd);
+      const SplitMean<T> mu(mean);
       if (wp && bp) {
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) out[j] = (row[j] * scale + shift) * wp[j] + bp[j];
+        for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j] + bp[j];
       } else if (wp) {
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) out[j] = (row[j] * scale + shift) * wp[j];
+        for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j];
       } else if (bp) {
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) out[j] = (row[j] * scale + shift) + bp[j];
+        for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale + bp[j];
       } else {
-        affine_run(row, out, n, scale, shift);
+        affine_run(row, out, n, mu, scale, T(0));
       }
     }
   });
@@ -393,15 +418,16 @@ void layer_norm_backward_typed(const KernelContext& ctx) {
           gw[j] += gj * xhat;
           gb[j] += gj;
         }
-        // gx = g * (w * rstd) + x * b + c with b = -rstd^2 * mean(g*w*xhat), c = -b*mean - rstd*mean(g*w).
+        // gx = g * (w * rstd) + (x - mean) * b + c with b = -rstd^2 * mean(g*w*xhat), c = -rstd * mean(g*w).
         const double b = -rstd * rstd * sum_gw_xhat / static_cast<double>(n);
-        const double c = -b * mean - rstd * sum_gw / static_cast<double>(n);
+        const double c = -rstd * sum_gw / static_cast<double>(n);
         const T tr = static_cast<T>(rstd), tb = static_cast<T>(b), tc = static_cast<T>(c);
+        const SplitMean<T> mu(mean);
         if (wp) {
 #pragma omp simd
-          for (int64_t j = 0; j < n; ++j) out[j] = g[j] * (wp[j] * tr) + xr[j] * tb + tc;
+          for (int64_t j = 0; j < n; ++j) out[j] = g[j] * (wp[j] * tr) + ((xr[j] - mu.hi) - mu.lo) * tb + tc;
         } else {
-          grad_affine_run(g, xr, out, n, tr, tb, tc);
+          grad_affine_run(g, xr, out, n, mu, tr, tb, tc);
         }
       }
     }
@@ -453,11 +479,11 @@ void group_norm_typed(const KernelContext& ctx) {
       meanp[r] = static_cast<T>(mean);
       rstdp[r] = static_cast<T>(rstd);
       const int64_t c_first = (r % groups) * d;
+      const SplitMean<T> mu(mean);
       for (int64_t j = 0; j < d; ++j) {
         const int64_t ch = c_first + j;
         const T scale = static_cast<T>(rstd) * (wp ? wp[ch] : T(1));
-        const T shift = (bp ? bp[ch] : T(0)) - static_cast<T>(mean) * scale;
-        affine_run(slice + j * l, out + j * l, l, scale, shift);
+        affine_run(slice + j * l, out + j * l, l, mu, scale, bp ? bp[ch] : T(0));
       }
     }
   });
@@ -500,11 +526,12 @@ void group_norm_backward_typed(const KernelContext& ctx) {
         sum_wdot += wc * dt;
       }
       const double b = -rstd * rstd * rstd * sum_wdot / static_cast<double>(k);
-      const double cst = -b * mean - rstd * sum_wg / static_cast<double>(k);
+      const double cst = -rstd * sum_wg / static_cast<double>(k);
+      const SplitMean<T> mu(mean);
       for (int64_t j = 0; j < d; ++j) {
         const double wc = wp ? static_cast<double>(wp[(r % groups) * d + j]) : 1.0;
         const int64_t off = (row0 + j) * l;
-        grad_affine_run(gp + off, xp + off, gxp + off, l, static_cast<T>(wc * rstd), static_cast<T>(b),
+        grad_affine_run(gp + off, xp + off, gxp + off, l, mu, static_cast<T>(wc * rstd), static_cast<T>(b),
                         static_cast<T>(cst));
       }
     }
