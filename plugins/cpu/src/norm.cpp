@@ -47,7 +47,7 @@ struct VecView {
 
 // s1 = sum(x - shift), s2 = sum((x - shift)^2) over n contiguous elements, in double.
 template <typename T>
-inline void shifted_sums(const T* x, int64_t n, double shift, double& s1, double& s2) {
+[[gnu::always_inline]] inline void shifted_sums_impl(const T* x, int64_t n, double shift, double& s1, double& s2) {
   double a = 0, b = 0;
 #pragma omp simd reduction(+ : a, b)
   for (int64_t i = 0; i < n; ++i) {
@@ -76,14 +76,14 @@ struct SplitMean {
 
 // y = (x - mean) * scale + shift over n contiguous elements, in T's arithmetic type.
 template <typename T>
-inline void affine_run(const T* x, T* y, int64_t n, SplitMean<T> mean, T scale, T shift) {
+[[gnu::always_inline]] inline void affine_run_impl(const T* x, T* y, int64_t n, SplitMean<T> mean, T scale, T shift) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = ((x[i] - mean.hi) - mean.lo) * scale + shift;
 }
 
 // sum(g) and sum(g * (x - mean)) over n contiguous elements, in double.
 template <typename T>
-inline void grad_sums(const T* g, const T* x, int64_t n, double mean, double& sum_g, double& dot) {
+[[gnu::always_inline]] inline void grad_sums_impl(const T* g, const T* x, int64_t n, double mean, double& sum_g, double& dot) {
   double a = 0, b = 0;
 #pragma omp simd reduction(+ : a, b)
   for (int64_t i = 0; i < n; ++i) {
@@ -97,10 +97,103 @@ inline void grad_sums(const T* g, const T* x, int64_t n, double mean, double& su
 
 // gx = g * a + (x - mean) * b + c over n contiguous elements.
 template <typename T>
-inline void grad_affine_run(const T* g, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {
+[[gnu::always_inline]] inline void grad_affine_run_impl(const T* g, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * a + ((x[i] - mean.hi) - mean.lo) * b + c;
 }
+
+// One layer_norm row: y = (x - mean) * rstd * w + b (w, b optional).
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_row_impl(const T* row, T* out, int64_t n, SplitMean<T> mu, T scale,
+                                                       const T* wp, const T* bp) {
+  if (wp && bp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j] + bp[j];
+  } else if (wp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j];
+  } else if (bp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale + bp[j];
+  } else {
+    affine_run_impl(row, out, n, mu, scale, T(0));
+  }
+}
+
+// One layer_norm_backward row: accumulates g * xhat and g into gw/gb, writes grad_x.
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_backward_row_impl(const T* g, const T* xr, T* out, int64_t n,
+                                                                const T* wp, double mean, double rstd, double* gw,
+                                                                double* gb) {
+  double sum_gw = 0, sum_gw_xhat = 0;
+  if (wp) {
+#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
+    for (int64_t j = 0; j < n; ++j) {
+      const double gj = static_cast<double>(g[j]);
+      const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
+      const double gwj = gj * static_cast<double>(wp[j]);
+      sum_gw += gwj;
+      sum_gw_xhat += gwj * xhat;
+      gw[j] += gj * xhat;
+      gb[j] += gj;
+    }
+  } else {
+#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
+    for (int64_t j = 0; j < n; ++j) {
+      const double gj = static_cast<double>(g[j]);
+      const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
+      sum_gw += gj;
+      sum_gw_xhat += gj * xhat;
+      gw[j] += gj * xhat;
+      gb[j] += gj;
+    }
+  }
+  // gx = g * (w * rstd) + (x - mean) * b + c with b = -rstd^2 * mean(g*w*xhat), c = -rstd * mean(g*w).
+  const double b = -rstd * rstd * sum_gw_xhat / static_cast<double>(n);
+  const double c = -rstd * sum_gw / static_cast<double>(n);
+  const T tr = static_cast<T>(rstd), tb = static_cast<T>(b), tc = static_cast<T>(c);
+  const SplitMean<T> mu(mean);
+  if (wp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = g[j] * (wp[j] * tr) + ((xr[j] - mu.hi) - mu.lo) * tb + tc;
+  } else {
+    grad_affine_run_impl(g, xr, out, n, mu, tr, tb, tc);
+  }
+}
+
+// The inner loops above, compiled for AVX2 + FMA (x86-64-v3) and for the baseline, picked at
+// load time (as unary.cpp's float32 math): these loops are the kernels' whole cost.
+#define PF_NORM_LOOPS(T)                                                                                           \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void shifted_sums(const T* x, int64_t n,           \
+                                                                                double shift, double& s1,        \
+                                                                                double& s2) {                    \
+    shifted_sums_impl(x, n, shift, s1, s2);                                                                        \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void affine_run(const T* x, T* y, int64_t n,       \
+                                                                              SplitMean<T> mean, T scale,        \
+                                                                              T shift) {                          \
+    affine_run_impl(x, y, n, mean, scale, shift);                                                                  \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void grad_sums(const T* g, const T* x, int64_t n,  \
+                                                                             double mean, double& sum_g,         \
+                                                                             double& dot) {                       \
+    grad_sums_impl(g, x, n, mean, sum_g, dot);                                                                     \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void grad_affine_run(                              \
+      const T* g, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {                                \
+    grad_affine_run_impl(g, x, gx, n, mean, a, b, c);                                                              \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void layer_norm_row(                               \
+      const T* row, T* out, int64_t n, SplitMean<T> mu, T scale, const T* wp, const T* bp) {                       \
+    layer_norm_row_impl(row, out, n, mu, scale, wp, bp);                                                           \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void layer_norm_backward_row(                      \
+      const T* g, const T* xr, T* out, int64_t n, const T* wp, double mean, double rstd, double* gw, double* gb) { \
+    layer_norm_backward_row_impl(g, xr, out, n, wp, mean, rstd, gw, gb);                                           \
+  }
+PF_NORM_LOOPS(float)
+PF_NORM_LOOPS(double)
+#undef PF_NORM_LOOPS
 
 void check_contiguous(const KernelContext& ctx, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
@@ -359,20 +452,7 @@ void layer_norm_typed(const KernelContext& ctx) {
       const double rstd = 1.0 / std::sqrt(var + eps);
       meanp[r] = static_cast<T>(mean);
       rstdp[r] = static_cast<T>(rstd);
-      const T scale = static_cast<T>(rstd);
-      const SplitMean<T> mu(mean);
-      if (wp && bp) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j] + bp[j];
-      } else if (wp) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j];
-      } else if (bp) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale + bp[j];
-      } else {
-        affine_run(row, out, n, mu, scale, T(0));
-      }
+      layer_norm_row(row, out, n, SplitMean<T>(mean), static_cast<T>(rstd), wp, bp);
     }
   });
 }
@@ -406,29 +486,8 @@ void layer_norm_backward_typed(const KernelContext& ctx) {
         const T* g = gp + r * n;
         const T* xr = xp + r * n;
         T* out = gxp + r * n;
-        const double mean = static_cast<double>(meanp[r]), rstd = static_cast<double>(rstdp[r]);
-        double sum_gw = 0, sum_gw_xhat = 0;
-#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
-        for (int64_t j = 0; j < n; ++j) {
-          const double gj = static_cast<double>(g[j]);
-          const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
-          const double gwj = wp ? gj * static_cast<double>(wp[j]) : gj;
-          sum_gw += gwj;
-          sum_gw_xhat += gwj * xhat;
-          gw[j] += gj * xhat;
-          gb[j] += gj;
-        }
-        // gx = g * (w * rstd) + (x - mean) * b + c with b = -rstd^2 * mean(g*w*xhat), c = -rstd * mean(g*w).
-        const double b = -rstd * rstd * sum_gw_xhat / static_cast<double>(n);
-        const double c = -rstd * sum_gw / static_cast<double>(n);
-        const T tr = static_cast<T>(rstd), tb = static_cast<T>(b), tc = static_cast<T>(c);
-        const SplitMean<T> mu(mean);
-        if (wp) {
-#pragma omp simd
-          for (int64_t j = 0; j < n; ++j) out[j] = g[j] * (wp[j] * tr) + ((xr[j] - mu.hi) - mu.lo) * tb + tc;
-        } else {
-          grad_affine_run(g, xr, out, n, mu, tr, tb, tc);
-        }
+        layer_norm_backward_row(g, xr, out, n, wp, static_cast<double>(meanp[r]), static_cast<double>(rstdp[r]), gw,
+                                gb);
       }
     }
   });
