@@ -596,3 +596,59 @@ def test_loss_errors():
     xp, xt = pair(np.random.default_rng(), (4,), grad=True)
     close(F.cross_entropy(xp, pf.tensor(2)), TF.cross_entropy(xt, torch.tensor(2)))
     assert np.isnan(F.nll_loss(x, pf.tensor([-100, -100, -100])).item())
+
+
+def test_inplace_op_on_results(rng):
+    """An in-place op on a result keeps the gradient flowing to the inputs (results are plain
+    tensors, not views of a kernel output)."""
+    xp, xt = pair(rng, (3, 4, 5), grad=True)
+    wp, wt = pair(rng, (6, 5), grad=True)
+    ip, it = pf.tensor([[0, 5], [2, 2]]), torch.tensor([[0, 5], [2, 2]])
+    outs_p = [F.batch_norm(xp, None, None, training=True), F.layer_norm(xp, (5,)), F.group_norm(xp, 2),
+              F.embedding(ip, wp)]
+    outs_t = [TF.batch_norm(xt, None, None, training=True), TF.layer_norm(xt, (5,)), TF.group_norm(xt, 2),
+              TF.embedding(it, wt)]
+    for yp, yt in zip(outs_p, outs_t):
+        F.relu(yp, inplace=True)
+        TF.relu(yt, inplace=True)
+        backprop_both(rng, yp, yt)
+    close(xp.grad, xt.grad)
+    close(wp.grad, wt.grad)
+
+
+@pytest.mark.parametrize("which", ["batch_norm_eval", "embedding", "dropout"])
+def test_double_backward_other(rng, which):
+    """Gradients that depend on the incoming gradient only (linear backward) under create_graph."""
+    if which == "batch_norm_eval":
+        xp, xt = pair(rng, (4, 3, 2), grad=True)
+        wp, wt = pair(rng, (3,), grad=True)
+        rm, rv = rng.uniform(-1, 1, size=3), rng.uniform(0.5, 2, size=3)
+        yp = F.batch_norm(xp, pf.from_numpy(rm), pf.from_numpy(rv), wp)
+        yt = TF.batch_norm(xt, torch.from_numpy(rm), torch.from_numpy(rv), wt)
+        inputs_p, inputs_t = (xp, wp), (xt, wt)
+    elif which == "embedding":
+        wp, wt = pair(rng, (5, 3), grad=True)
+        idx = rng.integers(0, 5, size=(4,))
+        # (Not scale_grad_by_freq: PyTorch's double backward ignores it, plugflow's does not.)
+        yp = F.embedding(pf.from_numpy(idx), wp, padding_idx=1) ** 2
+        yt = TF.embedding(torch.from_numpy(idx), wt, padding_idx=1) ** 2
+        inputs_p, inputs_t = (wp,), (wt,)
+    else:
+        xp, xt = pair(rng, (6, 7), grad=True)
+        yp = F.dropout(xp, 0.3)
+        mask = torch.from_numpy(yp.detach().numpy() != 0).double() * (1 / 0.7)
+        yt = (xt * mask) ** 2
+        yp = yp ** 2
+        inputs_p, inputs_t = (xp,), (xt,)
+    g = rng.uniform(-1, 1, size=tuple(yt.shape))
+    gt = torch.from_numpy(g).requires_grad_()
+    gp = pf.from_numpy(g.copy()).requires_grad_()
+    grads_t = torch.autograd.grad(yt, inputs_t, gt, create_graph=True)
+    grads_p = pf.autograd.grad(yp, inputs_p, gp, create_graph=True)
+    for a, e in zip(grads_p, grads_t):
+        close(a, e)
+    sum(((a * a).sum() for a in grads_p)).backward()
+    sum(((a * a).sum() for a in grads_t)).backward()
+    close(gp.grad, gt.grad)
+    for a, e in zip(inputs_p, inputs_t):
+        close(a.grad, e.grad)
