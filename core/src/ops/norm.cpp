@@ -229,10 +229,6 @@ void check_param(const Tensor& p, const Tensor& x) {
            p.device().str(), " and ", x.device().str());
 }
 
-// A placeholder for an absent optional input: the kernel does not read it (its has_* attribute
-// is false), and the input itself costs nothing to pass.
-const Tensor& or_placeholder(const Tensor& t, const Tensor& x) { return t.defined() ? t : x; }
-
 // The (N, C, L) view a per-channel kernel takes: contiguous, dims >= 2 folded into L.
 Tensor as_ncl(const Tensor& x) {
   const int64_t n = x.sizes()[0], c = x.dim() > 1 ? x.sizes()[1] : 1;
@@ -289,7 +285,8 @@ std::pair<Tensor, Tensor> composed_norm_backward(const Tensor& g, const Tensor& 
 Tensors batch_norm_backward_fused(const Tensor& g, const Tensor& x3, const Tensor& weight, const Tensor& save_mean,
                                   const Tensor& save_invstd, bool training) {
   static const OpDef& op = find_op("batch_norm_backward");
-  const Tensor in[] = {reshape(contiguous(g), x3.sizes()), x3, or_placeholder(weight, x3), save_mean, save_invstd};
+  const Tensor w = weight.defined() ? reshape(weight, {x3.sizes()[1]}) : x3;  // any shape of C elements
+  const Tensor in[] = {reshape(contiguous(g), x3.sizes()), x3, w, save_mean, save_invstd};
   return call_op(op, in, Attrs{{"training", training}, {"has_weight", weight.defined()}});
 }
 
@@ -407,7 +404,6 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   bool match = axis >= 0;
   for (int64_t i = 0; match && i < k; ++i) match = input.sizes()[axis + i] == normalized_shape[i];
   if (!match) {
-    Shape expected = normalized_shape;
     std::string star = "[*";
     for (int64_t s : normalized_shape) star += ", " + std::to_string(s);
     PF_THROW(Error, "Given normalized_shape=", shape_str(normalized_shape), ", expected input with shape ", star,
