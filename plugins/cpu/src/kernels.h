@@ -13,6 +13,7 @@ void register_random_kernels(Registrar& reg);     // uniform, normal, randint
 void register_indexing_kernels(Registrar& reg);   // index, index_put, where, nonzero
 void register_math_kernels(Registrar& reg);       // clamp, lerp, addcmul, addcdiv
 void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, cumsum, cumprod, softmax, log_softmax
+void register_norm_kernels(Registrar& reg);       // batch/layer/group norm (+ backward), embedding (+ backward), dropout
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 
 }  // namespace plugflow::cpu

@@ -1,0 +1,756 @@
+// The norm family (docs/kernels.md, "Norm family"): fused batch/layer/group normalization
+// forward and backward, embedding gather and its dense backward, and dropout.
+//
+//   * Statistics accumulate in double: sums of x - shift and (x - shift)^2 in one vectorized
+//     pass, shift = the first element of the slice (the "assumed mean" method: with the shift a
+//     sample of the data, the subtraction in var = (s2 - s1^2 / n) / n loses nothing that
+//     matters, unlike plain sums of squares).
+//   * Outputs are computed from x - mean, never x * scale + (shift - mean * scale): with the
+//     mean large against the spread, x * scale loses the digits that matter (PyTorch's CPU
+//     kernels do that). The mean is split into its T value and the rounding remainder
+//     (mean_hi + mean_lo), so (x - mean_hi) is exact for x near the mean and the result is
+//     accurate to T's precision.
+//   * Backward kernels take the saved mean and 1/std, so each needs one pass for the reductions
+//     (sum of g and of g * (x - mean)) and one that writes grad_input, with the weight and bias
+//     gradients from the same reductions.
+//   * batch_norm works channel by channel on (N, C, L) inputs (threads split the channels, and
+//     each channel is normalized right after its statistics, while it is still in cache); a
+//     (N, C) input (L == 1) runs channel-blocks across the rows instead, which vectorizes across
+//     channels. layer_norm splits rows; group_norm splits (sample, group) slices.
+//   * embedding copies rows; its backward accumulates gradient rows into the destination rows
+//     each thread owns (a range of the vocabulary), so it is deterministic without atomics.
+//   * dropout draws element i from Philox counter offset + i / 4, word i % 4 (one 128-bit draw
+//     serves four elements), so results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+#include "loops.h"
+#include "plugflow/philox.h"
+
+namespace plugflow::cpu {
+namespace {
+
+// ---- shared helpers -------------------------------------------------------------------------------
+
+// A 1-d tensor read element by element with any stride (per-channel parameters; never hot).
+template <typename T>
+struct VecView {
+  const T* p = nullptr;
+  int64_t stride = 1;
+  VecView() = default;
+  explicit VecView(const Tensor& t) : p(t.data<T>()), stride(t.dim() == 1 ? t.strides()[0] : 1) {}
+  T operator[](int64_t i) const { return p[i * stride]; }
+};
+
+// s1 = sum(x - shift), s2 = sum((x - shift)^2) over n contiguous elements, in double.
+template <typename T>
+[[gnu::always_inline]] inline void shifted_sums_impl(const T* x, int64_t n, double shift, double& s1, double& s2) {
+  double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - shift;
+    a += d;
+    b += d * d;
+  }
+  s1 += a;
+  s2 += b;
+}
+
+// Mean and biased variance from shifted sums over `count` elements.
+inline void moments(double s1, double s2, double shift, int64_t count, double& mean, double& var) {
+  const double m1 = s1 / static_cast<double>(count);
+  mean = shift + m1;
+  var = std::max(0.0, s2 / static_cast<double>(count) - m1 * m1);
+}
+
+// A mean as T's nearest value plus the rounding remainder: (x - hi) - lo is x - mean to T's
+// precision.
+template <typename T>
+struct SplitMean {
+  T hi, lo;
+  explicit SplitMean(double mean) : hi(static_cast<T>(mean)), lo(static_cast<T>(mean - static_cast<double>(hi))) {}
+};
+
+// y = (x - mean) * scale + shift over n contiguous elements, in T's arithmetic type.
+template <typename T>
+[[gnu::always_inline]] inline void affine_run_impl(const T* x, T* y, int64_t n, SplitMean<T> mean, T scale, T shift) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = ((x[i] - mean.hi) - mean.lo) * scale + shift;
+}
+
+// sum(g) and sum(g * (x - mean)) over n contiguous elements, in double.
+template <typename T>
+[[gnu::always_inline]] inline void grad_sums_impl(const T* g, const T* x, int64_t n, double mean, double& sum_g, double& dot) {
+  double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = static_cast<double>(g[i]);
+    a += gi;
+    b += gi * (static_cast<double>(x[i]) - mean);
+  }
+  sum_g += a;
+  dot += b;
+}
+
+// gx = g * a + (x - mean) * b + c over n contiguous elements.
+template <typename T>
+[[gnu::always_inline]] inline void grad_affine_run_impl(const T* g, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) gx[i] = g[i] * a + ((x[i] - mean.hi) - mean.lo) * b + c;
+}
+
+// One layer_norm row: y = (x - mean) * rstd * w + b (w, b optional).
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_row_impl(const T* row, T* out, int64_t n, SplitMean<T> mu, T scale,
+                                                       const T* wp, const T* bp) {
+  if (wp && bp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j] + bp[j];
+  } else if (wp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale * wp[j];
+  } else if (bp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = ((row[j] - mu.hi) - mu.lo) * scale + bp[j];
+  } else {
+    affine_run_impl(row, out, n, mu, scale, T(0));
+  }
+}
+
+// One layer_norm_backward row: accumulates g * xhat and g into gw/gb, writes grad_x.
+template <typename T>
+[[gnu::always_inline]] inline void layer_norm_backward_row_impl(const T* g, const T* xr, T* out, int64_t n,
+                                                                const T* wp, double mean, double rstd, double* gw,
+                                                                double* gb) {
+  double sum_gw = 0, sum_gw_xhat = 0;
+  if (wp) {
+#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
+    for (int64_t j = 0; j < n; ++j) {
+      const double gj = static_cast<double>(g[j]);
+      const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
+      const double gwj = gj * static_cast<double>(wp[j]);
+      sum_gw += gwj;
+      sum_gw_xhat += gwj * xhat;
+      gw[j] += gj * xhat;
+      gb[j] += gj;
+    }
+  } else {
+#pragma omp simd reduction(+ : sum_gw, sum_gw_xhat)
+    for (int64_t j = 0; j < n; ++j) {
+      const double gj = static_cast<double>(g[j]);
+      const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
+      sum_gw += gj;
+      sum_gw_xhat += gj * xhat;
+      gw[j] += gj * xhat;
+      gb[j] += gj;
+    }
+  }
+  // gx = g * (w * rstd) + (x - mean) * b + c with b = -rstd^2 * mean(g*w*xhat), c = -rstd * mean(g*w).
+  const double b = -rstd * rstd * sum_gw_xhat / static_cast<double>(n);
+  const double c = -rstd * sum_gw / static_cast<double>(n);
+  const T tr = static_cast<T>(rstd), tb = static_cast<T>(b), tc = static_cast<T>(c);
+  const SplitMean<T> mu(mean);
+  if (wp) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) out[j] = g[j] * (wp[j] * tr) + ((xr[j] - mu.hi) - mu.lo) * tb + tc;
+  } else {
+    grad_affine_run_impl(g, xr, out, n, mu, tr, tb, tc);
+  }
+}
+
+// The inner loops above, compiled for AVX2 + FMA (x86-64-v3) and for the baseline, picked at
+// load time (as unary.cpp's float32 math): these loops are the kernels' whole cost.
+#define PF_NORM_LOOPS(T)                                                                                           \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void shifted_sums(const T* x, int64_t n,           \
+                                                                                double shift, double& s1,        \
+                                                                                double& s2) {                    \
+    shifted_sums_impl(x, n, shift, s1, s2);                                                                        \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void affine_run(const T* x, T* y, int64_t n,       \
+                                                                              SplitMean<T> mean, T scale,        \
+                                                                              T shift) {                          \
+    affine_run_impl(x, y, n, mean, scale, shift);                                                                  \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void grad_sums(const T* g, const T* x, int64_t n,  \
+                                                                             double mean, double& sum_g,         \
+                                                                             double& dot) {                       \
+    grad_sums_impl(g, x, n, mean, sum_g, dot);                                                                     \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void grad_affine_run(                              \
+      const T* g, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {                                \
+    grad_affine_run_impl(g, x, gx, n, mean, a, b, c);                                                              \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void layer_norm_row(                               \
+      const T* row, T* out, int64_t n, SplitMean<T> mu, T scale, const T* wp, const T* bp) {                       \
+    layer_norm_row_impl(row, out, n, mu, scale, wp, bp);                                                           \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void layer_norm_backward_row(                      \
+      const T* g, const T* xr, T* out, int64_t n, const T* wp, double mean, double rstd, double* gw, double* gb) { \
+    layer_norm_backward_row_impl(g, xr, out, n, wp, mean, rstd, gw, gb);                                           \
+  }
+PF_NORM_LOOPS(float)
+PF_NORM_LOOPS(double)
+#undef PF_NORM_LOOPS
+
+void check_contiguous(const KernelContext& ctx, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    PF_CHECK(t->is_contiguous(), "cpu '", ctx.op.name, "' kernel needs contiguous inputs (the functional layer makes them)");
+}
+
+template <typename F>
+void dispatch_float(const KernelContext& ctx, DType dt, F&& f) {
+  visit_dtype(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      f(tag);
+    } else {
+      PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' kernel supports float32 and float64, got ",
+               dtype_name(dt));
+    }
+  });
+}
+
+// Channel blocks for the (N, C) layouts (L == 1): wide enough to vectorize across channels.
+constexpr int64_t kChannelBlock = 256;
+
+// ---- batch_norm --------------------------------------------------------------------------------------
+
+template <typename T>
+void batch_norm_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
+  const bool training = ctx.attr<bool>("training"), has_weight = ctx.attr<bool>("has_weight");
+  const bool has_bias = ctx.attr<bool>("has_bias"), has_running = ctx.attr<bool>("has_running");
+  const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
+  const VecView<T> w = has_weight ? VecView<T>(ctx.input(1)) : VecView<T>();
+  const VecView<T> b = has_bias ? VecView<T>(ctx.input(2)) : VecView<T>();
+  // Running statistics: read in eval mode, updated in place in training mode.
+  T* rm = has_running || !training ? ctx.input(3).data<T>() : nullptr;
+  T* rv = has_running || !training ? ctx.input(4).data<T>() : nullptr;
+  const int64_t rm_s = rm ? ctx.input(3).strides()[0] : 0, rv_s = rv ? ctx.input(4).strides()[0] : 0;
+  const T* xp = x.data<T>();
+  T* yp = ctx.output(0).data<T>();
+  T* save_mean = ctx.output(1).data<T>();
+  T* save_invstd = ctx.output(2).data<T>();
+  const int64_t count = n * l;
+
+  // The channel's statistics -> save_mean/save_invstd, running update; y = (x - mean) * scale + shift.
+  auto finish_channel = [&](int64_t ch, double mean, double var, SplitMean<T>& mean_out, T& scale, T& shift) {
+    double invstd;
+    if (training) {
+      invstd = 1.0 / std::sqrt(var + eps);
+      if (has_running) {  // unbiased variance for the running estimate, as PyTorch
+        const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
+        rm[ch * rm_s] = static_cast<T>(momentum * mean + (1 - momentum) * static_cast<double>(rm[ch * rm_s]));
+        rv[ch * rv_s] = static_cast<T>(momentum * unbiased + (1 - momentum) * static_cast<double>(rv[ch * rv_s]));
+      }
+    } else {
+      mean = static_cast<double>(rm[ch * rm_s]);
+      invstd = 1.0 / std::sqrt(static_cast<double>(rv[ch * rv_s]) + eps);
+    }
+    save_mean[ch] = static_cast<T>(mean);
+    save_invstd[ch] = static_cast<T>(invstd);
+    mean_out = SplitMean<T>(mean);
+    scale = static_cast<T>(invstd) * (has_weight ? w[ch] : T(1));
+    shift = has_bias ? b[ch] : T(0);
+  };
+
+  if (l == 1) {
+    // (N, C): blocks of channels, each row of the block vectorized across channels.
+    const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
+    parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
+                 [&](int64_t b0, int64_t b1) {
+                   double s1[kChannelBlock], s2[kChannelBlock], shift0[kChannelBlock];
+                   T scale[kChannelBlock], shift[kChannelBlock], mean_hi[kChannelBlock], mean_lo[kChannelBlock];
+                   for (int64_t blk = b0; blk < b1; ++blk) {
+                     const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
+                     if (training) {
+                       for (int64_t j = 0; j < nc; ++j) {
+                         shift0[j] = static_cast<double>(xp[c0 + j]);
+                         s1[j] = s2[j] = 0;
+                       }
+                       for (int64_t i = 0; i < n; ++i) {
+                         const T* row = xp + i * c + c0;
+#pragma omp simd
+                         for (int64_t j = 0; j < nc; ++j) {
+                           const double d = static_cast<double>(row[j]) - shift0[j];
+                           s1[j] += d;
+                           s2[j] += d * d;
+                         }
+                       }
+                     }
+                     for (int64_t j = 0; j < nc; ++j) {
+                       double mean = 0, var = 0;
+                       if (training) moments(s1[j], s2[j], shift0[j], n, mean, var);
+                       SplitMean<T> split(0.0);
+                       finish_channel(c0 + j, mean, var, split, scale[j], shift[j]);
+                       mean_hi[j] = split.hi;
+                       mean_lo[j] = split.lo;
+                     }
+                     for (int64_t i = 0; i < n; ++i) {
+                       const T* row = xp + i * c + c0;
+                       T* out = yp + i * c + c0;
+#pragma omp simd
+                       for (int64_t j = 0; j < nc; ++j)
+                         out[j] = ((row[j] - mean_hi[j]) - mean_lo[j]) * scale[j] + shift[j];
+                     }
+                   }
+                 });
+    return;
+  }
+  // (N, C, L): channel by channel; statistics, then the channel's rows are written while hot.
+  parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      double mean = 0, var = 0;
+      if (training) {
+        const double shift0 = static_cast<double>(xp[ch * l]);
+        double s1 = 0, s2 = 0;
+        for (int64_t i = 0; i < n; ++i) shifted_sums(xp + (i * c + ch) * l, l, shift0, s1, s2);
+        moments(s1, s2, shift0, count, mean, var);
+      }
+      SplitMean<T> split(0.0);
+      T scale, shift;
+      finish_channel(ch, mean, var, split, scale, shift);
+      for (int64_t i = 0; i < n; ++i)
+        affine_run(xp + (i * c + ch) * l, yp + (i * c + ch) * l, l, split, scale, shift);
+    }
+  });
+}
+
+void batch_norm_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0)});
+  dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { batch_norm_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// grad_x for training: w * invstd * (g - mean(g) - xhat * mean(g * xhat)), which per channel is
+// g * a + (x - mean) * b + c; for eval: g * w * invstd. grad_weight = sum(g * xhat), grad_bias = sum(g).
+template <typename T>
+struct BatchNormGradCoefs {
+  T a, b, c;
+};
+
+template <typename T>
+BatchNormGradCoefs<T> batch_norm_grad_coefs(bool training, double w, double invstd, double sum_g, double dot,
+                                            int64_t count) {
+  const double a = w * invstd;
+  if (!training) return {static_cast<T>(a), T(0), T(0)};
+  const double b = -a * invstd * invstd * dot / static_cast<double>(count);
+  const double c = -a * sum_g / static_cast<double>(count);
+  return {static_cast<T>(a), static_cast<T>(b), static_cast<T>(c)};
+}
+
+template <typename T>
+void batch_norm_backward_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(1);
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
+  const bool training = ctx.attr<bool>("training"), has_weight = ctx.attr<bool>("has_weight");
+  const T* gp = ctx.input(0).data<T>();
+  const T* xp = x.data<T>();
+  const VecView<T> w = has_weight ? VecView<T>(ctx.input(2)) : VecView<T>();
+  const VecView<T> mean_v(ctx.input(3)), invstd_v(ctx.input(4));
+  T* gxp = ctx.output(0).data<T>();
+  T* gwp = ctx.output(1).data<T>();
+  T* gbp = ctx.output(2).data<T>();
+  const int64_t count = n * l;
+  auto weight_of = [&](int64_t ch) { return has_weight ? static_cast<double>(w[ch]) : 1.0; };
+
+  if (l == 1) {
+    const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
+    parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
+                 [&](int64_t b0, int64_t b1) {
+                   double sg[kChannelBlock], dot[kChannelBlock], mu[kChannelBlock];
+                   T ca[kChannelBlock], cb[kChannelBlock], cc[kChannelBlock], mh[kChannelBlock], ml[kChannelBlock];
+                   for (int64_t blk = b0; blk < b1; ++blk) {
+                     const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
+                     for (int64_t j = 0; j < nc; ++j) {
+                       sg[j] = dot[j] = 0;
+                       mu[j] = static_cast<double>(mean_v[c0 + j]);
+                     }
+                     for (int64_t i = 0; i < n; ++i) {
+                       const T* g = gp + i * c + c0;
+                       const T* xr = xp + i * c + c0;
+#pragma omp simd
+                       for (int64_t j = 0; j < nc; ++j) {
+                         const double gj = static_cast<double>(g[j]);
+                         sg[j] += gj;
+                         dot[j] += gj * (static_cast<double>(xr[j]) - mu[j]);
+                       }
+                     }
+                     for (int64_t j = 0; j < nc; ++j) {
+                       const double invstd = static_cast<double>(invstd_v[c0 + j]);
+                       const auto k = batch_norm_grad_coefs<T>(training, weight_of(c0 + j), invstd, sg[j], dot[j],
+                                                               count);
+                       const SplitMean<T> split(mu[j]);
+                       mh[j] = split.hi;
+                       ml[j] = split.lo;
+                       ca[j] = k.a;
+                       cb[j] = k.b;
+                       cc[j] = k.c;
+                       gwp[c0 + j] = static_cast<T>(dot[j] * invstd);
+                       gbp[c0 + j] = static_cast<T>(sg[j]);
+                     }
+                     for (int64_t i = 0; i < n; ++i) {
+                       const T* g = gp + i * c + c0;
+                       const T* xr = xp + i * c + c0;
+                       T* out = gxp + i * c + c0;
+#pragma omp simd
+                       for (int64_t j = 0; j < nc; ++j)
+                         out[j] = g[j] * ca[j] + ((xr[j] - mh[j]) - ml[j]) * cb[j] + cc[j];
+                     }
+                   }
+                 });
+    return;
+  }
+  parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const double mean = static_cast<double>(mean_v[ch]), invstd = static_cast<double>(invstd_v[ch]);
+      double sum_g = 0, dot = 0;
+      for (int64_t i = 0; i < n; ++i) grad_sums(gp + (i * c + ch) * l, xp + (i * c + ch) * l, l, mean, sum_g, dot);
+      gwp[ch] = static_cast<T>(dot * invstd);
+      gbp[ch] = static_cast<T>(sum_g);
+      const auto k = batch_norm_grad_coefs<T>(training, weight_of(ch), invstd, sum_g, dot, count);
+      const SplitMean<T> split(mean);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t off = (i * c + ch) * l;
+        grad_affine_run(gp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
+      }
+    }
+  });
+}
+
+void batch_norm_backward_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1)});
+  dispatch_float(ctx, ctx.input(1).dtype(),
+                 [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// ---- layer_norm --------------------------------------------------------------------------------------
+
+template <typename T>
+void layer_norm_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t m = x.sizes()[0], n = x.sizes()[1];
+  const bool has_weight = ctx.attr<bool>("has_weight"), has_bias = ctx.attr<bool>("has_bias");
+  const double eps = ctx.attr<double>("eps");
+  const T* xp = x.data<T>();
+  const T* wp = has_weight ? ctx.input(1).data<T>() : nullptr;  // contiguous (functional layer)
+  const T* bp = has_bias ? ctx.input(2).data<T>() : nullptr;
+  T* yp = ctx.output(0).data<T>();
+  T* meanp = ctx.output(1).data<T>();
+  T* rstdp = ctx.output(2).data<T>();
+  parallel_for(m, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = xp + r * n;
+      T* out = yp + r * n;
+      const double shift0 = static_cast<double>(row[0]);
+      double s1 = 0, s2 = 0, mean, var;
+      shifted_sums(row, n, shift0, s1, s2);
+      moments(s1, s2, shift0, n, mean, var);
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      meanp[r] = static_cast<T>(mean);
+      rstdp[r] = static_cast<T>(rstd);
+      layer_norm_row(row, out, n, SplitMean<T>(mean), static_cast<T>(rstd), wp, bp);
+    }
+  });
+}
+
+void layer_norm_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
+  dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { layer_norm_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// Per row: gx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)). grad_weight/grad_bias are
+// column sums over the rows: each slice of rows sums into its own buffer, merged at the end.
+template <typename T>
+void layer_norm_backward_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(1);
+  const int64_t m = x.sizes()[0], n = x.sizes()[1];
+  const bool has_weight = ctx.attr<bool>("has_weight");
+  const T* gp = ctx.input(0).data<T>();
+  const T* xp = x.data<T>();
+  const T* wp = has_weight ? ctx.input(2).data<T>() : nullptr;
+  const T* meanp = ctx.input(3).data<T>();
+  const T* rstdp = ctx.input(4).data<T>();
+  T* gxp = ctx.output(0).data<T>();
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n));
+  const int slices = std::max(1, parallel_slices(m, grain));
+  std::vector<double> gw_part(static_cast<size_t>(slices) * n, 0.0), gb_part(static_cast<size_t>(slices) * n, 0.0);
+  parallel_for(slices, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      double* gw = gw_part.data() + s * n;
+      double* gb = gb_part.data() + s * n;
+      for (int64_t r = m * s / slices; r < m * (s + 1) / slices; ++r) {
+        const T* g = gp + r * n;
+        const T* xr = xp + r * n;
+        T* out = gxp + r * n;
+        layer_norm_backward_row(g, xr, out, n, wp, static_cast<double>(meanp[r]), static_cast<double>(rstdp[r]), gw,
+                                gb);
+      }
+    }
+  });
+  T* gwp = ctx.output(1).data<T>();
+  T* gbp = ctx.output(2).data<T>();
+  for (int64_t j = 0; j < n; ++j) {
+    double sw = 0, sb = 0;
+    for (int s = 0; s < slices; ++s) {
+      sw += gw_part[s * n + j];
+      sb += gb_part[s * n + j];
+    }
+    gwp[j] = static_cast<T>(sw);
+    gbp[j] = static_cast<T>(sb);
+  }
+}
+
+void layer_norm_backward_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
+  dispatch_float(ctx, ctx.input(1).dtype(),
+                 [&](auto tag) { layer_norm_backward_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// ---- group_norm --------------------------------------------------------------------------------------
+
+template <typename T>
+void group_norm_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
+  const int64_t groups = ctx.attr<int64_t>("groups"), d = c / groups, k = d * l;
+  const bool has_weight = ctx.attr<bool>("has_weight"), has_bias = ctx.attr<bool>("has_bias");
+  const double eps = ctx.attr<double>("eps");
+  const T* xp = x.data<T>();
+  const T* wp = has_weight ? ctx.input(1).data<T>() : nullptr;
+  const T* bp = has_bias ? ctx.input(2).data<T>() : nullptr;
+  T* yp = ctx.output(0).data<T>();
+  T* meanp = ctx.output(1).data<T>();
+  T* rstdp = ctx.output(2).data<T>();
+  // Slice (i, g) is k contiguous elements starting at ((i * groups) + g) * k.
+  parallel_for(n * groups, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, k)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* slice = xp + r * k;
+      T* out = yp + r * k;
+      const double shift0 = static_cast<double>(slice[0]);
+      double s1 = 0, s2 = 0, mean, var;
+      shifted_sums(slice, k, shift0, s1, s2);
+      moments(s1, s2, shift0, k, mean, var);
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      meanp[r] = static_cast<T>(mean);
+      rstdp[r] = static_cast<T>(rstd);
+      const int64_t c_first = (r % groups) * d;
+      const SplitMean<T> mu(mean);
+      for (int64_t j = 0; j < d; ++j) {
+        const int64_t ch = c_first + j;
+        const T scale = static_cast<T>(rstd) * (wp ? wp[ch] : T(1));
+        affine_run(slice + j * l, out + j * l, l, mu, scale, bp ? bp[ch] : T(0));
+      }
+    }
+  });
+}
+
+void group_norm_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
+  dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { group_norm_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// Per (sample, channel): sum_g and dot = sum(g * (x - mean)); then per (sample, group):
+// gx = g * (w_c * rstd) + (x - mean) * b + c, b = -rstd^3 * sum_c(w_c * dot) / K,
+// c = -rstd * sum_c(w_c * sum_g) / K (K elements per group), as for layer_norm with the weight
+// varying by channel. grad_weight[c] = sum_i dot * rstd, grad_bias[c] = sum_i sum_g.
+template <typename T>
+void group_norm_backward_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(1);
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
+  const int64_t groups = ctx.attr<int64_t>("groups"), d = c / groups, k = d * l;
+  const bool has_weight = ctx.attr<bool>("has_weight");
+  const T* gp = ctx.input(0).data<T>();
+  const T* xp = x.data<T>();
+  const T* wp = has_weight ? ctx.input(2).data<T>() : nullptr;
+  const T* meanp = ctx.input(3).data<T>();
+  const T* rstdp = ctx.input(4).data<T>();
+  T* gxp = ctx.output(0).data<T>();
+  std::vector<double> sum_g(static_cast<size_t>(n * c)), dot(static_cast<size_t>(n * c));
+  parallel_for(n * groups, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, 2 * k)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const double mean = static_cast<double>(meanp[r]), rstd = static_cast<double>(rstdp[r]);
+      const int64_t row0 = r * d;  // the group's first (sample, channel) row
+      double sum_wg = 0, sum_wdot = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        double sg = 0, dt = 0;
+        grad_sums(gp + (row0 + j) * l, xp + (row0 + j) * l, l, mean, sg, dt);
+        sum_g[row0 + j] = sg;
+        dot[row0 + j] = dt;
+        const double wc = wp ? static_cast<double>(wp[(r % groups) * d + j]) : 1.0;
+        sum_wg += wc * sg;
+        sum_wdot += wc * dt;
+      }
+      const double b = -rstd * rstd * rstd * sum_wdot / static_cast<double>(k);
+      const double cst = -rstd * sum_wg / static_cast<double>(k);
+      const SplitMean<T> mu(mean);
+      for (int64_t j = 0; j < d; ++j) {
+        const double wc = wp ? static_cast<double>(wp[(r % groups) * d + j]) : 1.0;
+        const int64_t off = (row0 + j) * l;
+        grad_affine_run(gp + off, xp + off, gxp + off, l, mu, static_cast<T>(wc * rstd), static_cast<T>(b),
+                        static_cast<T>(cst));
+      }
+    }
+  });
+  T* gwp = ctx.output(1).data<T>();
+  T* gbp = ctx.output(2).data<T>();
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sw = 0, sb = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sw += dot[i * c + ch] * static_cast<double>(rstdp[i * groups + ch / d]);
+      sb += sum_g[i * c + ch];
+    }
+    gwp[ch] = static_cast<T>(sw);
+    gbp[ch] = static_cast<T>(sb);
+  }
+}
+
+void group_norm_backward_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
+  dispatch_float(ctx, ctx.input(1).dtype(),
+                 [&](auto tag) { group_norm_backward_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// ---- embedding ---------------------------------------------------------------------------------------
+
+[[noreturn]] void embedding_index_error(int64_t index, int64_t size) {
+  PF_THROW(IndexError, "index out of range in self (index ", index, " is out of bounds for an embedding of size ",
+           size, ")");
+}
+
+// out[i, :] = weight[indices[i], :]; weight may have any strides. Only the element size
+// matters (a byte copy).
+void embedding_kernel(KernelContext& ctx) {
+  const Tensor& w = ctx.input(0);
+  const Tensor& idx = ctx.input(1);
+  const Tensor& out = ctx.output(0);
+  check_contiguous(ctx, {&idx});
+  const int64_t v = w.sizes()[0], d = w.sizes()[1], m = idx.sizes()[0];
+  const auto isz = static_cast<int64_t>(w.itemsize());
+  const int64_t row_stride = w.strides()[0] * isz, col_stride = w.strides()[1] * isz;
+  const int64_t* ip = idx.data<int64_t>();
+  const char* wp = static_cast<const char*>(w.data_ptr());
+  char* op = static_cast<char*>(out.data_ptr());
+  parallel_for(m, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, d)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t row = ip[i];
+      if (row < 0 || row >= v) embedding_index_error(row, v);
+      const char* src = wp + row * row_stride;
+      char* dst = op + i * d * isz;
+      if (col_stride == isz) {
+        std::memcpy(dst, src, static_cast<size_t>(d * isz));
+      } else {
+        for (int64_t j = 0; j < d; ++j) std::memcpy(dst + j * isz, src + j * col_stride, static_cast<size_t>(isz));
+      }
+    }
+  });
+}
+
+template <typename T>
+void embedding_backward_typed(const KernelContext& ctx) {
+  const Tensor& g = ctx.input(0);
+  const Tensor& idx = ctx.input(1);
+  const int64_t m = g.sizes()[0], d = g.sizes()[1];
+  const int64_t v = ctx.attr<int64_t>("num_weights"), padding = ctx.attr<int64_t>("padding_idx");
+  const bool by_freq = ctx.attr<bool>("scale_grad_by_freq");
+  const T* gp = g.data<T>();
+  const int64_t* ip = idx.data<int64_t>();
+  T* out = ctx.output(0).data<T>();
+  std::memset(out, 0, static_cast<size_t>(v * d) * sizeof(T));
+  for (int64_t i = 0; i < m; ++i)
+    if (ip[i] < 0 || ip[i] >= v) embedding_index_error(ip[i], v);
+  std::vector<int64_t> counts;
+  if (by_freq) {
+    counts.assign(static_cast<size_t>(v), 0);
+    for (int64_t i = 0; i < m; ++i) ++counts[ip[i]];
+  }
+  // Each thread owns a range of destination rows and scans every index: no two threads write
+  // the same row, and each row sums its contributions in index order (deterministic).
+  const int64_t work = std::max<int64_t>(1, m * d);
+  parallel_for(v, std::max<int64_t>(1, v * kGrainSize / work), [&](int64_t v0, int64_t v1) {
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t row = ip[i];
+      if (row < v0 || row >= v1 || row == padding) continue;
+      const T* src = gp + i * d;
+      T* dst = out + row * d;
+      if (by_freq) {
+        const T scale = T(1) / static_cast<T>(counts[row]);
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) dst[j] += src[j] * scale;
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) dst[j] += src[j];
+      }
+    }
+  });
+}
+
+void embedding_backward_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1)});
+  dispatch_float(ctx, ctx.input(0).dtype(),
+                 [&](auto tag) { embedding_backward_typed<typename decltype(tag)::type>(ctx); });
+}
+
+// ---- dropout -----------------------------------------------------------------------------------------
+
+// Philox costs ~40 integer ops per four elements: parallelize earlier than plain arithmetic.
+constexpr int64_t kDropoutGrain = kGrainSize / 4;
+
+template <typename T>
+void dropout_typed(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t numel = x.numel();
+  const double p = ctx.attr<double>("p");
+  const T scale = static_cast<T>(ctx.attr<double>("scale"));
+  const auto seed = static_cast<uint64_t>(ctx.attr<int64_t>("seed"));
+  const auto offset = static_cast<uint64_t>(ctx.attr<int64_t>("offset"));
+  // Keep element i when its 24-bit uniform k (u = k / 2^24) satisfies u < 1 - p, i.e.
+  // k < ceil((1 - p) * 2^24): p = 0 keeps everything, p = 1 nothing.
+  const auto threshold = static_cast<uint32_t>(std::ceil((1.0 - p) * 16777216.0));
+  const T* xp = x.data<T>();
+  T* yp = ctx.output(0).data<T>();
+  T* mp = ctx.output(1).data<T>();
+  const int64_t quads = (numel + 3) / 4;
+  parallel_for(quads, kDropoutGrain / 4, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      uint32_t w[4];
+      Philox4x32::generate(seed, offset + static_cast<uint64_t>(q), w);
+      const int64_t base = q * 4, end = std::min<int64_t>(4, numel - base);
+      for (int64_t j = 0; j < end; ++j) {
+        const T m = (w[j] >> 8) < threshold ? scale : T(0);
+        mp[base + j] = m;
+        yp[base + j] = xp[base + j] * m;
+      }
+    }
+  });
+}
+
+void dropout_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0)});
+  for (int o = 0; o < 2; ++o)
+    PF_CHECK(ctx.output(o).is_contiguous(), "cpu 'dropout' kernel writes contiguous outputs");
+  dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { dropout_typed<typename decltype(tag)::type>(ctx); });
+}
+
+}  // namespace
+
+void register_norm_kernels(Registrar& reg) {
+  const auto floats = {DType::Float32, DType::Float64};
+  reg.kernel("batch_norm", DeviceType::CPU, floats, batch_norm_kernel);
+  reg.kernel("batch_norm_backward", DeviceType::CPU, floats, batch_norm_backward_kernel);
+  reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_kernel);
+  reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_kernel);
+  reg.kernel("group_norm", DeviceType::CPU, floats, group_norm_kernel);
+  reg.kernel("group_norm_backward", DeviceType::CPU, floats, group_norm_backward_kernel);
+  reg.kernel("embedding", DeviceType::CPU,
+             {DType::Bool, DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::Float16,
+              DType::BFloat16, DType::Float32, DType::Float64},
+             embedding_kernel);
+  reg.kernel("embedding_backward", DeviceType::CPU, floats, embedding_backward_kernel);
+  reg.kernel("dropout", DeviceType::CPU, floats, dropout_kernel);
+}
+
+}  // namespace plugflow::cpu
