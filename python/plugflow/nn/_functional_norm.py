@@ -1,11 +1,10 @@
-"""torch.nn.functional's normalization, embedding, dropout and classification losses.
+"""torch.nn.functional's normalization, embedding and dropout (the losses live in _functional_loss).
 
 batch_norm, layer_norm, group_norm, embedding and dropout run the core's fused kernels (the norm
 family, through plugflow._C); this module adds torch.nn.functional's argument handling: the
-Python-side checks, their messages and warnings, and the legacy size_average/reduce arguments.
+Python-side checks and their messages.
 """
 
-import math
 import warnings
 
 from .. import _C
@@ -14,7 +13,6 @@ __all__ = [
     "batch_norm", "instance_norm", "layer_norm", "group_norm",
     "embedding",
     "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-    "nll_loss", "cross_entropy",
 ]
 
 
@@ -179,65 +177,3 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
     if inplace:
         return _C.feature_alpha_dropout_(input, p, training)
     return _C.feature_alpha_dropout(input, p, training)
-
-
-# ---- losses -------------------------------------------------------------------------------------------
-
-def _legacy_reduction(size_average, reduce):
-    """PyTorch's _Reduction.legacy_get_string."""
-    if size_average is None:
-        size_average = True
-    if reduce is None:
-        reduce = True
-    if size_average and reduce:
-        ret = "mean"
-    elif reduce:
-        ret = "sum"
-    else:
-        ret = "none"
-    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.")
-    return ret
-
-
-def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
-    """The negative log-likelihood of class-index targets under log-probabilities input (N, C, *)."""
-    if size_average is not None or reduce is not None:
-        reduction = _legacy_reduction(size_average, reduce)
-    return _C._nll_loss(input, target, weight, reduction, ignore_index)
-
-
-def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                  reduction="mean", label_smoothing=0.0):
-    """nll_loss over log_softmax along the class dim; target holds class indices (int64) or class
-    probabilities (input's shape and dtype)."""
-    if size_average is not None or reduce is not None:
-        reduction = _legacy_reduction(size_average, reduce)
-    if target.is_floating_point():
-        return _cross_entropy_probs(input, target, weight, reduction, label_smoothing)
-    return _C._cross_entropy(input, target, weight, reduction, ignore_index, label_smoothing)
-
-
-def _cross_entropy_probs(input, target, weight, reduction, label_smoothing):
-    """cross_entropy with class-probability targets (PyTorch's cross_entropy_loss_prob_target)."""
-    if tuple(input.shape) != tuple(target.shape):
-        raise RuntimeError(f"Expected input and target to have the same shape, but got {tuple(input.shape)} "
-                           f"and {tuple(target.shape)}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    class_dim = 0 if input.dim() == 1 else 1
-    n_classes = input.shape[class_dim]
-    logp = _C.log_softmax(input, class_dim, None)
-    if label_smoothing > 0:
-        target = target * (1 - label_smoothing) + label_smoothing / n_classes
-    prod = logp * target
-    if weight is not None:
-        shape = [1] * input.dim()
-        shape[class_dim] = n_classes
-        prod = prod * weight.view(shape)
-    if reduction == "none":
-        return -prod.sum(class_dim)
-    if reduction == "sum":
-        return -prod.sum()
-    return -prod.sum() / (input.numel() / n_classes if n_classes else math.nan)
