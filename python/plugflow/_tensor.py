@@ -2,7 +2,7 @@
 
 plugflow.Tensor is the C++ class from _C (so every op returns exactly this type); the methods
 here are the ones where Python is the clearer language and speed does not matter: printing,
-formatting, the new_* constructors, deepcopy.
+formatting, the new_* constructors, deepcopy, pickling.
 """
 
 from . import _C, _creation, _tensor_str
@@ -75,10 +75,40 @@ def __deepcopy__(self, memo):
     return new
 
 
+def _rebuild_tensor(array, dtype_name, device, requires_grad, cls=None):
+    """Unpickles what __reduce_ex__ wrote. Names only plugflow and numpy, so a pickled tensor loads
+    without torch and through plugflow.load's restricted unpickler."""
+    dtype = getattr(_C, dtype_name, None)
+    if not isinstance(dtype, _C.dtype) or (cls is not None and not issubclass(cls, Tensor)):
+        raise TypeError(f"invalid pickled tensor: dtype {dtype_name!r}, class {cls!r}")
+    t = _C.from_numpy(array).to(dtype=dtype, device=device)
+    if cls is not None and cls is not Tensor:
+        sub = cls.__new__(cls)
+        Tensor.__init__(sub, t)
+        t = sub
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def __reduce_ex__(self, protocol):
+    # Tensors cross process boundaries (DataLoader workers, multiprocessing) as a numpy copy of
+    # their values: the pickle is self-contained (no shared memory) and a view carries only its
+    # own elements. As in PyTorch, the autograd history is not pickled: the copy is a leaf.
+    data = self.detach().cpu()
+    if data.dtype is _C.bfloat16:  # numpy has no bfloat16; float32 holds every value exactly
+        data = data.float()
+    state = getattr(self, "__dict__", None) or None
+    cls = None if type(self) is Tensor else type(self)
+    args = (data.numpy(), repr(self.dtype).rpartition(".")[2], str(self.device), self.requires_grad, cls)
+    return _rebuild_tensor, args, state
+
+
 def _install():
     Tensor.__repr__ = _repr
     Tensor.__format__ = _format
     Tensor.__deepcopy__ = __deepcopy__
+    Tensor.__reduce_ex__ = __reduce_ex__
     Tensor.__module__ = "plugflow"
     for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor):
         setattr(Tensor, fn.__name__, fn)

@@ -643,15 +643,16 @@ void check_dropout_p(double p) {
 }
 
 // The mask of one dropout call (0 or `scale` per element of `shape`, x's dtype) and, when x
-// has that shape, x * mask, from one fused kernel. The Philox key is a fresh 64-bit draw from
-// the global generator, so each call gets its own stream and the results depend only on the
-// seed and the sequence of calls (docs/design.md, "Random numbers").
+// has that shape, x * mask, from one fused kernel. It reserves a counter range of the default
+// generator like every random op, so results depend only on the seed and the sequence of calls
+// (docs/design.md, "Random numbers").
 std::pair<Tensor, Tensor> dropout_kernel(const Tensor& x, double p, double scale) {
-  const Tensor key = randint(0, std::numeric_limits<int64_t>::max(), {1}, DType::Int64, Device{});
+  const auto [seed, offset] = default_generator().reserve(static_cast<uint64_t>(x.numel()));
   static const OpDef& op = find_op("dropout");
   const Tensor in[] = {contiguous(x)};
   Tensors outs = call_op(op, in,
-                         Attrs{{"p", p}, {"scale", scale}, {"seed", *key.data<int64_t>()}, {"offset", int64_t{0}}});
+                         Attrs{{"p", p}, {"scale", scale}, {"seed", static_cast<int64_t>(seed)},
+                               {"offset", static_cast<int64_t>(offset)}});
   return {outs[0], outs[1]};
 }
 
