@@ -1,6 +1,12 @@
 """plugflow.nn: neural-network building blocks (torch.nn's API).
 
-Only `plugflow.nn.functional` lives here so far; modules, parameters and init join it.
+Parameter and Module, containers, layers, losses (plugflow.nn.modules), the functional API
+(plugflow.nn.functional), parameter initialisation (plugflow.nn.init) and utilities
+(plugflow.nn.utils).
 """
 
 from . import functional  # noqa: F401
+from . import init  # noqa: F401
+from .parameter import Parameter  # noqa: F401
+from .modules import *  # noqa: F401,F403
+from . import utils  # noqa: F401
