@@ -11,6 +11,7 @@ void bind_shape(pybind11::module_& m);        // shape_bindings.cpp: cat, stack,
 void bind_reduction(pybind11::module_& m);    // reduction_bindings.cpp: var, std, logsumexp, norm, cumsum, softmax, ...
 void bind_math(pybind11::module_& m);         // math_bindings.cpp: clamp, lerp, addcmul, activations, addmm, einsum, out=
 void bind_indexing(pybind11::module_& m);     // indexing_bindings.cpp: gather, scatter, index_select, where, ...
+void bind_conv(pybind11::module_& m);         // conv_bindings.cpp: conv2d, conv_transpose2d, pooling, upsampling
 }  // namespace plugflow::python
 
 namespace plugflow {

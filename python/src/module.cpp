@@ -13,5 +13,6 @@ PYBIND11_MODULE(_C, m) {
   plugflow::python::bind_shape(m);     // after bind_tensor: adds to the Tensor class
   plugflow::python::bind_indexing(m);  // after bind_tensor: adds to the Tensor class
   plugflow::python::bind_reduction(m);  // after bind_tensor: adds to the Tensor class
+  plugflow::python::bind_conv(m);
   plugflow::python::bind_math(m);      // keep last: also adds out= to the functions bound before it
 }

@@ -176,3 +176,6 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     if dim is None:
         dim = _get_softmax_dim("log_softmax", input.dim(), _stacklevel)
     return _C.log_softmax(input, dim, dtype)
+
+
+from ._functional_conv import *  # noqa: F401,F403
