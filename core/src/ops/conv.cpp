@@ -365,14 +365,14 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 Tensor conv_grad_input(const Tensor& g, const Tensor& w, const Shape& hw, const Attrs& attrs);
 Tensor conv_grad_weight(const Tensor& g, const Tensor& x, const Shape& khw, const Attrs& attrs);
 
-// conv2d(x, w) restricted or zero-extended to `hw` outputs. A transposed convolution's
-// output_padding (< dilation) can make the grad_input image larger than a conv of it gives
-// back, so the adjoint sees fewer outputs (the positions that exist).
+// conv2d(x, w) cropped or zero-extended to `hw` output positions: the adjoint of a
+// grad_input/grad_weight whose image size is not conv2d's inverse size (a transposed
+// convolution's output_padding, or a caller's input_size) covers the positions that exist.
 Tensor conv_forward_to(const Tensor& x, const Tensor& w, const Attrs& attrs, const Shape& hw) {
   Tensor y = conv_forward(x, w, Tensor(), attrs);
-  if (y.sizes()[2] != hw[0]) y = narrow(y, 2, 0, hw[0]);
-  if (y.sizes()[3] != hw[1]) y = narrow(y, 3, 0, hw[1]);
-  return y;
+  const int64_t extra_h = hw[0] - y.sizes()[2], extra_w = hw[1] - y.sizes()[3];
+  if (extra_h == 0 && extra_w == 0) return y;
+  return constant_pad_nd(y, {0, extra_w, 0, extra_h});  // negative pads crop
 }
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Attrs& attrs) {
@@ -495,8 +495,9 @@ std::pair<Tensor, Tensor> run_max_pool(const char* op_name, const char* node_nam
     auto node = autograd::make_node(node_name, [shape = x.sizes()](const Tensors& g, const Tensors& s) -> Tensors {
       const Tensor& idx = s[0];
       const int64_t n = shape[0], c = shape[1];
-      const Tensor flat_g = reshape(g[0], {n, c, -1});
-      const Tensor flat_i = reshape(idx, {n, c, -1});
+      const Shape flat{n, c, idx.sizes()[2] * idx.sizes()[3]};  // no -1: the batch may be 0
+      const Tensor flat_g = reshape(g[0], flat);
+      const Tensor flat_i = reshape(idx, flat);
       return {reshape(scatter_add_internal(flat_g, 2, flat_i, {n, c, shape[2] * shape[3]}), shape)};
     });
     node->save(outs[1]);

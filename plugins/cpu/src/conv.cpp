@@ -53,7 +53,11 @@ struct Geometry {
   int64_t Og() const { return O / groups; }
   int64_t K() const { return Cg() * kh * kw; }
   int64_t P() const { return OH * OW; }
-  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
+  // The column matrix is the image itself (the sizes can differ for a transposed convolution
+  // with output_padding, whose extra rows/columns no output reads).
+  bool pointwise() const {
+    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && H == OH && W == OW;
+  }
   // Images per chunk: the column buffer (C*kh*kw x chunk*P) within the budget, at least one.
   int64_t chunk() const {
     return std::max<int64_t>(1, std::min(N, kColumnBudget / std::max<int64_t>(1, C * kh * kw * P())));

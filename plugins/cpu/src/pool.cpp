@@ -245,10 +245,12 @@ A source_scale(double user_scale, int64_t in, int64_t out) {
   return user_scale > 0 ? static_cast<A>(1.0 / user_scale) : static_cast<A>(in) / static_cast<A>(out);
 }
 
-// PyTorch's nearest_idx (computed in float, as ATen does, so indices match exactly).
+// PyTorch's nearest source index, min(floor(o * scale), in - 1), computed in float as ATen
+// does so that indices match exactly. ATen's channels-last kernel and its backward also
+// special-case out == in (identity) and out == 2 in (o / 2), which differs from this only when
+// a scale factor that does not produce those sizes was given; plugflow follows the formula
+// (PyTorch's NCHW forward) in both directions, so forward and backward stay adjoint.
 inline int64_t nearest_index(int64_t o, int64_t in, int64_t out, double user_scale) {
-  if (out == in) return o;
-  if (out == 2 * in) return o >> 1;
   const float scale = source_scale<float>(user_scale, in, out);
   return std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1);
 }

@@ -172,34 +172,39 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     return out.squeeze(-2)
 
 
-def _adaptive_size(output_size, n):
+def _adaptive_size(output_size, n, op):
     """An int, or a tuple with None entries (keep the input's size) -> n ints, -1 for None."""
     if output_size is None:
         return [-1] * n
     if isinstance(output_size, (list, tuple)) or hasattr(output_size, "__len__"):
-        items = [-1 if v is None else operator.index(v) for v in output_size]
+        items = [None if v is None else operator.index(v) for v in output_size]
         if len(items) == 1:
             items = items * n
         if len(items) != n:
-            raise RuntimeError(f"adaptive pooling: output_size must be {n} values, got {len(items)}")
-        return items
-    return [operator.index(output_size)] * n
+            raise RuntimeError(f"{op}: output_size must be {n} values, got {len(items)}")
+    else:
+        items = [operator.index(output_size)] * n
+    if any(v is not None and v < 0 for v in items):
+        shown = ", ".join(str(v) for v in items)
+        raise RuntimeError(f"{op}: elements of output_size must be greater than or equal to 0 but received {{{shown}}}")
+    return [-1 if v is None else v for v in items]
 
 
 def adaptive_avg_pool2d(input, output_size):
     """Averages over PyTorch's adaptive windows to output_size (None entries keep the input's size)."""
-    return _C._adaptive_avg_pool2d(input, _adaptive_size(output_size, 2))
+    return _C._adaptive_avg_pool2d(input, _adaptive_size(output_size, 2, "adaptive_avg_pool2d"))
 
 
 def adaptive_avg_pool1d(input, output_size):
     """1-d adaptive average pooling over (N, C, L) or (C, L)."""
     _check_dim(input, (2, 3), "adaptive_avg_pool1d")
-    return _C._adaptive_avg_pool2d(input.unsqueeze(-2), [1] + _adaptive_size(output_size, 1)).squeeze(-2)
+    size = [1] + _adaptive_size(output_size, 1, "adaptive_avg_pool1d")
+    return _C._adaptive_avg_pool2d(input.unsqueeze(-2), size).squeeze(-2)
 
 
 def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
     """(values, indices) of 2-d adaptive max pooling."""
-    return _C._adaptive_max_pool2d(input, _adaptive_size(output_size, 2))
+    return _C._adaptive_max_pool2d(input, _adaptive_size(output_size, 2, "adaptive_max_pool2d"))
 
 
 def adaptive_max_pool2d(input, output_size, return_indices=False):
@@ -211,7 +216,8 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
 def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
     """(values, indices) of 1-d adaptive max pooling over (N, C, L) or (C, L)."""
     _check_dim(input, (2, 3), "adaptive_max_pool1d")
-    values, indices = _C._adaptive_max_pool2d(input.unsqueeze(-2), [1] + _adaptive_size(output_size, 1))
+    size = [1] + _adaptive_size(output_size, 1, "adaptive_max_pool1d")
+    values, indices = _C._adaptive_max_pool2d(input.unsqueeze(-2), size)
     return values.squeeze(-2), indices.squeeze(-2)
 
 
