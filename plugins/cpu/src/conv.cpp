@@ -1,37 +1,39 @@
 // conv2d, conv2d_grad_input and conv2d_grad_weight (docs/kernels.md, "Conv family") for
 // float32/float64: im2col / col2im around OpenBLAS sgemm/dgemm.
 //
-// With K = C/groups * kH * kW rows per group and P = OH * OW output positions per image, the
-// "column" matrix of an image holds, for each (channel, kernel tap) row, the input value each
-// output position reads (0 in the padding). Then per group g:
-//   forward       out_g (O/g x P)  = W_g (O/g x K) @ col_g (K x P)          (+ bias)
-//   grad input    col_g (K x P)    = W_g^T @ G_g (O/g x P), then col2im adds col back into the image
-//   grad weight   dW_g (O/g x K)  += G_g @ col_g^T
-// Images are processed in chunks side by side (columns n*P ... n*P + P - 1 belong to image n),
-// so one large GEMM covers several images. That is how this kernel is "parallel over the
-// batch": the Debian OpenBLAS is the pthreads build, which does not notice being called
-// inside an OpenMP region, so a GEMM per image on each OpenMP thread would oversubscribe the
-// cores; one GEMM over a chunk uses OpenBLAS's own threads fully, while im2col, col2im and the
-// layout copies run under parallel_for over (image, channel) pairs.
+// With K = C/groups * kH * kW rows per group and P = OH * OW output positions, the "column"
+// matrix of an image holds, for each (channel, kernel tap) row, the input value each output
+// position reads (0 in the padding). Then per image and group g:
+//   forward       out_g (O/g x P) = W_g (O/g x K) @ col_g (K x P)          (+ bias)
+//   grad input    col_g (K x P)   = W_g^T @ G_g (O/g x P), then col2im adds col back into the image
+//   grad weight   dW_g (O/g x K) += G_g @ col_g^T
+//
+// Threads: images run in parallel (parallel_for), each thread with its own column buffer and
+// single-threaded GEMMs. The Debian OpenBLAS is the pthreads build: its worker threads and the
+// OpenMP threads each spin-wait for a while after their work, so alternating OpenMP copies with
+// multithreaded GEMMs makes the two pools fight for the cores (measured: the copies then cost
+// as much as the GEMMs). While a conv runs on several threads it therefore sets OpenBLAS to one
+// thread and restores the configured count afterwards. With fewer images than threads, the
+// images run one after another with OpenBLAS's own threads and serial copies.
 //
 // A 1x1, stride-1, unpadded convolution of a dense image needs no im2col: the image itself
 // is the column matrix (and, for the input gradient, the col2im target).
 #include <cblas.h>
 
+extern "C" void openblas_set_num_threads(int);  // as in parallel.cpp
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <vector>
 
 #include "kernels.h"
 #include "loops.h"
 
 namespace plugflow::cpu {
 namespace {
-
-// Elements of column buffer per chunk: large enough for long GEMMs, small enough to stay
-// in the last-level cache's neighbourhood (16 MiB of float32).
-constexpr int64_t kColumnBudget = int64_t{1} << 22;
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T beta, const T* a, int64_t lda, const T* b,
@@ -57,10 +59,6 @@ struct Geometry {
   // with output_padding, whose extra rows/columns no output reads).
   bool pointwise() const {
     return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && H == OH && W == OW;
-  }
-  // Images per chunk: the column buffer (C*kh*kw x chunk*P) within the budget, at least one.
-  int64_t chunk() const {
-    return std::max<int64_t>(1, std::min(N, kColumnBudget / std::max<int64_t>(1, C * kh * kw * P())));
   }
 };
 
@@ -147,49 +145,34 @@ struct MatRef {
   int64_t ld;
 };
 
-// The column matrix (C*kh*kw x nb*P) of images [n0, n0 + nb) of x.
+// The column matrix (C*kh*kw x P) of image n of x, in `buf` or (pointwise) x itself.
 template <typename T>
-MatRef<T> columns(const Tensor& x, const Geometry& g, int64_t n0, int64_t nb, T* buf) {
+MatRef<T> columns(const Tensor& x, const Geometry& g, int64_t n, T* buf) {
   const Strides s(x);
-  const T* base = x.data<T>();
-  if (g.pointwise() && nb == 1 && s.w == 1 && s.h == g.W && s.c >= g.P())
-    return {base + n0 * s.n, s.c};  // the image is its own column matrix
-  const int64_t ld = nb * g.P(), rows = g.kh * g.kw;
-  parallel_for(nb * g.C, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, rows * g.P())),
-               [&](int64_t b, int64_t e) {
-                 for (int64_t k = b; k < e; ++k) {
-                   const int64_t nn = k / g.C, c = k % g.C;
-                   im2col_plane(base + (n0 + nn) * s.n + c * s.c, s.h, s.w, g, buf + c * rows * ld + nn * g.P(), ld);
-                 }
-               });
-  return {buf, ld};
+  const T* image = x.data<T>() + n * s.n;
+  if (g.pointwise() && s.w == 1 && s.h == g.W && s.c >= g.P()) return {image, s.c};
+  const int64_t rows = g.kh * g.kw;
+  for (int64_t c = 0; c < g.C; ++c) im2col_plane(image + c * s.c, s.h, s.w, g, buf + c * rows * g.P(), g.P());
+  return {buf, g.P()};
 }
 
-// The (O x nb*P) matrix of images [n0, n0 + nb) of an (N, O, OH, OW) tensor.
+// Image n of an (N, O, OH, OW) tensor as an (O x P) matrix, in place when its planes are dense.
 template <typename T>
-MatRef<T> output_matrix(const Tensor& t, const Geometry& g, int64_t n0, int64_t nb, T* buf) {
+MatRef<T> output_matrix(const Tensor& t, const Geometry& g, int64_t n, T* buf) {
   const Strides s(t);
-  const T* base = t.data<T>();
-  if (nb == 1 && s.w == 1 && s.h == g.OW && s.c >= g.P()) return {base + n0 * s.n, s.c};
-  const int64_t ld = nb * g.P();
-  parallel_for(nb * g.O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, g.P())), [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
-      const int64_t nn = k / g.O, o = k % g.O;
-      const T* src = base + (n0 + nn) * s.n + o * s.c;
-      T* dst = buf + o * ld + nn * g.P();
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) dst[oh * g.OW + ow] = src[oh * s.h + ow * s.w];
-    }
-  });
-  return {buf, ld};
+  const T* image = t.data<T>() + n * s.n;
+  if (s.w == 1 && s.h == g.OW && s.c >= g.P()) return {image, s.c};
+  for (int64_t o = 0; o < g.O; ++o)
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow) buf[(o * g.OH + oh) * g.OW + ow] = image[o * s.c + oh * s.h + ow * s.w];
+  return {buf, g.P()};
 }
 
 // The weight as a dense (O x K) matrix (a packed copy when it is not contiguous).
 template <typename T>
 const T* dense_weight(const Tensor& w, std::unique_ptr<T[]>& buf) {
   if (w.is_contiguous()) return w.data<T>();
-  const int64_t n = w.numel();
-  buf.reset(new T[n]);
+  buf.reset(new T[w.numel()]);
   const Shape& st = w.strides();
   const T* src = w.data<T>();
   int64_t i = 0;
@@ -198,6 +181,37 @@ const T* dense_weight(const Tensor& w, std::unique_ptr<T[]>& buf) {
       for (int64_t c = 0; c < w.sizes()[2]; ++c)
         for (int64_t d = 0; d < w.sizes()[3]; ++d) buf[i++] = src[a * st[0] + b * st[1] + c * st[2] + d * st[3]];
   return buf.get();
+}
+
+// Sets OpenBLAS to one thread for its lifetime (GEMMs inside parallel_for) when `active`.
+class SingleThreadedBlas {
+ public:
+  explicit SingleThreadedBlas(bool active) : restore_(active ? num_threads() : 0) {
+    if (active) openblas_set_num_threads(1);
+  }
+  ~SingleThreadedBlas() {
+    if (restore_ > 0) openblas_set_num_threads(restore_);
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  int restore_;
+};
+
+// Calls f(begin, end, slice) for slices of the N images: in parallel with single-threaded
+// BLAS when there are at least as many images as threads, else as one slice on this thread
+// (BLAS then uses its own threads). `slice` numbers the slices (for per-slice buffers).
+template <typename F>
+void for_image_slices(int64_t N, const F& f) {
+  const int slices = parallel_slices(N, 1);
+  if (slices <= 1 || N < num_threads()) {
+    f(int64_t{0}, N, 0);
+    return;
+  }
+  SingleThreadedBlas one(true);
+  std::atomic<int> next_slice{0};
+  parallel_for(N, 1, [&](int64_t b, int64_t e) { f(b, e, next_slice++); });
 }
 
 void check_inputs(const KernelContext& ctx) {
@@ -216,39 +230,26 @@ void conv2d_typed(const KernelContext& ctx) {
   const Geometry g = geometry(ctx, x, out, w.sizes()[2], w.sizes()[3]);
   std::unique_ptr<T[]> wbuf;
   const T* wd = dense_weight<T>(w, wbuf);
-  const T* bias = nullptr;
-  std::unique_ptr<T[]> bbuf;
-  if (ctx.inputs.size() > 2) {
-    const Tensor& b = ctx.input(2);
-    bbuf.reset(new T[g.O]);
-    for (int64_t o = 0; o < g.O; ++o) bbuf[o] = b.data<T>()[o * b.strides()[0]];
-    bias = bbuf.get();
-  }
-  const int64_t P = g.P(), K = g.K(), Og = g.Og(), chunk = g.chunk();
-  std::unique_ptr<T[]> col(new T[g.C * g.kh * g.kw * chunk * P]);
-  std::unique_ptr<T[]> tmp(chunk > 1 ? new T[g.O * chunk * P] : nullptr);
+  const Tensor* bias = ctx.inputs.size() > 2 ? &ctx.input(2) : nullptr;
+  const int64_t P = g.P(), K = g.K(), Og = g.Og();
   T* od = out.data<T>();
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    const MatRef<T> cm = columns<T>(x, g, n0, nb, col.get());
-    // One image writes straight into out (rows P apart); several go through tmp.
-    T* dst = nb == 1 ? od + n0 * g.O * P : tmp.get();
-    const int64_t ldd = nb * P;
-    for (int64_t grp = 0; grp < g.groups; ++grp)
-      gemm<T>(false, false, Og, nb * P, K, T(0), wd + grp * Og * K, K, cm.data + grp * K * cm.ld, cm.ld,
-              dst + grp * Og * ldd, ldd);
-    if (nb == 1 && !bias) continue;
-    parallel_for(nb * g.O, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, P)), [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        const int64_t nn = k / g.O, o = k % g.O;
-        const T* src = dst + o * ldd + nn * P;
-        T* o_row = od + ((n0 + nn) * g.O + o) * P;
-        const T add = bias ? bias[o] : T(0);
+  for_image_slices(g.N, [&](int64_t n0, int64_t n1, int) {
+    std::unique_ptr<T[]> col(new T[g.C * g.kh * g.kw * P]);
+    for (int64_t n = n0; n < n1; ++n) {
+      const MatRef<T> cm = columns<T>(x, g, n, col.get());
+      T* o = od + n * g.O * P;
+      for (int64_t grp = 0; grp < g.groups; ++grp)
+        gemm<T>(false, false, Og, P, K, T(0), wd + grp * Og * K, K, cm.data + grp * K * cm.ld, cm.ld, o + grp * Og * P,
+                P);
+      if (!bias) continue;
+      for (int64_t oc = 0; oc < g.O; ++oc) {
+        const T b = bias->data<T>()[oc * bias->strides()[0]];
+        T* row = o + oc * P;
 #pragma omp simd
-        for (int64_t p = 0; p < P; ++p) o_row[p] = src[p] + add;
+        for (int64_t p = 0; p < P; ++p) row[p] += b;
       }
-    });
-  }
+    }
+  });
 }
 
 // ---- input gradient ----------------------------------------------------------------------------
@@ -260,32 +261,25 @@ void conv2d_grad_input_typed(const KernelContext& ctx) {
   const Geometry g = geometry(ctx, gi, go, w.sizes()[2], w.sizes()[3]);
   std::unique_ptr<T[]> wbuf;
   const T* wd = dense_weight<T>(w, wbuf);
-  const int64_t P = g.P(), K = g.K(), Og = g.Og(), chunk = g.chunk();
-  // A dense pointwise gradient image is its own column matrix: GEMM writes it directly.
+  const int64_t P = g.P(), K = g.K(), Og = g.Og(), rows = g.kh * g.kw;
+  // A pointwise gradient image is its own column matrix: GEMM writes it directly.
   const bool direct = g.pointwise();
-  const int64_t step = direct ? 1 : chunk;
-  std::unique_ptr<T[]> col(direct ? nullptr : new T[g.C * g.kh * g.kw * chunk * P]);
-  std::unique_ptr<T[]> gbuf(new T[g.O * step * P]);
   T* gid = gi.data<T>();
-  for (int64_t n0 = 0; n0 < g.N; n0 += step) {
-    const int64_t nb = std::min(step, g.N - n0);
-    const MatRef<T> gm = output_matrix<T>(go, g, n0, nb, gbuf.get());
-    T* cd = direct ? gid + n0 * g.C * P : col.get();
-    const int64_t ldc = nb * P;
-    for (int64_t grp = 0; grp < g.groups; ++grp)
-      gemm<T>(true, false, K, nb * P, Og, T(0), wd + grp * Og * K, K, gm.data + grp * Og * gm.ld, gm.ld,
-              cd + grp * K * ldc, ldc);
-    if (direct) continue;
-    const int64_t rows = g.kh * g.kw;
-    parallel_for(nb * g.C, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, rows * P)), [&](int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        const int64_t nn = k / g.C, c = k % g.C;
-        T* plane = gid + ((n0 + nn) * g.C + c) * g.H * g.W;
-        std::fill(plane, plane + g.H * g.W, T(0));
-        col2im_plane(cd + c * rows * ldc + nn * P, ldc, g, plane);
-      }
-    });
-  }
+  for_image_slices(g.N, [&](int64_t n0, int64_t n1, int) {
+    std::unique_ptr<T[]> col(direct ? nullptr : new T[g.C * rows * P]);
+    std::unique_ptr<T[]> gbuf(new T[g.O * P]);
+    for (int64_t n = n0; n < n1; ++n) {
+      const MatRef<T> gm = output_matrix<T>(go, g, n, gbuf.get());
+      T* image = gid + n * g.C * g.H * g.W;
+      T* cd = direct ? image : col.get();
+      for (int64_t grp = 0; grp < g.groups; ++grp)
+        gemm<T>(true, false, K, P, Og, T(0), wd + grp * Og * K, K, gm.data + grp * Og * gm.ld, gm.ld, cd + grp * K * P,
+                P);
+      if (direct) continue;
+      std::fill(image, image + g.C * g.H * g.W, T(0));
+      for (int64_t c = 0; c < g.C; ++c) col2im_plane(cd + c * rows * P, P, g, image + c * g.H * g.W);
+    }
+  });
 }
 
 // ---- weight gradient ------------------------------------------------------------------------------
@@ -295,18 +289,31 @@ void conv2d_grad_weight_typed(const KernelContext& ctx) {
   const Tensor &go = ctx.input(0), &x = ctx.input(1);
   Tensor& gw = ctx.output(0);
   const Geometry g = geometry(ctx, x, go, gw.sizes()[2], gw.sizes()[3]);
-  const int64_t P = g.P(), K = g.K(), Og = g.Og(), chunk = g.chunk();
-  std::unique_ptr<T[]> col(new T[g.C * g.kh * g.kw * chunk * P]);
-  std::unique_ptr<T[]> gbuf(new T[g.O * chunk * P]);
+  const int64_t P = g.P(), K = g.K(), Og = g.Og();
+  // Each slice of images sums into its own (O x K) partial; slice 0 writes gw itself.
+  const int slices = std::max(1, parallel_slices(g.N, 1));
+  std::unique_ptr<T[]> partials(slices > 1 ? new T[(slices - 1) * g.O * K] : nullptr);
+  std::vector<char> used(slices, 0);  // not vector<bool>: slices write their flags concurrently
   T* gwd = gw.data<T>();
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    const MatRef<T> cm = columns<T>(x, g, n0, nb, col.get());
-    const MatRef<T> gm = output_matrix<T>(go, g, n0, nb, gbuf.get());
-    const T beta = n0 == 0 ? T(0) : T(1);  // the first chunk initializes the sum
-    for (int64_t grp = 0; grp < g.groups; ++grp)
-      gemm<T>(false, true, Og, K, nb * P, beta, gm.data + grp * Og * gm.ld, gm.ld, cm.data + grp * K * cm.ld, cm.ld,
-              gwd + grp * Og * K, K);
+  for_image_slices(g.N, [&](int64_t n0, int64_t n1, int slice) {
+    T* acc = slice == 0 ? gwd : partials.get() + (slice - 1) * g.O * K;
+    std::unique_ptr<T[]> col(new T[g.C * g.kh * g.kw * P]);
+    std::unique_ptr<T[]> gbuf(new T[g.O * P]);
+    for (int64_t n = n0; n < n1; ++n) {
+      const MatRef<T> cm = columns<T>(x, g, n, col.get());
+      const MatRef<T> gm = output_matrix<T>(go, g, n, gbuf.get());
+      const T beta = n == n0 ? T(0) : T(1);  // the slice's first image initializes its sum
+      for (int64_t grp = 0; grp < g.groups; ++grp)
+        gemm<T>(false, true, Og, K, P, beta, gm.data + grp * Og * gm.ld, gm.ld, cm.data + grp * K * cm.ld, cm.ld,
+                acc + grp * Og * K, K);
+    }
+    used[slice] = 1;
+  });
+  if (!used[0]) std::fill(gwd, gwd + g.O * K, T(0));
+  for (int s = 1; s < slices; ++s) {
+    if (!used[s]) continue;
+    const T* part = partials.get() + (s - 1) * g.O * K;
+    for (int64_t i = 0; i < g.O * K; ++i) gwd[i] += part[i];
   }
 }
 
