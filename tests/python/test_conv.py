@@ -137,6 +137,22 @@ def test_conv2d_pointwise_and_int_args(rng):
         check_grads([(xp, xt), (wp, wt)], "float64")
 
 
+def test_conv2d_strided_upstream_gradient(rng):
+    """Gradients arriving as non-contiguous views (here through a transpose of the output)."""
+    xp, xt = pair(rng, (3, 4, 7, 6), grad=True)
+    wp, wt = pair(rng, (6, 2, 2, 3), grad=True)
+    out_p = F.conv2d(xp, wp, stride=(1, 2), padding=1, groups=2).transpose(2, 3)
+    out_t = TF.conv2d(xt, wt, stride=(1, 2), padding=1, groups=2).transpose(2, 3)
+    backward_both(rng, out_p, out_t)
+    check_grads([(xp, xt), (wp, wt)], "float64")
+    xp, xt = pair(rng, (2, 4, 5, 5), grad=True)
+    wp, wt = pair(rng, (4, 3, 3, 3), grad=True)
+    out_p = F.conv_transpose2d(xp, wp, stride=2).permute(0, 2, 3, 1)
+    out_t = TF.conv_transpose2d(xt, wt, stride=2).permute(0, 2, 3, 1)
+    backward_both(rng, out_p, out_t)
+    check_grads([(xp, xt), (wp, wt)], "float64")
+
+
 def test_conv2d_unbatched(rng):
     xp, xt = pair(rng, (3, 6, 5), grad=True)
     wp, wt = pair(rng, (2, 3, 3, 2), grad=True)
@@ -219,13 +235,22 @@ def test_conv_transpose1d_and_unbatched(rng):
 
 # ---- double backward ----------------------------------------------------------------------------------
 
-def test_conv2d_double_backward(rng):
+DOUBLE_BACKWARD = [
+    ("conv2d", "conv2d", (2, 4, 7, 8), (6, 2, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)),
+    # output_padding >= stride (allowed because < dilation): the transposed output has rows
+    # that no conv2d position reads
+    ("conv_transpose2d", "conv_transpose2d", (2, 4, 5, 6), (4, 3, 3, 2),
+     dict(stride=(1, 2), padding=(1, 0), output_padding=(1, 1), dilation=(2, 2))),
+]
+
+
+@pytest.mark.parametrize("fn,fn_torch,xshape,wshape,kwargs", DOUBLE_BACKWARD, ids=[c[0] for c in DOUBLE_BACKWARD])
+def test_conv_double_backward(rng, fn, fn_torch, xshape, wshape, kwargs):
     """d/d(x, w) of <v, d(<u, conv(x, w)>)/d(x, w)>: exercises the input and weight gradients'
     own backward formulas."""
-    kwargs = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
-    xp, xt = pair(rng, (2, 4, 7, 8), grad=True)
-    wp, wt = pair(rng, (6, 2, 3, 2), grad=True)
-    out_t, out_p = TF.conv2d(xt, wt, **kwargs), F.conv2d(xp, wp, **kwargs)
+    xp, xt = pair(rng, xshape, grad=True)
+    wp, wt = pair(rng, wshape, grad=True)
+    out_t, out_p = getattr(TF, fn_torch)(xt, wt, **kwargs), getattr(F, fn)(xp, wp, **kwargs)
     up, ut = pair(rng, tuple(out_t.shape))
     gx_t, gw_t = torch.autograd.grad((out_t * ut).sum(), (xt, wt), create_graph=True)
     gx_p, gw_p = pf.autograd.grad((out_p * up).sum(), (xp, wp), create_graph=True)
@@ -244,6 +269,7 @@ def test_conv2d_double_backward(rng):
 CONV_ERRORS = [
     ("input 2-d", lambda M: M.conv2d(M.zeros(3, 3), M.zeros(6, 4, 3, 3)), "Expected 3D \\(unbatched\\) or 4D"),
     ("input 5-d", lambda M: M.conv2d(M.zeros(1, 4, 3, 3, 3), M.zeros(6, 4, 3, 3)), "Expected 3D \\(unbatched\\) or 4D"),
+    ("weight 3-d", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 4, 3)), "Expected 4-dimensional weight"),
     ("channels", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 3, 3, 3)),
      "Given groups=1, weight of size \\[6, 3, 3, 3\\], expected input\\[2, 4, 5, 5\\] to have 3 channels, but got 4"),
     ("groups in", lambda M: M.conv2d(M.zeros(2, 5, 5, 5), M.zeros(6, 2, 3, 3), groups=2), "to have 4 channels"),
