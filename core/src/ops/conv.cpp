@@ -35,7 +35,8 @@ const Shape& pair_attr(const Attrs& attrs, const char* name) {
 }
 
 void check_4d(const Tensor& t, const char* op, const char* what) {
-  PF_CHECK_T(t.dim() == 4, ValueError, op, ": expected a 4-d ", what, " (the functional layer batches 3-d inputs), got ",
+  PF_CHECK_T(t.dim() == 4, ValueError, op, ": expected a 4-d ", what,
+             " (the functional layer batches 3-d inputs), got ",
              shape_str(t.sizes()));
 }
 
@@ -93,7 +94,8 @@ std::vector<TensorMeta> conv2d_meta(std::span<const Tensor> in, const Attrs& att
   check_4d(x, "conv2d", "input");
   check_weight(w, c.groups);
   check_same_dtype(x, w, "Input", "weight");
-  PF_CHECK(x.sizes()[1] == w.sizes()[1] * c.groups, "Given groups=", c.groups, ", weight of size ", shape_str(w.sizes()),
+  PF_CHECK(x.sizes()[1] == w.sizes()[1] * c.groups, "Given groups=", c.groups, ", weight of size ",
+           shape_str(w.sizes()),
            ", expected input", shape_str(x.sizes()), " to have ", w.sizes()[1] * c.groups, " channels, but got ",
            x.sizes()[1], " channels instead");
   if (in.size() == 3) {
@@ -390,7 +392,8 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   const bool has_bias = bias.defined(), need_b = has_bias && autograd::requires_grad(bias);
   if (autograd::is_grad_enabled() && (need_x || need_w || need_b)) {
     auto node = autograd::make_node(
-        "ConvolutionBackward0", [attrs, need_x, need_w, need_b, has_bias](const Tensors& g, const Tensors& s) -> Tensors {
+        "ConvolutionBackward0",
+        [attrs, need_x, need_w, need_b, has_bias](const Tensors& g, const Tensors& s) -> Tensors {
           const Tensor &x = s[0], &w = s[1];
           Tensors r(has_bias ? 3 : 2);
           if (need_x) r[0] = conv_grad_input(g[0], w, {x.sizes()[2], x.sizes()[3]}, attrs);
@@ -469,15 +472,17 @@ Tensor run_linear(const LinearOp& fwd, const LinearOp& adj, const Tensor& x, con
   const Tensor in[] = {x};
   Tensor out = call_or_zeros(find_op(fwd.op), in, attrs)[0];
   if (autograd::any_requires_grad({&x})) {
-    auto node = autograd::make_node(fwd.node, [fwd, adj, attrs, adj_attrs](const Tensors& g, const Tensors&) -> Tensors {
-      return {run_linear(adj, fwd, g[0], adj_attrs, attrs)};
-    });
+    auto node = autograd::make_node(fwd.node,
+                                    [fwd, adj, attrs, adj_attrs](const Tensors& g, const Tensors&) -> Tensors {
+                                      return {run_linear(adj, fwd, g[0], adj_attrs, attrs)};
+                                    });
     autograd::record(node, {x}, {out});
   }
   return out;
 }
 
-// Forward and backward attrs of an (N, C, H, W) -> (N, C, OH, OW) linear op.
+// Runs the linear (N, C, H, W) -> (N, C, OH, OW) op `op` with `op`_backward as its adjoint,
+// whose attrs are op's plus the input size.
 Tensor run_linear_pair(const char* op, const char* node, const char* backward_node, const Tensor& x, Attrs attrs) {
   Attrs back = attrs;
   back.set("input_size", Shape{x.sizes()[2], x.sizes()[3]});
@@ -488,7 +493,8 @@ Tensor run_linear_pair(const char* op, const char* node, const char* backward_no
 // ---- max pooling ------------------------------------------------------------------------------------
 
 // values and indices (into each H*W input plane); the backward scatters through the indices.
-std::pair<Tensor, Tensor> run_max_pool(const char* op_name, const char* node_name, const Tensor& x, const Attrs& attrs) {
+std::pair<Tensor, Tensor> run_max_pool(const char* op_name, const char* node_name, const Tensor& x,
+                                       const Attrs& attrs) {
   const Tensor in[] = {x};
   Tensors outs = call_or_zeros(find_op(op_name), in, attrs);
   if (autograd::any_requires_grad({&x})) {
