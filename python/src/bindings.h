@@ -12,6 +12,7 @@ void bind_reduction(pybind11::module_& m);    // reduction_bindings.cpp: var, st
 void bind_math(pybind11::module_& m);         // math_bindings.cpp: clamp, lerp, addcmul, activations, addmm, einsum, out=
 void bind_norm(pybind11::module_& m);         // norm_bindings.cpp: batch_norm, layer_norm, group_norm, embedding, dropout, losses
 void bind_indexing(pybind11::module_& m);     // indexing_bindings.cpp: gather, scatter, index_select, where, ...
+void bind_conv(pybind11::module_& m);         // conv_bindings.cpp: conv2d, conv_transpose2d, pooling, upsampling
 }  // namespace plugflow::python
 
 namespace plugflow {

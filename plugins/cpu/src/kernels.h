@@ -14,6 +14,8 @@ void register_indexing_kernels(Registrar& reg);   // index, index_put, where, no
 void register_math_kernels(Registrar& reg);       // clamp, lerp, addcmul, addcdiv
 void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, cumsum, cumprod, softmax, log_softmax
 void register_norm_kernels(Registrar& reg);       // batch/layer/group norm (+ backward), embedding (+ backward), dropout
+void register_conv_kernels(Registrar& reg);       // conv2d, conv2d_grad_input, conv2d_grad_weight
+void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling, upsampling and their backwards
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 
 }  // namespace plugflow::cpu

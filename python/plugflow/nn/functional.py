@@ -180,3 +180,4 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 from ._functional_norm import *  # noqa: F401,F403
 from ._functional_loss import *  # noqa: F401,F403,E402
 from ._functional_layers import *  # noqa: F401,F403,E402
+from ._functional_conv import *  # noqa: F401,F403

@@ -1,0 +1,325 @@
+"""Convolution, pooling and upsampling for plugflow.nn.functional (torch.nn.functional's
+signatures and argument rules, PyTorch 1.13).
+
+The 2-d ops run the core's conv family through _C; the 1-d ones are the 2-d ones on a height-1
+view (an unsqueezed dim), and interpolate's 'area' mode is adaptive average pooling, as in
+PyTorch.
+"""
+
+import math
+import operator
+import warnings
+
+from .. import _C
+
+__all__ = [
+    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
+    "max_pool1d", "max_pool2d", "max_pool1d_with_indices", "max_pool2d_with_indices",
+    "avg_pool1d", "avg_pool2d",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices",
+    "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
+]
+
+
+# ---- argument helpers ---------------------------------------------------------------------------
+
+def _ints(value, n, name):
+    """An int or a sequence of n (or 1) ints as a list of n ints; other lengths pass through
+    unchanged so that the core reports them with PyTorch's message."""
+    if isinstance(value, (list, tuple)) or (hasattr(value, "__len__") and not isinstance(value, str)):
+        items = [operator.index(v) for v in value]
+        return items * n if len(items) == 1 else items
+    try:
+        return [operator.index(value)] * n
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a tuple of {n} ints, not {type(value).__name__}") from None
+
+
+def _pool_pair(value, op, name, allow_empty=False):
+    """A pooling argument as (h, w): an int, or a tuple of one or two ints (or empty for stride)."""
+    items = _ints(value, 2, name)
+    if len(items) != 2 and not (allow_empty and len(items) == 0):
+        what = {"kernel_size": "must either be a single int, or a tuple of two ints",
+                "stride": "must either be omitted, a single int, or a tuple of two ints",
+                "padding": "must be either be a single int, or a tuple of two ints",
+                "dilation": "must be either a single int, or a tuple of two ints"}[name]
+        raise RuntimeError(f"{op}: {name} {what}")
+    return items
+
+
+def _single(value, op, name, allow_empty=False):
+    """A 1-d pooling argument as one int (or None for an omitted stride)."""
+    items = _ints(value, 1, name)
+    if allow_empty and len(items) == 0:
+        return None
+    if len(items) != 1:
+        raise RuntimeError(f"{op}: {name} must be a single int, or a tuple of one int")
+    return items[0]
+
+
+def _check_dim(input, dims, op):
+    if input.dim() not in dims:
+        names = " or ".join(f"{d}D" for d in dims)
+        raise RuntimeError(f"{op}() Expected {names} input, but got input of size: {list(input.shape)}")
+
+
+# ---- convolution ----------------------------------------------------------------------------------
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-d cross-correlation of (N, C, H, W) or (C, H, W) input with (O, C/groups, kH, kW)
+    weight; padding may be an int, a pair, 'valid' or 'same'."""
+    if not isinstance(padding, str):
+        padding = _ints(padding, 2, "padding")
+    return _C._conv2d(input, weight, bias, _ints(stride, 2, "stride"), padding, _ints(dilation, 2, "dilation"),
+                      operator.index(groups))
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-d cross-correlation: conv2d on a height-1 view of (N, C, L) or (C, L) input."""
+    if input.dim() not in (2, 3):
+        raise RuntimeError("Expected 2D (unbatched) or 3D (batched) input to conv1d, but got input of size: "
+                           f"{list(input.shape)}")
+    if weight.dim() != 3:
+        raise RuntimeError(f"Expected 3-dimensional weight for conv1d, but got weight of size {list(weight.shape)}")
+    if not isinstance(padding, str):
+        padding = [0] + _ints(padding, 1, "padding")
+    out = _C._conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, [1] + _ints(stride, 1, "stride"), padding,
+                     [1] + _ints(dilation, 1, "dilation"), operator.index(groups))
+    return out.squeeze(-2)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 2-d convolution (the gradient of conv2d with respect to its input);
+    weight is (C_in, C_out/groups, kH, kW)."""
+    return _C._conv_transpose2d(input, weight, bias, _ints(stride, 2, "stride"), _ints(padding, 2, "padding"),
+                                _ints(output_padding, 2, "output_padding"), operator.index(groups),
+                                _ints(dilation, 2, "dilation"))
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 1-d convolution: conv_transpose2d on a height-1 view."""
+    if input.dim() not in (2, 3):
+        raise RuntimeError("Expected 2D (unbatched) or 3D (batched) input to conv_transpose1d, but got input of "
+                           f"size: {list(input.shape)}")
+    if weight.dim() != 3:
+        raise RuntimeError("Expected 3-dimensional weight for conv_transpose1d, but got weight of size "
+                           f"{list(weight.shape)}")
+    out = _C._conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, [1] + _ints(stride, 1, "stride"),
+                               [0] + _ints(padding, 1, "padding"), [0] + _ints(output_padding, 1, "output_padding"),
+                               operator.index(groups), [1] + _ints(dilation, 1, "dilation"))
+    return out.squeeze(-2)
+
+
+# ---- pooling ----------------------------------------------------------------------------------------
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """(values, indices) of 2-d max pooling; indices are positions h * W + w in each input plane."""
+    op = "max_pool2d"
+    return _C._max_pool2d_with_indices(input, _pool_pair(kernel_size, op, "kernel_size"),
+                                       [] if stride is None else _pool_pair(stride, op, "stride", True),
+                                       _pool_pair(padding, op, "padding"), _pool_pair(dilation, op, "dilation"),
+                                       bool(ceil_mode))
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """2-d max pooling over (N, C, H, W) or (C, H, W); with return_indices, (values, indices)."""
+    out = max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
+    return out if return_indices else out[0]
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """(values, indices) of 1-d max pooling over (N, C, L) or (C, L)."""
+    op = "max_pool1d"
+    _check_dim(input, (2, 3), op)
+    stride = _single(stride, op, "stride", True) if stride is not None else None
+    kernel = _single(kernel_size, op, "kernel_size")
+    values, indices = _C._max_pool2d_with_indices(
+        input.unsqueeze(-2), [1, kernel], [1, kernel if stride is None else stride],
+        [0, _single(padding, op, "padding")], [1, _single(dilation, op, "dilation")], bool(ceil_mode))
+    return values.squeeze(-2), indices.squeeze(-2)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """1-d max pooling; with return_indices, (values, indices)."""
+    out = max_pool1d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
+    return out if return_indices else out[0]
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """2-d average pooling over (N, C, H, W) or (C, H, W)."""
+    op = "avg_pool2d"
+    if divisor_override is not None:
+        divisor_override = operator.index(divisor_override)
+    return _C._avg_pool2d(input, _pool_pair(kernel_size, op, "kernel_size"),
+                          [] if stride is None else _pool_pair(stride, op, "stride", True),
+                          _pool_pair(padding, op, "padding"), bool(ceil_mode), bool(count_include_pad),
+                          divisor_override)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """1-d average pooling over (N, C, L) or (C, L)."""
+    op = "avg_pool1d"
+    _check_dim(input, (2, 3), op)
+    kernel = _single(kernel_size, op, "kernel_size")
+    stride = _single(stride, op, "stride", True) if stride is not None else None
+    out = _C._avg_pool2d(input.unsqueeze(-2), [1, kernel], [1, kernel if stride is None else stride],
+                         [0, _single(padding, op, "padding")], bool(ceil_mode), bool(count_include_pad), None)
+    return out.squeeze(-2)
+
+
+def _adaptive_size(output_size, n, op):
+    """An int, or a tuple with None entries (keep the input's size) -> n ints, -1 for None."""
+    if output_size is None:
+        return [-1] * n
+    if isinstance(output_size, (list, tuple)) or hasattr(output_size, "__len__"):
+        items = [None if v is None else operator.index(v) for v in output_size]
+        if len(items) == 1:
+            items = items * n
+        if len(items) != n:
+            raise RuntimeError(f"{op}: output_size must be {n} values, got {len(items)}")
+    else:
+        items = [operator.index(output_size)] * n
+    if any(v is not None and v < 0 for v in items):
+        shown = ", ".join(str(v) for v in items)
+        raise RuntimeError(f"{op}: elements of output_size must be greater than or equal to 0 but received {{{shown}}}")
+    return [-1 if v is None else v for v in items]
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Averages over PyTorch's adaptive windows to output_size (None entries keep the input's size)."""
+    return _C._adaptive_avg_pool2d(input, _adaptive_size(output_size, 2, "adaptive_avg_pool2d"))
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """1-d adaptive average pooling over (N, C, L) or (C, L)."""
+    _check_dim(input, (2, 3), "adaptive_avg_pool1d")
+    size = [1] + _adaptive_size(output_size, 1, "adaptive_avg_pool1d")
+    return _C._adaptive_avg_pool2d(input.unsqueeze(-2), size).squeeze(-2)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
+    """(values, indices) of 2-d adaptive max pooling."""
+    return _C._adaptive_max_pool2d(input, _adaptive_size(output_size, 2, "adaptive_max_pool2d"))
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """2-d adaptive max pooling; with return_indices, (values, indices)."""
+    out = adaptive_max_pool2d_with_indices(input, output_size)
+    return out if return_indices else out[0]
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):
+    """(values, indices) of 1-d adaptive max pooling over (N, C, L) or (C, L)."""
+    _check_dim(input, (2, 3), "adaptive_max_pool1d")
+    size = [1] + _adaptive_size(output_size, 1, "adaptive_max_pool1d")
+    values, indices = _C._adaptive_max_pool2d(input.unsqueeze(-2), size)
+    return values.squeeze(-2), indices.squeeze(-2)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """1-d adaptive max pooling; with return_indices, (values, indices)."""
+    out = adaptive_max_pool1d_with_indices(input, output_size)
+    return out if return_indices else out[0]
+
+
+# ---- upsampling -------------------------------------------------------------------------------------
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resizes (N, C, L) or (N, C, H, W) input to `size` or by `scale_factor`: modes 'nearest',
+    'linear' (3-d), 'bilinear' (4-d, align_corners) and 'area' (adaptive average pooling)."""
+    if mode in ("nearest", "area", "nearest-exact"):
+        if align_corners is not None:
+            raise ValueError("align_corners option can only be set with the interpolating modes: "
+                             "linear | bilinear | bicubic | trilinear")
+    elif align_corners is None:
+        align_corners = False
+    dim = input.dim() - 2
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        scale_factors = None
+        if isinstance(size, (list, tuple)):
+            if len(size) != dim:
+                raise ValueError("Input and output must have the same number of spatial dimensions, but got input "
+                                 f"with spatial dimensions of {list(input.shape[2:])} and output size of {size}. "
+                                 "Please provide input tensor in (N, C, d1, d2, ...,dK) format and output size in "
+                                 "(o1, o2, ...,oK) format.")
+            output_size = [operator.index(s) for s in size]
+        else:
+            output_size = [operator.index(size)] * dim
+    elif scale_factor is not None:
+        output_size = None
+        if isinstance(scale_factor, (list, tuple)):
+            if len(scale_factor) != dim:
+                raise ValueError("Input and scale_factor must have the same number of spatial dimensions, but got "
+                                 f"input with spatial dimensions of {list(input.shape[2:])} and scale_factor of shape "
+                                 f"{scale_factor}. Please provide input tensor in (N, C, d1, d2, ...,dK) format and "
+                                 "scale_factor in (s1, s2, ...,sK) format.")
+            scale_factors = [float(s) for s in scale_factor]
+        else:
+            scale_factors = [float(scale_factor)] * dim
+    else:
+        raise ValueError("either size or scale_factor should be defined")
+    if recompute_scale_factor and size is not None:
+        raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+    if mode == "area" and output_size is None:
+        recompute_scale_factor = True  # 'area' needs an explicit size
+    if output_size is None:
+        # PyTorch: floor(in * scale) (recompute) or the op's int64(in * scale); equal for in, scale >= 0
+        output_size = [math.floor(float(input.shape[i + 2]) * scale_factors[i]) for i in range(dim)]
+        if recompute_scale_factor:
+            scale_factors = None
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported by plugflow")
+
+    if mode not in ("nearest", "linear", "bilinear", "area") or input.dim() not in (3, 4):
+        if input.dim() in (3, 4, 5) and mode in ("bicubic", "trilinear", "nearest-exact", "nearest", "area"):
+            raise NotImplementedError(f"interpolate: mode '{mode}' for {input.dim()}D input is not supported by "
+                                      "plugflow")
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.dim()}D) for "
+                                  "the modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact"
+                                  f" (got {mode})")
+    if input.dim() == 3 and mode == "bilinear":
+        raise NotImplementedError("Got 3D input, but bilinear mode needs 4D input")
+    if input.dim() == 4 and mode == "linear":
+        raise NotImplementedError("Got 4D input, but linear mode needs 3D input")
+
+    if mode == "area":
+        if input.dim() == 3:
+            return adaptive_avg_pool1d(input, output_size)
+        return adaptive_avg_pool2d(input, output_size)
+    if input.dim() == 3:  # 1-d: the 2-d op on a height-1 view
+        x = input.unsqueeze(2)
+        size2 = [1] + list(output_size)
+        scales2 = [] if scale_factors is None else [1.0] + list(scale_factors)
+        if mode == "nearest":
+            return _C._upsample_nearest2d(x, size2, scales2).squeeze(2)
+        return _C._upsample_bilinear2d(x, size2, bool(align_corners), scales2).squeeze(2)
+    scales = [] if scale_factors is None else list(scale_factors)
+    if mode == "nearest":
+        return _C._upsample_nearest2d(input, list(output_size), scales)
+    return _C._upsample_bilinear2d(input, list(output_size), bool(align_corners), scales)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Deprecated alias of interpolate."""
+    warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate instead.")
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """Deprecated: interpolate(mode='nearest')."""
+    warnings.warn("nn.functional.upsample_nearest is deprecated. Use nn.functional.interpolate instead.")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """Deprecated: interpolate(mode='bilinear', align_corners=True)."""
+    warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)

@@ -1,0 +1,101 @@
+// The conv family (plugflow/ops_conv.h) as private _C functions behind
+// plugflow.nn.functional (python/plugflow/nn/_functional_conv.py), which parses PyTorch's
+// argument forms (an int or a pair, None, strings) and passes two-value lists here.
+// Arguments are plain C++ types, so the GIL is released while the op runs.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bindings.h"
+#include "casters.h"
+#include "plugflow/ops.h"
+
+namespace py = pybind11;
+
+namespace plugflow::python {
+
+void bind_conv(py::module_& m) {
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  using Padding = std::variant<Shape, std::string>;
+
+  m.def(
+      "_conv2d",
+      [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride,
+         const Padding& padding, const Shape& dilation, int64_t groups) {
+        const Tensor b = bias.value_or(Tensor());
+        if (const auto* mode = std::get_if<std::string>(&padding))
+          return ops::conv2d(input, weight, b, stride, *mode, dilation, groups);
+        return ops::conv2d(input, weight, b, stride, std::get<Shape>(padding), dilation, groups);
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+      py::arg("groups"), nogil);
+  m.def(
+      "_conv_transpose2d",
+      [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride,
+         const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {
+        return ops::conv_transpose2d(input, weight, bias.value_or(Tensor()), stride, padding, output_padding, groups,
+                                     dilation);
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+      py::arg("output_padding"), py::arg("groups"), py::arg("dilation"), nogil);
+  m.def(
+      "_conv2d_grad_input",
+      [](const Tensor& grad_output, const Tensor& weight, const Shape& input_hw, const Shape& stride,
+         const Shape& padding, const Shape& dilation, int64_t groups) {
+        return ops::conv2d_grad_input(grad_output, weight, input_hw, stride, padding, dilation, groups);
+      },
+      py::arg("grad_output"), py::arg("weight"), py::arg("input_size"), py::arg("stride"), py::arg("padding"),
+      py::arg("dilation"), py::arg("groups"), nogil);
+  m.def(
+      "_conv2d_grad_weight",
+      [](const Tensor& grad_output, const Tensor& input, const Shape& kernel_hw, const Shape& stride,
+         const Shape& padding, const Shape& dilation, int64_t groups) {
+        return ops::conv2d_grad_weight(grad_output, input, kernel_hw, stride, padding, dilation, groups);
+      },
+      py::arg("grad_output"), py::arg("input"), py::arg("kernel_size"), py::arg("stride"), py::arg("padding"),
+      py::arg("dilation"), py::arg("groups"), nogil);
+
+  m.def(
+      "_max_pool2d_with_indices",
+      [](const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding,
+         const Shape& dilation, bool ceil_mode) {
+        return ops::max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode);
+      },
+      py::arg("input"), py::arg("kernel_size"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+      py::arg("ceil_mode"), nogil);
+  m.def(
+      "_avg_pool2d",
+      [](const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding, bool ceil_mode,
+         bool count_include_pad, std::optional<int64_t> divisor_override) {
+        return ops::avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+      },
+      py::arg("input"), py::arg("kernel_size"), py::arg("stride"), py::arg("padding"), py::arg("ceil_mode"),
+      py::arg("count_include_pad"), py::arg("divisor_override"), nogil);
+  m.def(
+      "_adaptive_avg_pool2d",
+      [](const Tensor& input, const Shape& output_size) { return ops::adaptive_avg_pool2d(input, output_size); },
+      py::arg("input"), py::arg("output_size"), nogil);
+  m.def(
+      "_adaptive_max_pool2d",
+      [](const Tensor& input, const Shape& output_size) { return ops::adaptive_max_pool2d(input, output_size); },
+      py::arg("input"), py::arg("output_size"), nogil);
+
+  m.def(
+      "_upsample_nearest2d",
+      [](const Tensor& input, const Shape& output_size, const std::vector<double>& scales) {
+        return ops::upsample_nearest2d(input, output_size, scales);
+      },
+      py::arg("input"), py::arg("output_size"), py::arg("scales"), nogil);
+  m.def(
+      "_upsample_bilinear2d",
+      [](const Tensor& input, const Shape& output_size, bool align_corners, const std::vector<double>& scales) {
+        return ops::upsample_bilinear2d(input, output_size, align_corners, scales);
+      },
+      py::arg("input"), py::arg("output_size"), py::arg("align_corners"), py::arg("scales"), nogil);
+}
+
+}  // namespace plugflow::python
