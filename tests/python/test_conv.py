@@ -270,6 +270,7 @@ CONV_ERRORS = [
     ("input 2-d", lambda M: M.conv2d(M.zeros(3, 3), M.zeros(6, 4, 3, 3)), "Expected 3D \\(unbatched\\) or 4D"),
     ("input 5-d", lambda M: M.conv2d(M.zeros(1, 4, 3, 3, 3), M.zeros(6, 4, 3, 3)), "Expected 3D \\(unbatched\\) or 4D"),
     ("weight 3-d", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 4, 3)), "Expected 4-dimensional weight"),
+    ("empty kernel", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 4, 0, 3)), "Expected a non-empty kernel"),
     ("channels", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 3, 3, 3)),
      "Given groups=1, weight of size \\[6, 3, 3, 3\\], expected input\\[2, 4, 5, 5\\] to have 3 channels, but got 4"),
     ("groups in", lambda M: M.conv2d(M.zeros(2, 5, 5, 5), M.zeros(6, 2, 3, 3), groups=2), "to have 4 channels"),
@@ -556,6 +557,8 @@ POOL_ERRORS = [
     ("interp linear 4-d", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=3, mode="linear"),
      "Got 4D input, but linear mode needs 3D input"),
     ("interp bad mode", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=3, mode="cubic"), "got cubic"),
+    ("interp size overflow", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=2**40), "overflow"),
+    ("adaptive size overflow", lambda M: M.adaptive_avg_pool2d(M.zeros(1, 2, 3, 4), 2**40), "overflow"),
     ("interp size 0", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=0),
      "Input and output sizes should be greater than 0"),
 ]
