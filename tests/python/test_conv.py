@@ -525,6 +525,22 @@ def test_interpolate_float32_and_aliases(rng):
     assert tuple(F.interpolate(xp, size=4).shape) == tuple(TF.interpolate(xt, size=4).shape)
 
 
+def test_top_level_aliases(rng):
+    """torch.conv2d, torch.max_pool2d, torch.adaptive_max_pool1d (a tuple), ... exist at the top level."""
+    xp, xt = pair(rng, (2, 3, 7, 6))
+    wp, wt = pair(rng, (4, 3, 3, 2))
+    close(pf.conv2d(xp, wp, None, 1, 1), torch.conv2d(xt, wt, None, 1, 1))
+    close(pf.conv_transpose2d(xp, wp.transpose(0, 1), stride=2), torch.conv_transpose2d(xt, wt.transpose(0, 1), stride=2))
+    close(pf.max_pool2d(xp, 2), torch.max_pool2d(xt, 2))
+    yp, yt = pair(rng, (2, 3, 9))
+    close(pf.conv1d(yp, wp[:, :, 0]), torch.conv1d(yt, wt[:, :, 0]))
+    close(pf.avg_pool1d(yp, 3), torch.avg_pool1d(yt, 3))
+    close(pf.adaptive_avg_pool1d(yp, 4), torch.adaptive_avg_pool1d(yt, 4))
+    (vp, ip), (vt, it) = pf.adaptive_max_pool1d(yp, 4), torch.adaptive_max_pool1d(yt, 4)
+    close(vp, vt)
+    assert_matches(ip, it)
+
+
 # ---- pooling and interpolate errors ----------------------------------------------------------------------------
 
 POOL_ERRORS = [
