@@ -530,7 +530,8 @@ def test_top_level_aliases(rng):
     xp, xt = pair(rng, (2, 3, 7, 6))
     wp, wt = pair(rng, (4, 3, 3, 2))
     close(pf.conv2d(xp, wp, None, 1, 1), torch.conv2d(xt, wt, None, 1, 1))
-    close(pf.conv_transpose2d(xp, wp.transpose(0, 1), stride=2), torch.conv_transpose2d(xt, wt.transpose(0, 1), stride=2))
+    close(pf.conv_transpose2d(xp, wp.transpose(0, 1), stride=2),
+          torch.conv_transpose2d(xt, wt.transpose(0, 1), stride=2))
     close(pf.max_pool2d(xp, 2), torch.max_pool2d(xt, 2))
     yp, yt = pair(rng, (2, 3, 9))
     close(pf.conv1d(yp, wp[:, :, 0]), torch.conv1d(yt, wt[:, :, 0]))
