@@ -1,12 +1,14 @@
 // The conv family (plugflow/ops_conv.h) as private _C functions behind
 // plugflow.nn.functional (python/plugflow/nn/_functional_conv.py), which parses PyTorch's
 // argument forms (an int or a pair, None, strings) and passes two-value lists here.
-// Arguments are plain C++ types, so the GIL is released while the op runs.
+// Arguments are plain C++ types, so the GIL is released while the op runs. Also binds
+// PyTorch's top-level aliases (plugflow.conv2d, plugflow.max_pool1d, ...).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -96,6 +98,31 @@ void bind_conv(py::module_& m) {
         return ops::upsample_bilinear2d(input, output_size, align_corners, scales);
       },
       py::arg("input"), py::arg("output_size"), py::arg("align_corners"), py::arg("scales"), nogil);
+
+  // torch.conv2d & co.: PyTorch's top-level aliases of nn.functional ops run the Python
+  // implementations (one argument parser), looked up per call because that module imports _C.
+  // torch.adaptive_max_pool1d returns (values, indices), hence its target.
+  const std::pair<const char*, const char*> aliases[] = {
+      {"conv1d", "conv1d"},
+      {"conv2d", "conv2d"},
+      {"conv_transpose1d", "conv_transpose1d"},
+      {"conv_transpose2d", "conv_transpose2d"},
+      {"max_pool1d", "max_pool1d"},
+      {"max_pool2d", "max_pool2d"},
+      {"max_pool1d_with_indices", "max_pool1d_with_indices"},
+      {"avg_pool1d", "avg_pool1d"},
+      {"adaptive_avg_pool1d", "adaptive_avg_pool1d"},
+      {"adaptive_max_pool1d", "adaptive_max_pool1d_with_indices"},
+  };
+  py::object public_names = m.attr("_public_functions");
+  for (const auto& [name, target] : aliases) {
+    m.attr(name) = py::cpp_function(
+        [target = target](const py::args& args, const py::kwargs& kwargs) {
+          return py::module_::import("plugflow.nn._functional_conv").attr(target)(*args, **kwargs);
+        },
+        py::name(name));
+    public_names.attr("append")(name);
+  }
 }
 
 }  // namespace plugflow::python

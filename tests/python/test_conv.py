@@ -270,6 +270,7 @@ CONV_ERRORS = [
     ("input 2-d", lambda M: M.conv2d(M.zeros(3, 3), M.zeros(6, 4, 3, 3)), "Expected 3D \\(unbatched\\) or 4D"),
     ("input 5-d", lambda M: M.conv2d(M.zeros(1, 4, 3, 3, 3), M.zeros(6, 4, 3, 3)), "Expected 3D \\(unbatched\\) or 4D"),
     ("weight 3-d", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 4, 3)), "Expected 4-dimensional weight"),
+    ("empty kernel", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 4, 0, 3)), "Expected a non-empty kernel"),
     ("channels", lambda M: M.conv2d(M.zeros(2, 4, 5, 5), M.zeros(6, 3, 3, 3)),
      "Given groups=1, weight of size \\[6, 3, 3, 3\\], expected input\\[2, 4, 5, 5\\] to have 3 channels, but got 4"),
     ("groups in", lambda M: M.conv2d(M.zeros(2, 5, 5, 5), M.zeros(6, 2, 3, 3), groups=2), "to have 4 channels"),
@@ -524,6 +525,23 @@ def test_interpolate_float32_and_aliases(rng):
     assert tuple(F.interpolate(xp, size=4).shape) == tuple(TF.interpolate(xt, size=4).shape)
 
 
+def test_top_level_aliases(rng):
+    """torch.conv2d, torch.max_pool2d, torch.adaptive_max_pool1d (a tuple), ... exist at the top level."""
+    xp, xt = pair(rng, (2, 3, 7, 6))
+    wp, wt = pair(rng, (4, 3, 3, 2))
+    close(pf.conv2d(xp, wp, None, 1, 1), torch.conv2d(xt, wt, None, 1, 1))
+    close(pf.conv_transpose2d(xp, wp.transpose(0, 1), stride=2),
+          torch.conv_transpose2d(xt, wt.transpose(0, 1), stride=2))
+    close(pf.max_pool2d(xp, 2), torch.max_pool2d(xt, 2))
+    yp, yt = pair(rng, (2, 3, 9))
+    close(pf.conv1d(yp, wp[:, :, 0]), torch.conv1d(yt, wt[:, :, 0]))
+    close(pf.avg_pool1d(yp, 3), torch.avg_pool1d(yt, 3))
+    close(pf.adaptive_avg_pool1d(yp, 4), torch.adaptive_avg_pool1d(yt, 4))
+    (vp, ip), (vt, it) = pf.adaptive_max_pool1d(yp, 4), torch.adaptive_max_pool1d(yt, 4)
+    close(vp, vt)
+    assert_matches(ip, it)
+
+
 # ---- pooling and interpolate errors ----------------------------------------------------------------------------
 
 POOL_ERRORS = [
@@ -556,6 +574,8 @@ POOL_ERRORS = [
     ("interp linear 4-d", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=3, mode="linear"),
      "Got 4D input, but linear mode needs 3D input"),
     ("interp bad mode", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=3, mode="cubic"), "got cubic"),
+    ("interp size overflow", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=2**40), "overflow"),
+    ("adaptive size overflow", lambda M: M.adaptive_avg_pool2d(M.zeros(1, 2, 3, 4), 2**40), "overflow"),
     ("interp size 0", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=0),
      "Input and output sizes should be greater than 0"),
 ]

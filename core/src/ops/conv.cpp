@@ -45,6 +45,16 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* what_a, cons
            dtype_name(b.dtype()), ") should be the same");
 }
 
+// An output's meta, refusing shapes whose element count overflows int64 (a huge size from a
+// user's argument must not wrap around to a small allocation).
+TensorMeta out_meta(const Shape& sizes, DType dtype, Device device) {
+  int64_t n = 1;
+  for (int64_t s : sizes)
+    PF_CHECK(s >= 0 && !__builtin_mul_overflow(n, s, &n), "Storage size calculation overflowed with sizes=",
+             shape_str(sizes));
+  return {sizes, dtype, device};
+}
+
 // The spatial output size of a convolution or pooling window sweep.
 int64_t conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
   return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
@@ -81,6 +91,8 @@ ConvAttrs conv_attrs(const Attrs& attrs) {
 
 void check_weight(const Tensor& w, int64_t groups) {
   PF_CHECK(w.dim() == 4, "Expected 4-dimensional weight for conv2d, but got weight of size ", shape_str(w.sizes()));
+  PF_CHECK(w.sizes()[2] > 0 && w.sizes()[3] > 0, "Expected a non-empty kernel, but got weight of size ",
+           shape_str(w.sizes()));
   PF_CHECK(w.sizes()[0] >= groups, "Given groups=", groups, ", expected weight to be at least ", groups,
            " at dimension 0, but got weight of size ", shape_str(w.sizes()), " instead");
   PF_CHECK(w.sizes()[0] % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ", groups,
@@ -116,7 +128,7 @@ std::vector<TensorMeta> conv2d_meta(std::span<const Tensor> in, const Attrs& att
   PF_CHECK(fits, "Calculated padded input size per channel: (", x.sizes()[2] + 2 * c.padding[0], " x ",
            x.sizes()[3] + 2 * c.padding[1], "). Kernel size: (", c.dilation[0] * (w.sizes()[2] - 1) + 1, " x ",
            c.dilation[1] * (w.sizes()[3] - 1) + 1, "). Kernel size can't be greater than actual input size");
-  return {{out, x.dtype(), x.device()}};
+  return {out_meta(out, x.dtype(), x.device())};
 }
 
 std::vector<TensorMeta> conv2d_grad_input_meta(std::span<const Tensor> in, const Attrs& attrs) {
@@ -129,7 +141,7 @@ std::vector<TensorMeta> conv2d_grad_input_meta(std::span<const Tensor> in, const
   PF_CHECK(g.sizes()[1] == w.sizes()[0], "conv2d_grad_input: grad_output has ", g.sizes()[1],
            " channels but the weight ", shape_str(w.sizes()), " produces ", w.sizes()[0]);
   PF_CHECK(hw[0] >= 0 && hw[1] >= 0, "conv2d_grad_input: negative input size ", shape_str(hw));
-  return {{{g.sizes()[0], w.sizes()[1] * c.groups, hw[0], hw[1]}, g.dtype(), g.device()}};
+  return {out_meta({g.sizes()[0], w.sizes()[1] * c.groups, hw[0], hw[1]}, g.dtype(), g.device())};
 }
 
 std::vector<TensorMeta> conv2d_grad_weight_meta(std::span<const Tensor> in, const Attrs& attrs) {
@@ -144,7 +156,7 @@ std::vector<TensorMeta> conv2d_grad_weight_meta(std::span<const Tensor> in, cons
   PF_CHECK(g.sizes()[1] % c.groups == 0 && x.sizes()[1] % c.groups == 0, "conv2d_grad_weight: groups=", c.groups,
            " must divide the channels of grad_output ", shape_str(g.sizes()), " and input ", shape_str(x.sizes()));
   PF_CHECK(k[0] > 0 && k[1] > 0, "conv2d_grad_weight: non-positive kernel size ", shape_str(k));
-  return {{{g.sizes()[1], x.sizes()[1] / c.groups, k[0], k[1]}, g.dtype(), g.device()}};
+  return {out_meta({g.sizes()[1], x.sizes()[1] / c.groups, k[0], k[1]}, g.dtype(), g.device())};
 }
 
 // ---- pooling ----------------------------------------------------------------------------------
@@ -183,7 +195,7 @@ std::vector<TensorMeta> max_pool2d_meta(std::span<const Tensor> in, const Attrs&
   const PoolAttrs p{pair_attr(attrs, "kernel_size"), pair_attr(attrs, "stride"), pair_attr(attrs, "padding"),
                     pair_attr(attrs, "dilation"), attrs.get<bool>("ceil_mode")};
   const Shape out = pool_out_shape(in[0], p);
-  return {{out, in[0].dtype(), in[0].device()}, {out, DType::Int64, in[0].device()}};
+  return {out_meta(out, in[0].dtype(), in[0].device()), out_meta(out, DType::Int64, in[0].device())};
 }
 
 PoolAttrs avg_pool_attrs(const Attrs& attrs) {
@@ -195,7 +207,7 @@ PoolAttrs avg_pool_attrs(const Attrs& attrs) {
 
 std::vector<TensorMeta> avg_pool2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
   check_4d(in[0], "avg_pool2d", "input");
-  return {{pool_out_shape(in[0], avg_pool_attrs(attrs)), in[0].dtype(), in[0].device()}};
+  return {out_meta(pool_out_shape(in[0], avg_pool_attrs(attrs)), in[0].dtype(), in[0].device())};
 }
 
 // The backward of an (N, C, H, W) -> (N, C, OH, OW) op: grad_output must have the forward's
@@ -205,7 +217,7 @@ std::vector<TensorMeta> backward_meta(const Tensor& g, const Attrs& attrs, const
   const Shape& hw = pair_attr(attrs, "input_size");
   PF_CHECK(g.sizes()[2] == expected_hw[0] && g.sizes()[3] == expected_hw[1], op, ": grad_output ",
            shape_str(g.sizes()), " does not match the forward output size ", shape_str(expected_hw));
-  return {{{g.sizes()[0], g.sizes()[1], hw[0], hw[1]}, g.dtype(), g.device()}};
+  return {out_meta({g.sizes()[0], g.sizes()[1], hw[0], hw[1]}, g.dtype(), g.device())};
 }
 
 Tensor meta_input(const Tensor& g, const Attrs& attrs) {
@@ -230,8 +242,8 @@ std::vector<TensorMeta> adaptive_meta(std::span<const Tensor> in, const Attrs& a
     PF_CHECK(x.sizes()[d] > 0, "adaptive pooling: Expected input to have non-zero size for non-batch dimensions, but "
              "input has sizes ", shape_str(x.sizes()), " with dimension ", d, " being empty");
   const Shape out{x.sizes()[0], x.sizes()[1], os[0], os[1]};
-  if (with_indices) return {{out, x.dtype(), x.device()}, {out, DType::Int64, x.device()}};
-  return {{out, x.dtype(), x.device()}};
+  if (with_indices) return {out_meta(out, x.dtype(), x.device()), out_meta(out, DType::Int64, x.device())};
+  return {out_meta(out, x.dtype(), x.device())};
 }
 
 std::vector<TensorMeta> adaptive_avg_pool2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
@@ -257,7 +269,7 @@ std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& a
            "Input and output sizes should be greater than 0, but got input (H: ", x.sizes()[2], ", W: ", x.sizes()[3],
            ") output (H: ", os[0], ", W: ", os[1], ")");
   if (attrs.has("align_corners")) attrs.get<bool>("align_corners");
-  return {{{x.sizes()[0], x.sizes()[1], os[0], os[1]}, x.dtype(), x.device()}};
+  return {out_meta({x.sizes()[0], x.sizes()[1], os[0], os[1]}, x.dtype(), x.device())};
 }
 
 std::vector<TensorMeta> upsample_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {

@@ -20,8 +20,6 @@
 // is the column matrix (and, for the input gradient, the col2im target).
 #include <cblas.h>
 
-extern "C" void openblas_set_num_threads(int);  // as in parallel.cpp
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -31,6 +29,8 @@ extern "C" void openblas_set_num_threads(int);  // as in parallel.cpp
 
 #include "kernels.h"
 #include "loops.h"
+
+extern "C" void openblas_set_num_threads(int);  // OpenBLAS's own API (see parallel.cpp)
 
 namespace plugflow::cpu {
 namespace {
@@ -55,8 +55,9 @@ struct Geometry {
   int64_t Og() const { return O / groups; }
   int64_t K() const { return Cg() * kh * kw; }
   int64_t P() const { return OH * OW; }
-  // The column matrix is the image itself (the sizes can differ for a transposed convolution
-  // with output_padding, whose extra rows/columns no output reads).
+  // 1x1, stride 1, no padding, and image and output planes of one size (a transposed
+  // convolution's output_padding adds rows/columns no output reads): the image is its own
+  // column matrix.
   bool pointwise() const {
     return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && H == OH && W == OW;
   }
@@ -84,8 +85,8 @@ inline void valid_range(int64_t offset, int64_t stride, int64_t size, int64_t ou
   lo = std::min(lo, hi);
 }
 
-// Writes the kh*kw column rows of one input channel plane (strides sh, sw) starting at `col`,
-// rows `ld` apart, P columns each.
+// Writes the kh*kw column rows of one input channel plane (element strides xs_h, xs_w) starting
+// at `col`, rows `ld` apart, P columns each.
 template <typename T>
 void im2col_plane(const T* x, int64_t xs_h, int64_t xs_w, const Geometry& g, T* col, int64_t ld) {
   for (int64_t i = 0; i < g.kh; ++i) {
@@ -102,11 +103,13 @@ void im2col_plane(const T* x, int64_t xs_h, int64_t xs_w, const Geometry& g, T* 
           continue;
         }
         std::fill(r, r + lo, T(0));
-        const T* xr = x + ih * xs_h + woff * xs_w;
-        const int64_t step = g.sw * xs_w;
-        if (step == 1) std::memcpy(r + lo, xr + lo, (hi - lo) * sizeof(T));
-        else
-          for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * step];
+        if (hi > lo) {
+          const T* src = x + ih * xs_h + (lo * g.sw + woff) * xs_w;  // input of output column lo
+          const int64_t step = g.sw * xs_w;
+          if (step == 1) std::memcpy(r + lo, src, (hi - lo) * sizeof(T));
+          else
+            for (int64_t k = 0; k < hi - lo; ++k) r[lo + k] = src[k * step];
+        }
         std::fill(r + hi, r + g.OW, T(0));
       }
     }
@@ -122,16 +125,18 @@ void col2im_plane(const T* col, int64_t ld, const Geometry& g, T* x) {
       const int64_t woff = j * g.dw - g.pw;
       int64_t lo, hi;
       valid_range(woff, g.sw, g.W, g.OW, lo, hi);
+      if (lo >= hi) continue;  // this tap reads only padding
       for (int64_t oh = 0; oh < g.OH; ++oh) {
         const int64_t ih = oh * g.sh - g.ph + i * g.dh;
         if (ih < 0 || ih >= g.H) continue;
-        const T* r = row + oh * g.OW;
-        T* xr = x + ih * g.W + woff;
+        const T* r = row + oh * g.OW + lo;
+        T* dst = x + ih * g.W + lo * g.sw + woff;  // input of output column lo
+        const int64_t n = hi - lo;
         if (g.sw == 1) {
 #pragma omp simd
-          for (int64_t ow = lo; ow < hi; ++ow) xr[ow] += r[ow];
+          for (int64_t k = 0; k < n; ++k) dst[k] += r[k];
         } else {
-          for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw] += r[ow];
+          for (int64_t k = 0; k < n; ++k) dst[k * g.sw] += r[k];
         }
       }
     }
