@@ -198,23 +198,6 @@ namespace {
 using Tensors = std::vector<Tensor>;
 using autograd::mul;
 
-// PyTorch's scalar type names in messages ("Long", "Float", ...).
-const char* scalar_type_name(DType t) {
-  switch (t) {
-    case DType::Bool: return "Bool";
-    case DType::UInt8: return "Byte";
-    case DType::Int8: return "Char";
-    case DType::Int16: return "Short";
-    case DType::Int32: return "Int";
-    case DType::Int64: return "Long";
-    case DType::Float16: return "Half";
-    case DType::BFloat16: return "BFloat16";
-    case DType::Float32: return "Float";
-    case DType::Float64: return "Double";
-  }
-  return "?";
-}
-
 void check_floating(const Tensor& x, const char* kernel) {
   PF_CHECK(is_floating(x.dtype()), "\"", kernel, "\" not implemented for '", scalar_type_name(x.dtype()), "'");
 }
