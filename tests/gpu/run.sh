@@ -3,7 +3,8 @@
 #   1. build everything (`make build`; installs missing Debian packages, makes .venv),
 #   2. run the CUDA GoogleTest suite (`meson test --suite cuda`); on a GPU a skipped
 #      comparison means the plugin did not see the device, which counts as a failure,
-#   3. a Python smoke check: tensors on cuda, add, matmul, compared with the CPU,
+#   3. a Python smoke check: tensors on cuda, add, matmul, and a few calls of each op family
+#      (shape, reduction, indexing, math), compared with the CPU,
 #   4. timings: a 4096x4096 float32 matmul and a large elementwise add, synchronized.
 # Prints a summary and writes it to $OUT/gpu-report.txt when $OUT is set (with the test log).
 # Exits non-zero when any step fails.
@@ -109,6 +110,46 @@ h = (ga.half() @ gb.half()).float().cpu()
 np.testing.assert_allclose(h.numpy(), a.numpy() @ b.numpy(), rtol=2e-2, atol=1e-1)
 print("smoke: ok")
 
+# The op families beyond the elementwise core (shape, reduction, indexing, math) on cuda
+# against the CPU, on fresh random inputs incl. a transposed view.
+x = torch.randn(37, 53)
+xt = torch.randn(53, 37).t()
+ints = torch.randint(-3, 4, (29, 31))
+idx = torch.randint(0, 37, (11, 53))
+mask = x > 0.3
+
+
+def check(name, fn, rtol=1e-5, atol=1e-5):
+    want, got = fn(lambda t: t), fn(lambda t: t.to("cuda"))
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    assert len(want) == len(got), name
+    for w, g in zip(want, got):
+        assert str(g.device).startswith("cuda"), (name, g.device)
+        np.testing.assert_allclose(g.cpu().numpy(), w.numpy(), rtol=rtol, atol=atol, err_msg=name)
+
+
+check("sort", lambda d: d(xt).sort(dim=0, descending=True, stable=True), 0, 0)
+check("topk", lambda d: torch.topk(d(ints), 5, dim=1), 0, 0)
+check("unique", lambda d: torch.unique(d(ints), return_inverse=True, return_counts=True), 0, 0)
+check("flip/tril/pad", lambda d: (torch.flip(d(xt), [0, 1]), torch.tril(d(x), -2),
+                                  torch.nn.functional.pad(d(x)[None], (2, 3), mode="reflect")), 0, 0)
+check("var/std/norm", lambda d: (d(xt).var(dim=1), d(x).std(dim=0, unbiased=False), d(x).norm(p=3, dim=1)))
+check("logsumexp/softmax", lambda d: (torch.logsumexp(d(x), 1), torch.softmax(d(xt), 0),
+                                      torch.log_softmax(d(x), 1)))
+check("all/any/cumsum/cumprod", lambda d: (d(mask).all(1), d(ints).any(0), d(ints).cumsum(1), d(x).cumprod(0)),
+      1e-4, 1e-4)
+check("gather/scatter_add", lambda d: (torch.gather(d(x), 0, d(idx)),
+                                       torch.zeros(37, 53, device=d(x).device).scatter_add(0, d(idx), d(x)[:11])),
+      1e-5, 1e-5)
+check("index_select/masked/nonzero", lambda d: (d(x).index_select(1, d(idx)[0, :7]), d(x).masked_fill(d(mask), 2.0),
+                                                 d(x).masked_select(d(mask)), d(mask).nonzero()), 0, 0)
+check("advanced indexing", lambda d: (d(x)[d(idx)[:3, :4]], d(x).index_put((d(idx)[0],), d(x)[0], accumulate=True)))
+check("clamp/lerp/addcmul/addcdiv", lambda d: (d(x).clamp(-0.5, 0.5), torch.lerp(d(x), d(xt), 0.3),
+                                               torch.addcmul(d(x), d(x), d(x), value=0.5),
+                                               torch.addcdiv(d(x), d(x), d(x).abs() + 1, value=2)))
+print("families: ok")
+
 
 def timed(fn, reps):
     fn()
@@ -137,7 +178,7 @@ dt = timed(lambda: r.sum(dim=1), 20)
 print(f"timing: sum over rows of 4096x4096 float32: {dt * 1e3:.3f} ms/iter, {4 * n * n / dt / 1e9:.0f} GB/s")
 PYEOF
 if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 300 "$PY" "$LOGDIR/smoke.py"; then
-  grep '^timing:\|^smoke:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
+  grep '^timing:\|^smoke:\|^families:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
 fi
 
 finish
