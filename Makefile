@@ -50,8 +50,9 @@ test-python: build
 test: build
 	@rc=0; $(MAKE) --no-print-directory test-cpp || rc=1; $(MAKE) --no-print-directory test-python || rc=1; exit $$rc
 
+DEMO_ARGS ?= --config configs/cpu.yaml
 demo: build
-	$(PY) examples/demo.py
+	$(PY) examples/train_digits.py $(DEMO_ARGS)
 
 bench: build
 	$(PY) benchmarks/run.py

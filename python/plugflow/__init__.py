@@ -7,7 +7,30 @@ the built-in default (configs/cpu.yaml), which loads the device and collective p
 `plugflow.init(path)` applies another config; `python -m plugflow.info` shows what is loaded.
 """
 
-from . import _C
+import os as _os
+
+
+def _select_openblas_kernels():
+    """OpenBLAS 0.3.21 (Debian 12) does not know recent Xeons' CPUID models and falls back to its
+    slowest (Prescott) kernels: GEMM, and so matmul and conv, run 3-5x slower. Unless the user
+    chose a core, name one from the CPU's features. It must be set before the CPU plugin loads
+    OpenBLAS (it changes nothing when another library in the process loaded OpenBLAS first)."""
+    if "OPENBLAS_CORETYPE" in _os.environ:
+        return
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= set(flags):
+        _os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    elif {"avx2", "fma"} <= set(flags):
+        _os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
+
+_select_openblas_kernels()
+
+from . import _C  # noqa: E402
 from ._C import ConfigError, PluginError, Tensor, device, dtype, Generator, default_generator
 from ._C import (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,  # noqa: A004
                  promote_types, can_cast, init, set_num_threads, get_num_threads)
