@@ -127,7 +127,7 @@ def test_float32_runs_on_onednn():
     x = pf.randn(2, 3, 9, 7, requires_grad=True)
     w = pf.randn(5, 3, 3, 3, requires_grad=True)
     out = F.conv2d(x, w, padding=1)
-    out.backward(pf.randn(*out.shape))  # dense: sum()'s expanded gradient would run on im2col
+    out.backward(pf.randn(*out.shape))
     strategy = _C.current_config()["optimizations"]["conv_algo_search"]
     key = "in=2x3x9x7 out=2x5x9x7 k=3x3 s=1x1 p=1x1 d=1x1 g=1"
     found = {c["op"]: c for c in choices_for() if key in c["key"]}
@@ -172,13 +172,22 @@ def test_conv_transpose_output_padding(rng):
                      [t.detach().double().numpy() for t in (out_t, xt.grad, wt.grad)], F32_RTOL)
 
 
-def test_expanded_input_falls_back(rng):
-    """A stride-0 (expanded) image cannot be described to oneDNN: im2col computes it."""
+def test_expanded_operands(rng):
+    """Stride-0 (expanded) operands, which oneDNN cannot describe, are copied dense: an expanded
+    image and sum()'s expanded upstream gradient."""
     x = rng.uniform(-1, 1, size=(1, 3, 1, 6)).astype("float32")
     w = rng.uniform(-1, 1, size=(2, 3, 2, 2)).astype("float32")
-    out_p = F.conv2d(pf.from_numpy(x).expand(2, 3, 5, 6), pf.from_numpy(w))
-    out_t = TF.conv2d(torch.from_numpy(x).expand(2, 3, 5, 6), torch.from_numpy(w))
-    assert_close([to_torch(out_p).numpy()], [out_t.numpy()], F32_RTOL)
+    xp = pf.from_numpy(x).expand(2, 3, 5, 6).requires_grad_()
+    wp = pf.from_numpy(w).requires_grad_()
+    xt = torch.from_numpy(x).expand(2, 3, 5, 6).requires_grad_()
+    wt = torch.from_numpy(w).requires_grad_()
+    out_p, out_t = F.conv2d(xp, wp), TF.conv2d(xt, wt)
+    out_p.sum().backward()
+    out_t.sum().backward()
+    assert_close([to_torch(t).numpy() for t in (out_p, xp.grad, wp.grad)],
+                 [t.detach().numpy() for t in (out_t, xt.grad, wt.grad)], F32_RTOL)
+    copied = {c["op"] for c in choices_for() if "in=2x3x5x6 out=2x2x4x5 k=2x2" in c["key"] and "copy:" in c["key"]}
+    assert copied == CONV_OPS, _C.algo_choices()
 
 
 def test_weight_update_invalidates_reordered_weights(rng):

@@ -1,7 +1,7 @@
 // conv2d, conv2d_grad_input and conv2d_grad_weight (docs/kernels.md, "Conv family") on oneDNN
 // for float32, registered with Priority::Optimized over the im2col kernels (conv.cpp), which stay
-// the float64 path and this file's fallback for what oneDNN cannot express (zero strides, a
-// transposed convolution's output_padding beyond the stride, ...).
+// the float64 path and this file's fallback for what oneDNN cannot express (a transposed
+// convolution's output_padding beyond the stride, mixed dtypes, ...).
 //
 // Each op is one oneDNN convolution primitive: forward, backward_data, backward_weights. The
 // primitive chooses its own memory formats (format_tag::any; blocked nChw16c and friends on
@@ -105,13 +105,16 @@ std::optional<dnnl::algorithm> algorithm_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-// A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive
-// strides; a size-1 dim's stride is never used to address, so it gets the dense one.
+// A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive,
+// non-overlapping strides; a size-1 dim's stride is never used to address, so it gets the dense
+// one. An expanded (stride-0) operand, such as the upstream gradient of sum(), is described as
+// dense and copied dense first (`copy`).
 struct Operand {
   Dims dims, strides;
+  bool copy = false;
 };
 
-std::optional<Operand> operand(const Tensor& t, const Dims& dims) {
+Operand operand(const Tensor& t, const Dims& dims) {
   Operand op{dims, Dims(t.strides().begin(), t.strides().end())};
   if (dims.size() != op.strides.size()) {  // grouped weights: (O, C/g, kh, kw) seen as (g, O/g, ...)
     const Dims& s = op.strides;
@@ -120,10 +123,36 @@ std::optional<Operand> operand(const Tensor& t, const Dims& dims) {
   int64_t dense = 1;
   for (size_t i = op.dims.size(); i-- > 0;) {
     if (op.dims[i] == 1) op.strides[i] = dense;
-    else if (op.strides[i] <= 0) return std::nullopt;  // expanded (stride 0) views: im2col handles them
+    else if (op.strides[i] <= 0) op.copy = true;
     dense *= op.dims[i];
   }
+  if (op.copy) {
+    dense = 1;
+    for (size_t i = op.dims.size(); i-- > 0;) {
+      op.strides[i] = dense;
+      dense *= op.dims[i];
+    }
+  }
   return op;
+}
+
+// A dense row-major copy of a float tensor of any strides (for Operand::copy).
+std::unique_ptr<float[]> dense_copy(const Tensor& t) {
+  const Shape& size = t.sizes();
+  const Shape& stride = t.strides();
+  std::unique_ptr<float[]> out(new float[t.numel()]);
+  const float* src = t.data<float>();
+  Shape index(size.size(), 0);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < size.size(); ++d) offset += index[d] * stride[d];
+    out[i] = src[offset];
+    for (size_t d = size.size(); d-- > 0;) {  // next index, last dim fastest
+      if (++index[d] < size[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
 }
 
 // One convolution problem: everything a primitive and its reorders depend on.
@@ -161,6 +190,7 @@ struct Problem {
     }
     for (const Operand& op : inputs) {
       k << " st=";
+      if (op.copy) k << "copy:";
       dims(op.strides, '.');
     }
     return k.str();
@@ -224,13 +254,9 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
     case Kind::BackwardData: operands = {{&ctx.input(0), p.dst_dims()}, {&ctx.input(1), p.weight_dims()}}; break;
     case Kind::BackwardWeights: operands = {{&ctx.input(0), p.dst_dims()}, {&ctx.input(1), p.src_dims()}}; break;
   }
-  for (const auto& [t, dims] : operands) {
-    auto op = operand(*t, dims);
-    if (!op) return std::nullopt;
-    p.inputs.push_back(std::move(*op));
-  }
+  for (const auto& [t, dims] : operands) p.inputs.push_back(operand(*t, dims));
   const Dims out_dims = kind == Kind::Forward ? p.dst_dims() : kind == Kind::BackwardData ? p.src_dims() : p.weight_dims();
-  p.output = *operand(out, out_dims);  // contiguous: always representable
+  p.output = operand(out, out_dims);  // contiguous: always representable
   return p;
 }
 
@@ -251,6 +277,7 @@ struct Plan {
   std::vector<int> input_args;
   int output_arg;
   std::vector<memory::desc> user_inputs, primitive_inputs;
+  std::vector<bool> copy_inputs;  // Operand::copy
   std::vector<std::optional<dnnl::reorder>> input_reorders;
   memory::desc user_output, primitive_output;
   std::optional<dnnl::reorder> output_reorder;
@@ -325,6 +352,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   for (size_t i = 0; i < p.inputs.size(); ++i) {
     const memory::desc user = user_desc(p.inputs[i]);
     plan->user_inputs.push_back(user);
+    plan->copy_inputs.push_back(p.inputs[i].copy);
     plan->primitive_inputs.push_back(wanted[i]);
     plan->input_reorders.push_back(user == wanted[i] ? std::nullopt
                                                      : std::optional(dnnl::reorder(dnnl::reorder::primitive_desc(
@@ -366,9 +394,12 @@ void execute(Plan& plan, const KernelContext& ctx) {
   const dnnl::engine& eng = engine();
   dnnl::stream& s = stream();
   std::unordered_map<int, memory> args;
+  std::vector<std::unique_ptr<float[]>> copies;
   for (size_t i = 0; i < plan.user_inputs.size(); ++i) {
     const Tensor& t = ctx.input(i);
-    memory user(plan.user_inputs[i], eng, t.data_ptr());
+    void* data = t.data_ptr();
+    if (plan.copy_inputs[i]) data = copies.emplace_back(dense_copy(t)).get();
+    memory user(plan.user_inputs[i], eng, data);
     if (!plan.input_reorders[i]) {
       args.emplace(plan.input_args[i], user);
     } else if (static_cast<int>(i) == plan.weight_input) {
