@@ -3,7 +3,10 @@
 Prints the plugflow version, where the config came from, the loaded plugins (name, version,
 ABI, file), the configured plugins that failed to load and why, the devices of each type (or
 why there are none) and how many kernels each provider registered. `--kernels` lists every
-registered kernel and marks the one the dispatcher picks for its (op, device, dtype).
+registered kernel and marks the one the dispatcher picks for its (op, device, dtype). `--algos`
+lists the algorithms the plugins chose so far in this process (conv algorithm search: problem
+key -> algorithm, and whether it came from a search, the library's heuristic or the cache file);
+`report(algos=True)` called at the end of a run shows that run's choices.
 """
 
 import argparse
@@ -18,7 +21,7 @@ def _write(out, line=""):
     out.write(line + "\n")
 
 
-def report(out=sys.stdout, kernels=False):
+def report(out=sys.stdout, kernels=False, algos=False):
     """Write the report to `out`."""
     config = _C.current_config()
     _write(out, f"plugflow {_C.version()}")
@@ -87,14 +90,28 @@ def report(out=sys.stdout, kernels=False):
             dtype = repr(k.dtype).replace("plugflow.", "")
             _write(out, f"  {mark} {k.op:<20} {k.device:<5} {dtype:<9} {k.provider:<12} {k.priority}")
 
+    if algos:
+        choices = _C.algo_choices()
+        config_opt = config["optimizations"]
+        _write(out)
+        _write(out, f"algorithm choices ({len(choices)}; conv_algo_search: {config_opt['conv_algo_search']}, "
+                    f"algo_cache: {config_opt['algo_cache'] or '(none)'}):")
+        if not choices:
+            _write(out, "  (none yet in this process: call plugflow.info.report(algos=True) after the convolutions)")
+        for c in choices:
+            impl = f" [{c['implementation']}]" if c["implementation"] else ""
+            _write(out, f"  {c['provider']} {c['op']} {c['key']} -> {c['algorithm']}{impl} ({c['source']})")
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m plugflow.info",
                                      description="Show plugflow's plugins, devices and kernels.")
     parser.add_argument("--kernels", action="store_true", help="list every registered kernel")
+    parser.add_argument("--algos", action="store_true",
+                        help="list the algorithms chosen so far (problem key -> algorithm, and its source)")
     args = parser.parse_args(argv)
     try:
-        report(sys.stdout, kernels=args.kernels)
+        report(sys.stdout, kernels=args.kernels, algos=args.algos)
         sys.stdout.flush()
     except BrokenPipeError:  # `python -m plugflow.info --kernels | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -5,6 +5,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "plugflow/algo_choice.h"
 #include "plugflow/device.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
@@ -163,6 +164,25 @@ void bind_runtime(py::module_& m) {
       },
       py::arg("op"), py::arg("device"), py::arg("dtype"),
       "The provider whose kernel the dispatcher runs for (op, device type, dtype); '' when none.");
+
+  m.def(
+      "algo_choices",
+      [] {
+        py::list out;
+        for (const AlgoChoice& c : algo_choices()) {
+          py::dict d;
+          d["provider"] = c.provider;
+          d["op"] = c.op;
+          d["key"] = c.key;
+          d["algorithm"] = c.algorithm;
+          d["implementation"] = c.implementation;
+          d["source"] = c.source;
+          out.append(d);
+        }
+        return out;
+      },
+      "The algorithms the plugins chose per problem key (provider, op, key, algorithm, implementation,\n"
+      "source: 'search', 'heuristic' or 'cache'), in the order they were chosen.");
 
   // ---- devices ---------------------------------------------------------------------------------------
   m.def(

@@ -348,11 +348,15 @@ struct GradWeight {
 
 }  // namespace
 
+void conv2d_im2col(KernelContext& ctx) { dispatch_float<Forward>(ctx); }
+void conv2d_grad_input_im2col(KernelContext& ctx) { dispatch_float<GradInput>(ctx); }
+void conv2d_grad_weight_im2col(KernelContext& ctx) { dispatch_float<GradWeight>(ctx); }
+
 void register_conv_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
-  reg.kernel("conv2d", DeviceType::CPU, floats, dispatch_float<Forward>);
-  reg.kernel("conv2d_grad_input", DeviceType::CPU, floats, dispatch_float<GradInput>);
-  reg.kernel("conv2d_grad_weight", DeviceType::CPU, floats, dispatch_float<GradWeight>);
+  reg.kernel("conv2d", DeviceType::CPU, floats, conv2d_im2col);
+  reg.kernel("conv2d_grad_input", DeviceType::CPU, floats, conv2d_grad_input_im2col);
+  reg.kernel("conv2d_grad_weight", DeviceType::CPU, floats, conv2d_grad_weight_im2col);
 }
 
 }  // namespace plugflow::cpu

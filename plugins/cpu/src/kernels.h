@@ -17,5 +17,11 @@ void register_norm_kernels(Registrar& reg);       // batch/layer/group norm (+ b
 void register_conv_kernels(Registrar& reg);       // conv2d, conv2d_grad_input, conv2d_grad_weight
 void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling, upsampling and their backwards
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
+void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients on oneDNN (float32), Priority::Optimized
+
+// The im2col + BLAS conv kernels: the float64 path and the oneDNN kernels' fallback.
+void conv2d_im2col(KernelContext& ctx);
+void conv2d_grad_input_im2col(KernelContext& ctx);
+void conv2d_grad_weight_im2col(KernelContext& ctx);
 
 }  // namespace plugflow::cpu

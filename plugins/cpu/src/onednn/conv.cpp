@@ -1,0 +1,568 @@
+// conv2d, conv2d_grad_input and conv2d_grad_weight (docs/kernels.md, "Conv family") on oneDNN
+// for float32, registered with Priority::Optimized over the im2col kernels (conv.cpp), which stay
+// the float64 path and this file's fallback for what oneDNN cannot express (a transposed
+// convolution's output_padding beyond the stride, mixed dtypes, ...).
+//
+// Each op is one oneDNN convolution primitive: forward, backward_data, backward_weights. The
+// primitive chooses its own memory formats (format_tag::any; blocked nChw16c and friends on
+// AVX-512), and reorders convert between them and plugflow's strided NCHW tensors. Per problem
+// key (shapes, strides, dtype, stride, padding, dilation, groups, bias, the algorithm strategy
+// and the thread count), the primitive and its reorders are built once and cached. The weights
+// reordered into the primitive's format are cached per weight storage and version, so they are
+// reordered once per optimizer step instead of once per call.
+//
+// The algorithm is a strategy of optimizations.conv_algo_search: `heuristic` builds
+// convolution_auto (oneDNN picks); `exhaustive` builds convolution_direct and
+// convolution_winograd (where oneDNN implements it for the shape), times both on the call's
+// buffers, and keeps the faster. Its choice persists in optimizations.algo_cache (algo_cache.h).
+// Every choice is reported to the core (plugflow/algo_choice.h) for `plugflow.info --algos`.
+//
+// Threads: this oneDNN uses OpenMP, like the plugin's loops. Its primitives size their work
+// split with omp_get_max_threads() of the calling thread at creation and at execution, so the
+// calling thread's OpenMP count is set to the plugin's (set_num_threads) around both, and the
+// thread count is part of the cache key.
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../kernels.h"
+#include "../parallel.h"
+#include "algo_cache.h"
+#include "plugflow/algo_choice.h"
+#include "plugflow/error.h"
+#include "plugflow/runtime.h"
+#include "plugflow/tensor.h"
+
+namespace plugflow::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+enum class Kind { Forward, BackwardData, BackwardWeights };
+
+const char* op_name(Kind k) {
+  switch (k) {
+    case Kind::Forward: return "conv2d";
+    case Kind::BackwardData: return "conv2d_grad_input";
+    case Kind::BackwardWeights: return "conv2d_grad_weight";
+  }
+  return "";
+}
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// A CPU stream is a thin handle, but oneDNN does not promise a stream is safe to use from
+// several threads at once; kernels may run on any thread, so each thread gets one.
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// Sets the calling thread's OpenMP thread count to the plugin's for this scope.
+class OmpThreads {
+ public:
+  OmpThreads() : saved_(omp_get_max_threads()) {
+    if (saved_ != num_threads()) omp_set_num_threads(num_threads());
+  }
+  ~OmpThreads() {
+    if (saved_ != num_threads()) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+const char* algorithm_name(dnnl::algorithm a) {
+  switch (a) {
+    case dnnl::algorithm::convolution_direct: return "direct";
+    case dnnl::algorithm::convolution_winograd: return "winograd";
+    case dnnl::algorithm::convolution_auto: return "auto";
+    default: return "?";
+  }
+}
+
+std::optional<dnnl::algorithm> algorithm_from_name(const std::string& name) {
+  if (name == "direct") return dnnl::algorithm::convolution_direct;
+  if (name == "winograd") return dnnl::algorithm::convolution_winograd;
+  return std::nullopt;
+}
+
+// A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive,
+// non-overlapping strides; a size-1 dim's stride is never used to address, so it gets the dense
+// one. An expanded (stride-0) operand, such as the upstream gradient of sum(), is described as
+// dense and copied dense first (`copy`).
+struct Operand {
+  Dims dims, strides;
+  bool copy = false;
+};
+
+Operand operand(const Tensor& t, const Dims& dims) {
+  Operand op{dims, Dims(t.strides().begin(), t.strides().end())};
+  if (dims.size() != op.strides.size()) {  // grouped weights: (O, C/g, kh, kw) seen as (g, O/g, ...)
+    const Dims& s = op.strides;
+    op.strides = {s[0] * dims[1], s[0], s[1], s[2], s[3]};
+  }
+  int64_t dense = 1;
+  for (size_t i = op.dims.size(); i-- > 0;) {
+    if (op.dims[i] == 1) op.strides[i] = dense;
+    else if (op.strides[i] <= 0) op.copy = true;
+    dense *= op.dims[i];
+  }
+  if (op.copy) {
+    dense = 1;
+    for (size_t i = op.dims.size(); i-- > 0;) {
+      op.strides[i] = dense;
+      dense *= op.dims[i];
+    }
+  }
+  return op;
+}
+
+// A dense row-major copy of a float tensor of any strides (for Operand::copy).
+std::unique_ptr<float[]> dense_copy(const Tensor& t) {
+  const Shape& size = t.sizes();
+  const Shape& stride = t.strides();
+  std::unique_ptr<float[]> out(new float[t.numel()]);
+  const float* src = t.data<float>();
+  Shape index(size.size(), 0);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < size.size(); ++d) offset += index[d] * stride[d];
+    out[i] = src[offset];
+    for (size_t d = size.size(); d-- > 0;) {  // next index, last dim fastest
+      if (++index[d] < size[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+// One convolution problem: everything a primitive and its reorders depend on.
+struct Problem {
+  Kind kind;
+  int64_t N, C, H, W, O, OH, OW, kh, kw, groups;
+  Dims stride, dilation, pad_l, pad_r;  // oneDNN's: dilation 0 is dense
+  bool bias = false;
+  // The caller's operands in oneDNN's argument order (forward: src, weights, bias; backward data:
+  // diff_dst, weights; backward weights: diff_dst, src), then the output.
+  std::vector<Operand> inputs;
+  Operand output;
+
+  Dims src_dims() const { return {N, C, H, W}; }
+  Dims dst_dims() const { return {N, O, OH, OW}; }
+  Dims weight_dims() const {
+    return groups == 1 ? Dims{O, C, kh, kw} : Dims{groups, O / groups, C / groups, kh, kw};
+  }
+
+  // The human-readable problem key of info's listing and the cache file.
+  std::string key() const {
+    std::ostringstream k;
+    auto dims = [&](const Dims& d, char sep) {
+      for (size_t i = 0; i < d.size(); ++i) k << (i ? std::string(1, sep) : "") << d[i];
+    };
+    k << "f32 in=";
+    dims(src_dims(), 'x');
+    k << " out=";
+    dims(dst_dims(), 'x');
+    k << " k=" << kh << "x" << kw << " s=" << stride[0] << "x" << stride[1] << " p=" << pad_l[0] << "x" << pad_l[1]
+      << " d=" << dilation[0] + 1 << "x" << dilation[1] + 1 << " g=" << groups << (bias ? " bias" : "");
+    if (pad_r != pad_l) {
+      k << " pr=";
+      dims(pad_r, 'x');
+    }
+    for (const Operand& op : inputs) {
+      k << " st=";
+      if (op.copy) k << "copy:";
+      dims(op.strides, '.');
+    }
+    return k.str();
+  }
+};
+
+// oneDNN's right padding for an output of `out` positions: it requires
+// (in - ext + pad_l + pad_r) / stride + 1 == out with pad_r > -stride. Empty when impossible.
+std::optional<int64_t> right_padding(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t pad_l) {
+  const int64_t ext = (k - 1) * d + 1;
+  if ((in - ext + 2 * pad_l) >= 0 && (in - ext + 2 * pad_l) / s + 1 == out) return pad_l;  // PyTorch's symmetric case
+  const int64_t pad_r = (out - 1) * s + ext - in - pad_l;
+  if (pad_r <= -s) return std::nullopt;
+  return pad_r;
+}
+
+// The problem of a call, or nothing when oneDNN cannot take it (then im2col runs).
+std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
+  for (const Tensor& t : ctx.inputs)
+    if (t.dtype() != DType::Float32) return std::nullopt;  // im2col raises the mixed-dtype error
+  if (!ctx.output(0).is_contiguous()) return std::nullopt;
+  const Tensor& out = ctx.output(0);
+  // (image, output-gradient or output, kernel) per kind.
+  const Tensor& image = kind == Kind::Forward ? ctx.input(0) : kind == Kind::BackwardData ? out : ctx.input(1);
+  const Tensor& result = kind == Kind::Forward ? out : ctx.input(0);
+  const Tensor& weight = kind == Kind::BackwardWeights ? out : ctx.input(1);
+  const auto& stride = ctx.attr<Shape>("stride");
+  const auto& padding = ctx.attr<Shape>("padding");
+  const auto& dilation = ctx.attr<Shape>("dilation");
+  Problem p{kind,
+            image.sizes()[0],
+            image.sizes()[1],
+            image.sizes()[2],
+            image.sizes()[3],
+            result.sizes()[1],
+            result.sizes()[2],
+            result.sizes()[3],
+            weight.sizes()[2],
+            weight.sizes()[3],
+            ctx.attr<int64_t>("groups"),
+            {stride[0], stride[1]},
+            {dilation[0] - 1, dilation[1] - 1},
+            {padding[0], padding[1]},
+            {0, 0},
+            false,
+            {},
+            {}};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = i == 0 ? p.H : p.W, outn = i == 0 ? p.OH : p.OW, k = i == 0 ? p.kh : p.kw;
+    const auto pr = right_padding(in, outn, k, stride[i], dilation[i], padding[i]);
+    if (!pr) return std::nullopt;
+    p.pad_r[i] = *pr;
+  }
+  std::vector<std::pair<const Tensor*, Dims>> operands;
+  switch (kind) {
+    case Kind::Forward:
+      operands = {{&ctx.input(0), p.src_dims()}, {&ctx.input(1), p.weight_dims()}};
+      if (ctx.inputs.size() > 2) operands.push_back({&ctx.input(2), Dims{p.O}});
+      p.bias = ctx.inputs.size() > 2;
+      break;
+    case Kind::BackwardData: operands = {{&ctx.input(0), p.dst_dims()}, {&ctx.input(1), p.weight_dims()}}; break;
+    case Kind::BackwardWeights: operands = {{&ctx.input(0), p.dst_dims()}, {&ctx.input(1), p.src_dims()}}; break;
+  }
+  for (const auto& [t, dims] : operands) p.inputs.push_back(operand(*t, dims));
+  const Dims out_dims = kind == Kind::Forward ? p.dst_dims() : kind == Kind::BackwardData ? p.src_dims() : p.weight_dims();
+  p.output = operand(out, out_dims);  // contiguous: always representable
+  return p;
+}
+
+// Reordered weights of one weight storage at one version.
+struct WeightSlot {
+  const Storage* storage = nullptr;  // identity; `alive` tells whether it is still this storage
+  std::weak_ptr<Storage> alive;
+  int64_t offset = 0;
+  uint32_t version = 0;
+  memory reordered;
+};
+
+// A built primitive with its reorders.
+struct Plan {
+  dnnl::algorithm algorithm;
+  std::string implementation;  // oneDNN's impl_info_str, e.g. "brg:avx512_core"
+  dnnl::primitive primitive;
+  std::vector<int> input_args;
+  int output_arg;
+  std::vector<memory::desc> user_inputs, primitive_inputs;
+  std::vector<bool> copy_inputs;  // Operand::copy
+  std::vector<std::optional<dnnl::reorder>> input_reorders;
+  memory::desc user_output, primitive_output;
+  std::optional<dnnl::reorder> output_reorder;
+  int weight_input = -1;  // the input whose reordered form is cached (forward, backward data)
+
+  std::mutex weights_mutex;
+  std::vector<WeightSlot> weights;  // a few: layers of one shape share a plan (ResNet blocks)
+};
+
+memory::desc user_desc(const Operand& op) { return memory::desc(op.dims, memory::data_type::f32, op.strides); }
+memory::desc any_desc(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
+
+// Builds the plan of `p` with `algo`; throws dnnl::error (status unimplemented when oneDNN has no
+// implementation of that algorithm for the problem).
+std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
+  auto plan = std::make_shared<Plan>();
+  plan->algorithm = algo;
+  const dnnl::engine& eng = engine();
+  const auto src = any_desc(p.src_dims()), weights = any_desc(p.weight_dims()), dst = any_desc(p.dst_dims());
+  // Backward primitives need the forward one they belong to as a hint.
+  const auto fwd_desc = [&](dnnl::prop_kind pk, bool with_bias) {
+    return with_bias ? dnnl::convolution_forward::desc(pk, algo, src, weights, any_desc({p.O}), dst, p.stride, p.dilation,
+                                                 p.pad_l, p.pad_r)
+                     : dnnl::convolution_forward::desc(pk, algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r);
+  };
+  std::vector<memory::desc> wanted;  // the primitive's input descs, in the order of p.inputs
+  memory::desc out_md;
+  switch (p.kind) {
+    case Kind::Forward: {
+      // forward_training: the same kernels as inference for convolution, and valid as a hint.
+      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias), eng);
+      plan->primitive = dnnl::convolution_forward(pd);
+      plan->implementation = pd.impl_info_str();
+      wanted = {pd.src_desc(), pd.weights_desc()};
+      plan->input_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS};
+      if (p.bias) {
+        wanted.push_back(pd.bias_desc());
+        plan->input_args.push_back(DNNL_ARG_BIAS);
+      }
+      out_md = pd.dst_desc();
+      plan->output_arg = DNNL_ARG_DST;
+      plan->weight_input = 1;
+      break;
+    }
+    case Kind::BackwardData: {
+      const dnnl::convolution_forward::primitive_desc hint(fwd_desc(dnnl::prop_kind::forward_training, false), eng);
+      const dnnl::convolution_backward_data::primitive_desc pd(
+          dnnl::convolution_backward_data::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), eng, hint);
+      plan->primitive = dnnl::convolution_backward_data(pd);
+      plan->implementation = pd.impl_info_str();
+      wanted = {pd.diff_dst_desc(), pd.weights_desc()};
+      plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS};
+      out_md = pd.diff_src_desc();
+      plan->output_arg = DNNL_ARG_DIFF_SRC;
+      plan->weight_input = 1;
+      break;
+    }
+    case Kind::BackwardWeights: {
+      const dnnl::convolution_forward::primitive_desc hint(fwd_desc(dnnl::prop_kind::forward_training, false), eng);
+      const dnnl::convolution_backward_weights::primitive_desc pd(
+          dnnl::convolution_backward_weights::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), eng,
+          hint);
+      plan->primitive = dnnl::convolution_backward_weights(pd);
+      plan->implementation = pd.impl_info_str();
+      wanted = {pd.diff_dst_desc(), pd.src_desc()};
+      plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
+      out_md = pd.diff_weights_desc();
+      plan->output_arg = DNNL_ARG_DIFF_WEIGHTS;
+      break;
+    }
+  }
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    const memory::desc user = user_desc(p.inputs[i]);
+    plan->user_inputs.push_back(user);
+    plan->copy_inputs.push_back(p.inputs[i].copy);
+    plan->primitive_inputs.push_back(wanted[i]);
+    plan->input_reorders.push_back(user == wanted[i] ? std::nullopt
+                                                     : std::optional(dnnl::reorder(dnnl::reorder::primitive_desc(
+                                                           eng, user, eng, wanted[i]))));
+  }
+  plan->user_output = user_desc(p.output);
+  plan->primitive_output = out_md;
+  if (plan->user_output != out_md)
+    plan->output_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, out_md, eng, plan->user_output));
+  return plan;
+}
+
+// The weights of input `i` in the primitive's format: the cached reorder when this storage at
+// this version was reordered before, else a new one (kept for later calls).
+memory reordered_weights(Plan& plan, size_t i, const Tensor& w, memory user) {
+  constexpr size_t kMaxSlots = 16;
+  const auto& storage = w.storage();
+  const uint32_t version = storage->version();
+  {
+    std::lock_guard lock(plan.weights_mutex);
+    for (const WeightSlot& s : plan.weights)
+      if (s.storage == storage.get() && s.alive.lock() == storage && s.offset == w.offset() && s.version == version)
+        return s.reordered;
+  }
+  memory out(plan.primitive_inputs[i], engine());
+  plan.input_reorders[i]->execute(stream(), user, out);
+  stream().wait();
+  std::lock_guard lock(plan.weights_mutex);
+  std::erase_if(plan.weights, [&](const WeightSlot& s) {
+    return s.alive.expired() || (s.storage == storage.get() && s.offset == w.offset());
+  });
+  if (plan.weights.size() >= kMaxSlots) plan.weights.erase(plan.weights.begin());  // the oldest
+  plan.weights.push_back(WeightSlot{storage.get(), storage, w.offset(), version, out});
+  return out;
+}
+
+// Runs the plan on the call's tensors.
+void execute(Plan& plan, const KernelContext& ctx) {
+  const dnnl::engine& eng = engine();
+  dnnl::stream& s = stream();
+  std::unordered_map<int, memory> args;
+  std::vector<std::unique_ptr<float[]>> copies;
+  for (size_t i = 0; i < plan.user_inputs.size(); ++i) {
+    const Tensor& t = ctx.input(i);
+    void* data = t.data_ptr();
+    if (plan.copy_inputs[i]) data = copies.emplace_back(dense_copy(t)).get();
+    memory user(plan.user_inputs[i], eng, data);
+    if (!plan.input_reorders[i]) {
+      args.emplace(plan.input_args[i], user);
+    } else if (static_cast<int>(i) == plan.weight_input) {
+      args.emplace(plan.input_args[i], reordered_weights(plan, i, t, user));
+    } else {
+      memory m(plan.primitive_inputs[i], eng);
+      plan.input_reorders[i]->execute(s, user, m);
+      args.emplace(plan.input_args[i], m);
+    }
+  }
+  memory user_out(plan.user_output, eng, ctx.output(0).data_ptr());
+  memory out = plan.output_reorder ? memory(plan.primitive_output, eng) : user_out;
+  args.emplace(plan.output_arg, out);
+  plan.primitive.execute(s, args);
+  if (plan.output_reorder) plan.output_reorder->execute(s, out, user_out);
+  s.wait();
+}
+
+// The fastest of `candidates` on the call's buffers (each run writes the output; the caller
+// runs the winner again). Candidates oneDNN does not implement for the problem are skipped.
+std::shared_ptr<Plan> search(const Problem& p, const KernelContext& ctx) {
+  std::shared_ptr<Plan> best;
+  double best_s = std::numeric_limits<double>::infinity();
+  for (auto algo : {dnnl::algorithm::convolution_direct, dnnl::algorithm::convolution_winograd}) {
+    std::shared_ptr<Plan> plan;
+    try {
+      plan = build_plan(p, algo);
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) continue;
+      throw;
+    }
+    execute(*plan, ctx);  // warm-up: page faults, the weight reorder
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      execute(*plan, ctx);
+      fastest = std::min(fastest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (fastest < best_s) {
+      best_s = fastest;
+      best = plan;
+    }
+  }
+  return best;
+}
+
+// The cache file's section: choices hold for this oneDNN release on this CPU ISA only.
+const std::string& cache_section() {
+  static const std::string section = [] {
+    const dnnl_version_t* v = dnnl_version();
+    std::ostringstream s;
+    s << "cpu onednn " << v->major << "." << v->minor << "." << v->patch << " isa "
+      << static_cast<int>(dnnl::get_effective_cpu_isa());
+    return s.str();
+  }();
+  return section;
+}
+
+// Plans by (strategy, thread count, problem key); a null plan marks a problem oneDNN cannot run.
+struct PlanCache {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<Plan>> plans;
+};
+PlanCache& plan_cache() {
+  static PlanCache c;
+  return c;
+}
+
+void report(const Problem& p, const Plan& plan, const char* source) {
+  report_algo_choice(
+      AlgoChoice{"cpu", op_name(p.kind), p.key(), algorithm_name(plan.algorithm), plan.implementation, source});
+}
+
+// Finds or builds the plan of `p` and runs it. False when oneDNN cannot run the problem.
+bool run(const Problem& p, const KernelContext& ctx) {
+  const Optimizations& opt = current_config().optimizations;
+  const bool exhaustive = opt.conv_algo_search == "exhaustive";
+  const std::string key = std::string(op_name(p.kind)) + " " + p.key();  // the file's key
+  const std::string cache_key = opt.conv_algo_search + "|" + std::to_string(num_threads()) + "|" + key;
+  PlanCache& cache = plan_cache();
+  {
+    std::lock_guard lock(cache.mutex);
+    const auto it = cache.plans.find(cache_key);
+    if (it != cache.plans.end()) {
+      if (!it->second) return false;
+      execute(*it->second, ctx);
+      return true;
+    }
+  }
+  // Building (and searching) happens outside the lock; two threads racing on a new key both
+  // build, and the first one stored wins.
+  std::shared_ptr<Plan> plan;
+  const char* source = "heuristic";
+  try {
+    if (!exhaustive) {
+      plan = build_plan(p, dnnl::algorithm::convolution_auto);
+    } else {
+      const std::string& section = cache_section();
+      if (!opt.algo_cache.empty()) {
+        if (const auto name = cached_algorithm(opt.algo_cache, section, key)) {
+          if (const auto algo = algorithm_from_name(*name)) {
+            try {
+              plan = build_plan(p, *algo);
+              source = "cache";
+            } catch (const dnnl::error&) {
+              // A stale entry: search again below.
+            }
+          }
+        }
+      }
+      if (!plan) {
+        plan = search(p, ctx);
+        source = "search";
+        if (plan && !opt.algo_cache.empty())
+          store_algorithm(opt.algo_cache, section, key, algorithm_name(plan->algorithm));
+      }
+    }
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+    plan = nullptr;
+  }
+  {
+    std::lock_guard lock(cache.mutex);
+    plan = cache.plans.emplace(cache_key, plan).first->second;
+  }
+  if (!plan) return false;
+  report(p, *plan, source);
+  execute(*plan, ctx);
+  return true;
+}
+
+template <Kind kind>
+void conv_kernel(KernelContext& ctx) {
+  const auto problem = make_problem(kind, ctx);
+  bool done = false;
+  if (problem) {
+    try {
+      OmpThreads threads;
+      done = run(*problem, ctx);
+    } catch (const dnnl::error& e) {
+      PF_THROW(Error, "cpu '", ctx.op.name, "' (oneDNN): ", e.what());
+    }
+  }
+  if (done) return;
+  switch (kind) {
+    case Kind::Forward: conv2d_im2col(ctx); break;
+    case Kind::BackwardData: conv2d_grad_input_im2col(ctx); break;
+    case Kind::BackwardWeights: conv2d_grad_weight_im2col(ctx); break;
+  }
+}
+
+}  // namespace
+}  // namespace plugflow::cpu::onednn
+
+namespace plugflow::cpu {
+
+void register_onednn_conv_kernels(Registrar& reg) {
+  using onednn::Kind;
+  const auto f32 = {DType::Float32};
+  reg.kernel("conv2d", DeviceType::CPU, f32, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
+  reg.kernel("conv2d_grad_input", DeviceType::CPU, f32, onednn::conv_kernel<Kind::BackwardData>, Priority::Optimized);
+  reg.kernel("conv2d_grad_weight", DeviceType::CPU, f32, onednn::conv_kernel<Kind::BackwardWeights>,
+             Priority::Optimized);
+}
+
+}  // namespace plugflow::cpu
