@@ -9,6 +9,7 @@ framework included). Separate processes keep the peak RSS figures apart.
 
     .venv/bin/python benchmarks/run.py                     # every workload (make bench)
     .venv/bin/python benchmarks/run.py mlp_train --rounds 9
+    .venv/bin/python benchmarks/run.py --throughput --rounds 2 --steps 2   # ResNet-50, BERT-base
 """
 import argparse
 import json
@@ -25,15 +26,18 @@ def worker(framework, workload, threads, warmup):
     """Runs in a child: builds the workload, then answers the driver's commands on stdin."""
     import resource
     sys.path.insert(0, HERE)
-    from workloads import WORKLOADS
+    from workloads import THROUGHPUT, WORKLOADS
 
     fw = __import__(framework)
     fw.set_num_threads(threads)
     fw.manual_seed(0)
-    step = WORKLOADS[workload][0](fw)
+    made = {**WORKLOADS, **THROUGHPUT}[workload][0](fw)
+    step, batch = made if isinstance(made, tuple) else (made, 1)
     for _ in range(warmup):
         step()
-    print("ready", flush=True)
+    sync = fw.cuda.synchronize if fw.cuda.is_available() else (lambda: None)
+    sync()
+    print(json.dumps({"batch": batch, "device": "cuda" if fw.cuda.is_available() else "cpu"}), flush=True)
     for line in sys.stdin:
         cmd, *arg = line.split()
         if cmd == "round":
@@ -41,6 +45,7 @@ def worker(framework, workload, threads, warmup):
             start = time.perf_counter()
             for _ in range(n):
                 step()
+            sync()
             print(json.dumps((time.perf_counter() - start) / n), flush=True)
         elif cmd == "rss":
             print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024), flush=True)
@@ -56,13 +61,13 @@ class Worker:
              "--warmup", str(args.warmup)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.framework = framework
-        self._expect("ready")
+        self.info = self._expect()  # {"batch": ..., "device": ...} once the workload is built
 
-    def _expect(self, what=None):
+    def _expect(self):
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the {self.framework} worker exited (rc {self.proc.wait()})")
-        return line.strip() if what else json.loads(line)
+        return json.loads(line)
 
     def ask(self, command):
         self.proc.stdin.write(command + "\n")
@@ -84,11 +89,30 @@ def run_workload(name, args):
             for fw in order:
                 samples[fw].append(workers[fw].ask(f"round {args.steps}"))
         rss = {fw: w.ask("rss") for fw, w in workers.items()}
+        info = workers["plugflow"].info
     finally:
         for w in workers.values():
             w.close()
     med = {fw: statistics.median(s) for fw, s in samples.items()}
-    return med, rss
+    return med, rss, info
+
+
+def throughput_table(args, models):
+    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} CPU threads, median of {args.rounds} rounds x {args.steps} steps")
+    print("| model | device | batch | PyTorch samples/s | plugflow samples/s | ratio plugflow/PyTorch |")
+    print("|---|---|---:|---:|---:|---:|")
+    failed = False
+    for name, (_, label) in models.items():
+        try:
+            med, _, info = run_workload(name, args)
+        except Exception as e:
+            print(f"| {label} | failed: {e} |")
+            failed = True
+            continue
+        rate = {fw: info["batch"] / t for fw, t in med.items()}
+        print(f"| {label} | {info['device']} | {info['batch']} | {rate['torch']:.1f} | {rate['plugflow']:.1f} | "
+              f"{rate['plugflow'] / rate['torch']:.2f} |", flush=True)
+    return 1 if failed else 0
 
 
 def main():
@@ -101,14 +125,18 @@ def main():
         return worker(a.worker[0], a.worker[1], a.threads, a.warmup)
 
     sys.path.insert(0, HERE)
-    from workloads import WORKLOADS
+    from workloads import THROUGHPUT, WORKLOADS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="*", help=f"workloads to run (default: all): {', '.join(WORKLOADS)}")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5, help="steps timed per round")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--throughput", action="store_true",
+                        help="instead: training samples/s of ResNet-50 and BERT-base (DLPerf-style), on cuda when present")
     args = parser.parse_args()
+    if args.throughput:
+        return throughput_table(args, THROUGHPUT)
 
     names = args.workloads or list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -120,7 +148,7 @@ def main():
     failed = False
     for name in names:
         try:
-            med, rss = run_workload(name, args)
+            med, rss, _ = run_workload(name, args)
         except Exception as e:  # one failing workload does not hide the others' figures
             print(f"| {WORKLOADS[name][1]} | failed: {e} |")
             failed = True

@@ -34,17 +34,20 @@ def make_mlp(fw):
     return _train_step(fw, model, optimizer, nn.functional.cross_entropy, x, y)
 
 
-def _resnet18(fw, num_classes, cifar_stem):
-    """torchvision's ResNet-18, written out (BasicBlock x [2, 2, 2, 2]); the CIFAR stem is a 3x3
-    stride-1 conv without the max pool."""
+def _resnet(fw, depth, num_classes, cifar_stem):
+    """torchvision's ResNet-18 (BasicBlock x [2, 2, 2, 2]) or ResNet-50 (Bottleneck x
+    [3, 4, 6, 3]), written out; the CIFAR stem is a 3x3 stride-1 conv without the max pool."""
     nn = fw.nn
 
     class BasicBlock(nn.Module):
-        def __init__(self, cin, cout, stride):
+        expansion = 1
+
+        def __init__(self, cin, width, stride):
             super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            cout = width * self.expansion
+            self.conv1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, cout, 3, 1, 1, bias=False)
             self.bn2 = nn.BatchNorm2d(cout)
             self.relu = nn.ReLU(inplace=True)
             self.downsample = None
@@ -57,7 +60,33 @@ def _resnet18(fw, num_classes, cifar_stem):
             out = self.bn2(self.conv2(out))
             return self.relu(out + identity)
 
-    class ResNet18(nn.Module):
+    class Bottleneck(nn.Module):
+        expansion = 4
+
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * self.expansion
+            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(width)
+            self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            return self.relu(out + identity)
+
+    block, counts = {18: (BasicBlock, [2, 2, 2, 2]), 50: (Bottleneck, [3, 4, 6, 3])}[depth]
+
+    class ResNet(nn.Module):
         def __init__(self):
             super().__init__()
             if cifar_stem:
@@ -66,23 +95,24 @@ def _resnet18(fw, num_classes, cifar_stem):
                 self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
                                           nn.MaxPool2d(3, 2, 1))
             layers, cin = [], 64
-            for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
-                layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
-                cin = cout
+            for i, (width, n) in enumerate(zip([64, 128, 256, 512], counts)):
+                for j in range(n):
+                    layers.append(block(cin, width, 2 if i > 0 and j == 0 else 1))
+                    cin = width * block.expansion
             self.layers = nn.Sequential(*layers)
             self.pool = nn.AdaptiveAvgPool2d(1)
-            self.fc = nn.Linear(512, num_classes)
+            self.fc = nn.Linear(cin, num_classes)
 
         def forward(self, x):
             x = self.pool(self.layers(self.stem(x)))
             return self.fc(fw.flatten(x, 1))
 
-    return ResNet18()
+    return ResNet()
 
 
 def make_resnet18_cifar_train(fw):
     """A CIFAR-size ResNet-18 training step: batch 16, 3x32x32, SGD with momentum."""
-    model = _resnet18(fw, 10, cifar_stem=True)
+    model = _resnet(fw, 18, 10, cifar_stem=True)
     optimizer = fw.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = fw.randn(16, 3, 32, 32), fw.randint(0, 10, (16,))
     return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y)
@@ -90,7 +120,7 @@ def make_resnet18_cifar_train(fw):
 
 def make_resnet18_infer(fw):
     """ResNet-18 inference at batch 1, 3x224x224 (eval mode, no grad)."""
-    model = _resnet18(fw, 1000, cifar_stem=False).eval()
+    model = _resnet(fw, 18, 1000, cifar_stem=False).eval()
     x = fw.randn(1, 3, 224, 224)
 
     def step():
@@ -99,34 +129,45 @@ def make_resnet18_infer(fw):
     return step
 
 
-def make_bert_tiny_train(fw):
-    """A BERT-tiny training step: 2 post-norm encoder layers, d_model 128, 2 heads, FFN 512,
-    GELU, seq 128, batch 8, vocab 1000, masked-token loss over every position, AdamW."""
+class _BertConfig:
+    def __init__(self, vocab, d_model, heads, layers, seq, batch):
+        self.vocab, self.d_model, self.heads, self.layers, self.seq, self.batch = vocab, d_model, heads, layers, seq, batch
+
+
+def _bert_train(fw, cfg, device="cpu"):
+    """A BERT-style masked-LM training step: post-norm encoder layers (FFN 4 x d_model, GELU),
+    a token-prediction loss over every position, AdamW."""
     nn = fw.nn
 
-    class BertTiny(nn.Module):
-        def __init__(self, vocab=1000, d_model=128, heads=2, layers=2, seq=128):
+    class Bert(nn.Module):
+        def __init__(self):
             super().__init__()
-            self.tok = nn.Embedding(vocab, d_model)
-            self.pos = nn.Embedding(seq, d_model)
-            self.norm = nn.LayerNorm(d_model)
-            layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.1, activation="gelu",
-                                               batch_first=True)
-            self.encoder = nn.TransformerEncoder(layer, layers)
-            self.head = nn.Linear(d_model, vocab)
-            self.register_buffer("positions", fw.arange(seq))
+            self.tok = nn.Embedding(cfg.vocab, cfg.d_model)
+            self.pos = nn.Embedding(cfg.seq, cfg.d_model)
+            self.norm = nn.LayerNorm(cfg.d_model)
+            layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, 4 * cfg.d_model, dropout=0.1,
+                                               activation="gelu", batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, cfg.layers)
+            self.head = nn.Linear(cfg.d_model, cfg.vocab)
+            self.register_buffer("positions", fw.arange(cfg.seq))
 
         def forward(self, ids):
             h = self.norm(self.tok(ids) + self.pos(self.positions[: ids.shape[1]]))
             return self.head(self.encoder(h))
 
-    model = BertTiny()
+    model = Bert().to(device)
     optimizer = fw.optim.AdamW(model.parameters(), lr=1e-4)
-    ids, labels = fw.randint(0, 1000, (8, 128)), fw.randint(0, 1000, (8, 128))
+    ids = fw.randint(0, cfg.vocab, (cfg.batch, cfg.seq), device=device)
+    labels = fw.randint(0, cfg.vocab, (cfg.batch, cfg.seq), device=device)
 
     def loss_fn(logits, target):
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
     return _train_step(fw, model, optimizer, loss_fn, ids, labels)
+
+
+def make_bert_tiny_train(fw):
+    """A BERT-tiny training step: 2 layers, d_model 128, 2 heads, seq 128, batch 8, vocab 1000."""
+    return _bert_train(fw, _BertConfig(vocab=1000, d_model=128, heads=2, layers=2, seq=128, batch=8))
 
 
 WORKLOADS = {
@@ -135,4 +176,36 @@ WORKLOADS = {
     "resnet18_cifar_train": (make_resnet18_cifar_train, "ResNet-18 train step, batch 16, 32x32"),
     "bert_tiny_train": (make_bert_tiny_train, "BERT-tiny train step, batch 8, seq 128"),
     "resnet18_infer": (make_resnet18_infer, "ResNet-18 inference, batch 1, 224x224"),
+}
+
+
+# ---- throughput (DLPerf-style): samples per second of training, on cuda when present -------------
+
+def _device(fw):
+    return "cuda" if fw.cuda.is_available() else "cpu"
+
+
+def make_resnet50_throughput(fw, batch=None):
+    """ResNet-50 training at 224x224, SGD with momentum; batch 8 on CPU, 64 on a GPU."""
+    device = _device(fw)
+    batch = batch or (64 if device == "cuda" else 8)
+    model = _resnet(fw, 50, 1000, cifar_stem=False).to(device)
+    optimizer = fw.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = fw.randn(batch, 3, 224, 224, device=device)
+    y = fw.randint(0, 1000, (batch,), device=device)
+    return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y), batch
+
+
+def make_bert_base_throughput(fw, batch=None):
+    """BERT-base (12 layers, d_model 768, 12 heads, vocab 30522) training at seq 128; batch 4 on
+    CPU, 32 on a GPU."""
+    device = _device(fw)
+    batch = batch or (32 if device == "cuda" else 4)
+    cfg = _BertConfig(vocab=30522, d_model=768, heads=12, layers=12, seq=128, batch=batch)
+    return _bert_train(fw, cfg, device), batch
+
+
+THROUGHPUT = {
+    "resnet50": (make_resnet50_throughput, "ResNet-50 train, 224x224"),
+    "bert_base": (make_bert_base_throughput, "BERT-base train, seq 128"),
 }

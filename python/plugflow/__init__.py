@@ -52,6 +52,8 @@ from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, 
                         linspace, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
                         randn_like, randint_like, randperm)
 from . import return_types, cuda
+from ._memory import (memory_stats, memory_allocated, max_memory_allocated, reset_peak_memory_stats,  # noqa: E402
+                      empty_cache)
 from . import autograd  # noqa: E402
 from .autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled,  # noqa: E402
                        is_inference_mode_enabled)

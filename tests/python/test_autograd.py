@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, check_double_backward, from_torch, random_pair
 
 SEEDS = range(4)
 
@@ -22,24 +22,11 @@ def leaves(rng, shape, low=-2.0, high=2.0, dtype="float64", layout="contiguous")
     """The same random values as a plugflow leaf and a torch leaf, both requiring grad.
 
     layout: "contiguous", "transposed" (first and last dims swapped in memory) or "strided"
-    (every other element of a bigger buffer along the last dim)."""
-    data = rng.uniform(low, high, size=shape).astype(dtype)
-    if layout == "transposed" and len(shape) >= 2:
-        view = np.ascontiguousarray(np.swapaxes(data, 0, -1))
-        p = pf.from_numpy(view.copy()).transpose(0, -1).detach()
-        t = torch.from_numpy(view.copy()).transpose(0, -1).detach()
-    elif layout == "strided" and len(shape) >= 1:
-        big_shape = tuple(shape[:-1]) + (2 * shape[-1],)
-        big = np.zeros(big_shape, dtype=dtype)
-        big[..., ::2] = data
-        p = pf.from_numpy(big.copy())[..., ::2].detach()
-        t = torch.from_numpy(big.copy())[..., ::2].detach()
-    else:
-        p = pf.from_numpy(data.copy())
-        t = torch.from_numpy(data.copy())
+    (every other element of a bigger buffer along the last dim), as in helpers.tensor_pair."""
+    p, t = random_pair(rng, shape, dtype, layout, grad=True, low=low, high=high)
     if layout != "contiguous" and len(shape) >= 1 and p.numel() > 1:
         assert not p.is_contiguous() or layout == "transposed"
-    return p.requires_grad_(), t.requires_grad_()
+    return p, t
 
 
 def tolerance(dtype):
@@ -525,14 +512,6 @@ def test_copy_grad():
 
 # ---- double backward -------------------------------------------------------------------------------
 
-def numerical_jacobian_vector(f, x, v, eps=1e-6):
-    """(f(x + eps v) - f(x - eps v)) / 2eps for a function returning a tensor, in float64."""
-    with pf.no_grad():
-        plus = f(x + eps * v)
-        minus = f(x - eps * v)
-        return (plus - minus) / (2 * eps)
-
-
 SECOND_ORDER = {  # name -> (function, low, high)
     "mul": (lambda a: a * a * 3, -2, 2),
     "div": (lambda a: 1 / (a + 3), -1, 1),
@@ -565,22 +544,7 @@ def test_double_backward_numerically(name):
     """d/dx <v, grad_x <w, f(x)>> computed by double backward equals a finite difference of the
     first derivative (computed by backward) along v."""
     fn, low, high = SECOND_ORDER[name]
-    rng = np.random.default_rng(11)
-    x = pf.from_numpy(rng.uniform(low, high, size=(3, 4))).requires_grad_()
-    w = pf.from_numpy(rng.uniform(-1, 1, size=tuple(fn(x).shape)))
-    v = pf.from_numpy(rng.uniform(-1, 1, size=(3, 4)))
-
-    def first(z):
-        with pf.enable_grad():
-            z = z.detach().requires_grad_()
-            (g,) = pf.autograd.grad((fn(z) * w).sum(), z)
-        return g
-
-    (g,) = pf.autograd.grad((fn(x) * w).sum(), x, create_graph=True)
-    assert g.requires_grad
-    (hv,) = pf.autograd.grad((g * v).sum(), x)
-    expected = numerical_jacobian_vector(first, x.detach(), v)
-    np.testing.assert_allclose(hv.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+    check_double_backward(fn, low, high, seed=11)
 
 
 def test_double_backward_matches_torch():
@@ -1052,17 +1016,24 @@ def test_graph_is_freed():
 
 # ---- autograd.Function ---------------------------------------------------------------------------
 
-class Cube(pf.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, scale):
-        ctx.save_for_backward(x)
-        ctx.scale = scale
-        return x ** 3 * scale
+def cube_function(lib):
+    """x ** 3 * scale as a custom autograd.Function of lib (plugflow or torch) named Cube."""
+    class Cube(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, scale):
+            ctx.save_for_backward(x)
+            ctx.scale = scale
+            return x ** 3 * scale
 
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * x ** 2 * ctx.scale, None
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 3 * x ** 2 * ctx.scale, None
+
+    return Cube
+
+
+Cube = cube_function(pf)
 
 
 class SplitSign(pf.autograd.Function):
@@ -1170,18 +1141,7 @@ def test_function_wrong_number_of_grads():
 
 
 def test_function_in_chain_matches_torch():
-    class TorchCube(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, scale):
-            ctx.save_for_backward(x)
-            ctx.scale = scale
-            return x ** 3 * scale
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return g * 3 * x ** 2 * ctx.scale, None
-
+    TorchCube = cube_function(torch)
     rng = np.random.default_rng(0)
     x, tx = leaves(rng, (3, 4))
     check(rng, lambda a: Cube.apply(a.sin(), 0.5).exp(), lambda a: TorchCube.apply(a.sin(), 0.5).exp(), [x], [tx])

@@ -7,7 +7,7 @@ layouts, batch size 0, and PyTorch's exceptions for bad input.
 
 Every test draws a new seed (printed, so a failure can be replayed with SEED=<n>)."""
 
-import os
+import functools
 
 import numpy as np
 import pytest
@@ -16,52 +16,23 @@ import torch.nn.functional as TF
 
 import plugflow as pf
 import plugflow.nn.functional as F
-from helpers import assert_matches, from_torch, to_torch
+from helpers import assert_matches, backward_both, random_pair, seeded_rng, to_torch
 
 CASES = range(8)  # random configurations per parametrized test
 TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4)}
 LAYOUTS = ["contiguous", "channels_last", "strided"]
+# random_pair with the values in [-1, 1): pair(rng, shape, dtype="float64", layout="contiguous", grad=False)
+pair = functools.partial(random_pair, low=-1.0, high=1.0)
 
 
 @pytest.fixture
 def rng():
-    seed = int(os.environ.get("SEED", np.random.SeedSequence().entropy % 2**32))
-    print(f"SEED={seed}")
-    return np.random.default_rng(seed)
-
-
-def pair(rng, shape, dtype="float64", layout="contiguous", grad=False):
-    """The same random values as a plugflow and a torch tensor, laid out as asked: contiguous,
-    channels-last (the last dim of memory is dim 1) or every other element of a wider last dim."""
-    data = rng.uniform(-1, 1, size=shape).astype(dtype)
-    if layout == "channels_last" and len(shape) >= 3:
-        mem = np.ascontiguousarray(np.moveaxis(data, 1, -1))
-        p = pf.from_numpy(mem.copy()).movedim(-1, 1)
-        t = torch.from_numpy(mem.copy()).movedim(-1, 1)
-    elif layout == "strided" and len(shape) >= 1 and shape[-1] > 0:
-        big = np.zeros(tuple(shape[:-1]) + (2 * shape[-1],), dtype=dtype)
-        big[..., ::2] = data
-        p = pf.from_numpy(big.copy())[..., ::2]
-        t = torch.from_numpy(big.copy())[..., ::2]
-    else:
-        p = pf.from_numpy(data.copy())
-        t = torch.from_numpy(data.copy())
-    if grad:
-        p = p.detach().requires_grad_()
-        t = t.detach().requires_grad_()
-    return p, t
+    return seeded_rng("SEED")
 
 
 def close(actual, expected, dtype="float64"):
     rtol, atol = TOL[dtype]
     assert_matches(actual, expected.detach(), rtol=rtol, atol=atol)
-
-
-def backward_both(rng, out_p, out_t):
-    """Backpropagates one random upstream gradient through both results."""
-    g = torch.from_numpy(rng.uniform(-1, 1, size=tuple(out_t.shape))).to(out_t.dtype)
-    out_t.backward(g)
-    out_p.backward(from_torch(g))
 
 
 def check_grads(pairs, dtype):

@@ -15,30 +15,14 @@ import torch.nn.functional as TF
 import plugflow as pf
 import plugflow.nn as pnn
 import plugflow.nn.functional as PF
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, from_torch, seeded_rng, tensor_pair
 
 REDUCTIONS = ["none", "mean", "sum"]
 
 
 @pytest.fixture
 def rng():
-    seed = int(np.random.SeedSequence().entropy)
-    print(f"numpy seed: {seed}")  # pytest shows it when the test fails
-    return np.random.default_rng(seed)
-
-
-def pair(data, layout="contiguous", grad=False):
-    """numpy data as a plugflow and a torch tensor with the same values, contiguous or as a
-    transposed (non-contiguous) view."""
-    if layout == "transposed" and data.ndim >= 2:
-        base = np.ascontiguousarray(np.swapaxes(data, 0, -1))
-        p, t = pf.from_numpy(base.copy()).transpose(0, -1), torch.from_numpy(base.copy()).transpose(0, -1)
-    else:
-        p, t = pf.from_numpy(np.ascontiguousarray(data).copy()), torch.from_numpy(np.ascontiguousarray(data).copy())
-    if grad:
-        p = p.detach().requires_grad_()
-        t = t.detach().requires_grad_()
-    return p, t
+    return seeded_rng()
 
 
 def close(actual, expected, rtol=1e-9, atol=1e-9):
@@ -88,9 +72,9 @@ def test_cross_entropy_class_indices(rng, reduction, label_smoothing, weighted):
         for ignore in (None, 1):
             n_classes = in_shape[0] if len(in_shape) == 1 else in_shape[1]
             layout = "transposed" if len(in_shape) >= 2 and rng.random() < 0.5 else "contiguous"
-            x_p, x_t = pair(rng.normal(0, 2, size=in_shape), layout, grad=True)
+            x_p, x_t = tensor_pair(rng.normal(0, 2, size=in_shape), layout, grad=True)
             target = class_targets(rng, t_shape, n_classes, ignore)
-            w_p, w_t = pair(rng.uniform(0.2, 2.0, size=n_classes)) if weighted else (None, None)
+            w_p, w_t = tensor_pair(rng.uniform(0.2, 2.0, size=n_classes)) if weighted else (None, None)
             kwargs = dict(reduction=reduction, label_smoothing=label_smoothing)
             if ignore is not None:
                 kwargs["ignore_index"] = ignore
@@ -107,12 +91,12 @@ def test_cross_entropy_class_indices(rng, reduction, label_smoothing, weighted):
 def test_cross_entropy_class_probabilities(rng, reduction, label_smoothing, weighted):
     for shape in [(5,), (4, 3), (3, 4, 5), (2, 1)]:
         n_classes = shape[0] if len(shape) == 1 else shape[1]
-        x_p, x_t = pair(rng.normal(0, 2, size=shape), grad=True)
+        x_p, x_t = tensor_pair(rng.normal(0, 2, size=shape), grad=True)
         class_dim = 0 if len(shape) == 1 else 1
         probs = rng.uniform(0, 1, size=shape)
         probs /= probs.sum(axis=class_dim, keepdims=True)
-        t_p, t_t = pair(probs, "transposed" if len(shape) > 1 else "contiguous", grad=True)
-        w_p, w_t = pair(rng.uniform(0.2, 2.0, size=n_classes)) if weighted else (None, None)
+        t_p, t_t = tensor_pair(probs, "transposed" if len(shape) > 1 else "contiguous", grad=True)
+        w_p, w_t = tensor_pair(rng.uniform(0.2, 2.0, size=n_classes)) if weighted else (None, None)
         out_t = TF.cross_entropy(x_t, t_t, weight=w_t, reduction=reduction, label_smoothing=label_smoothing)
         out_p = PF.cross_entropy(x_p, t_p, weight=w_p, reduction=reduction, label_smoothing=label_smoothing)
         close(out_p, out_t)
@@ -124,9 +108,9 @@ def test_cross_entropy_class_probabilities(rng, reduction, label_smoothing, weig
 def test_nll_loss(rng, reduction, weighted):
     for (in_shape, t_shape) in CLASS_SHAPES:
         n_classes = in_shape[0] if len(in_shape) == 1 else in_shape[1]
-        x_p, x_t = pair(rng.normal(-2, 1, size=in_shape), grad=True)
+        x_p, x_t = tensor_pair(rng.normal(-2, 1, size=in_shape), grad=True)
         target = class_targets(rng, t_shape, n_classes, -100)
-        w_p, w_t = pair(rng.uniform(0.2, 2.0, size=n_classes)) if weighted else (None, None)
+        w_p, w_t = tensor_pair(rng.uniform(0.2, 2.0, size=n_classes)) if weighted else (None, None)
         out_t = TF.nll_loss(x_t, torch.from_numpy(target), weight=w_t, reduction=reduction)
         out_p = PF.nll_loss(x_p, pf.from_numpy(target), weight=w_p, reduction=reduction)
         close(out_p, out_t)
@@ -142,14 +126,14 @@ def test_class_losses_degenerate_batches(rng, reduction):
         for loss in ("cross_entropy", "nll_loss"):
             for ls in ((0.0, 0.1) if loss == "cross_entropy" else (None,)):
                 kwargs = {"reduction": reduction} if ls is None else {"reduction": reduction, "label_smoothing": ls}
-                x_p, x_t = pair(x, grad=True)
+                x_p, x_t = tensor_pair(x, grad=True)
                 out_t = getattr(TF, loss)(x_t, torch.from_numpy(target), **kwargs)
                 out_p = getattr(PF, loss)(x_p, pf.from_numpy(target), **kwargs)
                 close(out_p, out_t)
 
 
 def test_cross_entropy_float32(rng):
-    x_p, x_t = pair(rng.normal(0, 3, size=(7, 11)).astype(np.float32), grad=True)
+    x_p, x_t = tensor_pair(rng.normal(0, 3, size=(7, 11)).astype(np.float32), grad=True)
     target = class_targets(rng, (7,), 11)
     out_t = TF.cross_entropy(x_t, torch.from_numpy(target), label_smoothing=0.1)
     out_p = PF.cross_entropy(x_p, pf.from_numpy(target), label_smoothing=0.1)
@@ -229,8 +213,8 @@ def test_regression_losses(rng, case, reduction):
             # subgradient pair); plugflow gives l1's 0. Compared away from d = 0.
             offsets.remove(0.0)
         y = x + rng.choice(offsets, size=shape)
-        x_p, x_t = pair(x, layout, grad=True)
-        y_p, y_t = pair(y, grad=True)
+        x_p, x_t = tensor_pair(x, layout, grad=True)
+        y_p, y_t = tensor_pair(y, grad=True)
         out_t = getattr(TF, fn)(x_t, y_t, reduction=reduction, **kwargs)
         out_p = getattr(PF, fn)(x_p, y_p, reduction=reduction, **kwargs)
         close(out_p, out_t)
@@ -240,8 +224,8 @@ def test_regression_losses(rng, case, reduction):
 
 @pytest.mark.parametrize("fn", ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
 def test_regression_broadcast_warns(rng, fn):
-    x_p, x_t = pair(rng.normal(size=(3, 1)), grad=True)
-    y_p, y_t = pair(rng.normal(size=(3, 4)))
+    x_p, x_t = tensor_pair(rng.normal(size=(3, 1)), grad=True)
+    y_p, y_t = tensor_pair(rng.normal(size=(3, 4)))
     with pytest.warns(UserWarning, match="different to the input size"):
         out_p = getattr(PF, fn)(x_p, y_p)
     with warnings.catch_warnings():
@@ -280,10 +264,10 @@ def test_regression_errors(case):
 @pytest.mark.parametrize("weight", ["none", "full", "broadcast"])
 def test_binary_cross_entropy(rng, reduction, weight):
     for shape in [(), (1,), (4, 5), (2, 3, 3), (0,)]:
-        x_p, x_t = pair(rng.uniform(0.02, 0.98, size=shape), grad=True)
-        t_p, t_t = pair(rng.uniform(0, 1, size=shape), grad=True)
+        x_p, x_t = tensor_pair(rng.uniform(0.02, 0.98, size=shape), grad=True)
+        t_p, t_t = tensor_pair(rng.uniform(0, 1, size=shape), grad=True)
         w_shape = {"none": None, "full": shape, "broadcast": shape[-1:]}[weight]
-        w_p, w_t = pair(rng.uniform(0.1, 2, size=w_shape)) if w_shape is not None else (None, None)
+        w_p, w_t = tensor_pair(rng.uniform(0.1, 2, size=w_shape)) if w_shape is not None else (None, None)
         out_t = TF.binary_cross_entropy(x_t, t_t, weight=w_t, reduction=reduction)
         out_p = PF.binary_cross_entropy(x_p, t_p, weight=w_p, reduction=reduction)
         close(out_p, out_t)
@@ -338,11 +322,11 @@ def test_binary_cross_entropy_with_logits(rng, reduction, weighted, pos_weighted
         x = rng.normal(0, 3, size=shape)
         if x.size:
             x.flat[0] = 60.0 if rng.random() < 0.5 else -60.0  # far in the tails: must stay finite
-        x_p, x_t = pair(x, "transposed" if len(shape) >= 2 else "contiguous", grad=True)
-        t_p, t_t = pair(rng.uniform(0, 1, size=shape), grad=True)
-        w_p, w_t = pair(rng.uniform(0.1, 2, size=shape)) if weighted else (None, None)
+        x_p, x_t = tensor_pair(x, "transposed" if len(shape) >= 2 else "contiguous", grad=True)
+        t_p, t_t = tensor_pair(rng.uniform(0, 1, size=shape), grad=True)
+        w_p, w_t = tensor_pair(rng.uniform(0.1, 2, size=shape)) if weighted else (None, None)
         # PyTorch has no gradient for pos_weight (plugflow has one; not compared).
-        pw_p, pw_t = pair(rng.uniform(0.1, 3, size=shape[-1:])) if pos_weighted else (None, None)
+        pw_p, pw_t = tensor_pair(rng.uniform(0.1, 3, size=shape[-1:])) if pos_weighted else (None, None)
         out_t = TF.binary_cross_entropy_with_logits(x_t, t_t, weight=w_t, reduction=reduction, pos_weight=pw_t)
         out_p = PF.binary_cross_entropy_with_logits(x_p, t_p, weight=w_p, reduction=reduction, pos_weight=pw_p)
         close(out_p, out_t)
@@ -356,10 +340,10 @@ def test_binary_cross_entropy_with_logits(rng, reduction, weighted, pos_weighted
 @pytest.mark.parametrize("log_target", [False, True])
 def test_kl_div(rng, reduction, log_target):
     for shape in [(), (1,), (4, 5), (3, 2, 4), (0, 3)]:
-        x_p, x_t = pair(np.log(rng.uniform(0.05, 1, size=shape)), grad=True)
+        x_p, x_t = tensor_pair(np.log(rng.uniform(0.05, 1, size=shape)), grad=True)
         target = rng.uniform(0.05, 1, size=shape)
         target = np.log(target) if log_target else target
-        t_p, t_t = pair(target, "transposed" if len(shape) >= 2 else "contiguous", grad=True)
+        t_p, t_t = tensor_pair(target, "transposed" if len(shape) >= 2 else "contiguous", grad=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out_t = TF.kl_div(x_t, t_t, reduction=reduction, log_target=log_target)
@@ -371,7 +355,7 @@ def test_kl_div(rng, reduction, log_target):
 
 def test_kl_div_zero_and_negative_targets(rng):
     """target 0 contributes 0 (xlogy), a negative target gives nan, as in PyTorch."""
-    x_p, x_t = pair(rng.normal(size=4), grad=True)
+    x_p, x_t = tensor_pair(rng.normal(size=4), grad=True)
     target = np.array([0.0, 0.3, -0.2, 0.0])
     out_t = TF.kl_div(x_t, torch.from_numpy(target), reduction="none")
     out_p = PF.kl_div(x_p, pf.from_numpy(target), reduction="none")
@@ -438,7 +422,7 @@ def test_loss_modules(rng):
         m_t, m_p = modules_t[name], modules_p[name]
         assert repr(m_p) == repr(m_t)
         assert list(m_p.state_dict()) == list(m_t.state_dict())
-        x_p, x_t = pair(x, grad=True)
+        x_p, x_t = tensor_pair(x, grad=True)
         out_t = m_t(x_t, torch.from_numpy(y))
         out_p = m_p(x_p, pf.from_numpy(y))
         close(out_p, out_t)

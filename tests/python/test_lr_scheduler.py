@@ -5,7 +5,6 @@ synthetic metric, state_dict() save and resume mid-run, resuming with last_epoch
 errors for bad arguments. The same Python float arithmetic runs on both sides, so the lrs must be
 equal, not merely close."""
 
-import os
 import re
 import warnings
 
@@ -15,15 +14,14 @@ import torch
 
 import plugflow as pf
 from plugflow.optim import lr_scheduler
+from helpers import seeded_rng
 
 STEPS = 30
 
 
 @pytest.fixture
 def rng():
-    seed = int(os.environ.get("SCHED_SEED", np.random.SeedSequence().entropy % 2**32))
-    print(f"SCHED_SEED={seed}")
-    return np.random.default_rng(seed)
+    return seeded_rng("SCHED_SEED")
 
 
 @pytest.fixture(autouse=True)

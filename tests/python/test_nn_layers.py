@@ -5,8 +5,6 @@ MultiheadAttention (batch_first, masks of both kinds, key_padding_mask, kdim/vdi
 add_bias_kv, add_zero_attn, need_weights, average_attn_weights, unbatched inputs). Outputs and
 gradients (inputs and parameters), reprs, and PyTorch's errors. Fresh random inputs per run."""
 
-from collections import OrderedDict
-
 import numpy as np
 import pytest
 import torch
@@ -14,30 +12,12 @@ import torch
 import plugflow as pf
 import plugflow.nn as pnn
 import plugflow.nn.functional as PF
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, assert_param_grads_match, load_from_torch, seeded_rng, tensor_pair
 
 
 @pytest.fixture
 def rng():
-    seed = int(np.random.SeedSequence().entropy)
-    print(f"numpy seed: {seed}")  # pytest shows it when the test fails
-    return np.random.default_rng(seed)
-
-
-def load_from_torch(module_p, module_t):
-    state = OrderedDict((k, from_torch(v)) for k, v in module_t.state_dict().items())
-    module_p.load_state_dict(state)
-
-
-def pair(data, layout="contiguous", grad=True):
-    if layout == "transposed" and data.ndim >= 2:
-        base = np.ascontiguousarray(np.swapaxes(data, 0, -1))
-        p, t = pf.from_numpy(base.copy()).transpose(0, -1), torch.from_numpy(base.copy()).transpose(0, -1)
-    else:
-        p, t = pf.from_numpy(np.ascontiguousarray(data).copy()), torch.from_numpy(np.ascontiguousarray(data).copy())
-    if grad:
-        p, t = p.detach().requires_grad_(), t.detach().requires_grad_()
-    return p, t
+    return seeded_rng()
 
 
 TOL = {np.float64: dict(rtol=1e-9, atol=1e-9), np.float32: dict(rtol=2e-5, atol=2e-5)}
@@ -68,13 +48,7 @@ def compare(rng, out_p, out_t, inputs, module_p=None, module_t=None, dtype=np.fl
         else:
             assert_matches(p.grad, t.grad, **grad_tolerance)
     if module_t is not None:
-        grads_t = {n: q.grad for n, q in module_t.named_parameters()}
-        for name, q in module_p.named_parameters():
-            if grads_t[name] is None:
-                assert q.grad is None, name
-            else:
-                assert q.grad is not None, name
-                assert_matches(q.grad, grads_t[name], **grad_tolerance)
+        assert_param_grads_match(module_p, module_t, **grad_tolerance)
 
 
 # ---- Linear, Bilinear, Identity, Flatten -------------------------------------------------------------
@@ -88,15 +62,15 @@ def test_linear(rng, bias, dtype):
         lin_p = pnn.Linear(in_f, out_f, bias=bias).to(pf.float64 if dtype is np.float64 else pf.float32)
         load_from_torch(lin_p, lin_t)
         layout = "transposed" if len(batch) >= 1 and rng.random() < 0.5 else "contiguous"
-        x_p, x_t = pair(rng.normal(size=batch + (in_f,)).astype(dtype), layout)
+        x_p, x_t = tensor_pair(rng.normal(size=batch + (in_f,)).astype(dtype), layout, grad=True)
         compare(rng, lin_p(x_p), lin_t(x_t), [(x_p, x_t)], lin_p, lin_t, dtype)
         assert repr(lin_p) == repr(lin_t)
 
 
 def test_linear_functional_and_errors(rng):
-    x_p, x_t = pair(rng.normal(size=(3, 4)))
-    w_p, w_t = pair(rng.normal(size=(5, 4)))
-    b_p, b_t = pair(rng.normal(size=5))
+    x_p, x_t = tensor_pair(rng.normal(size=(3, 4)), grad=True)
+    w_p, w_t = tensor_pair(rng.normal(size=(5, 4)), grad=True)
+    b_p, b_t = tensor_pair(rng.normal(size=5), grad=True)
     compare(rng, PF.linear(x_p, w_p, b_p), torch.nn.functional.linear(x_t, w_t, b_t), [(x_p, x_t), (w_p, w_t),
                                                                                      (b_p, b_t)])
     with pytest.raises(RuntimeError):
@@ -110,8 +84,8 @@ def test_bilinear(rng, bias):
         bl_t = torch.nn.Bilinear(in1, in2, out, bias=bias).double()
         bl_p = pnn.Bilinear(in1, in2, out, bias=bias).double()
         load_from_torch(bl_p, bl_t)
-        x1_p, x1_t = pair(rng.normal(size=batch + (in1,)), "transposed" if batch else "contiguous")
-        x2_p, x2_t = pair(rng.normal(size=batch + (in2,)))
+        x1_p, x1_t = tensor_pair(rng.normal(size=batch + (in1,)), "transposed" if batch else "contiguous", grad=True)
+        x2_p, x2_t = tensor_pair(rng.normal(size=batch + (in2,)), grad=True)
         compare(rng, bl_p(x1_p, x2_p), bl_t(x1_t, x2_t), [(x1_p, x1_t), (x2_p, x2_t)], bl_p, bl_t)
         assert repr(bl_p) == repr(bl_t)
 
@@ -135,7 +109,7 @@ def test_bilinear_errors(index):
 
 
 def test_identity_flatten_unflatten(rng):
-    x_p, x_t = pair(rng.normal(size=(2, 3, 4, 5)), "transposed")
+    x_p, x_t = tensor_pair(rng.normal(size=(2, 3, 4, 5)), "transposed", grad=True)
     assert pnn.Identity(3, unused=True)(x_p) is x_p
     for args in [(), (0,), (1, 2), (-3, -1), (0, -1)]:
         fl_p, fl_t = pnn.Flatten(*args), torch.nn.Flatten(*args)
@@ -180,7 +154,7 @@ def test_activation_modules(rng, name, args):
     for shape in shapes:
         x = rng.normal(0, 2, size=shape)
         x[np.abs(x) < 1e-3] = 0.5  # keep away from kinks where one-sided derivatives are a choice
-        x_p, x_t = pair(x, "transposed")
+        x_p, x_t = tensor_pair(x, "transposed", grad=True)
         compare(rng, act_p(x_p), act_t(x_t), [(x_p, x_t)], act_p, act_t, **tolerance)
 
 
@@ -270,9 +244,9 @@ def test_multihead_attention(rng, config, masks):
     bf = config.get("batch_first", False)
     kdim, vdim = config.get("kdim", embed), config.get("vdim", embed)
     shape = (lambda L, E: (batch, L, E)) if bf else (lambda L, E: (L, batch, E))
-    q_p, q_t = pair(rng.normal(size=shape(tgt_len, embed)))
-    k_p, k_t = pair(rng.normal(size=shape(src_len, kdim)), "transposed")
-    v_p, v_t = pair(rng.normal(size=shape(src_len, vdim)))
+    q_p, q_t = tensor_pair(rng.normal(size=shape(tgt_len, embed)), grad=True)
+    k_p, k_t = tensor_pair(rng.normal(size=shape(src_len, kdim)), "transposed", grad=True)
+    v_p, v_t = tensor_pair(rng.normal(size=shape(src_len, vdim)), grad=True)
     kwargs_p, kwargs_t = {}, {}
     if masks in ("bool", "mixed"):
         attn_shape = (tgt_len, src_len) if rng.random() < 0.5 else (batch * heads, tgt_len, src_len)
@@ -295,7 +269,7 @@ def test_multihead_self_attention_unbatched(rng):
     mha_t = torch.nn.MultiheadAttention(4, 2).double()
     mha_p = pnn.MultiheadAttention(4, 2).double()
     load_from_torch(mha_p, mha_t)
-    x_p, x_t = pair(rng.normal(size=(5, 4)))
+    x_p, x_t = tensor_pair(rng.normal(size=(5, 4)), grad=True)
     pad = rng.random(5) < 0.4
     pad[0] = False
     out_t = mha_t(x_t, x_t, x_t, key_padding_mask=torch.from_numpy(pad))

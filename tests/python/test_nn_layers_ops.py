@@ -9,7 +9,6 @@ TransformerEncoderLayer / TransformerEncoder / Transformer (dropout=0, post/pre-
 Outputs, input and parameter gradients, buffers, reprs. Fresh random inputs per run."""
 
 import re
-from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -17,31 +16,12 @@ import torch
 
 import plugflow as pf
 import plugflow.nn as pnn
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, assert_param_grads_match, load_from_torch, seeded_rng, tensor_pair
 
 
 @pytest.fixture
 def rng():
-    seed = int(np.random.SeedSequence().entropy)
-    print(f"numpy seed: {seed}")  # pytest shows it when the test fails
-    pf.manual_seed(int(seed % 2**63))
-    return np.random.default_rng(seed)
-
-
-def load_from_torch(module_p, module_t):
-    state = OrderedDict((k, from_torch(v)) for k, v in module_t.state_dict().items())
-    module_p.load_state_dict(state)
-
-
-def pair(data, layout="contiguous", grad=True):
-    if layout == "transposed" and data.ndim >= 2:
-        base = np.ascontiguousarray(np.swapaxes(data, 0, -1))
-        p, t = pf.from_numpy(base.copy()).transpose(0, -1), torch.from_numpy(base.copy()).transpose(0, -1)
-    else:
-        p, t = pf.from_numpy(np.ascontiguousarray(data).copy()), torch.from_numpy(np.ascontiguousarray(data).copy())
-    if grad:
-        p, t = p.detach().requires_grad_(), t.detach().requires_grad_()
-    return p, t
+    return seeded_rng(seed_plugflow=True)
 
 
 def compare(rng, out_p, out_t, inputs, module_p=None, module_t=None, rtol=1e-9, atol=1e-9):
@@ -53,12 +33,7 @@ def compare(rng, out_p, out_t, inputs, module_p=None, module_t=None, rtol=1e-9, 
     for p, t in inputs:
         assert_matches(p.grad, t.grad, rtol=rtol, atol=atol)
     if module_t is not None:
-        grads_t = {n: q.grad for n, q in module_t.named_parameters()}
-        for name, q in module_p.named_parameters():
-            if grads_t[name] is None:
-                assert q.grad is None, name
-            else:
-                assert_matches(q.grad, grads_t[name], rtol=rtol, atol=atol)
+        assert_param_grads_match(module_p, module_t, rtol=rtol, atol=atol)
 
 
 def compare_buffers(module_p, module_t):
@@ -96,7 +71,7 @@ def test_conv2d(rng, config):
     if config.get("padding_mode") != "circular":  # PyTorch 1.13 pads unbatched inputs circularly for 1-d only
         shapes.append((4, 6, 9))
     for shape in shapes:
-        x_p, x_t = pair(rng.normal(size=shape), "transposed")
+        x_p, x_t = tensor_pair(rng.normal(size=shape), "transposed", grad=True)
         compare(rng, conv_p(x_p), conv_t(x_t), [(x_p, x_t)], conv_p, conv_t)
         conv_p.zero_grad(set_to_none=True)
         conv_t.zero_grad(set_to_none=True)
@@ -108,7 +83,7 @@ def test_conv2d(rng, config):
 def test_conv1d(rng, config):
     conv_p, conv_t = same_modules(rng, "Conv1d", 4, 6, **config)
     for shape in [(3, 4, 9), (4, 7)]:
-        x_p, x_t = pair(rng.normal(size=shape))
+        x_p, x_t = tensor_pair(rng.normal(size=shape), grad=True)
         compare(rng, conv_p(x_p), conv_t(x_t), [(x_p, x_t)], conv_p, conv_t)
         conv_p.zero_grad(set_to_none=True)
         conv_t.zero_grad(set_to_none=True)
@@ -118,7 +93,7 @@ def test_conv1d(rng, config):
                                     dict(kernel_size=(2, 3), stride=(2, 1), groups=2, bias=False, dilation=2)])
 def test_conv_transpose2d(rng, config):
     conv_p, conv_t = same_modules(rng, "ConvTranspose2d", 4, 6, **config)
-    x_p, x_t = pair(rng.normal(size=(2, 4, 5, 6)), "transposed")
+    x_p, x_t = tensor_pair(rng.normal(size=(2, 4, 5, 6)), "transposed", grad=True)
     compare(rng, conv_p(x_p), conv_t(x_t), [(x_p, x_t)], conv_p, conv_t)
 
 
@@ -127,12 +102,12 @@ def test_conv_transpose2d(rng, config):
 def test_conv_transpose1d(rng, config):
     conv_p, conv_t = same_modules(rng, "ConvTranspose1d", 4, 6, **config)
     for shape in [(2, 4, 5), (4, 3)]:
-        x_p, x_t = pair(rng.normal(size=shape))
+        x_p, x_t = tensor_pair(rng.normal(size=shape), grad=True)
         compare(rng, conv_p(x_p), conv_t(x_t), [(x_p, x_t)], conv_p, conv_t)
         conv_p.zero_grad(set_to_none=True)
         conv_t.zero_grad(set_to_none=True)
     x = rng.normal(size=(1, 4, 5))
-    x_p, x_t = pair(x)
+    x_p, x_t = tensor_pair(x, grad=True)
     size = [15] if config.get("stride", 1) > 1 else None  # valid sizes: 14..16 for this input
     compare(rng, conv_p(x_p, output_size=size), conv_t(x_t, output_size=size), [(x_p, x_t)])
 
@@ -141,7 +116,7 @@ def test_conv_transpose2d_output_size(rng):
     conv_p, conv_t = same_modules(rng, "ConvTranspose2d", 2, 3, 3, stride=2, padding=1)
     x = rng.normal(size=(1, 2, 4, 4))
     for size in [(7, 7), (8, 8), [1, 3, 8, 7]]:
-        x_p, x_t = pair(x)
+        x_p, x_t = tensor_pair(x, grad=True)
         compare(rng, conv_p(x_p, output_size=size), conv_t(x_t, output_size=size), [(x_p, x_t)])
     with pytest.raises(ValueError, match="requested an output size of"):
         conv_p(pf.from_numpy(x), output_size=(10, 10))
@@ -194,7 +169,7 @@ def test_pooling(rng, cls, kwargs):
     pool_p, pool_t = same_modules(rng, cls, **kwargs)
     shapes = [(2, 3, 7), (6, 5)] if cls.endswith("1d") else [(2, 3, 7, 8), (3, 6, 5)]
     for shape in shapes:
-        x_p, x_t = pair(rng.normal(size=shape), "transposed")
+        x_p, x_t = tensor_pair(rng.normal(size=shape), "transposed", grad=True)
         compare(rng, pool_p(x_p), pool_t(x_t), [(x_p, x_t)])
 
 
@@ -212,7 +187,7 @@ def test_max_pool_return_indices(rng, cls, arg):
                                     dict(size=4, mode="bilinear", align_corners=True)])
 def test_upsample(rng, kwargs):
     up_p, up_t = same_modules(rng, "Upsample", **kwargs)
-    x_p, x_t = pair(rng.normal(size=(2, 3, 4, 5)))
+    x_p, x_t = tensor_pair(rng.normal(size=(2, 3, 4, 5)), grad=True)
     compare(rng, up_p(x_p), up_t(x_t), [(x_p, x_t)])
     assert repr(pnn.UpsamplingNearest2d(scale_factor=2)) == repr(torch.nn.UpsamplingNearest2d(scale_factor=2))
     assert repr(pnn.UpsamplingBilinear2d(size=3)) == repr(torch.nn.UpsamplingBilinear2d(size=3))
@@ -227,7 +202,7 @@ def test_upsample(rng, kwargs):
 def test_batch_norm_training_and_eval(rng, cls, shape, momentum, affine):
     bn_p, bn_t = same_modules(rng, cls, 4, momentum=momentum, affine=affine, eps=1e-3)
     for step in range(3):  # running statistics accumulate over several batches
-        x_p, x_t = pair(rng.normal(rng.uniform(-2, 2), rng.uniform(0.5, 3), size=shape), "transposed")
+        x_p, x_t = tensor_pair(rng.normal(rng.uniform(-2, 2), rng.uniform(0.5, 3), size=shape), "transposed", grad=True)
         compare(rng, bn_p(x_p), bn_t(x_t), [(x_p, x_t)], bn_p, bn_t)
         compare_buffers(bn_p, bn_t)
         bn_p.zero_grad(set_to_none=True)
@@ -235,7 +210,7 @@ def test_batch_norm_training_and_eval(rng, cls, shape, momentum, affine):
     assert bn_p.num_batches_tracked.item() == 3
     bn_p.eval()
     bn_t.eval()
-    x_p, x_t = pair(rng.normal(size=shape))
+    x_p, x_t = tensor_pair(rng.normal(size=shape), grad=True)
     compare(rng, bn_p(x_p), bn_t(x_t), [(x_p, x_t)], bn_p, bn_t)
     compare_buffers(bn_p, bn_t)
 
@@ -246,7 +221,7 @@ def test_batch_norm_without_running_stats(rng):
     for mode in ("train", "eval"):  # batch statistics either way
         getattr(bn_p, mode)()
         getattr(bn_t, mode)()
-        x_p, x_t = pair(rng.normal(size=(2, 3, 4, 4)))
+        x_p, x_t = tensor_pair(rng.normal(size=(2, 3, 4, 4)), grad=True)
         compare(rng, bn_p(x_p), bn_t(x_t), [(x_p, x_t)], bn_p, bn_t)
 
 
@@ -271,14 +246,14 @@ def test_layer_norm(rng, shape, normalized, affine):
         for p in ln_t.parameters():
             p.copy_(torch.from_numpy(rng.normal(size=tuple(p.shape))))
     load_from_torch(ln_p, ln_t)
-    x_p, x_t = pair(rng.normal(size=shape), "transposed")
+    x_p, x_t = tensor_pair(rng.normal(size=shape), "transposed", grad=True)
     compare(rng, ln_p(x_p), ln_t(x_t), [(x_p, x_t)], ln_p, ln_t)
 
 
 @pytest.mark.parametrize("groups,channels,shape", [(2, 4, (3, 4, 5)), (3, 6, (2, 6, 2, 3)), (1, 3, (4, 3))])
 def test_group_norm(rng, groups, channels, shape):
     gn_p, gn_t = same_modules(rng, "GroupNorm", groups, channels, eps=1e-4)
-    x_p, x_t = pair(rng.normal(size=shape))
+    x_p, x_t = tensor_pair(rng.normal(size=shape), grad=True)
     compare(rng, gn_p(x_p), gn_t(x_t), [(x_p, x_t)], gn_p, gn_t)
     with pytest.raises(ValueError, match="num_channels must be divisible by num_groups"):
         pnn.GroupNorm(4, 6)
@@ -357,7 +332,7 @@ def test_transformer_encoder_layer(rng, batch_first, norm_first, activation):
                                     activation=activation, batch_first=batch_first, norm_first=norm_first)
     batch, seq = 3, 5
     shape = (batch, seq, 8) if batch_first else (seq, batch, 8)
-    x_p, x_t = pair(rng.normal(size=shape))
+    x_p, x_t = tensor_pair(rng.normal(size=shape), grad=True)
     src_mask = np.triu(np.full((seq, seq), -np.inf), 1)  # causal float mask
     pad = rng.random((batch, seq)) < 0.3
     pad[:, 0] = False
@@ -373,7 +348,7 @@ def test_transformer_encoder(rng):
     enc_p = pnn.TransformerEncoder(layer_p, 2, norm=pnn.LayerNorm(8).double())
     assert repr(enc_p) == repr(enc_t)
     load_from_torch(enc_p, enc_t)
-    x_p, x_t = pair(rng.normal(size=(2, 6, 8)))
+    x_p, x_t = tensor_pair(rng.normal(size=(2, 6, 8)), grad=True)
     pad = np.zeros((2, 6), dtype=bool)
     pad[1, 4:] = True
     out_t = enc_t(x_t, src_key_padding_mask=torch.from_numpy(pad))
@@ -384,7 +359,7 @@ def test_transformer_encoder(rng):
 def test_transformer_encoder_layer_unbatched_and_callable_activation(rng):
     layer_p, layer_t = same_modules(rng, "TransformerEncoderLayer", 4, 2, dim_feedforward=6, dropout=0.0)
     layer_p.activation, layer_t.activation = pnn.SiLU(), torch.nn.SiLU()
-    x_p, x_t = pair(rng.normal(size=(5, 4)))
+    x_p, x_t = tensor_pair(rng.normal(size=(5, 4)), grad=True)
     compare(rng, layer_p(x_p), layer_t(x_t), [(x_p, x_t)], layer_p, layer_t)
 
 
@@ -392,8 +367,8 @@ def test_transformer_decoder(rng):
     model_t = torch.nn.Transformer(8, 2, 1, 2, dim_feedforward=10, dropout=0.0).double()
     model_p = pnn.Transformer(8, 2, 1, 2, dim_feedforward=10, dropout=0.0).double()
     load_from_torch(model_p, model_t)
-    src_p, src_t = pair(rng.normal(size=(5, 2, 8)))
-    tgt_p, tgt_t = pair(rng.normal(size=(4, 2, 8)))
+    src_p, src_t = tensor_pair(rng.normal(size=(5, 2, 8)), grad=True)
+    tgt_p, tgt_t = tensor_pair(rng.normal(size=(4, 2, 8)), grad=True)
     mask_t = torch.nn.Transformer.generate_square_subsequent_mask(4).double()
     mask_p = pnn.Transformer.generate_square_subsequent_mask(4).double()
     assert_matches(mask_p, mask_t)

@@ -16,26 +16,17 @@ import torch
 
 import plugflow as pf
 import plugflow.nn as pnn
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, load_from_torch, seeded_rng
 
 
 @pytest.fixture
 def rng():
-    seed = int(np.random.SeedSequence().entropy)
-    print(f"numpy seed: {seed}")  # pytest shows it when the test fails
-    pf.manual_seed(int(seed % 2**63))  # plugflow's own draws (nn.init) differ per run too
-    return np.random.default_rng(seed)
+    return seeded_rng(seed_plugflow=True)  # plugflow's own draws (nn.init) differ per run too
 
 
 def torch_repr(obj):
     """repr of a torch object with plugflow's names, for comparing printed forms."""
     return repr(obj).replace("torch.", "plugflow.")
-
-
-def load_from_torch(module_p, module_t):
-    """Copies a torch module's parameters and buffers into the plugflow module (strict)."""
-    state = OrderedDict((k, from_torch(v)) for k, v in module_t.state_dict().items())
-    return module_p.load_state_dict(state)
 
 
 # ---- a model built the same way with torch.nn and plugflow.nn -----------------------------------

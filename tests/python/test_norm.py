@@ -6,8 +6,6 @@ non-contiguous layouts, and PyTorch's exceptions for bad input.
 
 Every test draws a fresh seed (printed, so a failure can be replayed with NORM_TEST_SEED=...)."""
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -15,7 +13,7 @@ import torch.nn.functional as TF
 
 import plugflow as pf
 import plugflow.nn.functional as F
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, backward_both, random_pair, seeded_rng
 
 TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4)}
 DTYPES = ["float32", "float64"]
@@ -24,35 +22,7 @@ LAYOUTS = ["contiguous", "transposed", "strided"]
 
 @pytest.fixture
 def rng():
-    seed = int(os.environ.get("NORM_TEST_SEED", np.random.SeedSequence().entropy % (2 ** 32)))
-    print(f"NORM_TEST_SEED={seed}")
-    return np.random.default_rng(seed)
-
-
-def pair_from(data, layout="contiguous", grad=False):
-    """The same values as a plugflow and a torch tensor, contiguous, with dims 0 and -1 swapped
-    in memory, or with a stride of 2 in the last dim."""
-    shape = data.shape
-    if layout == "transposed" and len(shape) >= 2:
-        view = np.ascontiguousarray(np.swapaxes(data, 0, -1))
-        p = pf.from_numpy(view.copy()).transpose(0, -1)
-        t = torch.from_numpy(view.copy()).transpose(0, -1)
-    elif layout == "strided" and len(shape) >= 1:
-        big = np.zeros(tuple(shape[:-1]) + (2 * shape[-1],), dtype=data.dtype)
-        big[..., ::2] = data
-        p = pf.from_numpy(big.copy())[..., ::2]
-        t = torch.from_numpy(big.copy())[..., ::2]
-    else:
-        p = pf.from_numpy(data.copy())
-        t = torch.from_numpy(data.copy())
-    if grad:
-        p = p.detach().requires_grad_()
-        t = t.detach().requires_grad_()
-    return p, t
-
-
-def pair(rng, shape, dtype="float64", layout="contiguous", grad=False, low=-2.0, high=2.0):
-    return pair_from(rng.uniform(low, high, size=shape).astype(dtype), layout, grad)
+    return seeded_rng("NORM_TEST_SEED")
 
 
 def close(actual, expected, dtype="float64"):
@@ -60,16 +30,17 @@ def close(actual, expected, dtype="float64"):
     assert_matches(actual, expected.detach(), rtol=rtol, atol=atol)
 
 
-def backprop_both(rng, out_p, out_t):
-    """Backpropagates the same random gradient through both outputs."""
-    g = rng.uniform(-1, 1, size=tuple(out_t.shape))
-    gt = torch.from_numpy(g).to(out_t.dtype)
-    out_t.backward(gt)
-    out_p.backward(from_torch(gt))
+def check_grads(rng, yp, yt, dtype, pairs):
+    """Backpropagates one random upstream gradient through both outputs; then every (plugflow,
+    torch) input pair has the same grad, except absent optional inputs (plugflow side None)."""
+    backward_both(rng, yp, yt)
+    for p, t in pairs:
+        if p is not None:
+            close(p.grad, t.grad, dtype)
 
 
 def optional_pair(rng, present, shape, dtype, grad=True, low=-2.0, high=2.0):
-    return pair(rng, shape, dtype, grad=grad, low=low, high=high) if present else (None, None)
+    return random_pair(rng, shape, dtype, grad=grad, low=low, high=high) if present else (None, None)
 
 
 def raises_like(exc, match, f):
@@ -94,7 +65,7 @@ def test_batch_norm_training(rng, dtype, ndim, layout):
     has_w, has_b, has_running = (bool(v) for v in rng.integers(0, 2, size=3))
     momentum = float(rng.uniform(0, 1))
     eps = float(10 ** rng.uniform(-6, -2))
-    xp, xt = pair(rng, shape, dtype, layout, grad=True, low=-3, high=5)
+    xp, xt = random_pair(rng, shape, dtype, layout, grad=True, low=-3, high=5)
     wp, wt = optional_pair(rng, has_w, (c,), dtype)
     bp, bt = optional_pair(rng, has_b, (c,), dtype)
     rmp, rmt = optional_pair(rng, has_running, (c,), dtype, grad=False)
@@ -105,12 +76,7 @@ def test_batch_norm_training(rng, dtype, ndim, layout):
     if has_running:
         close(rmp, rmt, dtype)
         close(rvp, rvt, dtype)
-    backprop_both(rng, yp, yt)
-    close(xp.grad, xt.grad, dtype)
-    if has_w:
-        close(wp.grad, wt.grad, dtype)
-    if has_b:
-        close(bp.grad, bt.grad, dtype)
+    check_grads(rng, yp, yt, dtype, [(xp, xt), (wp, wt), (bp, bt)])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -118,15 +84,15 @@ def test_batch_norm_training(rng, dtype, ndim, layout):
 def test_batch_norm_eval(rng, dtype, ndim):
     shape = random_bn_shape(rng, ndim)
     c = shape[1]
-    xp, xt = pair(rng, shape, dtype, "transposed", grad=True)
-    wp, wt = pair(rng, (c,), dtype, grad=True)
-    bp, bt = pair(rng, (c,), dtype, grad=True)
-    rmp, rmt = pair(rng, (c,), dtype)
-    rvp, rvt = pair(rng, (c,), dtype, low=0.1, high=3)
+    xp, xt = random_pair(rng, shape, dtype, "transposed", grad=True)
+    wp, wt = random_pair(rng, (c,), dtype, grad=True)
+    bp, bt = random_pair(rng, (c,), dtype, grad=True)
+    rmp, rmt = random_pair(rng, (c,), dtype)
+    rvp, rvt = random_pair(rng, (c,), dtype, low=0.1, high=3)
     yp = F.batch_norm(xp, rmp, rvp, wp, bp, False)
     yt = TF.batch_norm(xt, rmt, rvt, wt, bt, False)
     close(yp, yt, dtype)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     for a, e in ((xp, xt), (wp, wt), (bp, bt), (rmp, rmt), (rvp, rvt)):
         close(a.grad if a.requires_grad else a, e.grad if e.requires_grad else e, dtype)
 
@@ -137,14 +103,14 @@ def test_batch_norm_running_stats_over_steps(rng):
     rvp, rvt = pf.ones(c), torch.ones(c)
     for step in range(5):
         shape = (int(rng.integers(2, 9)), c, int(rng.integers(1, 5)))
-        xp, xt = pair(rng, shape, "float32", low=step - 2, high=step + 3)
+        xp, xt = random_pair(rng, shape, "float32", low=step - 2, high=step + 3)
         momentum = 0.1 if step % 2 else 0.5
         F.batch_norm(xp, rmp, rvp, training=True, momentum=momentum)
         TF.batch_norm(xt, rmt, rvt, training=True, momentum=momentum)
     close(rmp, rmt, "float32")
     close(rvp, rvt, "float32")
     # Eval after training uses the accumulated statistics.
-    xp, xt = pair(rng, (3, c), "float32")
+    xp, xt = random_pair(rng, (3, c), "float32")
     close(F.batch_norm(xp, rmp, rvp), TF.batch_norm(xt, rmt, rvt), "float32")
 
 
@@ -181,7 +147,7 @@ def test_batch_norm_edges(rng):
     y = F.batch_norm(x.double(), None, None, None, b, training=True)
     assert np.allclose(y.numpy(), np.broadcast_to(b.numpy()[None, :, None], (4, 2, 3)))
     # Two values per channel is enough.
-    xp, xt = pair(rng, (2, 3), grad=True)
+    xp, xt = random_pair(rng, (2, 3), grad=True)
     close(F.batch_norm(xp, None, None, training=True), TF.batch_norm(xt, None, None, training=True))
 
 
@@ -217,39 +183,34 @@ def test_layer_norm(rng, dtype, layout, rep):
     normalized = shape[ndim - k:]
     has_w, has_b = (bool(v) for v in rng.integers(0, 2, size=2))
     eps = float(10 ** rng.uniform(-6, -2))
-    xp, xt = pair(rng, shape, dtype, layout, grad=True)
+    xp, xt = random_pair(rng, shape, dtype, layout, grad=True)
     wp, wt = optional_pair(rng, has_w, normalized, dtype)
     bp, bt = optional_pair(rng, has_b, normalized, dtype)
     yp = F.layer_norm(xp, normalized, wp, bp, eps)
     yt = TF.layer_norm(xt, normalized, wt, bt, eps)
     close(yp, yt, dtype)
-    backprop_both(rng, yp, yt)
-    close(xp.grad, xt.grad, dtype)
-    if has_w:
-        close(wp.grad, wt.grad, dtype)
-    if has_b:
-        close(bp.grad, bt.grad, dtype)
+    check_grads(rng, yp, yt, dtype, [(xp, xt), (wp, wt), (bp, bt)])
 
 
 def test_layer_norm_wide_rows(rng):
     """Long rows (vectorized paths, several row slices across threads)."""
-    xp, xt = pair(rng, (37, 1031), "float32", grad=True)
-    wp, wt = pair(rng, (1031,), "float32", grad=True)
-    bp, bt = pair(rng, (1031,), "float32", grad=True)
+    xp, xt = random_pair(rng, (37, 1031), "float32", grad=True)
+    wp, wt = random_pair(rng, (1031,), "float32", grad=True)
+    bp, bt = random_pair(rng, (1031,), "float32", grad=True)
     yp, yt = F.layer_norm(xp, (1031,), wp, bp), TF.layer_norm(xt, (1031,), wt, bt)
     close(yp, yt, "float32")
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     for a, e in ((xp, xt), (wp, wt), (bp, bt)):
         assert_matches(a.grad, e.grad, rtol=1e-4, atol=1e-3)
 
 
 def test_layer_norm_edges(rng):
     # Size-1 normalized dim: variance 0, the output is the bias.
-    xp, xt = pair(rng, (4, 1), grad=True)
-    bp, bt = pair(rng, (1,), grad=True)
+    xp, xt = random_pair(rng, (4, 1), grad=True)
+    bp, bt = random_pair(rng, (1,), grad=True)
     yp, yt = F.layer_norm(xp, (1,), None, bp), TF.layer_norm(xt, (1,), None, bt)
     close(yp, yt)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(xp.grad, xt.grad)
     close(bp.grad, bt.grad)
     # Empty inputs.
@@ -261,7 +222,7 @@ def test_layer_norm_edges(rng):
     assert w.grad.tolist() == [0, 0, 0]
     assert tuple(F.layer_norm(pf.zeros((2, 0)), (0,)).shape) == (2, 0)
     # torch.Size / list normalized_shape.
-    xp, xt = pair(rng, (2, 3, 4))
+    xp, xt = random_pair(rng, (2, 3, 4))
     close(F.layer_norm(xp, xp.shape[1:]), TF.layer_norm(xt, xt.shape[1:]))
     close(F.layer_norm(xp, [4]), TF.layer_norm(xt, [4]))
 
@@ -291,7 +252,7 @@ def test_group_norm(rng, dtype, layout, rep):
         shape = (2,) + shape[1:]
     has_w, has_b = (bool(v) for v in rng.integers(0, 2, size=2))
     eps = float(10 ** rng.uniform(-6, -2))
-    xp, xt = pair(rng, shape, dtype, layout, grad=True)
+    xp, xt = random_pair(rng, shape, dtype, layout, grad=True)
     wp, wt = optional_pair(rng, has_w, (c,), dtype)
     bp, bt = optional_pair(rng, has_b, (c,), dtype)
     yp = F.group_norm(xp, groups, wp, bp, eps)
@@ -299,12 +260,7 @@ def test_group_norm(rng, dtype, layout, rep):
         wt = torch.ones(c, dtype=xt.dtype)
     yt = TF.group_norm(xt, groups, wt, bt, eps)
     close(yp, yt, dtype)
-    backprop_both(rng, yp, yt)
-    close(xp.grad, xt.grad, dtype)
-    if has_w:
-        close(wp.grad, wt.grad, dtype)
-    if has_b:
-        close(bp.grad, bt.grad, dtype)
+    check_grads(rng, yp, yt, dtype, [(xp, xt), (wp, wt), (bp, bt)])
 
 
 def test_group_norm_errors():
@@ -324,16 +280,16 @@ def test_group_norm_errors():
 
 def test_instance_norm(rng):
     n, c = int(rng.integers(1, 4)), int(rng.integers(1, 4))
-    xp, xt = pair(rng, (n, c, 5, 3), grad=True)
-    wp, wt = pair(rng, (c,), grad=True)
-    rmp, rmt = pair(rng, (c,))
-    rvp, rvt = pair(rng, (c,), low=0.5, high=2)
+    xp, xt = random_pair(rng, (n, c, 5, 3), grad=True)
+    wp, wt = random_pair(rng, (c,), grad=True)
+    rmp, rmt = random_pair(rng, (c,))
+    rvp, rvt = random_pair(rng, (c,), low=0.5, high=2)
     yp = F.instance_norm(xp, rmp, rvp, wp, None, True, 0.3)
     yt = TF.instance_norm(xt, rmt, rvt, wt, None, True, 0.3)
     close(yp, yt)
     close(rmp, rmt)
     close(rvp, rvt)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(xp.grad, xt.grad)
     close(wp.grad, wt.grad)
 
@@ -345,10 +301,10 @@ def test_double_backward(rng, which):
     """grad(x) with create_graph, then the gradient of <grad(x), v> against x, weight and bias."""
     shape = (3, 4, 5)
     c = 4
-    xp, xt = pair(rng, shape, grad=True)
+    xp, xt = random_pair(rng, shape, grad=True)
     wshape = (5,) if which == "layer_norm" else (c,)
-    wp, wt = pair(rng, wshape, grad=True)
-    bp, bt = pair(rng, wshape, grad=True)
+    wp, wt = random_pair(rng, wshape, grad=True)
+    bp, bt = random_pair(rng, wshape, grad=True)
 
     def run(lib, fn, x, w, b):
         if which == "batch_norm":
@@ -381,13 +337,13 @@ def test_embedding(rng, dtype, rep):
     padding_idx = None if rng.integers(0, 2) else int(rng.integers(-v, v))
     by_freq = bool(rng.integers(0, 2))
     layout = ["contiguous", "transposed"][int(rng.integers(0, 2))]
-    wp, wt = pair(rng, (v, d), dtype, layout, grad=True)
+    wp, wt = random_pair(rng, (v, d), dtype, layout, grad=True)
     index_dtype = ["int64", "int32"][int(rng.integers(0, 2))]
     ip, it = pf.from_numpy(idx.astype(index_dtype)), torch.from_numpy(idx.astype(index_dtype))
     yp = F.embedding(ip, wp, padding_idx, scale_grad_by_freq=by_freq)
     yt = TF.embedding(it, wt, padding_idx, scale_grad_by_freq=by_freq)
     close(yp, yt, dtype)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(wp.grad, wt.grad, dtype)
 
 
@@ -395,9 +351,9 @@ def test_embedding_many_duplicates(rng):
     """Many rows hitting a few entries: every contribution accumulates (threads split rows)."""
     v, d = 50, 16
     idx = rng.integers(0, v, size=(4000,))
-    wp, wt = pair(rng, (v, d), "float64", grad=True)
+    wp, wt = random_pair(rng, (v, d), "float64", grad=True)
     yp, yt = F.embedding(pf.from_numpy(idx), wp, 3), TF.embedding(torch.from_numpy(idx), wt, 3)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(wp.grad, wt.grad)
     assert not wp.grad[3].any().item()
 
@@ -405,7 +361,7 @@ def test_embedding_many_duplicates(rng):
 def test_embedding_max_norm(rng):
     v, d = 6, 4
     idx = rng.integers(0, v, size=(3, 2))
-    wp, wt = pair(rng, (v, d), low=-3, high=3)
+    wp, wt = random_pair(rng, (v, d), low=-3, high=3)
     wp.requires_grad_()
     wt.requires_grad_()
     max_norm = float(rng.uniform(0.5, 2))
@@ -414,7 +370,7 @@ def test_embedding_max_norm(rng):
     yt = TF.embedding(torch.from_numpy(idx), wt, max_norm=max_norm, norm_type=norm_type)
     close(yp, yt)
     close(wp, wt)  # renormalized in place
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(wp.grad, wt.grad)
 
 
@@ -443,7 +399,7 @@ def test_embedding_errors():
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
 def test_dropout_statistics_and_gradient(rng, dtype, p):
     shape = (101, 203)
-    xp, _ = pair(rng, shape, dtype, "strided", grad=True, low=0.5, high=2)
+    xp, _ = random_pair(rng, shape, dtype, "strided", grad=True, low=0.5, high=2)
     yp = F.dropout(xp, p)
     x, y = xp.detach().numpy(), yp.detach().numpy()
     kept = y != 0
@@ -551,7 +507,7 @@ def test_alpha_dropout(rng):
 def test_cross_entropy_and_nll(rng, reduction, rep):
     n, c = int(rng.integers(1, 6)), int(rng.integers(2, 6))
     extra = tuple(int(s) for s in rng.integers(1, 4, size=rng.integers(0, 2)))
-    xp, xt = pair(rng, (n, c) + extra, grad=True)
+    xp, xt = random_pair(rng, (n, c) + extra, grad=True)
     target = rng.integers(0, c, size=(n,) + extra)
     ignore = int(rng.integers(0, c)) if rng.integers(0, 2) else -100
     target.flat[0] = 0 if ignore != 0 else 1  # at least one target used
@@ -561,19 +517,19 @@ def test_cross_entropy_and_nll(rng, reduction, rep):
     yp = F.cross_entropy(xp, tp, wp, ignore_index=ignore, reduction=reduction, label_smoothing=smoothing)
     yt = TF.cross_entropy(xt, tt, wt, ignore_index=ignore, reduction=reduction, label_smoothing=smoothing)
     close(yp, yt)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(xp.grad, xt.grad)
-    lp, lt = pair(rng, (n, c) + extra, grad=True)
+    lp, lt = random_pair(rng, (n, c) + extra, grad=True)
     close(F.nll_loss(lp, tp, wp, ignore_index=ignore, reduction=reduction),
           TF.nll_loss(lt, tt, wt, ignore_index=ignore, reduction=reduction))
     # Class-probability targets.
     probs = rng.dirichlet(np.ones(c), size=(n,) + extra)
     probs = np.moveaxis(probs, -1, 1).copy()
-    xp2, xt2 = pair(rng, (n, c) + extra, grad=True)
+    xp2, xt2 = random_pair(rng, (n, c) + extra, grad=True)
     yp = F.cross_entropy(xp2, pf.from_numpy(probs), wp, reduction=reduction, label_smoothing=smoothing)
     yt = TF.cross_entropy(xt2, torch.from_numpy(probs), wt, reduction=reduction, label_smoothing=smoothing)
     close(yp, yt)
-    backprop_both(rng, yp, yt)
+    backward_both(rng, yp, yt)
     close(xp2.grad, xt2.grad)
 
 
@@ -593,7 +549,7 @@ def test_loss_errors():
     raises_like(RuntimeError, r"label_smoothing must be between 0.0 and 1.0",
                 lambda: F.cross_entropy(x, pf.tensor([1, 2, 3]), label_smoothing=1.5))
     # Unbatched (C) input with a 0-d target; everything ignored gives nan for "mean".
-    xp, xt = pair(np.random.default_rng(), (4,), grad=True)
+    xp, xt = random_pair(np.random.default_rng(), (4,), grad=True)
     close(F.cross_entropy(xp, pf.tensor(2)), TF.cross_entropy(xt, torch.tensor(2)))
     assert np.isnan(F.nll_loss(x, pf.tensor([-100, -100, -100])).item())
 
@@ -601,8 +557,8 @@ def test_loss_errors():
 def test_inplace_op_on_results(rng):
     """An in-place op on a result keeps the gradient flowing to the inputs (results are plain
     tensors, not views of a kernel output)."""
-    xp, xt = pair(rng, (3, 4, 5), grad=True)
-    wp, wt = pair(rng, (6, 5), grad=True)
+    xp, xt = random_pair(rng, (3, 4, 5), grad=True)
+    wp, wt = random_pair(rng, (6, 5), grad=True)
     ip, it = pf.tensor([[0, 5], [2, 2]]), torch.tensor([[0, 5], [2, 2]])
     outs_p = [F.batch_norm(xp, None, None, training=True), F.layer_norm(xp, (5,)), F.group_norm(xp, 2),
               F.embedding(ip, wp)]
@@ -611,7 +567,7 @@ def test_inplace_op_on_results(rng):
     for yp, yt in zip(outs_p, outs_t):
         F.relu(yp, inplace=True)
         TF.relu(yt, inplace=True)
-        backprop_both(rng, yp, yt)
+        backward_both(rng, yp, yt)
     close(xp.grad, xt.grad)
     close(wp.grad, wt.grad)
 
@@ -620,21 +576,21 @@ def test_inplace_op_on_results(rng):
 def test_double_backward_other(rng, which):
     """Gradients that depend on the incoming gradient only (linear backward) under create_graph."""
     if which == "batch_norm_eval":
-        xp, xt = pair(rng, (4, 3, 2), grad=True)
-        wp, wt = pair(rng, (3,), grad=True)
+        xp, xt = random_pair(rng, (4, 3, 2), grad=True)
+        wp, wt = random_pair(rng, (3,), grad=True)
         rm, rv = rng.uniform(-1, 1, size=3), rng.uniform(0.5, 2, size=3)
         yp = F.batch_norm(xp, pf.from_numpy(rm), pf.from_numpy(rv), wp)
         yt = TF.batch_norm(xt, torch.from_numpy(rm), torch.from_numpy(rv), wt)
         inputs_p, inputs_t = (xp, wp), (xt, wt)
     elif which == "embedding":
-        wp, wt = pair(rng, (5, 3), grad=True)
+        wp, wt = random_pair(rng, (5, 3), grad=True)
         idx = rng.integers(0, 5, size=(4,))
         # (Not scale_grad_by_freq: PyTorch's double backward ignores it, plugflow's does not.)
         yp = F.embedding(pf.from_numpy(idx), wp, padding_idx=1) ** 2
         yt = TF.embedding(torch.from_numpy(idx), wt, padding_idx=1) ** 2
         inputs_p, inputs_t = (wp,), (wt,)
     else:
-        xp, xt = pair(rng, (6, 7), grad=True)
+        xp, xt = random_pair(rng, (6, 7), grad=True)
         yp = F.dropout(xp, 0.3)
         mask = torch.from_numpy(yp.detach().numpy() != 0).double() * (1 / 0.7)
         yt = (xt * mask) ** 2

@@ -7,7 +7,6 @@ mid-run, closures, zero_grad, and PyTorch's errors for bad hyperparameters and b
 Each test draws a fresh seed (printed, so a failure can be replayed with OPTIM_SEED=<seed>)."""
 
 import itertools
-import os
 import re
 import warnings
 
@@ -17,7 +16,7 @@ import torch
 
 import plugflow as pf
 import plugflow.optim as optim
-from helpers import assert_matches, from_torch, to_torch
+from helpers import assert_matches, from_torch, seeded_rng, to_torch
 
 STEPS = 6
 # Both sides run the same float32 operations; only the rounding of Python scalars may differ.
@@ -26,9 +25,7 @@ TOL = {"float32": dict(rtol=2e-6, atol=1e-6), "float64": dict(rtol=1e-12, atol=1
 
 @pytest.fixture
 def rng():
-    seed = int(os.environ.get("OPTIM_SEED", np.random.SeedSequence().entropy % 2**32))
-    print(f"OPTIM_SEED={seed}")
-    return np.random.default_rng(seed)
+    return seeded_rng("OPTIM_SEED")
 
 
 # ---- helpers ------------------------------------------------------------------------------------

@@ -10,38 +10,12 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, from_torch
+from helpers import assert_matches, backward_both, check_double_backward, from_torch, random_dims, random_pair, tensor_pair
 
 SEEDS = range(6)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-
-def pair(rng, shape, low=-2.0, high=2.0, dtype="float64", layout="contiguous", grad=False):
-    """The same random values as a plugflow and a torch tensor in one of three layouts."""
-    data = rng.uniform(low, high, size=shape).astype(dtype)
-    return pair_from(data, layout, grad)
-
-
-def pair_from(data, layout="contiguous", grad=False):
-    shape = data.shape
-    if layout == "transposed" and len(shape) >= 2:
-        view = np.ascontiguousarray(np.swapaxes(data, 0, -1))
-        p = pf.from_numpy(view.copy()).transpose(0, -1)
-        t = torch.from_numpy(view.copy()).transpose(0, -1)
-    elif layout == "strided" and len(shape) >= 1:
-        big = np.zeros(tuple(shape[:-1]) + (2 * shape[-1],), dtype=data.dtype)
-        big[..., ::2] = data
-        p = pf.from_numpy(big.copy())[..., ::2]
-        t = torch.from_numpy(big.copy())[..., ::2]
-    else:
-        p = pf.from_numpy(data.copy())
-        t = torch.from_numpy(data.copy())
-    if grad:
-        p = p.detach().requires_grad_()
-        t = t.detach().requires_grad_()
-    return p, t
-
 
 TOL = {"float64": (1e-9, 1e-9), "float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (2e-2, 2e-2)}
 
@@ -51,27 +25,8 @@ def close(actual, expected, dtype="float64", rtol=None, atol=None):
     assert_matches(actual, expected.detach(), rtol=rtol or r, atol=atol or a)
 
 
-def backprop_both(rng, out_p, out_t):
-    """Backpropagates the same random gradient through both outputs."""
-    g = rng.uniform(-1, 1, size=tuple(out_t.shape))
-    gt = torch.from_numpy(g).to(out_t.dtype)
-    out_t.backward(gt)
-    out_p.backward(from_torch(gt))
-
-
 def random_shape(rng, max_dims=3, max_size=5, min_size=1):
     return tuple(int(s) for s in rng.integers(min_size, max_size + 1, size=rng.integers(1, max_dims + 1)))
-
-
-def random_dims(rng, ndim):
-    """None, an int (maybe negative) or a tuple of distinct dims."""
-    kind = rng.integers(0, 3)
-    if kind == 0:
-        return None
-    if kind == 1:
-        return int(rng.integers(-ndim, ndim))
-    count = int(rng.integers(1, ndim + 1))
-    return tuple(int(d) for d in rng.permutation(ndim)[:count])
 
 
 LAYOUTS = ["contiguous", "transposed", "strided"]
@@ -86,7 +41,7 @@ def test_var_std_values_and_grad(seed, op, dtype):
     rng = np.random.default_rng(seed)
     shape = random_shape(rng)
     layout = LAYOUTS[seed % 3]
-    p, t = pair(rng, shape, dtype=dtype, layout=layout, grad=True)
+    p, t = random_pair(rng, shape, dtype=dtype, layout=layout, grad=True)
     dims = random_dims(rng, len(shape))
     keepdim = bool(seed % 2)
     variant = seed % 3
@@ -100,13 +55,13 @@ def test_var_std_values_and_grad(seed, op, dtype):
     out_t = getattr(t, op)(dims, keepdim=keepdim, **kwargs)
     close(out_p, out_t, dtype)
     close(getattr(pf, op)(p, dims, keepdim=keepdim, **kwargs), out_t, dtype)
-    backprop_both(rng, out_p, out_t)
+    backward_both(rng, out_p, out_t)
     close(p.grad, t.grad, dtype, rtol=1e-4 if dtype == "float32" else None, atol=1e-4 if dtype == "float32" else None)
 
 
 def test_var_std_overloads():
     rng = np.random.default_rng(0)
-    p, t = pair(rng, (4, 5))
+    p, t = random_pair(rng, (4, 5))
     close(p.var(), t.var())
     close(p.var(False), t.var(False))
     close(p.std(True), t.std(True))
@@ -122,7 +77,7 @@ def test_var_std_overloads():
 @pytest.mark.parametrize("seed", range(3))
 def test_var_mean_std_mean(op, seed):
     rng = np.random.default_rng(seed)
-    p, t = pair(rng, (3, 4, 2), layout=LAYOUTS[seed], grad=True)
+    p, t = random_pair(rng, (3, 4, 2), layout=LAYOUTS[seed], grad=True)
     dims = [None, 1, (0, 2)][seed]
     vp, mp = getattr(pf, op)(p, dims, keepdim=bool(seed % 2), correction=seed % 2)
     vt, mt = getattr(torch, op)(t, dims, keepdim=bool(seed % 2), correction=seed % 2)
@@ -176,11 +131,11 @@ def test_var_half_precision():
 
 def test_var_large_and_parallel():
     rng = np.random.default_rng(2)
-    p, t = pair(rng, (300, 257), low=100, high=101)  # a large mean: Welford keeps precision
+    p, t = random_pair(rng, (300, 257), low=100, high=101)  # a large mean: Welford keeps precision
     close(p.var(0), t.var(0))
     close(p.var(1), t.var(1))
     close(p.var(), t.var())
-    p32, t32 = pair(rng, (513, 130), low=1000, high=1001, dtype="float32")
+    p32, t32 = random_pair(rng, (513, 130), low=1000, high=1001, dtype="float32")
     close(p32.var(0), t32.var(0), "float32", rtol=1e-4, atol=1e-4)
     close(p32.std(), t32.std(), "float32", rtol=1e-4, atol=1e-4)
 
@@ -205,7 +160,7 @@ def test_var_errors():
 def test_logsumexp(seed):
     rng = np.random.default_rng(seed)
     shape = random_shape(rng)
-    p, t = pair(rng, shape, -30, 30, layout=LAYOUTS[seed % 3], grad=True)
+    p, t = random_pair(rng, shape, low=-30, high=30, layout=LAYOUTS[seed % 3], grad=True)
     dims = random_dims(rng, len(shape))
     if dims is None:
         dims = tuple(range(len(shape)))
@@ -215,7 +170,7 @@ def test_logsumexp(seed):
     close(out_p, out_t)
     close(pf.logsumexp(p, dims, keepdim), out_t)
     assert out_p.grad_fn.name() == "LogsumexpBackward0"
-    backprop_both(rng, out_p, out_t)
+    backward_both(rng, out_p, out_t)
     close(p.grad, t.grad)
 
 
@@ -249,7 +204,7 @@ def test_norm_values_and_grad(p_value, seed):
     if seed >= 2 and flat.size > 2:
         flat[0] = 0.0  # exact zeros: the backward's masking
         flat[-1] = 0.0
-    p, t = pair_from(data, LAYOUTS[seed % 3], grad=True)
+    p, t = tensor_pair(data, LAYOUTS[seed % 3], grad=True)
     dims = random_dims(rng, len(shape))
     keepdim = bool(seed % 2)
     kw = {} if p_value is None else {"p": p_value}
@@ -261,7 +216,7 @@ def test_norm_values_and_grad(p_value, seed):
     close(pf.norm(p, **kw), out_t)
     if p_value in (0,):
         return
-    backprop_both(rng, out_p, out_t)
+    backward_both(rng, out_p, out_t)
     close(p.grad, t.grad)
 
 
@@ -277,7 +232,7 @@ def test_norm_all_zero_slice_and_ties():
 
 def test_norm_dtype_and_edge_cases():
     rng = np.random.default_rng(3)
-    p, t = pair(rng, (3, 4), dtype="float32")
+    p, t = random_pair(rng, (3, 4), dtype="float32")
     close(p.norm(p=2, dim=1, dtype=pf.float64), t.norm(p=2, dim=1, dtype=torch.float64))
     close(pf.norm(p, 3, dim=0, keepdim=True), torch.norm(t, 3, dim=0, keepdim=True), "float32")
     e = pf.zeros(0, 3)
@@ -323,7 +278,7 @@ def test_all_any(seed, dtype):
     data = (values > 0) if dtype == "bool" else values.astype(dtype)
     if dtype.startswith("float") and data.size:
         data.reshape(-1)[0] = np.nan  # NaN counts as non-zero
-    p, t = pair_from(np.asarray(data), LAYOUTS[seed % 3])
+    p, t = tensor_pair(np.asarray(data), LAYOUTS[seed % 3])
     for op in ("all", "any"):
         assert_matches(getattr(p, op)(), getattr(t, op)())
         assert_matches(getattr(pf, op)(p), getattr(torch, op)(t))
@@ -361,14 +316,14 @@ def test_all_any_edge_cases():
 def test_scan_values_and_grad(seed, op):
     rng = np.random.default_rng(seed)
     shape = random_shape(rng)
-    p, t = pair(rng, shape, 0.5, 1.5, layout=LAYOUTS[seed % 3], grad=True)
+    p, t = random_pair(rng, shape, low=0.5, high=1.5, layout=LAYOUTS[seed % 3], grad=True)
     dim = int(rng.integers(-len(shape), len(shape)))
     out_p = getattr(p, op)(dim)
     out_t = getattr(t, op)(dim)
     close(out_p, out_t)
     close(getattr(pf, op)(p, dim), out_t)
     assert out_p.grad_fn.name() == ("CumsumBackward0" if op == "cumsum" else "CumprodBackward0")
-    backprop_both(rng, out_p, out_t)
+    backward_both(rng, out_p, out_t)
     close(p.grad, t.grad)
 
 
@@ -383,12 +338,12 @@ def test_cumprod_grad_with_zeros(seed):
     data[4, :] = 0.0  # all zeros
     if seed % 2:
         data = data.T.copy()
-    p, t = pair_from(data, LAYOUTS[seed % 3], grad=True)
+    p, t = tensor_pair(data, LAYOUTS[seed % 3], grad=True)
     dim = 1 - seed % 2
     out_p = p.cumprod(dim)
     out_t = t.cumprod(dim)
     close(out_p, out_t)
-    backprop_both(rng, out_p, out_t)
+    backward_both(rng, out_p, out_t)
     close(p.grad, t.grad)
 
 
@@ -435,10 +390,10 @@ def test_scan_edge_sizes_and_large():
     close(p.grad, t.grad, "float32")
     rng = np.random.default_rng(5)
     for layout in LAYOUTS:
-        p, t = pair(rng, (300, 257), layout=layout)
+        p, t = random_pair(rng, (300, 257), layout=layout)
         for dim in (0, 1):
             close(p.cumsum(dim), t.cumsum(dim))
-        p, t = pair(rng, (200, 3, 70), 0.9, 1.1, layout=layout)
+        p, t = random_pair(rng, (200, 3, 70), low=0.9, high=1.1, layout=layout)
         for dim in (0, 1, 2):
             close(p.cumprod(dim), t.cumprod(dim))
 
@@ -468,7 +423,7 @@ def test_scan_inplace_and_errors():
 def test_softmax_values_and_grad(seed, op, dtype):
     rng = np.random.default_rng(seed)
     shape = random_shape(rng)
-    p, t = pair(rng, shape, -10, 10, dtype=dtype, layout=LAYOUTS[seed % 3], grad=True)
+    p, t = random_pair(rng, shape, low=-10, high=10, dtype=dtype, layout=LAYOUTS[seed % 3], grad=True)
     dim = int(rng.integers(-len(shape), len(shape)))
     out_p = getattr(p, op)(dim)
     out_t = getattr(t, op)(dim)
@@ -476,7 +431,7 @@ def test_softmax_values_and_grad(seed, op, dtype):
     close(getattr(pf, op)(p, dim), out_t, dtype)
     close(getattr(pf, op)(p, dim=dim), out_t, dtype)
     assert out_p.grad_fn.name() == ("SoftmaxBackward0" if op == "softmax" else "LogSoftmaxBackward0")
-    backprop_both(rng, out_p, out_t)
+    backward_both(rng, out_p, out_t)
     close(p.grad, t.grad, dtype)
 
 
@@ -495,7 +450,7 @@ def test_softmax_stability_and_special_values(op):
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_dtype_sizes_and_large(op):
     rng = np.random.default_rng(4)
-    p, t = pair(rng, (3, 4), dtype="float32")
+    p, t = random_pair(rng, (3, 4), dtype="float32")
     close(getattr(p, op)(1, dtype=pf.float64), getattr(t, op)(1, dtype=torch.float64))
     close(getattr(p, op)(0, pf.float64), getattr(t, op)(0, torch.float64))
     close(getattr(pf.tensor([1, 2, 3]), op)(0, dtype=pf.float32), getattr(torch.tensor([1, 2, 3]), op)(0, dtype=torch.float32), "float32")
@@ -510,7 +465,7 @@ def test_softmax_dtype_sizes_and_large(op):
     (getattr(tx, op)(0) * 2).backward()
     close(x.grad, tx.grad, "float32")
     for layout in LAYOUTS:
-        p, t = pair(rng, (300, 257), -5, 5, dtype="float32", layout=layout)
+        p, t = random_pair(rng, (300, 257), low=-5, high=5, dtype="float32", layout=layout)
         for dim in (0, 1):
             close(getattr(p, op)(dim), getattr(t, op)(dim), "float32")
 
@@ -547,30 +502,14 @@ SECOND_ORDER = {
 @pytest.mark.parametrize("name", sorted(SECOND_ORDER))
 def test_double_backward(name):
     fn, low, high = SECOND_ORDER[name]
-    rng = np.random.default_rng(13)
-    x = pf.from_numpy(rng.uniform(low, high, size=(3, 4))).requires_grad_()
-    w = pf.from_numpy(rng.uniform(-1, 1, size=tuple(fn(x).shape)))
-    v = pf.from_numpy(rng.uniform(-1, 1, size=(3, 4)))
-
-    def first(z):
-        with pf.enable_grad():
-            z = z.detach().requires_grad_()
-            (g,) = pf.autograd.grad((fn(z) * w).sum(), z)
-        return g
-
-    (g,) = pf.autograd.grad((fn(x) * w).sum(), x, create_graph=True)
-    (hv,) = pf.autograd.grad((g * v).sum(), x)
-    eps = 1e-6
-    with pf.no_grad():
-        expected = (first(x.detach() + eps * v) - first(x.detach() - eps * v)) / (2 * eps)
-    np.testing.assert_allclose(hv.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+    check_double_backward(fn, low, high, seed=13)
 
 
 def test_nn_functional_softmax_family():
     import warnings
 
     rng = np.random.default_rng(8)
-    p, t = pair(rng, (2, 3, 4), dtype="float32")
+    p, t = random_pair(rng, (2, 3, 4), dtype="float32")
     for name in ("softmax", "log_softmax", "softmin"):
         fp = getattr(pf.nn.functional, name)
         ft = getattr(torch.nn.functional, name)

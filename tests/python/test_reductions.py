@@ -5,22 +5,9 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, make_pair, pf_dtype, random_shape, torch_dtype
+from helpers import assert_matches, make_pair, pf_dtype, random_dims, random_shape, torch_dtype
 
 SEEDS = range(8)
-
-
-def random_dims(rng, ndim):
-    """None, one dim (maybe negative) or a tuple of distinct dims."""
-    if ndim == 0:
-        return None
-    kind = rng.integers(0, 3)
-    if kind == 0:
-        return None
-    if kind == 1:
-        return int(rng.integers(-ndim, ndim))
-    count = int(rng.integers(1, ndim + 1))
-    return tuple(int(d) for d in rng.permutation(ndim)[:count])
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -131,3 +131,21 @@ def test_exact_smoke_command():
     r = run_module("-c", "import plugflow as t; print((t.ones(2,3)+t.arange(3)).sum().item())")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "12.0\n"  # (1+0 + 1+1 + 1+2) * 2 rows, as torch computes it
+
+
+def test_cpu_memory_stats_track_tensors():
+    import gc
+    gc.collect()
+    pf.reset_peak_memory_stats()
+    before = pf.memory_allocated()
+    t = pf.empty(1 << 20)  # 4 MiB of float32
+    assert pf.memory_allocated() - before >= 4 << 20
+    assert pf.max_memory_allocated() >= pf.memory_allocated()
+    stats = pf.memory_stats("cpu")
+    assert stats["allocated_bytes.all.current"] == pf.memory_allocated()
+    del t
+    assert pf.memory_allocated() == before
+    assert pf.max_memory_allocated() >= before + (4 << 20)
+    pf.empty_cache()
+    with pytest.raises(RuntimeError):
+        pf.memory_allocated("cuda:0") if not pf.cuda.is_available() else pf.memory_allocated("meta")

@@ -4,7 +4,7 @@ in the default config) and found a GPU; `python -m plugflow.info` says why not o
 from .. import _C
 
 __all__ = ["is_available", "device_count", "current_device", "synchronize", "memory_allocated",
-           "max_memory_allocated", "reset_peak_memory_stats", "empty_cache"]
+           "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "memory_stats"]
 
 
 def is_available():
@@ -54,3 +54,9 @@ def empty_cache():
     """Return cached, unused blocks of the CUDA allocator to the driver."""
     if is_available():
         _C.empty_cache("cuda", current_device())
+
+
+def memory_stats(device=None):
+    """The CUDA allocator's counters, with torch.cuda.memory_stats' key names."""
+    from .._memory import memory_stats as device_memory_stats
+    return device_memory_stats(_C.device("cuda", _index(device)))
