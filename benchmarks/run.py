@@ -80,14 +80,17 @@ class Worker:
         self.proc.wait()
 
 
-def run_workload(name, args):
+def run_workload(name, args, steps):
     workers = {fw: Worker(fw, name, args) for fw in ("torch", "plugflow")}
     try:
         samples = {fw: [] for fw in workers}
         for r in range(args.rounds):
             order = list(workers) if r % 2 == 0 else list(reversed(workers))
             for fw in order:
-                samples[fw].append(workers[fw].ask(f"round {args.steps}"))
+                # Let the other worker's idle threads stop spinning first (OpenMP and OpenBLAS
+                # spin after work), so that neither framework is timed against the other's spin.
+                time.sleep(0.3)
+                samples[fw].append(workers[fw].ask(f"round {steps}"))
         rss = {fw: w.ask("rss") for fw, w in workers.items()}
         info = workers["plugflow"].info
     finally:
@@ -98,13 +101,13 @@ def run_workload(name, args):
 
 
 def throughput_table(args, models):
-    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} CPU threads, median of {args.rounds} rounds x {args.steps} steps")
+    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} CPU threads, median of {args.rounds} rounds")
     print("| model | device | batch | PyTorch samples/s | plugflow samples/s | ratio plugflow/PyTorch |")
     print("|---|---|---:|---:|---:|---:|")
     failed = False
-    for name, (_, label) in models.items():
+    for name, (_, label, steps) in models.items():
         try:
-            med, _, info = run_workload(name, args)
+            med, _, info = run_workload(name, args, args.steps or steps)
         except Exception as e:
             print(f"| {label} | failed: {e} |")
             failed = True
@@ -129,7 +132,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="*", help=f"workloads to run (default: all): {', '.join(WORKLOADS)}")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=5, help="steps timed per round")
+    parser.add_argument("--steps", type=int, default=None, help="steps timed per round (default: per workload)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--throughput", action="store_true",
@@ -142,13 +145,13 @@ def main():
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
-    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} threads, median of {args.rounds} rounds x {args.steps} steps")
+    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} threads, median of {args.rounds} rounds")
     print(f"| workload | PyTorch ms | plugflow ms | ratio PyTorch/plugflow | PyTorch peak RSS MB | plugflow peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|")
     failed = False
     for name in names:
         try:
-            med, rss, _ = run_workload(name, args)
+            med, rss, _ = run_workload(name, args, args.steps or WORKLOADS[name][2])
         except Exception as e:  # one failing workload does not hide the others' figures
             print(f"| {WORKLOADS[name][1]} | failed: {e} |")
             failed = True

@@ -170,12 +170,14 @@ def make_bert_tiny_train(fw):
     return _bert_train(fw, _BertConfig(vocab=1000, d_model=128, heads=2, layers=2, seq=128, batch=8))
 
 
+# name -> (make, label, steps per timed round: enough that a round lasts well over the time idle
+# worker threads take to wake up)
 WORKLOADS = {
-    "small_op": (make_small_op, "1000 x a.add(b), 100 floats"),
-    "mlp_train": (make_mlp, "MLP 64-256-256-10 train step, batch 64"),
-    "resnet18_cifar_train": (make_resnet18_cifar_train, "ResNet-18 train step, batch 16, 32x32"),
-    "bert_tiny_train": (make_bert_tiny_train, "BERT-tiny train step, batch 8, seq 128"),
-    "resnet18_infer": (make_resnet18_infer, "ResNet-18 inference, batch 1, 224x224"),
+    "small_op": (make_small_op, "1000 x a.add(b), 100 floats", 50),
+    "mlp_train": (make_mlp, "MLP 64-256-256-10 train step, batch 64", 100),
+    "resnet18_cifar_train": (make_resnet18_cifar_train, "ResNet-18 train step, batch 16, 32x32", 3),
+    "bert_tiny_train": (make_bert_tiny_train, "BERT-tiny train step, batch 8, seq 128", 5),
+    "resnet18_infer": (make_resnet18_infer, "ResNet-18 inference, batch 1, 224x224", 20),
 }
 
 
@@ -206,6 +208,6 @@ def make_bert_base_throughput(fw, batch=None):
 
 
 THROUGHPUT = {
-    "resnet50": (make_resnet50_throughput, "ResNet-50 train, 224x224"),
-    "bert_base": (make_bert_base_throughput, "BERT-base train, seq 128"),
+    "resnet50": (make_resnet50_throughput, "ResNet-50 train, 224x224", 2),
+    "bert_base": (make_bert_base_throughput, "BERT-base train, seq 128", 2),
 }
