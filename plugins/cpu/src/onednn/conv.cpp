@@ -281,7 +281,7 @@ struct Plan {
   std::vector<std::optional<dnnl::reorder>> input_reorders;
   memory::desc user_output, primitive_output;
   std::optional<dnnl::reorder> output_reorder;
-  int weight_input = -1;  // the input whose reordered form is cached (forward, backward data)
+  int weight_input = -1;  // the input whose reordered form is cached (forward only)
 
   std::mutex weights_mutex;
   std::vector<WeightSlot> weights;  // a few: layers of one shape share a plan (ResNet blocks)
@@ -332,7 +332,8 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
       plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS};
       out_md = pd.diff_src_desc();
       plan->output_arg = DNNL_ARG_DIFF_SRC;
-      plan->weight_input = 1;
+      // Weights are not cached here: in training each weight version reaches backward once,
+      // so a cached copy would never be reused and would only hold memory.
       break;
     }
     case Kind::BackwardWeights: {
