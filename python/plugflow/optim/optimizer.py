@@ -71,6 +71,27 @@ def _check_dense(grad, optimizer_name):
         raise RuntimeError(f"{optimizer_name} does not support sparse gradients")
 
 
+_fused_kernel_cache = {}
+
+
+def _can_fuse(op, param, *tensors):
+    """Whether a fused one-pass step (_C._sgd_step_, _C._adam_step_) may update `param` with the
+    other (possibly None) tensors: grad mode off (the fused ops are invisible to autograd, so
+    differentiable=True keeps the op-by-op path), every tensor dense with param's shape, dtype
+    and device, and a kernel for them on that device (float32/float64 on the CPU today)."""
+    if _C.is_grad_enabled() or not param.is_contiguous():
+        return False
+    for t in tensors:
+        if t is not None and not (t.is_contiguous() and t.dtype == param.dtype and t.shape == param.shape
+                                  and t.device == param.device):
+            return False
+    key = (op, param.device.type, param.dtype)
+    has_kernel = _fused_kernel_cache.get(key)
+    if has_kernel is None:
+        has_kernel = _fused_kernel_cache[key] = _C.chosen_provider(op, param.device.type, param.dtype) != ""
+    return has_kernel
+
+
 class Optimizer:
     r"""Base class for all optimizers.
 
