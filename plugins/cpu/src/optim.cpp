@@ -6,8 +6,8 @@
 // rounded to the parameter's dtype first (what the op-by-op path does when it multiplies by a
 // Python number), so float32 results equal that path's. The plugin is built with ISO C++
 // (-ffp-contract=off) and without -ffast-math, so the compiler neither fuses a multiply into an
-// add nor reassociates. The per-call flags are loop-invariant; -O3 unswitches the loops on them
-// and vectorizes each version.
+// add nor reassociates. SGD's per-call flags are loop-invariant: -O3 unswitches its loop on them
+// and vectorizes each version; Adam's loop has too many, so two are template arguments.
 #include <cmath>
 
 #include "kernels.h"
@@ -81,38 +81,39 @@ void sgd_step_kernel(KernelContext& ctx) {
 
 // ---- Adam / AdamW -----------------------------------------------------------------------------------
 
-template <typename T>
+// Amsgrad and Decay are template flags so that the loop has no control flow left to vectorize
+// around; maximize and the decoupled decay become exact multiplications (by -1 / by 1) instead.
+template <typename T, bool Amsgrad, bool Decay>
 void adam_step_typed(const KernelContext& ctx) {
   T* __restrict param = ctx.input(0).data<T>();
   const T* __restrict grad = ctx.input(1).data<T>();
   T* __restrict exp_avg = ctx.input(2).data<T>();
   T* __restrict exp_avg_sq = ctx.input(3).data<T>();
-  const bool amsgrad = ctx.attr<bool>("amsgrad"), maximize = ctx.attr<bool>("maximize");
   // Without amsgrad input 4 is a placeholder aliasing exp_avg_sq: never touched.
-  T* __restrict max_exp_avg_sq = amsgrad ? ctx.input(4).data<T>() : nullptr;
-  const bool decoupled = ctx.attr<bool>("decoupled_weight_decay");
-  const T param_scale = static_cast<T>(ctx.attr<double>("param_scale"));
-  const double weight_decay_d = ctx.attr<double>("weight_decay");
-  const bool decay = weight_decay_d != 0;
-  const T weight_decay = static_cast<T>(weight_decay_d);
+  T* __restrict max_exp_avg_sq = Amsgrad ? ctx.input(4).data<T>() : nullptr;
+  const T grad_sign = ctx.attr<bool>("maximize") ? T(-1) : T(1);
+  // 1 unless decoupled (AdamW); p·1 is p exactly, so the multiply can stay unconditional.
+  const T param_scale = ctx.attr<bool>("decoupled_weight_decay") ? static_cast<T>(ctx.attr<double>("param_scale")) : T(1);
+  const T weight_decay = static_cast<T>(ctx.attr<double>("weight_decay"));
   const double beta1 = ctx.attr<double>("beta1"), beta2 = ctx.attr<double>("beta2");
   const T b1 = static_cast<T>(beta1), one_minus_b1 = static_cast<T>(1 - beta1);
   const T b2 = static_cast<T>(beta2), one_minus_b2 = static_cast<T>(1 - beta2);
   const T eps = static_cast<T>(ctx.attr<double>("eps"));
   const T neg_step_size = static_cast<T>(-ctx.attr<double>("step_size"));
   const T bias_correction2_sqrt = static_cast<T>(ctx.attr<double>("bias_correction2_sqrt"));
+  // std::sqrt's errno side effect keeps GCC from vectorizing this loop (the SGD one vectorizes);
+  // -fno-math-errno for the plugin would lift that without changing any result.
   parallel_for(ctx.input(0).numel(), kGrainSize, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      T p = param[i];
-      T g = maximize ? -grad[i] : grad[i];
-      if (decoupled) p = p * param_scale;  // param.mul_(1 - lr * weight_decay)
-      if (decay) g = g + weight_decay * p;  // grad.add(param, alpha=weight_decay)
+      const T p = param[i] * param_scale;  // param.mul_(1 - lr * weight_decay) (AdamW)
+      T g = grad[i] * grad_sign;            // -grad with maximize
+      if constexpr (Decay) g = g + weight_decay * p;  // grad.add(param, alpha=weight_decay)
       const T m = exp_avg[i] * b1 + one_minus_b1 * g;        // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
       const T v = exp_avg_sq[i] * b2 + one_minus_b2 * g * g;  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
       exp_avg[i] = m;
       exp_avg_sq[i] = v;
       T second_moment = v;
-      if (amsgrad) {
+      if constexpr (Amsgrad) {
         second_moment = nan_maximum(max_exp_avg_sq[i], v);  // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=...)
         max_exp_avg_sq[i] = second_moment;
       }
@@ -122,9 +123,16 @@ void adam_step_typed(const KernelContext& ctx) {
   });
 }
 
+template <typename T>
+void adam_step_dispatch(const KernelContext& ctx) {
+  const bool amsgrad = ctx.attr<bool>("amsgrad"), decay = ctx.attr<double>("weight_decay") != 0;
+  if (amsgrad) decay ? adam_step_typed<T, true, true>(ctx) : adam_step_typed<T, true, false>(ctx);
+  else decay ? adam_step_typed<T, false, true>(ctx) : adam_step_typed<T, false, false>(ctx);
+}
+
 void adam_step_kernel(KernelContext& ctx) {
   check_dense(ctx, 5);
-  dispatch_float(ctx, [&](auto tag) { adam_step_typed<decltype(tag)>(ctx); });
+  dispatch_float(ctx, [&](auto tag) { adam_step_dispatch<decltype(tag)>(ctx); });
 }
 
 }  // namespace
