@@ -13,6 +13,7 @@ void bind_math(pybind11::module_& m);         // math_bindings.cpp: clamp, lerp,
 void bind_norm(pybind11::module_& m);         // norm_bindings.cpp: batch_norm, layer_norm, group_norm, embedding, dropout, losses
 void bind_indexing(pybind11::module_& m);     // indexing_bindings.cpp: gather, scatter, index_select, where, ...
 void bind_conv(pybind11::module_& m);         // conv_bindings.cpp: conv2d, conv_transpose2d, pooling, upsampling
+void bind_optim(pybind11::module_& m);        // optim_bindings.cpp: _sgd_step_, _adam_step_ (fused optimizer updates)
 }  // namespace plugflow::python
 
 namespace plugflow {

@@ -15,5 +15,6 @@ PYBIND11_MODULE(_C, m) {
   plugflow::python::bind_reduction(m);  // after bind_tensor: adds to the Tensor class
   plugflow::python::bind_norm(m);
   plugflow::python::bind_conv(m);
+  plugflow::python::bind_optim(m);
   plugflow::python::bind_math(m);      // keep last: also adds out= to the functions bound before it
 }

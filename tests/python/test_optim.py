@@ -506,3 +506,79 @@ def test_import_paths():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         optim.SGD([pf.zeros(1, requires_grad=True)], lr=0.1).step()
+
+
+# ---- the fused one-pass steps --------------------------------------------------------------------
+
+# Dense parameters (one above the CPU plugin's grain size, so the kernel runs in parallel) next
+# to non-contiguous ones in the same group: the first take the fused kernel, the others the
+# op-by-op update.
+FUSED_SPECS = [((3, 5), "contiguous"), ((4, 3), "transposed"), ((40001,), "contiguous"), ((7,), "strided"),
+               ((), "contiguous"), ((1,), "contiguous"), ((0, 3), "empty")]
+FUSED_CASES = [("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.25, weight_decay=0.05)),
+               ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, maximize=True)),
+               ("Adam", dict(lr=0.01, weight_decay=0.1, amsgrad=True)), ("Adam", dict(lr=0.01, maximize=True)),
+               ("AdamW", dict(lr=0.01, betas=(0.5, 0.8), weight_decay=0.1)),
+               ("AdamW", dict(lr=0.01, amsgrad=True, maximize=True))]
+FUSED_OPS = {"SGD": ("sgd", "_sgd_step_"), "Adam": ("adam", "_adam_step_"), "AdamW": ("adam", "_adam_step_")}
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "op_by_op"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,kwargs", FUSED_CASES, ids=[f"{n}-{combo_id(c)}" for n, c in FUSED_CASES])
+def test_fused_and_op_by_op_paths_match_torch(rng, monkeypatch, name, kwargs, dtype, fused):
+    module, op = FUSED_OPS[name]
+    calls = []
+    fused_op = getattr(pf._C, op)
+    monkeypatch.setattr(pf._C, op, lambda *a, **k: (calls.append(a[0].shape), fused_op(*a, **k)))
+    if not fused:
+        monkeypatch.setattr(getattr(optim, module), "_can_fuse", lambda *a: False)
+    pf_params, torch_params = make_params(rng, dtype, FUSED_SPECS)
+    pf_opt = getattr(optim, name)(pf_params, **kwargs)
+    torch_opt = getattr(torch.optim, name)(torch_params, **kwargs)
+    steps = 3
+    for _ in range(steps):
+        set_random_grads(rng, pf_params, torch_params)
+        pf_opt.step()
+        torch_opt.step()
+        assert_params_match(pf_params, torch_params, dtype)
+    assert_state_dicts_match(pf_opt.state_dict(), torch_opt.state_dict(), dtype)
+    # (A size-0 gradient made by from_numpy has strides 0, which plugflow does not call contiguous.)
+    dense = [p.shape for p in pf_params if p.is_contiguous() and p.grad.is_contiguous()]
+    assert calls == (dense * steps if fused else [])
+
+
+def test_fused_step_ops_reject_bad_input():
+    p, g = pf.zeros(4), pf.ones(4)
+    sgd = dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False,
+               first_step=False)
+    adam = dict(step=1.0, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
+                decoupled_weight_decay=False)
+    with pytest.raises(RuntimeError, match=r"grad has shape \[5\] but the parameter has shape \[4\]"):
+        pf._C._sgd_step_(p, pf.ones(5), None, **sgd)
+    with pytest.raises(TypeError, match="grad has dtype float64 but the parameter has dtype float32"):
+        pf._C._sgd_step_(p, pf.ones(4, dtype=pf.float64), None, **sgd)
+    with pytest.raises(RuntimeError, match="grad must be contiguous"):
+        pf._C._sgd_step_(p, pf.ones(8)[::2], None, **sgd)
+    with pytest.raises(RuntimeError, match="the parameter must be contiguous"):
+        pf._C._sgd_step_(pf.zeros(8)[::2], g, None, **sgd)
+    with pytest.raises(TypeError, match="expected a floating parameter, got int64"):
+        pf._C._sgd_step_(pf.zeros(4, dtype=pf.int64), pf.ones(4, dtype=pf.int64), None, **sgd)
+    with pytest.raises(ValueError, match="momentum_buffer is required exactly when momentum != 0"):
+        pf._C._sgd_step_(p, g, None, **dict(sgd, momentum=0.9))
+    with pytest.raises(RuntimeError, match="momentum_buffer has shape"):
+        pf._C._sgd_step_(p, g, pf.zeros(3), **dict(sgd, momentum=0.9))
+    with pytest.raises(NotImplementedError, match="sgd_step_"):
+        pf._C._sgd_step_(pf.zeros(4, dtype=pf.float16), pf.ones(4, dtype=pf.float16), None, **sgd)
+    with pytest.raises(RuntimeError, match="exp_avg_sq has shape"):
+        pf._C._adam_step_(p, g, pf.zeros(4), pf.zeros(2), None, **adam)
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        pf._C._adam_step_(p, g, pf.zeros(4), pf.zeros(4), None, **dict(adam, step=0.0))
+    with pytest.raises(ValueError, match="max_exp_avg_sq is required exactly when amsgrad"):
+        pf._C._adam_step_(p, g, pf.zeros(4), pf.zeros(4), None, **dict(adam, amsgrad=True))
+    # A leaf that requires grad may only be stepped with grad mode off, as in-place ops.
+    leaf = pf.zeros(4, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        pf._C._adam_step_(leaf, g, pf.zeros(4), pf.zeros(4), None, **adam)
+    # Nothing was written by the failed calls.
+    assert p.tolist() == [0.0] * 4 and leaf.tolist() == [0.0] * 4

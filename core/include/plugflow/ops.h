@@ -104,3 +104,4 @@ PF_API Tensor matmul(const Tensor& a, const Tensor& b);  // numpy/PyTorch semant
 #include "plugflow/ops_reduction.h"  // var, std, var_mean, logsumexp, norm, all, any, cumsum, cumprod, softmax, log_softmax
 #include "plugflow/ops_norm.h"      // batch_norm, layer_norm, group_norm, embedding, dropout
 #include "plugflow/ops_conv.h"  // conv2d, conv_transpose2d, max/avg/adaptive pooling, upsampling
+#include "plugflow/ops_optim.h"  // sgd_step_, adam_step_: fused optimizer updates

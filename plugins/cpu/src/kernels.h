@@ -16,6 +16,7 @@ void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, c
 void register_norm_kernels(Registrar& reg);       // batch/layer/group norm (+ backward), embedding (+ backward), dropout
 void register_conv_kernels(Registrar& reg);       // conv2d, conv2d_grad_input, conv2d_grad_weight
 void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling, upsampling and their backwards
+void register_optim_kernels(Registrar& reg);      // sgd_step_, adam_step_ (fused optimizer updates)
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients on oneDNN (float32), Priority::Optimized
 

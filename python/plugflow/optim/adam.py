@@ -6,7 +6,7 @@ from typing import List, Optional
 from .. import _C
 from .._C import Tensor
 from .._creation import tensor, zeros, zeros_like
-from .optimizer import Optimizer, _check_dense, _evaluate_closure, _use_grad_for_differentiable
+from .optimizer import Optimizer, _can_fuse, _check_dense, _evaluate_closure, _use_grad_for_differentiable
 
 __all__ = ["Adam", "adam"]
 
@@ -63,13 +63,22 @@ def _adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_st
                  lr, weight_decay, eps, maximize, decoupled_weight_decay, step_on_device=False,
                  differentiable=False):
     """One Adam (or, with decoupled_weight_decay, AdamW) step, in the operation order of PyTorch's
-    single-tensor implementation so float32 results agree to rounding."""
+    single-tensor implementation so float32 results agree to rounding. A dense parameter (with
+    dense state of its dtype) takes the fused one-pass kernel, which follows the same order."""
+    fusable = not (step_on_device or differentiable)
     for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
         exp_avg = exp_avgs[i]
         exp_avg_sq = exp_avg_sqs[i]
         step_t = state_steps[i]
+        max_exp_avg_sq = max_exp_avg_sqs[i] if amsgrad else None
+        if fusable and _can_fuse("adam_step_", param, grads[i], exp_avg, exp_avg_sq, max_exp_avg_sq):
+            step_t += 1
+            _C._adam_step_(param, grads[i], exp_avg, exp_avg_sq, max_exp_avg_sq, step=step_t.item(), lr=lr,
+                           beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                           maximize=maximize, decoupled_weight_decay=decoupled_weight_decay)
+            continue
 
+        grad = grads[i] if not maximize else -grads[i]
         step_t += 1
         if weight_decay != 0:
             if decoupled_weight_decay:
@@ -112,9 +121,13 @@ def _adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_st
 class Adam(Optimizer):
     r"""Adam (Kingma & Ba) with optional L2 weight decay added to the gradient and AMSGrad.
 
-    `foreach` and `fused` are accepted for compatibility; the per-tensor loop always runs (same
-    numbers). plugflow has no CUDA graphs, so `capturable` only keeps the step count and bias
-    correction in tensors on the parameter's device, on any device.
+    Each dense parameter (contiguous, with a contiguous gradient and state of its dtype) is updated
+    by one fused kernel in a single pass over memory whenever it is eligible, whatever `fused` and
+    `foreach` say (fused=False/None included): it gives the same numbers as the per-tensor op
+    sequence, PyTorch's single-tensor ones. Other parameters, `capturable` and `differentiable`
+    run that sequence. fused=True keeps PyTorch's argument checks. plugflow has no CUDA graphs,
+    so `capturable` only keeps the step count and bias correction in tensors on the parameter's
+    device, on any device.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,

@@ -14,7 +14,8 @@ class AdamW(Optimizer):
     r"""Adam whose weight decay shrinks the parameter directly (p *= 1 - lr * weight_decay) instead
     of being added to the gradient. The update is otherwise Adam's, AMSGrad included.
 
-    `foreach` is accepted for compatibility; `capturable` works as in Adam.
+    Dense parameters take the fused one-pass kernel as in Adam (same numbers), so `foreach` is
+    accepted for compatibility only; `capturable` works as in Adam.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,

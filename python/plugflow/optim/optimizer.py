@@ -71,6 +71,29 @@ def _check_dense(grad, optimizer_name):
         raise RuntimeError(f"{optimizer_name} does not support sparse gradients")
 
 
+_fused_kernel_cache = {}
+
+
+def _can_fuse(op, param, *tensors):
+    """Whether a fused one-pass step (_C._sgd_step_, _C._adam_step_) may update `param` with the
+    other (possibly None) tensors: grad mode off (the fused ops are invisible to autograd, so
+    differentiable=True keeps the op-by-op path), every tensor dense with param's shape and
+    dtype, and a kernel for them on param's device (float32/float64 on the CPU today). Tensors on
+    another device fail in the op as they would in the op-by-op update. Runs once per parameter
+    and step, so it stays a few attribute reads."""
+    if _C.is_grad_enabled() or not param.is_contiguous():
+        return False
+    dtype, shape = param.dtype, param.shape
+    for t in tensors:
+        if t is not None and not (t.is_contiguous() and t.dtype == dtype and t.shape == shape):
+            return False
+    key = (op, param.device.type, param.dtype)
+    has_kernel = _fused_kernel_cache.get(key)
+    if has_kernel is None:
+        has_kernel = _fused_kernel_cache[key] = _C.chosen_provider(op, param.device.type, param.dtype) != ""
+    return has_kernel
+
+
 class Optimizer:
     r"""Base class for all optimizers.
 

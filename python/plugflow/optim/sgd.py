@@ -4,7 +4,8 @@ from typing import List, Optional
 
 from .. import _C
 from .._C import Tensor
-from .optimizer import Optimizer, required, _check_dense, _evaluate_closure, _use_grad_for_differentiable
+from .._creation import empty_like
+from .optimizer import Optimizer, required, _can_fuse, _check_dense, _evaluate_closure, _use_grad_for_differentiable
 
 __all__ = ["SGD", "sgd"]
 
@@ -15,7 +16,10 @@ class SGD(Optimizer):
         g = grad (+ weight_decay * p);  b = momentum * b + (1 - dampening) * g  (b = g at first);
         g = g + momentum * b if nesterov else b;  p -= lr * g  (p += with maximize).
 
-    `foreach` is accepted for compatibility; the per-tensor loop always runs (same numbers).
+    Each dense parameter (contiguous, with a contiguous gradient and buffer of its dtype) is
+    updated by one fused kernel in a single pass over memory (PyTorch's `fused`, which SGD 1.13
+    lacks, is implied); others, and differentiable=True, run the per-tensor op sequence. Both give
+    the same numbers, PyTorch's single-tensor ones, so `foreach` is accepted for compatibility only.
     """
 
     def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
@@ -70,8 +74,17 @@ def sgd(params: List[Tensor], d_p_list: List[Tensor], momentum_buffer_list: List
         has_sparse_grad: Optional[bool] = None, foreach: Optional[bool] = None, *, weight_decay: float,
         momentum: float, lr: float, dampening: float, nesterov: bool, maximize: bool):
     """Functional SGD (torch.optim._functional.sgd): updates params in place and fills the
-    None entries of momentum_buffer_list with new buffers."""
+    None entries of momentum_buffer_list with new buffers. Dense parameters take the fused
+    one-pass step when grad mode is off (see SGD)."""
     for i, param in enumerate(params):
+        buf = momentum_buffer_list[i] if momentum != 0 else None
+        if _can_fuse("sgd_step_", param, d_p_list[i], buf):
+            first_step = momentum != 0 and buf is None
+            if first_step:
+                buf = momentum_buffer_list[i] = empty_like(param)
+            _C._sgd_step_(param, d_p_list[i], buf, lr=lr, momentum=momentum, dampening=dampening,
+                          weight_decay=weight_decay, nesterov=nesterov, maximize=maximize, first_step=first_step)
+            continue
         d_p = d_p_list[i] if not maximize else -d_p_list[i]
         if weight_decay != 0:
             d_p = d_p.add(param, alpha=weight_decay)

@@ -1,0 +1,130 @@
+// The optim family (plugflow/ops_optim.h): catalog entries and argument checks of the fused
+// optimizer steps. The kernels (docs/kernels.md, "Optimizer family") update their inputs in
+// place, so the ops have no outputs; the functional layer bumps the storage versions.
+#include <cmath>
+
+#include "plugflow/autograd.h"
+#include "plugflow/dispatch.h"
+#include "plugflow/error.h"
+#include "plugflow/op.h"
+#include "plugflow/ops.h"
+
+namespace plugflow {
+namespace {
+
+// Every operand of a fused step is a dense tensor of the parameter's shape and floating dtype.
+void check_operand(const Tensor& t, const Tensor& param, const char* op, const char* what) {
+  PF_CHECK_T(t.dtype() == param.dtype(), TypeError, op, ": ", what, " has dtype ", dtype_name(t.dtype()),
+             " but the parameter has dtype ", dtype_name(param.dtype()));
+  PF_CHECK(t.sizes() == param.sizes(), op, ": ", what, " has shape ", shape_str(t.sizes()),
+           " but the parameter has shape ", shape_str(param.sizes()));
+  PF_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous");
+}
+
+void check_param(const Tensor& param, const char* op) {
+  PF_CHECK_T(is_floating(param.dtype()), TypeError, op, ": expected a floating parameter, got ",
+             dtype_name(param.dtype()));
+  PF_CHECK(param.is_contiguous(), op, ": the parameter must be contiguous");
+}
+
+// param, grad, momentum_buffer (param itself as a placeholder without momentum).
+std::vector<TensorMeta> sgd_step_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  check_param(in[0], "sgd_step_");
+  check_operand(in[1], in[0], "sgd_step_", "grad");
+  check_operand(in[2], in[0], "sgd_step_", "momentum_buffer");
+  for (const char* name : {"lr", "momentum", "dampening", "weight_decay"}) attrs.get<double>(name);
+  for (const char* name : {"nesterov", "maximize", "first_step"}) attrs.get<bool>(name);
+  return {};
+}
+
+// param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (exp_avg_sq as a placeholder without amsgrad).
+std::vector<TensorMeta> adam_step_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  check_param(in[0], "adam_step_");
+  const char* names[] = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  for (int i = 1; i < 5; ++i) check_operand(in[i], in[0], "adam_step_", names[i]);
+  for (const char* name : {"beta1", "beta2", "eps", "weight_decay", "param_scale", "step_size", "bias_correction2_sqrt"})
+    attrs.get<double>(name);
+  for (const char* name : {"amsgrad", "maximize", "decoupled_weight_decay"}) attrs.get<bool>(name);
+  return {};
+}
+
+const bool kOptimOpsRegistered = [] {
+  register_op("sgd_step_",
+              "sgd_step_(Tensor(a!) param, Tensor grad, Tensor(b!) momentum_buffer, float lr, float momentum, "
+              "float dampening, float weight_decay, bool nesterov, bool maximize, bool first_step)",
+              sgd_step_meta);
+  register_op("adam_step_",
+              "adam_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, "
+              "Tensor(d!) max_exp_avg_sq, float beta1, float beta2, float eps, float weight_decay, "
+              "float param_scale, float step_size, float bias_correction2_sqrt, bool amsgrad, bool maximize, "
+              "bool decoupled_weight_decay)",
+              adam_step_meta);
+  return true;
+}();
+
+// The tensors a step writes: in place and outside autograd, like the op-by-op update under no_grad.
+void check_writable(const Tensor& t) {
+  PF_CHECK(t.defined(), "fused optimizer step: a state tensor is undefined");
+  autograd::check_inplace(t);
+}
+
+}  // namespace
+
+namespace ops {
+
+void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr, double momentum,
+               double dampening, double weight_decay, bool nesterov, bool maximize, bool first_step) {
+  PF_CHECK(param.defined() && grad.defined(), "sgd_step_: param and grad must be defined");
+  const bool has_momentum = momentum != 0;
+  PF_CHECK_T(momentum_buffer.defined() == has_momentum, ValueError,
+             "sgd_step_: a momentum_buffer is required exactly when momentum != 0");
+  check_writable(param);
+  if (has_momentum) check_writable(momentum_buffer);
+  static const OpDef& op = find_op("sgd_step_");
+  const Tensor in[] = {param, grad, has_momentum ? momentum_buffer : param};
+  const Attrs attrs{{"lr", lr},         {"momentum", momentum},     {"dampening", dampening},
+                    {"weight_decay", weight_decay}, {"nesterov", nesterov}, {"maximize", maximize},
+                    {"first_step", first_step}};
+  call_op(op, in, attrs);
+  param.storage()->bump_version();
+  if (has_momentum) momentum_buffer.storage()->bump_version();
+}
+
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& max_exp_avg_sq,
+                double step, double lr, double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
+                bool maximize, bool decoupled_weight_decay) {
+  PF_CHECK(param.defined() && grad.defined(), "adam_step_: param and grad must be defined");
+  PF_CHECK_T(step >= 1, ValueError, "adam_step_: step must be >= 1 (it is incremented before the update), got ",
+             step);
+  PF_CHECK_T(max_exp_avg_sq.defined() == amsgrad, ValueError,
+             "adam_step_: a max_exp_avg_sq is required exactly when amsgrad is set");
+  check_writable(param);
+  check_writable(exp_avg);
+  check_writable(exp_avg_sq);
+  if (amsgrad) check_writable(max_exp_avg_sq);
+  // The scalars of PyTorch's loop, computed in double as Python does.
+  const double bias_correction1 = 1 - std::pow(beta1, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  const double step_size = lr / bias_correction1;
+  const bool shrink = decoupled_weight_decay && weight_decay != 0;
+  static const OpDef& op = find_op("adam_step_");
+  const Tensor in[] = {param, grad, exp_avg, exp_avg_sq, amsgrad ? max_exp_avg_sq : exp_avg_sq};
+  const Attrs attrs{{"beta1", beta1},
+                    {"beta2", beta2},
+                    {"eps", eps},
+                    {"weight_decay", decoupled_weight_decay ? 0.0 : weight_decay},
+                    {"param_scale", shrink ? 1 - lr * weight_decay : 1.0},
+                    {"step_size", step_size},
+                    {"bias_correction2_sqrt", std::sqrt(bias_correction2)},
+                    {"amsgrad", amsgrad},
+                    {"maximize", maximize},
+                    {"decoupled_weight_decay", shrink}};
+  call_op(op, in, attrs);  // no outputs: the kernel runs (and loops over nothing) even when empty
+  param.storage()->bump_version();
+  exp_avg.storage()->bump_version();
+  exp_avg_sq.storage()->bump_version();
+  if (amsgrad) max_exp_avg_sq.storage()->bump_version();
+}
+
+}  // namespace ops
+}  // namespace plugflow
