@@ -92,10 +92,12 @@ int64_t Tensor::stride(int64_t dim) const {
 }
 
 bool Tensor::is_contiguous() const {
+  // An empty tensor is contiguous whatever its strides (PyTorch; numpy gives them zero strides).
+  for (int64_t s : impl_->sizes)
+    if (s == 0) return true;
   int64_t expected = 1;
   for (size_t i = impl_->sizes.size(); i-- > 0;) {
     const int64_t s = impl_->sizes[i];
-    if (s == 0) return true;
     if (s == 1) continue;
     if (impl_->strides[i] != expected) return false;
     expected *= s;

@@ -241,3 +241,9 @@ def test_generator_streams():
     assert isinstance(g1.seed(), int)
     with pytest.raises(TypeError):
         g1.set_state(pf.zeros(3))
+
+
+def test_empty_numpy_arrays_are_contiguous():
+    t = pf.from_numpy(np.zeros((0, 3), dtype=np.float32))
+    assert t.is_contiguous() == torch.from_numpy(np.zeros((0, 3), dtype=np.float32)).is_contiguous()
+    assert pf.empty(3, 0).t().is_contiguous()

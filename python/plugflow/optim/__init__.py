@@ -6,6 +6,7 @@
 
 Updates follow PyTorch's single-tensor (for-loop) implementations operation by operation, so the
 parameters match PyTorch's step for step up to float rounding, and state dicts use PyTorch's format.
+SGD, Adam and AdamW update each dense parameter in one fused kernel with that same arithmetic.
 """
 
 from .optimizer import Optimizer
