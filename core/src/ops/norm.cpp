@@ -236,6 +236,23 @@ void record_affine(const std::shared_ptr<autograd::FunctionNode>& node, const Te
   autograd::record(node, {x, weight, bias}, {out});
 }
 
+// layer_norm / group_norm of an empty input: an empty result whose gradients are zeros shaped
+// like the input and the given weight and bias (PyTorch's).
+Tensor empty_affine_norm(const Tensor& input, const Tensor& weight, const Tensor& bias, const char* node_name) {
+  Tensor out = empty(input.sizes(), input.dtype(), input.device());
+  if (autograd::any_requires_grad({&input, &weight, &bias})) {
+    auto node = autograd::make_node(node_name, [](const Tensors&, const Tensors& s) -> Tensors {
+      const auto zeros_like = [](const Tensor& t) { return t.defined() ? zeros(t.sizes(), t.dtype(), t.device()) : Tensor(); };
+      return {zeros_like(s[0]), zeros_like(s[1]), zeros_like(s[2])};
+    });
+    node->save(input);
+    node->save(weight);
+    node->save(bias);
+    record_affine(node, input, weight, bias, out);
+  }
+  return out;
+}
+
 // ---- composed backward (double backward) -------------------------------------------------------
 //
 // Under create_graph the gradients must themselves be differentiable, so the backward nodes
@@ -397,21 +414,7 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   check_param(bias, input);
   const int64_t n = shape_numel(normalized_shape);
   const int64_t m = n == 0 ? 0 : input.numel() / n;
-  if (input.numel() == 0) {
-    Tensor out = empty(input.sizes(), input.dtype(), input.device());
-    if (autograd::any_requires_grad({&input, &weight, &bias})) {
-      auto node = autograd::make_node("NativeLayerNormBackward0", [](const Tensors&, const Tensors& s) -> Tensors {
-        return {zeros(s[0].sizes(), s[0].dtype(), s[0].device()),
-                s[1].defined() ? zeros(s[1].sizes(), s[1].dtype(), s[1].device()) : Tensor(),
-                s[2].defined() ? zeros(s[2].sizes(), s[2].dtype(), s[2].device()) : Tensor()};
-      });
-      node->save(input);
-      node->save(weight);
-      node->save(bias);
-      record_affine(node, input, weight, bias, out);
-    }
-    return out;
-  }
+  if (input.numel() == 0) return empty_affine_norm(input, weight, bias, "NativeLayerNormBackward0");
   const Tensor x2 = reshape(contiguous(input), {m, n});
   auto vec = [&](const Tensor& t) { return t.defined() ? contiguous(reshape(t, {n})) : x2; };
   static const OpDef& op = find_op("layer_norm");
@@ -470,21 +473,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   check_floating(input, "GroupNormKernelImpl");
   check_param(weight, input);
   check_param(bias, input);
-  if (input.numel() == 0) {
-    Tensor out = empty(input.sizes(), input.dtype(), input.device());
-    if (autograd::any_requires_grad({&input, &weight, &bias})) {
-      auto node = autograd::make_node("NativeGroupNormBackward0", [](const Tensors&, const Tensors& s) -> Tensors {
-        return {zeros(s[0].sizes(), s[0].dtype(), s[0].device()),
-                s[1].defined() ? zeros(s[1].sizes(), s[1].dtype(), s[1].device()) : Tensor(),
-                s[2].defined() ? zeros(s[2].sizes(), s[2].dtype(), s[2].device()) : Tensor()};
-      });
-      node->save(input);
-      node->save(weight);
-      node->save(bias);
-      record_affine(node, input, weight, bias, out);
-    }
-    return out;
-  }
+  if (input.numel() == 0) return empty_affine_norm(input, weight, bias, "NativeGroupNormBackward0");
   const Tensor x3 = as_ncl(input);
   auto vec = [&](const Tensor& t) { return t.defined() ? contiguous(t) : x3; };
   static const OpDef& op = find_op("group_norm");
