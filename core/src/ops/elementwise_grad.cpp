@@ -139,7 +139,9 @@ const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
        }, "o"}},
       {"reciprocal", {[](auto& g, auto&, auto& out, auto&) { return neg(mul(g, mul(out, out))); }, "o"}},
       {"square", {[](auto& g, auto& a, auto&, auto&) { return mul(mul(g, a), Scalar(2)); }, "a"}},
-      {"relu", {[](auto& g, auto&, auto& out, auto&) { return mul(g, mask_as(cmp("gt", out, Scalar(0)), g.dtype())); }, "o"}},
+      // where, not g * float(mask): two passes over memory instead of three (ReLU's backward is
+      // a measurable share of a ResNet training step).
+      {"relu", {[](auto& g, auto&, auto& out, auto&) { return ops::where(cmp("gt", out, Scalar(0)), g, Scalar(0)); }, "o"}},
       {"silu", {[](auto& g, auto& a, auto&, auto&) {
          Tensor s = sigmoid_of(a);
          return mul(g, mul(s, ops::binary("add", mul(a, one_minus(s)), Scalar(1))));
