@@ -64,6 +64,7 @@ __version__ = _C.version()
 # The functional API bound in C++ (plugflow.add, plugflow.exp, plugflow.sum, plugflow.from_numpy,
 # ...): _C lists the names it exports at the top level.
 globals().update({name: getattr(_C, name) for name in _C._public_functions})
+from ._composite import *  # noqa: F401,F403,E402  (allclose, eye, diag, nan_to_num, finfo, normal, ...)
 
 # PyTorch's dtype aliases (torch.float is float32, torch.long is int64, ...).
 float = float32  # noqa: A001
@@ -79,3 +80,4 @@ from . import distributed  # noqa: E402,F401  (plugflow.distributed after `impor
 from . import utils, mock_torch  # noqa: E402,F401  (plugflow.utils.data; mock_torch.enable())
 from .serialization import save, load  # noqa: E402,F401
 from . import optim  # noqa: E402,F401  (plugflow.optim, plugflow.optim.lr_scheduler)
+from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .cuda flags)

@@ -12,7 +12,7 @@ import warnings
 from .. import _C, _creation
 
 __all__ = ["linear", "bilinear", "multi_head_attention_forward", "glu", "hardshrink", "softshrink", "prelu", "rrelu",
-           "rrelu_"]
+           "rrelu_", "cosine_similarity", "pairwise_distance", "normalize", "pixel_shuffle", "pixel_unshuffle"]
 
 
 def linear(input, weight, bias=None):
@@ -327,3 +327,83 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
 
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     return rrelu(input, lower, upper, training, True)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps)) along dim, x1 and x2 broadcast."""
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"expected common dtype for x1 and x2, but got {x1.dtype} and {x2.dtype}")
+    from .._composite import broadcast_tensors
+    x1, x2 = broadcast_tensors(x1, x2)
+    n1 = x1.norm(2, dim, True)
+    n2 = x2.norm(2, dim, True)
+    with _no_grad():
+        n1c = n1.clamp_min(eps)
+        n2c = n2.clamp_min(eps)
+    # PyTorch 1.13 clamps the norms in place under no_grad: the gradient goes through the
+    # unclamped norms, the values use the clamped ones.
+    n1 = n1 + (n1c - n1).detach()
+    n2 = n2 + (n2c - n2).detach()
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def _no_grad():
+    from .. import autograd
+    return autograd.no_grad()
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """The p-norm of x1 - x2 + eps along the last dim."""
+    output_dim = max(x1.dim(), x2.dim())
+    if output_dim == 0:
+        return (x1 - x2 + eps).abs()
+    return (x1 - x2 + eps).norm(p, output_dim - 1, keepdim)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input divided by its p-norm along dim (at least eps)."""
+    if out is not None:
+        raise NotImplementedError("normalize(): out= is not supported by plugflow")
+    denom = input.norm(p, dim, True).clamp_min(eps)
+    return input / denom
+
+
+def pixel_shuffle(input, upscale_factor):
+    """(*, C * r * r, H, W) -> (*, C, H * r, W * r)."""
+    if input.dim() < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but got input with "
+                           f"{input.dim()} dimension(s)")
+    r = int(upscale_factor)
+    if r <= 0:
+        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    c, h, w = input.shape[-3:]
+    if c % (r * r) != 0:
+        raise RuntimeError("pixel_shuffle expects its input's 'channel' dimension to be divisible by the square "
+                           f"of upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+    batch = tuple(input.shape[:-3])
+    nb = len(batch)
+    x = input.reshape(batch + (c // (r * r), r, r, h, w))
+    x = x.permute(*range(nb), nb, nb + 3, nb + 1, nb + 4, nb + 2)
+    return x.reshape(batch + (c // (r * r), h * r, w * r))
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """(*, C, H * r, W * r) -> (*, C * r * r, H, W)."""
+    if input.dim() < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with "
+                           f"{input.dim()} dimension(s)")
+    r = int(downscale_factor)
+    if r <= 0:
+        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    c, h, w = input.shape[-3:]
+    if h % r != 0:
+        raise RuntimeError("pixel_unshuffle expects height to be divisible by downscale_factor, but "
+                           f"input.size(-2)={h} is not divisible by {r}")
+    if w % r != 0:
+        raise RuntimeError("pixel_unshuffle expects width to be divisible by downscale_factor, but "
+                           f"input.size(-1)={w} is not divisible by {r}")
+    batch = tuple(input.shape[:-3])
+    nb = len(batch)
+    x = input.reshape(batch + (c, h // r, r, w // r, r))
+    x = x.permute(*range(nb), nb, nb + 2, nb + 4, nb + 1, nb + 3)
+    return x.reshape(batch + (c * r * r, h // r, w // r))

@@ -1,0 +1,14 @@
+"""plugflow.backends: torch.backends' switches, so scripts that set them run unchanged.
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+The flags are stored and read back; they change nothing in plugflow yet. In particular
+`cudnn.benchmark = True` does not start an algorithm search: how convolution algorithms are
+chosen is set by the config's `optimizations.conv_algo_search`. `cudnn.is_available()` and
+`mkldnn.is_available()` say whether the loaded plugins provide such a library.
+"""
+
+from . import cudnn, mkldnn, cuda  # noqa: F401
+
+__all__ = ["cudnn", "mkldnn", "cuda"]
