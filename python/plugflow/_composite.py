@@ -3,14 +3,21 @@ torch.nan_to_num, torch.finfo, torch.normal, ...), so autograd works through the
 PyTorch's does. Importing this module also installs the matching Tensor methods."""
 
 import builtins
+import functools
 import math
 
 from . import _C, _creation
 from ._C import Tensor
+from . import return_types as _return_types
+from .nn._functional_loss import _type_name
+from .autograd import no_grad
 
 __all__ = [
     "allclose", "isclose", "equal", "eye", "diag", "broadcast_to", "broadcast_tensors", "broadcast_shapes",
     "take_along_dim", "count_nonzero", "nan_to_num", "nan_to_num_", "finfo", "iinfo", "bernoulli", "normal",
+    "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "mode", "bincount", "searchsorted", "bucketize",
+    "histc", "diff", "cdist", "cross", "diagonal", "diag_embed", "trace", "tril_indices", "triu_indices", "rot90",
+    "multinomial", "aminmax", "heaviside", "logaddexp",
 ]
 
 _FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
@@ -30,7 +37,7 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     _check_tensor(input, "isclose")
     _check_tensor(other, "isclose", "other")
     if input.dtype != other.dtype:
-        raise RuntimeError(f"{input.dtype} did not match {other.dtype}")
+        raise RuntimeError(f"{_type_name(input.dtype)} did not match {_type_name(other.dtype)}")
     if rtol < 0:
         raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
     if atol < 0:
@@ -162,7 +169,7 @@ def take_along_dim(input, indices, dim=None):
     _check_tensor(input, "take_along_dim")
     _check_tensor(indices, "take_along_dim", "indices")
     if indices.dtype != _C.int64:
-        raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got {indices.dtype}")
+        raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got {_type_name(indices.dtype)}")
     if dim is None:
         return input.reshape(-1).gather(0, indices.reshape(-1))
     if input.dim() != indices.dim():
@@ -301,7 +308,7 @@ def bernoulli(input, p=None, *, generator=None, out=None):
         raise NotImplementedError("bernoulli(): out= is not supported by plugflow")
     if p is None:
         if input.dtype not in _FLOATS:
-            raise RuntimeError(f"\"bernoulli_tensor_cpu_self_\" not implemented for '{repr(input.dtype).rpartition('.')[2].capitalize()}'")
+            raise RuntimeError(f"\"bernoulli_tensor_cpu_self_\" not implemented for '{_type_name(input.dtype)}'")
         probs = input.detach()
         if builtins.bool(((probs < 0) | (probs > 1) | probs.isnan()).any().item()):
             raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
@@ -332,7 +339,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
                         "with float mean and std")
     ref = mean if mean_t else std
     if ref.dtype not in _FLOATS:
-        raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for '{repr(ref.dtype).rpartition('.')[2].capitalize()}'")
+        raise RuntimeError(f"\"normal_kernel_cpu\" not implemented for '{_type_name(ref.dtype)}'")
     if std_t:
         if builtins.bool((std.detach() < 0).any().item()):
             raise RuntimeError("normal expects all elements of std >= 0.0")
@@ -344,6 +351,560 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
         shape = tuple(ref.shape)
     sample = _C._randn(tuple(shape), ref.dtype, ref.device, generator)
     return sample * std + mean
+
+
+# ---------------------------------------------------------------- order statistics
+
+for _name, _fields in (("median", ("values", "indices")), ("nanmedian", ("values", "indices")),
+                       ("kthvalue", ("values", "indices")), ("mode", ("values", "indices")),
+                       ("aminmax", ("min", "max"))):
+    if not hasattr(_return_types, _name):
+        setattr(_return_types, _name, _return_types._structseq(_name, _fields))
+        _return_types.__all__.append(_name)
+
+
+def _wrap_dim(dim, ndim, allow_scalar=True):
+    n = builtins.max(ndim, 1) if allow_scalar else ndim
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
+def _sorted_last(x):
+    """x (..., n) sorted along the last dim (NaN last, stable) and the count of NaNs (..., 1)."""
+    values, indices = _C.sort(x, dim=-1, stable=True)
+    if x.dtype in _FLOATS:
+        nans = x.isnan().sum(-1, keepdim=True)
+    else:
+        nans = _creation.zeros(tuple(x.shape[:-1]) + (1,), dtype=_C.int64, device=x.device)
+    return values, indices, nans
+
+
+def _select_along(input, dim, keepdim, fn, pick):
+    """Reduce input along dim by picking, per slice, position pick(n, nans) of the sorted slice."""
+    if input.dim() == 0:
+        x = input.reshape(1)
+        dim = 0
+    else:
+        dim = _wrap_dim(dim, input.dim())
+        if input.shape[dim] == 0:
+            raise IndexError(f"{fn}(): Expected reduction dim {dim} to have non-zero size.")
+        x = input.movedim(dim, -1)
+    values, indices, nans = _sorted_last(x)
+    k = pick(x.shape[-1], nans).clamp(0, x.shape[-1] - 1)
+    v = values.gather(-1, k).squeeze(-1)
+    i = indices.gather(-1, k).squeeze(-1)
+    if keepdim and input.dim() > 0:
+        v, i = v.unsqueeze(dim), i.unsqueeze(dim)
+    return getattr(_return_types, fn)((v, i))
+
+
+def _median_impl(input, dim, keepdim, fn, ignore_nan):
+    _check_tensor(input, fn)
+
+    def pick(n, nans):
+        if ignore_nan:
+            return (n - nans - 1).div(2, rounding_mode="floor")
+        # NaN propagates: the first NaN (sorted last) when any, else the lower median
+        return _C.where(nans > 0, n - nans, _creation.full((), (n - 1) // 2, dtype=_C.int64, device=input.device)
+                        + nans * 0)
+
+    if dim is None:
+        if input.numel() == 0:
+            return _creation.full((), math.nan, dtype=input.dtype, device=input.device)
+        return _select_along(input.reshape(-1), 0, False, fn, pick)[0]
+    return _select_along(input, dim, keepdim, fn, pick)
+
+
+def median(input, dim=None, keepdim=False, *, out=None):
+    """The lower median (of all elements, or values and indices along dim); NaN propagates."""
+    return _median_impl(input, dim, keepdim, "median", False)
+
+
+def nanmedian(input, dim=None, keepdim=False, *, out=None):
+    """median ignoring NaNs (NaN only where a slice is all NaN)."""
+    return _median_impl(input, dim, keepdim, "nanmedian", True)
+
+
+def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
+    """The k-th smallest element (1-based) along dim, with its index."""
+    _check_tensor(input, "kthvalue")
+    d = _wrap_dim(dim, input.dim())
+    n = input.shape[d] if input.dim() > 0 else 1
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    return _select_along(input, d, keepdim, "kthvalue",
+                         lambda n, nans: nans * 0 + (k - 1))
+
+
+def mode(input, dim=-1, keepdim=False, *, out=None):
+    """The most frequent value along dim (smallest among ties) and the last index it occurs at."""
+    _check_tensor(input, "mode")
+    if input.dim() == 0:
+        return _return_types.mode((input.clone(), _creation.zeros((), dtype=_C.int64, device=input.device)))
+    dim = _wrap_dim(dim, input.dim())
+    x = input.detach().movedim(dim, -1)
+    n = x.shape[-1]
+    eq = x.unsqueeze(-1) == x.unsqueeze(-2)                      # (..., n, n)
+    counts = eq.sum(-1)                                          # (..., n)
+    best = counts.amax(-1, keepdim=True)
+    cand = counts == best
+    sorted_vals = _C.sort(_C.where(cand, x, x.amax(-1, keepdim=True)), dim=-1)[0]
+    value = sorted_vals.narrow(-1, 0, 1)                         # smallest value among the most frequent
+    pos = _creation.arange(n, dtype=_C.int64, device=x.device)
+    last = _C.where(x == value, pos, pos * 0 - 1).amax(-1)
+    v = input.movedim(dim, -1).gather(-1, last.unsqueeze(-1)).squeeze(-1)
+    if keepdim:
+        v, last = v.unsqueeze(dim), last.unsqueeze(dim)
+    return _return_types.mode((v, last))
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
+    _check_tensor(input, fn)
+    if input.dtype not in (_C.float32, _C.float64):
+        raise RuntimeError(f"{fn}() input tensor must be either float or double dtype")
+    if interpolation not in _INTERPOLATIONS:
+        raise RuntimeError(f"{fn}() interpolation must be one of linear, lower, higher, midpoint or nearest, "
+                           f"but got {interpolation}")
+    scalar_q = not isinstance(q, Tensor)
+    if scalar_q:
+        if not 0 <= q <= 1:
+            raise RuntimeError(f"{fn}() q must be in the range [0, 1] but got {q}")
+        qt = _creation.full((1,), float(q), dtype=input.dtype, device=input.device)
+    else:
+        if q.dim() > 1:
+            raise RuntimeError(f"{fn}() q must be a scalar or 1D tensor")
+        if q.dtype != input.dtype:
+            raise RuntimeError(f"{fn}() q tensor must be same dtype as the input tensor")
+        qd = q.detach()
+        if q.numel() and builtins.bool(((qd < 0) | (qd > 1)).any().item()):
+            raise RuntimeError(f"{fn}() q values must be in the range [0, 1]")
+        scalar_q = q.dim() == 0
+        qt = q.detach().reshape(-1)
+    if dim is None:
+        x = input.reshape(-1)
+        out_shape = [1] * input.dim() if keepdim else []
+    else:
+        d = _wrap_dim(dim, input.dim())
+        x = input.movedim(d, -1) if input.dim() > 0 else input.reshape(1)
+        out_shape = list(input.shape)
+        if input.dim() > 0:
+            if keepdim:
+                out_shape[d] = 1
+            else:
+                del out_shape[d]
+    nq = qt.shape[0]
+    n = x.shape[-1]
+    lead = tuple(x.shape[:-1])
+    if n == 0:
+        result = _creation.full(lead + (nq,), math.nan, dtype=input.dtype, device=input.device)
+    else:
+        values, _, nans = _sorted_last(x)
+        valid = (n - nans).to(input.dtype)                                  # (..., 1)
+        if ignore_nan:
+            ranks = qt * (valid - 1)
+            ranks = _C.where(ranks < 0, ranks * 0, ranks)
+        else:
+            ranks = qt * (n - 1) + valid * 0
+            ranks = _C.where(nans > 0, ranks * 0 + (n - 1), ranks)
+        if interpolation == "lower":
+            ranks = ranks.floor()
+        elif interpolation == "higher":
+            ranks = ranks.ceil()
+        elif interpolation == "nearest":
+            ranks = ranks.round()
+        below = ranks.floor().to(_C.int64)
+        above = ranks.ceil().to(_C.int64).clamp(0, n - 1)
+        v_below = values.gather(-1, below)
+        if interpolation in ("lower", "higher", "nearest"):
+            result = v_below
+        else:
+            weights = ranks - below.to(input.dtype) if interpolation == "linear" else ranks * 0 + 0.5
+            v_above = values.gather(-1, above)
+            result = v_below + weights * (v_above - v_below)
+    result = result.movedim(-1, 0).reshape(tuple([nq] + out_shape))
+    if scalar_q:
+        result = result.squeeze(0)
+    return result
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
+    """The q-th quantiles of input (flattened, or along dim); q a float or a 0/1-D tensor whose
+    dimension leads the result; NaN propagates."""
+    return _quantile_impl(input, q, dim, keepdim, interpolation, "quantile", False)
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
+    """quantile ignoring NaNs."""
+    return _quantile_impl(input, q, dim, keepdim, interpolation, "nanquantile", True)
+
+
+def aminmax(input, *, dim=None, keepdim=False, out=None):
+    """(min, max) of input, overall or along dim."""
+    _check_tensor(input, "aminmax")
+    if dim is None:
+        if input.numel() == 0:
+            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation "
+                               "has no identity.")
+        lo, hi = input.amin(), input.amax()
+        if keepdim:
+            shape = (1,) * input.dim()
+            lo, hi = lo.reshape(shape), hi.reshape(shape)
+        return _return_types.aminmax((lo, hi))
+    d = _wrap_dim(dim, input.dim())
+    if input.dim() > 0 and input.shape[d] == 0:
+        raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation "
+                           "has no identity.")
+    if input.dim() == 0:
+        return _return_types.aminmax((input.clone(), input.clone()))
+    return _return_types.aminmax((input.amin(d, keepdim=keepdim), input.amax(d, keepdim=keepdim)))
+
+
+# ---------------------------------------------------------------- counting and searching
+
+def bincount(input, weights=None, minlength=0):
+    """Occurrences of each non-negative integer in the 1-D input (summed weights when given)."""
+    _check_tensor(input, "bincount")
+    if input.dtype not in _INTS:
+        raise RuntimeError(f"\"bincount_cpu\" not implemented for '{_type_name(input.dtype)}'")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if input.dim() != 1 or (input.numel() and builtins.bool((input < 0).any().item())):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.dim() != 1 or weights.shape[0] != input.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    size = builtins.max(int(input.max().item()) + 1 if input.numel() else 0, minlength)
+    idx = input.to(_C.int64)
+    if weights is None:
+        src = _creation.ones(input.shape[0], dtype=_C.int64, device=input.device)
+    else:
+        src = weights.to(_C.float32 if weights.dtype == _C.float32 else _C.float64)
+    return _creation.zeros(size, dtype=src.dtype, device=input.device).scatter_add(0, idx, src)
+
+
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None, out=None):
+    """Indices at which input's values would be inserted into the innermost dim of sorted_sequence
+    to keep it sorted (after equal entries with right=True or side='right')."""
+    _check_tensor(sorted_sequence, "searchsorted", "sorted_sequence")
+    if sorter is not None:
+        raise NotImplementedError("searchsorted(): sorter= is not supported by plugflow")
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, got side of "
+                               "left while right was True")
+        right = side == "right"
+    scalar = not isinstance(input, Tensor)
+    if scalar:
+        input = _creation.tensor(input, device=sorted_sequence.device)
+    seq = sorted_sequence.detach()
+    values = input.detach()
+    if seq.dim() > 1 and (values.dim() != seq.dim() or tuple(values.shape[:-1]) != tuple(seq.shape[:-1])):
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+                           "dimensions of boundaries tensor and input value tensor must match, but we got "
+                           f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
+    if seq.dim() <= 1:
+        s = seq.reshape((1,) * values.dim() + (-1,))
+        v = values.unsqueeze(-1)
+    else:
+        s = seq.unsqueeze(-2)
+        v = values.unsqueeze(-1)
+    hits = (s <= v) if right else (s < v)
+    result = hits.sum(-1).to(_C.int32 if out_int32 else _C.int64)
+    return result
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
+    """The bucket of each input value given 1-D sorted boundaries (searchsorted with 1-D boundaries)."""
+    if not isinstance(boundaries, Tensor) or boundaries.dim() != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.dim()})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002
+    """Histogram of input with bins equal-width bins over [min, max] (the data's range when
+    min == max); values outside are ignored."""
+    _check_tensor(input, "histc")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"\"histogram_cpu\" not implemented for '{_type_name(input.dtype)}'")
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+    if min > max:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    x = input.detach().reshape(-1)
+    lo, hi = float(min), float(max)
+    if lo == hi and x.numel():
+        lo, hi = float(x.amin().item()), float(x.amax().item())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if math.isinf(lo) or math.isinf(hi) or math.isnan(lo) or math.isnan(hi):
+        raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
+    inside = (x >= lo) & (x <= hi)
+    pos = ((x - lo) * bins / (hi - lo)).floor().to(_C.int64).clamp(0, bins - 1)
+    counts = _creation.zeros(bins, dtype=input.dtype, device=input.device)
+    return counts.scatter_add(0, pos, inside.to(input.dtype))
+
+
+# ---------------------------------------------------------------- differences and geometry
+
+def diff(input, n=1, dim=-1, prepend=None, append=None):
+    """n-th forward difference along dim, after concatenating prepend and append."""
+    _check_tensor(input, "diff")
+    if input.dim() == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    dim = _wrap_dim(dim, input.dim())
+    parts = [t for t in (prepend, input, append) if t is not None]
+    x = _C.cat(parts, dim) if len(parts) > 1 else input
+    for _ in range(n):
+        length = x.shape[dim]
+        if length == 0:
+            break
+        a, b = x.narrow(dim, 1, length - 1), x.narrow(dim, 0, length - 1)
+        x = (a != b) if x.dtype == _C.bool else a - b
+    return x
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R)."""
+    _check_tensor(x1, "cdist", "x1")
+    _check_tensor(x2, "cdist", "x2")
+    if x1.dim() < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.dim()}D")
+    if x2.dim() < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X2 got: {x2.dim()}D")
+    if x1.dtype not in _FLOATS:
+        raise RuntimeError(f"cdist only supports floating-point dtypes, X1 got: {_type_name(x1.dtype)}")
+    if x2.dtype not in _FLOATS:
+        raise RuntimeError(f"cdist only supports floating-point dtypes, X2 got: {_type_name(x2.dtype)}")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    modes = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+    if compute_mode not in modes:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
+    use_mm = p == 2 and (compute_mode == "use_mm_for_euclid_dist" or (
+        compute_mode == "use_mm_for_euclid_dist_if_necessary" and (x1.shape[-2] > 25 or x2.shape[-2] > 25)))
+    if use_mm:
+        sq1 = (x1 * x1).sum(-1, keepdim=True)
+        sq2 = (x2 * x2).sum(-1, keepdim=True)
+        d2 = sq1 - 2 * x1.matmul(x2.transpose(-1, -2)) + sq2.transpose(-1, -2)
+        return d2.clamp_min(0).sqrt()
+    diff_ = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == 0:
+        return (diff_ != 0).to(x1.dtype).sum(-1) + diff_.sum(-1) * 0
+    if math.isinf(p):
+        return diff_.amax(-1)
+    if p == 1:
+        return diff_.sum(-1)
+    if p == 2:
+        return (diff_ * diff_).sum(-1).sqrt()
+    return diff_.pow(p).sum(-1).pow(1.0 / p)
+
+
+def cross(input, other, dim=None, *, out=None):
+    """Cross product of 3-vectors along dim (the first dim of size 3 when None)."""
+    _check_tensor(input, "cross")
+    if input.dtype != other.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(other.dtype)}")
+    shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))
+    a, b = input.expand(shape), other.expand(shape)
+    if dim is None:
+        dims = [i for i, s in enumerate(shape) if s == 3]
+        if not dims:
+            raise RuntimeError("no dimension of size 3 in input")
+        dim = dims[0]
+    else:
+        dim = _wrap_dim(dim, len(shape))
+        if shape[dim] != 3 or input.dim() != other.dim() or input.shape[dim] != 3 or other.shape[dim] != 3:
+            raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. "
+                               f"Got {input.shape[dim]} and {other.shape[dim]}")
+    return a.roll(-1, dim) * b.roll(-2, dim) - a.roll(-2, dim) * b.roll(-1, dim)
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """The diagonal (offset above/below the main one) of the dim1 x dim2 planes, as the last dim.
+    A copy, not a view."""
+    _check_tensor(input, "diagonal")
+    d1, d2 = _wrap_dim(dim1, input.dim(), False), _wrap_dim(dim2, input.dim(), False)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    x = input.movedim((d1, d2), (-2, -1))
+    rows, cols = x.shape[-2], x.shape[-1]
+    n = builtins.max(0, builtins.min(rows, cols - offset) if offset >= 0 else builtins.min(rows + offset, cols))
+    r0, c0 = builtins.max(-offset, 0), builtins.max(offset, 0)
+    if n == 0:
+        return _creation.zeros(tuple(x.shape[:-2]) + (0,), dtype=input.dtype, device=input.device)
+    r = _creation.arange(r0, r0 + n, dtype=_C.int64, device=input.device)
+    c = _creation.arange(c0, c0 + n, dtype=_C.int64, device=input.device)
+    y = x.index_select(-2, r)                                          # (..., n, cols)
+    idx = c.reshape(n, 1).expand(tuple(y.shape[:-1]) + (1,))
+    return y.gather(-1, idx).squeeze(-1)
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """Tensor whose dim1 x dim2 planes have input's last dim on their offset diagonal."""
+    _check_tensor(input, "diag_embed")
+    nd = input.dim() + 1
+    d1, d2 = _wrap_dim(dim1, nd, False), _wrap_dim(dim2, nd, False)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n = input.shape[-1] if input.dim() else 1
+    x = input if input.dim() else input.reshape(1)
+    m = n + abs(offset)
+    k = _creation.arange(n, dtype=_C.int64, device=input.device)
+    flat_idx = (k + builtins.max(-offset, 0)) * m + (k + builtins.max(offset, 0))
+    lead = tuple(x.shape[:-1])
+    out = _creation.zeros(lead + (m * m,), dtype=input.dtype, device=input.device)
+    out = out.scatter_add(-1, flat_idx.expand(lead + (n,)), x).reshape(lead + (m, m))
+    return out.movedim((-2, -1), (d1, d2))
+
+
+def trace(input):
+    """Sum of the main diagonal of a matrix."""
+    _check_tensor(input, "trace")
+    if input.dim() != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.dim()}")
+    return diagonal(input).sum()
+
+
+def _tri_indices(fn, row, col, offset, dtype, device, lower):
+    dtype = _C.int64 if dtype is None else dtype
+    if dtype not in _INTS:
+        raise RuntimeError(f"\"{fn}\" not implemented for '{_type_name(dtype)}'")
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    rs, cs = [], []
+    for i in range(row):
+        for j in range(col):
+            if (j - i <= offset) if lower else (j - i >= offset):
+                rs.append(i)
+                cs.append(j)
+    return _creation.tensor([rs, cs], dtype=dtype, device=device).reshape(2, len(rs))
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    """2 x N row/column indices of the lower triangle (on and below the offset diagonal)."""
+    return _tri_indices("tril_indices", row, col, offset, dtype, device, True)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    """2 x N row/column indices of the upper triangle (on and above the offset diagonal)."""
+    return _tri_indices("triu_indices", row, col, offset, dtype, device, False)
+
+
+def rot90(input, k=1, dims=(0, 1)):
+    """input rotated by 90 degrees k times in the plane of dims (from the first towards the second)."""
+    _check_tensor(input, "rot90")
+    dims = list(dims)
+    if len(dims) != 2:
+        raise RuntimeError(f"expected total rotation dims == 2, but got dims = {len(dims)}")
+    if input.dim() < 2:
+        raise RuntimeError(f"expected total dims >= 2, but got total dims = {input.dim()}")
+    d0, d1 = _wrap_dim(dims[0], input.dim()), _wrap_dim(dims[1], input.dim())
+    if d0 == d1:
+        raise RuntimeError(f"expected rotation dims to be different, but got dim0 = {d0} and dim1 = {d1}")
+    k %= 4
+    if k == 1:
+        return input.flip([d1]).transpose(d0, d1)
+    if k == 2:
+        return input.flip([d0, d1])
+    if k == 3:
+        return input.flip([d0]).transpose(d0, d1)
+    return input.clone()
+
+
+# ---------------------------------------------------------------- sampling and elementwise
+
+def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
+    """num_samples category indices per row of the (1-D or 2-D) non-negative weights input."""
+    _check_tensor(input, "multinomial")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {_type_name(input.dtype)}")
+    if input.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    n = input.shape[-1]
+    if not replacement and num_samples > n:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    w = input.detach().to(_C.float64)
+    if builtins.bool(((w < 0) | w.isnan() | w.isinf()).any().item()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    total = w.sum(-1, keepdim=True)
+    if builtins.bool((total <= 0).any().item()):
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    lead = tuple(w.shape[:-1])
+    if replacement:
+        cdf = (w / total).cumsum(-1)
+        u = _C._rand(lead + (num_samples,), _C.float64, input.device, generator)
+        if w.dim() == 1:
+            idx = (cdf.unsqueeze(0) <= u.unsqueeze(-1)).sum(-1)
+        else:
+            idx = (cdf.unsqueeze(-2) <= u.unsqueeze(-1)).sum(-1)
+        return idx.clamp(0, n - 1).to(_C.int64)
+    u = _C._rand(tuple(w.shape), _C.float64, input.device, generator)
+    keys = w.log() - (-(u.clamp_min(1e-300)).log()).log()         # Gumbel-top-k
+    return keys.topk(num_samples, dim=-1)[1].to(_C.int64)
+
+
+def heaviside(input, values, *, out=None):
+    """0 where input < 0, values where input == 0, 1 where input > 0."""
+    _check_tensor(input, "heaviside")
+    if input.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    ones = (input > 0).to(input.dtype)
+    return _C.where(input == 0, values.to(input.dtype), ones)
+
+
+def logaddexp(input, other, *, out=None):
+    """log(exp(input) + exp(other)) without overflow."""
+    _check_tensor(input, "logaddexp")
+    for t in (input, other):
+        if isinstance(t, Tensor) and t.dtype not in _FLOATS:
+            raise RuntimeError(f"\"logaddexp_cpu\" not implemented for '{_type_name(t.dtype)}'")
+    m = _C.maximum(input, other)
+    safe = _C.where(m.isinf(), _creation.zeros((), dtype=m.dtype, device=m.device), m.detach())
+    result = safe + ((input - safe).exp() + (other - safe).exp()).log()
+    same_inf = m.isinf() & (input == other)
+    return _C.where(same_inf, m, result)
+
+
+# ---------------------------------------------------------------- out=
+
+def _with_out(fn):
+    """fn computes its result; out= (a tensor, or a tuple for (values, indices) results) receives
+    a copy of it. plugflow cannot resize an out tensor, so one of another shape or dtype is an error
+    rather than silently ignored."""
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        result = fn(*args, **kwargs)
+        if out is None:
+            return result
+        results = tuple(result) if isinstance(result, tuple) else (result,)
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if len(outs) != len(results) or not all(isinstance(o, Tensor) for o in outs):
+            raise TypeError(f"{fn.__name__}(): out must be {'a tuple of ' + str(len(results)) + ' Tensors' if len(results) > 1 else 'a Tensor'}")
+        for o, r in zip(outs, results):
+            if o.shape != r.shape or o.dtype != r.dtype:
+                raise RuntimeError(f"{fn.__name__}(): out= needs a tensor of shape {list(r.shape)} and dtype "
+                                   f"{_type_name(r.dtype)}, got shape {list(o.shape)} and dtype {_type_name(o.dtype)} "
+                                   "(plugflow does not resize out tensors)")
+            with no_grad():
+                o.copy_(r)
+        return out
+    return wrapper
+
+
+for _name in ("median", "nanmedian", "kthvalue", "mode", "quantile", "nanquantile", "aminmax", "searchsorted",
+              "bucketize", "histc", "cross", "multinomial", "heaviside", "logaddexp"):
+    globals()[_name] = _with_out(globals()[_name])
 
 
 # ---------------------------------------------------------------- Tensor methods
@@ -359,7 +920,11 @@ def _bernoulli_method(self, p=None, *, generator=None):
 def _install():
     methods = {"allclose": allclose, "isclose": isclose, "equal": equal, "diag": diag,
                "broadcast_to": broadcast_to, "count_nonzero": count_nonzero, "nan_to_num": nan_to_num,
-               "nan_to_num_": nan_to_num_, "bernoulli": _bernoulli_method, "take_along_dim": _take_along_dim_method}
+               "nan_to_num_": nan_to_num_, "bernoulli": _bernoulli_method, "take_along_dim": _take_along_dim_method,
+               "median": median, "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile,
+               "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
+               "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
+               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "logaddexp": logaddexp}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)
