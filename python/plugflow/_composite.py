@@ -445,8 +445,10 @@ def mode(input, dim=-1, keepdim=False, *, out=None):
     dim = _wrap_dim(dim, input.dim())
     x = input.detach().movedim(dim, -1)
     n = x.shape[-1]
-    eq = x.unsqueeze(-1) == x.unsqueeze(-2)                      # (..., n, n)
-    counts = eq.sum(-1)                                          # (..., n)
+    # Occurrences of each element: its run in the sorted row, found by two binary searches
+    # (O(n log n); NaN counts 0, as NaN != NaN).
+    srt = _C.sort(x, dim=-1)[0].contiguous()
+    counts = searchsorted(srt, x.contiguous(), right=True) - searchsorted(srt, x.contiguous())
     best = counts.amax(-1, keepdim=True)
     cand = counts == best
     sorted_vals = _C.sort(_C.where(cand, x, x.amax(-1, keepdim=True)), dim=-1)[0]
@@ -607,15 +609,31 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
         raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
                            "dimensions of boundaries tensor and input value tensor must match, but we got "
                            f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
-    if seq.dim() <= 1:
-        s = seq.reshape((1,) * values.dim() + (-1,))
-        v = values.unsqueeze(-1)
+    # A merge by sorting, O((n + m) log(n + m)) per row: in one stable sort of boundaries and values
+    # together, a value's insertion point is the number of boundaries before it. Values go first
+    # for 'left' (a boundary equal to a value sorts after it), boundaries first for 'right'. NaN
+    # values sort last, past every boundary (as PyTorch's binary search places them).
+    out_dtype = _C.int32 if out_int32 else _C.int64
+    if seq.numel() == 0 or values.numel() == 0:
+        return _creation.zeros(values.shape, dtype=out_dtype, device=values.device)
+    rows = seq.reshape(1, -1) if seq.dim() <= 1 else seq.reshape(-1, seq.shape[-1])
+    vals = values.reshape(1, -1) if seq.dim() <= 1 else values.reshape(rows.shape[0], -1)
+    n, m = rows.shape[1], vals.shape[1]
+    vals = vals.to(_C.promote_types(vals.dtype, rows.dtype))
+    rows = rows.to(vals.dtype)
+    r = rows.shape[0]
+    zeros_v = _creation.zeros((r, m), dtype=_C.int64, device=values.device)
+    ones_b = _creation.ones((r, n), dtype=_C.int64, device=values.device)
+    if right:
+        merged, is_boundary, first_value = _C.cat([rows, vals], -1), _C.cat([ones_b, zeros_v], -1), n
     else:
-        s = seq.unsqueeze(-2)
-        v = values.unsqueeze(-1)
-    hits = (s <= v) if right else (s < v)
-    result = hits.sum(-1).to(_C.int32 if out_int32 else _C.int64)
-    return result
+        merged, is_boundary, first_value = _C.cat([vals, rows], -1), _C.cat([zeros_v, ones_b], -1), 0
+    order = merged.argsort(-1, stable=True)
+    boundaries_before = is_boundary.gather(-1, order).cumsum(-1)
+    position = _creation.empty(order.shape, dtype=_C.int64, device=values.device)  # inverse permutation
+    position.scatter_(-1, order, _creation.arange(n + m, device=values.device).expand(r, n + m).contiguous())
+    result = boundaries_before.gather(-1, position[:, first_value:first_value + m])
+    return result.reshape(values.shape).to(out_dtype)
 
 
 def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):

@@ -286,3 +286,25 @@ def test_out_arguments_are_written_or_refused():
         pf.median(x, 1, out=(pf.empty(3), indices))
     with pytest.raises(TypeError):
         pf.median(x, 1, out=values)
+
+
+def test_searchsorted_matches_torch_on_random_ties_nans_and_batches():
+    rng = np.random.default_rng()
+    for _ in range(100):
+        nd = int(rng.integers(1, 3))
+        n, m = int(rng.integers(0, 8)), int(rng.integers(0, 6))
+        lead = tuple(int(x) for x in rng.integers(1, 4, size=nd - 1))
+        b = np.sort(rng.integers(-3, 4, size=lead + (n,)).astype(np.float32), -1)  # many ties
+        v = rng.integers(-4, 5, size=lead + (m,) if nd > 1 else (m,)).astype(np.float32)
+        if v.size and rng.random() < 0.3:
+            v.flat[0] = np.nan
+        for right in (False, True):
+            got = pf.searchsorted(pf.from_numpy(b), pf.from_numpy(v), right=right)
+            want = torch.searchsorted(torch.from_numpy(b), torch.from_numpy(v), right=right)
+            assert tuple(got.shape) == tuple(want.shape)
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # Large inputs stay O((n + m) log(n + m)) in time and memory.
+    b = np.sort(rng.standard_normal(100_000)).astype(np.float32)
+    v = rng.standard_normal((200, 500)).astype(np.float32)
+    np.testing.assert_array_equal(pf.searchsorted(pf.from_numpy(b), pf.from_numpy(v)).numpy(),
+                                  torch.searchsorted(torch.from_numpy(b), torch.from_numpy(v)).numpy())
