@@ -798,13 +798,11 @@ def _tri_indices(fn, row, col, offset, dtype, device, lower):
         raise RuntimeError(f"row must be non-negative, got{row}")
     if col < 0:
         raise RuntimeError(f"col must be non-negative, got{col}")
-    rs, cs = [], []
-    for i in range(row):
-        for j in range(col):
-            if (j - i <= offset) if lower else (j - i >= offset):
-                rs.append(i)
-                cs.append(j)
-    return _creation.tensor([rs, cs], dtype=dtype, device=device).reshape(2, len(rs))
+    # Row-major positions of the triangle, from a (row, col) grid of indices and a mask.
+    r = _creation.arange(row, device=device).unsqueeze(1).expand(row, col)
+    c = _creation.arange(col, device=device).unsqueeze(0).expand(row, col)
+    mask = (c - r <= offset) if lower else (c - r >= offset)
+    return _C.stack([_C.masked_select(r, mask), _C.masked_select(c, mask)]).to(dtype)
 
 
 def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
