@@ -87,38 +87,29 @@ def _in_projection(q, k, v, w_q, w_k, w_v, b_q=None, b_k=None, b_v=None):
 
 def _mha_shape_check(query, key, value, key_padding_mask, attn_mask, num_heads):
     """True for batched (3-D) inputs, False for unbatched (2-D); AssertionError (PyTorch's) otherwise."""
-    if query.dim() == 3:
-        assert key.dim() == 3 and value.dim() == 3, (
-            "For batched (3-D) `query`, expected `key` and `value` to be 3-D but found "
-            f"{key.dim()}-D and {value.dim()}-D tensors respectively")
-        if key_padding_mask is not None:
-            assert key_padding_mask.dim() == 2, (
-                "For batched (3-D) `query`, expected `key_padding_mask` to be `None` or 2-D but found "
-                f"{key_padding_mask.dim()}-D tensor instead")
-        if attn_mask is not None:
-            assert attn_mask.dim() in (2, 3), (
-                "For batched (3-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
-                f"{attn_mask.dim()}-D tensor instead")
-        return True
-    if query.dim() == 2:
-        assert key.dim() == 2 and value.dim() == 2, (
-            "For unbatched (2-D) `query`, expected `key` and `value` to be 2-D but found "
-            f"{key.dim()}-D and {value.dim()}-D tensors respectively")
-        if key_padding_mask is not None:
-            assert key_padding_mask.dim() == 1, (
-                "For unbatched (2-D) `query`, expected `key_padding_mask` to be `None` or 1-D but found "
-                f"{key_padding_mask.dim()}-D tensor instead")
-        if attn_mask is not None:
-            assert attn_mask.dim() in (2, 3), (
-                "For unbatched (2-D) `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
-                f"{attn_mask.dim()}-D tensor instead")
-            if attn_mask.dim() == 3:
-                expected_shape = (num_heads, query.shape[0], key.shape[0])
-                assert attn_mask.shape == expected_shape, (
-                    f"Expected `attn_mask` shape to be {expected_shape} but got {attn_mask.shape}")
-        return False
-    raise AssertionError(f"query should be unbatched 2D or batched 3D tensor but received {query.dim()}-D query "
-                         "tensor")
+    def check(ok, message):  # raised explicitly: `assert` disappears under python -O
+        if not ok:
+            raise AssertionError(message)
+
+    d = query.dim()
+    check(d in (2, 3), f"query should be unbatched 2D or batched 3D tensor but received {d}-D query tensor")
+    kind = "batched (3-D)" if d == 3 else "unbatched (2-D)"
+    check(key.dim() == d and value.dim() == d,
+          f"For {kind} `query`, expected `key` and `value` to be {d}-D but found "
+          f"{key.dim()}-D and {value.dim()}-D tensors respectively")
+    if key_padding_mask is not None:
+        check(key_padding_mask.dim() == d - 1,
+              f"For {kind} `query`, expected `key_padding_mask` to be `None` or {d - 1}-D but found "
+              f"{key_padding_mask.dim()}-D tensor instead")
+    if attn_mask is not None:
+        check(attn_mask.dim() in (2, 3),
+              f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
+              f"{attn_mask.dim()}-D tensor instead")
+        if d == 2 and attn_mask.dim() == 3:
+            expected_shape = (num_heads, query.shape[0], key.shape[0])
+            check(attn_mask.shape == expected_shape,
+                  f"Expected `attn_mask` shape to be {expected_shape} but got {attn_mask.shape}")
+    return d == 3
 
 
 def _pad_last(t, count=1):
