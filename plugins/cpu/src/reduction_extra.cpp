@@ -302,8 +302,9 @@ void scan_typed(const Tensor& a, const Tensor& out, int64_t dim, bool reverse) {
   for_each_line(L, static_cast<const char*>(a.data_ptr()), static_cast<char*>(out.data_ptr()), line, tile);
 }
 
-template <bool Prod>
-void scan_kernel(KernelContext& ctx) {
+// The `dim` of a kernel that maps each line along dim to a line of the same shape and dtype
+// (scans, softmax), checked.
+int64_t checked_line_dim(const KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
   const int64_t dim = ctx.attr<int64_t>("dim");
@@ -311,6 +312,14 @@ void scan_kernel(KernelContext& ctx) {
              "-d input");
   PF_CHECK(out.dtype() == a.dtype() && out.sizes() == a.sizes(), "cpu '", ctx.op.name,
            "' kernel writes its input's shape and dtype");
+  return dim;
+}
+
+template <bool Prod>
+void scan_kernel(KernelContext& ctx) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& out = ctx.output(0);
+  const int64_t dim = checked_line_dim(ctx);
   const bool reverse = ctx.attr<bool>("reverse");
   visit_dtype(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -453,11 +462,7 @@ template <bool Log>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
-  const int64_t dim = ctx.attr<int64_t>("dim");
-  PF_CHECK_T(dim >= 0 && dim < a.dim(), IndexError, "'", ctx.op.name, "': dim ", dim, " out of range for a ", a.dim(),
-             "-d input");
-  PF_CHECK(out.dtype() == a.dtype() && out.sizes() == a.sizes(), "cpu '", ctx.op.name,
-           "' kernel writes its input's shape and dtype");
+  const int64_t dim = checked_line_dim(ctx);
   visit_dtype(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_float_v<T>) {
