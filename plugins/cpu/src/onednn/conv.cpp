@@ -17,14 +17,7 @@
 // buffers, and keeps the faster. Its choice persists in optimizations.algo_cache (algo_cache.h).
 // Every choice is reported to the core (plugflow/algo_choice.h) for `plugflow.info --algos`.
 //
-// Threads: this oneDNN uses OpenMP, like the plugin's loops. Its primitives size their work
-// split with omp_get_max_threads() of the calling thread at creation and at execution, so the
-// calling thread's OpenMP count is set to the plugin's (set_num_threads) around both, and the
-// thread count is part of the cache key.
-#include <omp.h>
-
-#include <oneapi/dnnl/dnnl.hpp>
-
+// Threads: see common.h; the thread count is part of the plan cache key.
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -38,8 +31,8 @@
 #include <vector>
 
 #include "../kernels.h"
-#include "../parallel.h"
 #include "algo_cache.h"
+#include "common.h"
 #include "plugflow/algo_choice.h"
 #include "plugflow/error.h"
 #include "plugflow/runtime.h"
@@ -47,9 +40,6 @@
 
 namespace plugflow::cpu::onednn {
 namespace {
-
-using dnnl::memory;
-using Dims = memory::dims;
 
 enum class Kind { Forward, BackwardData, BackwardWeights };
 
@@ -61,34 +51,6 @@ const char* op_name(Kind k) {
   }
   return "";
 }
-
-dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// A CPU stream is a thin handle, but oneDNN does not promise a stream is safe to use from
-// several threads at once; kernels may run on any thread, so each thread gets one.
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
-
-// Sets the calling thread's OpenMP thread count to the plugin's for this scope.
-class OmpThreads {
- public:
-  OmpThreads() : saved_(omp_get_max_threads()) {
-    if (saved_ != num_threads()) omp_set_num_threads(num_threads());
-  }
-  ~OmpThreads() {
-    if (saved_ != num_threads()) omp_set_num_threads(saved_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 const char* algorithm_name(dnnl::algorithm a) {
   switch (a) {
@@ -103,56 +65,6 @@ std::optional<dnnl::algorithm> algorithm_from_name(const std::string& name) {
   if (name == "direct") return dnnl::algorithm::convolution_direct;
   if (name == "winograd") return dnnl::algorithm::convolution_winograd;
   return std::nullopt;
-}
-
-// A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive,
-// non-overlapping strides; a size-1 dim's stride is never used to address, so it gets the dense
-// one. An expanded (stride-0) operand, such as the upstream gradient of sum(), is described as
-// dense and copied dense first (`copy`).
-struct Operand {
-  Dims dims, strides;
-  bool copy = false;
-};
-
-Operand operand(const Tensor& t, const Dims& dims) {
-  Operand op{dims, Dims(t.strides().begin(), t.strides().end())};
-  if (dims.size() != op.strides.size()) {  // grouped weights: (O, C/g, kh, kw) seen as (g, O/g, ...)
-    const Dims& s = op.strides;
-    op.strides = {s[0] * dims[1], s[0], s[1], s[2], s[3]};
-  }
-  int64_t dense = 1;
-  for (size_t i = op.dims.size(); i-- > 0;) {
-    if (op.dims[i] == 1) op.strides[i] = dense;
-    else if (op.strides[i] <= 0) op.copy = true;
-    dense *= op.dims[i];
-  }
-  if (op.copy) {
-    dense = 1;
-    for (size_t i = op.dims.size(); i-- > 0;) {
-      op.strides[i] = dense;
-      dense *= op.dims[i];
-    }
-  }
-  return op;
-}
-
-// A dense row-major copy of a float tensor of any strides (for Operand::copy).
-std::unique_ptr<float[]> dense_copy(const Tensor& t) {
-  const Shape& size = t.sizes();
-  const Shape& stride = t.strides();
-  std::unique_ptr<float[]> out(new float[t.numel()]);
-  const float* src = t.data<float>();
-  Shape index(size.size(), 0);
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < size.size(); ++d) offset += index[d] * stride[d];
-    out[i] = src[offset];
-    for (size_t d = size.size(); d-- > 0;) {  // next index, last dim fastest
-      if (++index[d] < size[d]) break;
-      index[d] = 0;
-    }
-  }
-  return out;
 }
 
 // One convolution problem: everything a primitive and its reorders depend on.
@@ -286,9 +198,6 @@ struct Plan {
   std::mutex weights_mutex;
   std::vector<WeightSlot> weights;  // a few: layers of one shape share a plan (ResNet blocks)
 };
-
-memory::desc user_desc(const Operand& op) { return memory::desc(op.dims, memory::data_type::f32, op.strides); }
-memory::desc any_desc(const Dims& dims) { return memory::desc(dims, memory::data_type::f32, memory::format_tag::any); }
 
 // Builds the plan of `p` with `algo`; throws dnnl::error (status unimplemented when oneDNN has no
 // implementation of that algorithm for the problem).

@@ -1,0 +1,45 @@
+#include "common.h"
+
+namespace plugflow::cpu::onednn {
+
+Operand operand(const Tensor& t, const Dims& dims) {
+  Operand op{dims, Dims(t.strides().begin(), t.strides().end())};
+  if (dims.size() != op.strides.size()) {  // grouped weights: (O, C/g, kh, kw) seen as (g, O/g, ...)
+    const Dims& s = op.strides;
+    op.strides = {s[0] * dims[1], s[0], s[1], s[2], s[3]};
+  }
+  int64_t dense = 1;
+  for (size_t i = op.dims.size(); i-- > 0;) {
+    if (op.dims[i] == 1) op.strides[i] = dense;
+    else if (op.strides[i] <= 0) op.copy = true;
+    dense *= op.dims[i];
+  }
+  if (op.copy) {
+    dense = 1;
+    for (size_t i = op.dims.size(); i-- > 0;) {
+      op.strides[i] = dense;
+      dense *= op.dims[i];
+    }
+  }
+  return op;
+}
+
+std::unique_ptr<float[]> dense_copy(const Tensor& t) {
+  const Shape& size = t.sizes();
+  const Shape& stride = t.strides();
+  std::unique_ptr<float[]> out(new float[t.numel()]);
+  const float* src = t.data<float>();
+  Shape index(size.size(), 0);
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < size.size(); ++d) offset += index[d] * stride[d];
+    out[i] = src[offset];
+    for (size_t d = size.size(); d-- > 0;) {  // next index, last dim fastest
+      if (++index[d] < size[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace plugflow::cpu::onednn

@@ -1,0 +1,72 @@
+// What the plugin's oneDNN kernels share: the engine, a stream per thread, the OpenMP thread
+// scope, and how a strided plugflow tensor is described to oneDNN.
+//
+// Threads: this oneDNN uses OpenMP, like the plugin's loops. Its primitives size their work
+// split with omp_get_max_threads() of the calling thread at creation and at execution, so every
+// oneDNN call runs inside an OmpThreads scope, and the thread count is part of each primitive
+// cache key.
+#pragma once
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <memory>
+
+#include "../parallel.h"
+#include "plugflow/tensor.h"
+
+namespace plugflow::cpu::onednn {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+inline dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// A CPU stream is a thin handle, but oneDNN does not promise a stream is safe to use from
+// several threads at once; kernels may run on any thread, so each thread gets one.
+inline dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// Sets the calling thread's OpenMP thread count to the plugin's for this scope.
+class OmpThreads {
+ public:
+  OmpThreads() : saved_(omp_get_max_threads()) {
+    if (saved_ != num_threads()) omp_set_num_threads(num_threads());
+  }
+  ~OmpThreads() {
+    if (saved_ != num_threads()) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+// A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive,
+// non-overlapping strides; a size-1 dim's stride is never used to address, so it gets the dense
+// one. An expanded (stride-0) operand, such as the upstream gradient of sum(), is described as
+// dense and copied dense first (`copy`).
+struct Operand {
+  Dims dims, strides;
+  bool copy = false;
+};
+
+// `t` seen with `dims`: its own sizes, or (for grouped convolution weights) (O, C/g, kh, kw)
+// split into (g, O/g, C/g, kh, kw).
+Operand operand(const Tensor& t, const Dims& dims);
+
+// A dense row-major copy of a float tensor of any strides (for Operand::copy).
+std::unique_ptr<float[]> dense_copy(const Tensor& t);
+
+inline memory::desc user_desc(const Operand& op) { return memory::desc(op.dims, memory::data_type::f32, op.strides); }
+inline memory::desc any_desc(const Dims& dims) {
+  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+}  // namespace plugflow::cpu::onednn
