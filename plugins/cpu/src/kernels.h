@@ -19,6 +19,12 @@ void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling, u
 void register_optim_kernels(Registrar& reg);      // sgd_step_, adam_step_ (fused optimizer updates)
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients on oneDNN (float32), Priority::Optimized
+// The other oneDNN kernels (float32, Priority::Optimized over the plugin's own, which stay the
+// float64 path and their fallback):
+void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_pool2d (+ backward)
+void register_onednn_batch_norm_kernels(Registrar& reg);  // batch_norm (+ backward)
+void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (+ backward)
+void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softmax
 
 // The im2col + BLAS conv kernels: the float64 path and the oneDNN kernels' fallback.
 void conv2d_im2col(KernelContext& ctx);

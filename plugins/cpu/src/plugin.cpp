@@ -21,6 +21,10 @@ PLUGFLOW_PLUGIN("cpu", "0.1.0") {
   register_norm_kernels(reg);
   register_conv_kernels(reg);
   register_onednn_conv_kernels(reg);
+  register_onednn_pool_kernels(reg);
+  register_onednn_batch_norm_kernels(reg);
+  register_onednn_layer_norm_kernels(reg);
+  register_onednn_softmax_kernels(reg);
   register_pool_kernels(reg);
   register_optim_kernels(reg);
   reg.on_set_num_threads([](int n) { set_num_threads(n); });

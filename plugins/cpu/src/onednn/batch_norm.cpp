@@ -1,0 +1,7 @@
+#include "../kernels.h"
+
+namespace plugflow::cpu {
+
+void register_onednn_batch_norm_kernels(Registrar&) {}
+
+}  // namespace plugflow::cpu

@@ -1,0 +1,7 @@
+#include "../kernels.h"
+
+namespace plugflow::cpu {
+
+void register_onednn_pool_kernels(Registrar&) {}
+
+}  // namespace plugflow::cpu
