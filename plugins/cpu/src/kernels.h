@@ -30,5 +30,16 @@ void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softma
 void conv2d_im2col(KernelContext& ctx);
 void conv2d_grad_input_im2col(KernelContext& ctx);
 void conv2d_grad_weight_im2col(KernelContext& ctx);
+// The plugin's own kernels of the ops that also have oneDNN kernels: the float64 path and the
+// oneDNN kernels' fallback.
+void max_pool2d_native(KernelContext& ctx);
+void avg_pool2d_native(KernelContext& ctx);
+void avg_pool2d_backward_native(KernelContext& ctx);
+void batch_norm_native(KernelContext& ctx);
+void batch_norm_backward_native(KernelContext& ctx);
+void layer_norm_native(KernelContext& ctx);
+void layer_norm_backward_native(KernelContext& ctx);
+void softmax_native(KernelContext& ctx);
+void log_softmax_native(KernelContext& ctx);
 
 }  // namespace plugflow::cpu

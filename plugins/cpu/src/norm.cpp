@@ -737,12 +737,17 @@ void dropout_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+void batch_norm_native(KernelContext& ctx) { batch_norm_kernel(ctx); }
+void batch_norm_backward_native(KernelContext& ctx) { batch_norm_backward_kernel(ctx); }
+void layer_norm_native(KernelContext& ctx) { layer_norm_kernel(ctx); }
+void layer_norm_backward_native(KernelContext& ctx) { layer_norm_backward_kernel(ctx); }
+
 void register_norm_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
-  reg.kernel("batch_norm", DeviceType::CPU, floats, batch_norm_kernel);
-  reg.kernel("batch_norm_backward", DeviceType::CPU, floats, batch_norm_backward_kernel);
-  reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_kernel);
-  reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_kernel);
+  reg.kernel("batch_norm", DeviceType::CPU, floats, batch_norm_native);
+  reg.kernel("batch_norm_backward", DeviceType::CPU, floats, batch_norm_backward_native);
+  reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_native);
+  reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_native);
   reg.kernel("group_norm", DeviceType::CPU, floats, group_norm_kernel);
   reg.kernel("group_norm_backward", DeviceType::CPU, floats, group_norm_backward_kernel);
   reg.kernel("embedding", DeviceType::CPU,

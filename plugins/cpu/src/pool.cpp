@@ -380,12 +380,16 @@ struct UpsampleBilinearBackward {
 
 }  // namespace
 
+void max_pool2d_native(KernelContext& ctx) { dispatch_float<MaxPool>(ctx); }
+void avg_pool2d_native(KernelContext& ctx) { dispatch_float<AvgPool>(ctx); }
+void avg_pool2d_backward_native(KernelContext& ctx) { dispatch_float<AvgPoolBackward>(ctx); }
+
 void register_pool_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
-  reg.kernel("max_pool2d", DeviceType::CPU, floats, dispatch_float<MaxPool>);
+  reg.kernel("max_pool2d", DeviceType::CPU, floats, max_pool2d_native);
   reg.kernel("adaptive_max_pool2d", DeviceType::CPU, floats, dispatch_float<AdaptiveMaxPool>);
-  reg.kernel("avg_pool2d", DeviceType::CPU, floats, dispatch_float<AvgPool>);
-  reg.kernel("avg_pool2d_backward", DeviceType::CPU, floats, dispatch_float<AvgPoolBackward>);
+  reg.kernel("avg_pool2d", DeviceType::CPU, floats, avg_pool2d_native);
+  reg.kernel("avg_pool2d_backward", DeviceType::CPU, floats, avg_pool2d_backward_native);
   reg.kernel("adaptive_avg_pool2d", DeviceType::CPU, floats, dispatch_float<AdaptiveAvgPool>);
   reg.kernel("adaptive_avg_pool2d_backward", DeviceType::CPU, floats, dispatch_float<AdaptiveAvgPoolBackward>);
   reg.kernel("upsample_nearest2d", DeviceType::CPU, floats, dispatch_float<UpsampleNearest>);

@@ -476,6 +476,9 @@ void softmax_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+void softmax_native(KernelContext& ctx) { softmax_kernel<false>(ctx); }
+void log_softmax_native(KernelContext& ctx) { softmax_kernel<true>(ctx); }
+
 void register_reduction_kernels(Registrar& reg) {
   const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   const auto all = {DType::Bool,    DType::UInt8,    DType::Int8,    DType::Int16,   DType::Int32,
@@ -486,8 +489,8 @@ void register_reduction_kernels(Registrar& reg) {
   reg.kernel("any", DeviceType::CPU, all, logical_kernel<false>);
   reg.kernel("cumsum", DeviceType::CPU, all, scan_kernel<false>);
   reg.kernel("cumprod", DeviceType::CPU, all, scan_kernel<true>);
-  reg.kernel("softmax", DeviceType::CPU, floats, softmax_kernel<false>);
-  reg.kernel("log_softmax", DeviceType::CPU, floats, softmax_kernel<true>);
+  reg.kernel("softmax", DeviceType::CPU, floats, softmax_native);
+  reg.kernel("log_softmax", DeviceType::CPU, floats, log_softmax_native);
 }
 
 }  // namespace plugflow::cpu
