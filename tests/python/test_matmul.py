@@ -51,6 +51,31 @@ def test_mm_and_bmm_with_non_contiguous_inputs(dtype):
     assert_matches(v.expand(3, 4).t() @ a.t(), tv.expand(3, 4).t() @ ta.t())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m,k,n", [(131, 67, 97), (37, 129, 301), (300, 33, 29)])
+@pytest.mark.parametrize("transpose", ["nn", "tn", "nt", "tt"])
+def test_large_gemm_split_over_threads(m, k, n, transpose, dtype):
+    """GEMMs above the parallel grain are split into row or column strips across threads
+    (blas.h): odd sizes leave a partial last strip, transposed operands move the strip offset."""
+    rng = np.random.default_rng(m + n)
+    a, ta = make_pair(rng, (k, m) if transpose[0] == "t" else (m, k), dtype)
+    b, tb = make_pair(rng, (n, k) if transpose[1] == "t" else (k, n), dtype)
+    if transpose[0] == "t":
+        a, ta = a.t(), ta.t()
+    if transpose[1] == "t":
+        b, tb = b.t(), tb.t()
+    threads = pf.get_num_threads()
+    try:
+        pf.set_num_threads(3)  # uneven: strips do not divide evenly
+        assert_matches(a @ b, ta @ tb, rtol=1e-5, atol=1e-4)
+        # a batch: matrices in parallel, each GEMM on one thread
+        x, tx = make_pair(rng, (5, m, k), dtype)
+        y, ty = make_pair(rng, (5, k, n), dtype)
+        assert_matches(x @ y, tx @ ty, rtol=1e-5, atol=1e-4)
+    finally:
+        pf.set_num_threads(threads)
+
+
 def test_matmul_promotes_mixed_dtypes_like_torch():
     a, b = pf.ones(2, 3, dtype=pf.float32), pf.ones(3, 2, dtype=pf.float32)
     assert (a @ b).dtype is pf.float32

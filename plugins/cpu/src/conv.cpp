@@ -9,17 +9,11 @@
 //   grad weight   dW_g (O/g x K) += G_g @ col_g^T
 //
 // Threads: images run in parallel (parallel_for), each thread with its own column buffer and
-// single-threaded GEMMs. The Debian OpenBLAS is the pthreads build: its worker threads and the
-// OpenMP threads each spin-wait for a while after their work, so alternating OpenMP copies with
-// multithreaded GEMMs makes the two pools fight for the cores (measured: the copies then cost
-// as much as the GEMMs). While a conv runs on several threads it therefore sets OpenBLAS to one
-// thread and restores the configured count afterwards. With fewer images than threads, the
-// images run one after another with OpenBLAS's own threads and serial copies.
+// single-threaded GEMMs (blas.h). With fewer images than threads, the images run one after
+// another, each GEMM split over the threads, with serial copies.
 //
 // A 1x1, stride-1, unpadded convolution of a dense image needs no im2col: the image itself
 // is the column matrix (and, for the input gradient, the col2im target).
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -27,26 +21,13 @@
 #include <memory>
 #include <vector>
 
+#include "blas.h"
 #include "kernels.h"
 #include "loops.h"
 
-extern "C" void openblas_set_num_threads(int);  // OpenBLAS's own API (see parallel.cpp)
 
 namespace plugflow::cpu {
 namespace {
-
-template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T beta, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc) {
-  constexpr int64_t kMax = std::numeric_limits<int>::max();  // cblas takes int sizes
-  PF_CHECK(M <= kMax && N <= kMax && K <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
-           "conv2d: a GEMM dimension beyond 2^31-1 is not supported by BLAS");
-  const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, ta, tb, M, N, K, 1.0, a, lda, b, ldb, beta, c, ldc);
-}
 
 // Sizes of one convolution, taken from the tensors (N, C, H, W) / (N, O, OH, OW) and attrs.
 struct Geometry {
@@ -188,25 +169,10 @@ const T* dense_weight(const Tensor& w, std::unique_ptr<T[]>& buf) {
   return buf.get();
 }
 
-// Sets OpenBLAS to one thread for its lifetime (GEMMs inside parallel_for) when `active`.
-class SingleThreadedBlas {
- public:
-  explicit SingleThreadedBlas(bool active) : restore_(active ? num_threads() : 0) {
-    if (active) openblas_set_num_threads(1);
-  }
-  ~SingleThreadedBlas() {
-    if (restore_ > 0) openblas_set_num_threads(restore_);
-  }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-
- private:
-  int restore_;
-};
 
 // Calls f(begin, end, slice) for slices of the N images: in parallel with single-threaded
 // BLAS when there are at least as many images as threads, else as one slice on this thread
-// (BLAS then uses its own threads). `slice` numbers the slices (for per-slice buffers).
+// (each GEMM then splits over the threads). `slice` numbers the slices (for per-slice buffers).
 template <typename F>
 void for_image_slices(int64_t N, const F& f) {
   const int slices = parallel_slices(N, 1);
@@ -214,7 +180,6 @@ void for_image_slices(int64_t N, const F& f) {
     f(int64_t{0}, N, 0);
     return;
   }
-  SingleThreadedBlas one(true);
   std::atomic<int> next_slice{0};
   parallel_for(N, 1, [&](int64_t b, int64_t e) { f(b, e, next_slice++); });
 }
@@ -244,7 +209,7 @@ void conv2d_typed(const KernelContext& ctx) {
       const MatRef<T> cm = columns<T>(x, g, n, col.get());
       T* o = od + n * g.O * P;
       for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm<T>(false, false, Og, P, K, T(0), wd + grp * Og * K, K, cm.data + grp * K * cm.ld, cm.ld, o + grp * Og * P,
+        gemm<T>(false, false, Og, P, K, wd + grp * Og * K, K, cm.data + grp * K * cm.ld, cm.ld, T(0), o + grp * Og * P,
                 P);
       if (!bias) continue;
       for (int64_t oc = 0; oc < g.O; ++oc) {
@@ -278,7 +243,7 @@ void conv2d_grad_input_typed(const KernelContext& ctx) {
       T* image = gid + n * g.C * g.H * g.W;
       T* cd = direct ? image : col.get();
       for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm<T>(true, false, K, P, Og, T(0), wd + grp * Og * K, K, gm.data + grp * Og * gm.ld, gm.ld, cd + grp * K * P,
+        gemm<T>(true, false, K, P, Og, wd + grp * Og * K, K, gm.data + grp * Og * gm.ld, gm.ld, T(0), cd + grp * K * P,
                 P);
       if (direct) continue;
       std::fill(image, image + g.C * g.H * g.W, T(0));
@@ -309,7 +274,7 @@ void conv2d_grad_weight_typed(const KernelContext& ctx) {
       const MatRef<T> gm = output_matrix<T>(go, g, n, gbuf.get());
       const T beta = n == n0 ? T(0) : T(1);  // the slice's first image initializes its sum
       for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm<T>(false, true, Og, K, P, beta, gm.data + grp * Og * gm.ld, gm.ld, cm.data + grp * K * cm.ld, cm.ld,
+        gemm<T>(false, true, Og, K, P, gm.data + grp * Og * gm.ld, gm.ld, cm.data + grp * K * cm.ld, cm.ld, beta,
                 acc + grp * Og * K, K);
     }
     used[slice] = 1;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "blas.h"
 #include "kernels.h"
 #include "loops.h"
 
@@ -46,22 +47,10 @@ void pack(const Mat& m, Dst* out) {
   });
 }
 
-template <typename T>
-void blas_gemm(int64_t M, int64_t N, int64_t K, const T* a, BlasView va, const T* b, BlasView vb, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, va.trans, vb.trans, M, N, K, 1.0f, a, va.ld, b, vb.ld, 0.0f, c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, va.trans, vb.trans, M, N, K, 1.0, a, va.ld, b, vb.ld, 0.0, c, ldc);
-}
-
 // C (M x N, row-major, leading dim N) = A (M x K) * B (K x N) for float/double storage.
 template <typename T>
 void gemm_blas(const Mat& a, const Mat& b, T* c) {
   const int64_t M = a.rows, K = a.cols, N = b.cols;
-  constexpr int64_t kBlasMax = std::numeric_limits<int>::max();  // cblas takes int sizes
-  PF_CHECK(M <= kBlasMax && N <= kBlasMax && K <= kBlasMax && a.s0 <= kBlasMax && a.s1 <= kBlasMax &&
-               b.s0 <= kBlasMax && b.s1 <= kBlasMax,
-           "matrix multiply: sizes or strides beyond 2^31-1 are not supported by BLAS (", M, "x", K, " @ ", K, "x", N, ")");
   std::unique_ptr<T[]> a_buf, b_buf;
   const T* ap = reinterpret_cast<const T*>(a.data);
   const T* bp = reinterpret_cast<const T*>(b.data);
@@ -78,7 +67,8 @@ void gemm_blas(const Mat& a, const Mat& b, T* c) {
     bp = b_buf.get();
     vb = BlasView{CblasNoTrans, std::max<int64_t>(1, N)};
   }
-  blas_gemm<T>(M, N, K, ap, *va, bp, *vb, c, std::max<int64_t>(1, N));
+  cpu::gemm<T>(va->trans == CblasTrans, vb->trans == CblasTrans, M, N, K, ap, va->ld, bp, vb->ld, T(0), c,
+               std::max<int64_t>(1, N));
 }
 
 // float16/bfloat16: widen to float, sgemm, round once at the end.
@@ -168,12 +158,16 @@ void matmul(KernelContext& ctx, bool batched) {
   dispatch_supported<MatmulSupported>(ctx, a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t isz = sizeof(T);
-    for (int64_t i = 0; i < batch; ++i) {
-      const int64_t ao = batched ? i * a.strides()[0] : 0, bo = batched ? i * b.strides()[0] : 0;
-      const Mat am{static_cast<const char*>(a.data_ptr()) + ao * isz, M, K, a.strides()[bd], a.strides()[bd + 1]};
-      const Mat bm{static_cast<const char*>(b.data_ptr()) + bo * isz, K, N, b.strides()[bd], b.strides()[bd + 1]};
-      gemm<T>(am, bm, out.data<T>() + i * M * N);
-    }
+    // Matrices of a batch in parallel, each GEMM on one thread; a batch too small to share
+    // runs one matrix after another, each split over the threads.
+    parallel_for(batch, std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, M * N * K)), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t ao = batched ? i * a.strides()[0] : 0, bo = batched ? i * b.strides()[0] : 0;
+        const Mat am{static_cast<const char*>(a.data_ptr()) + ao * isz, M, K, a.strides()[bd], a.strides()[bd + 1]};
+        const Mat bm{static_cast<const char*>(b.data_ptr()) + bo * isz, K, N, b.strides()[bd], b.strides()[bd + 1]};
+        gemm<T>(am, bm, out.data<T>() + i * M * N);
+      }
+    });
   });
 }
 

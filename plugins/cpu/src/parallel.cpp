@@ -25,8 +25,10 @@ int num_threads() {
 void set_num_threads(int n) {
   if (n <= 0) n = omp_get_num_procs();  // the config's 0 means "one per core"
   g_num_threads.store(n, std::memory_order_relaxed);
+  // OpenBLAS stays single-threaded: blas.h splits GEMMs over the OpenMP pool. (OpenBLAS's
+  // OpenMP build sets the calling thread's OpenMP count here too, so this comes first.)
+  openblas_set_num_threads(1);
   omp_set_num_threads(n);  // for OpenMP regions opened by this thread outside parallel_for
-  openblas_set_num_threads(n);
 }
 
 void install_fork_handler() {
