@@ -23,7 +23,7 @@ void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients 
 // float64 path and their fallback):
 void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_pool2d (+ backward)
 void register_onednn_batch_norm_kernels(Registrar& reg);  // batch_norm (+ backward)
-void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (+ backward)
+void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (its backward is faster natively)
 void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softmax
 
 // The im2col + BLAS conv kernels: the float64 path and the oneDNN kernels' fallback.

@@ -1,5 +1,8 @@
 #include "common.h"
 
+#include <mutex>
+#include <unordered_map>
+
 namespace plugflow::cpu::onednn {
 
 Operand operand(const Tensor& t, const Dims& dims) {
@@ -40,6 +43,20 @@ std::unique_ptr<float[]> dense_copy(const Tensor& t) {
     }
   }
   return out;
+}
+
+dnnl::primitive cached_primitive(const std::string& key, const std::function<dnnl::primitive()>& build) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, dnnl::primitive> cache;
+  const std::string full = std::to_string(omp_get_max_threads()) + "|" + key;
+  {
+    std::lock_guard lock(mutex);
+    if (const auto it = cache.find(full); it != cache.end()) return it->second;
+  }
+  // Built outside the lock; two threads racing on a new key both build, the first stored wins.
+  dnnl::primitive p = build();
+  std::lock_guard lock(mutex);
+  return cache.emplace(full, p).first->second;
 }
 
 }  // namespace plugflow::cpu::onednn

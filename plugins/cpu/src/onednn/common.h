@@ -10,7 +10,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "../parallel.h"
 #include "plugflow/tensor.h"
@@ -32,20 +34,21 @@ inline dnnl::stream& stream() {
   return s;
 }
 
-// Sets the calling thread's OpenMP thread count to the plugin's for this scope.
+// Sets the calling thread's OpenMP thread count to the plugin's (or `threads`: 1 for a problem
+// below the plugin's grain size, as its own loops run those) for this scope.
 class OmpThreads {
  public:
-  OmpThreads() : saved_(omp_get_max_threads()) {
-    if (saved_ != num_threads()) omp_set_num_threads(num_threads());
+  explicit OmpThreads(int threads = num_threads()) : saved_(omp_get_max_threads()), threads_(threads) {
+    if (saved_ != threads_) omp_set_num_threads(threads_);
   }
   ~OmpThreads() {
-    if (saved_ != num_threads()) omp_set_num_threads(saved_);
+    if (saved_ != threads_) omp_set_num_threads(saved_);
   }
   OmpThreads(const OmpThreads&) = delete;
   OmpThreads& operator=(const OmpThreads&) = delete;
 
  private:
-  int saved_;
+  int saved_, threads_;
 };
 
 // A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive,
@@ -68,5 +71,12 @@ inline memory::desc user_desc(const Operand& op) { return memory::desc(op.dims, 
 inline memory::desc any_desc(const Dims& dims) {
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
+
+// The primitive `build` makes for `key` (the op and everything the primitive depends on),
+// built once per key and OpenMP thread count (call it in the OmpThreads scope that runs it):
+// a primitive_desc costs microseconds to create even when oneDNN's own primitive cache then
+// hits, as much as a whole small softmax. `build` may return an empty primitive to mark a
+// problem the kernel leaves to its fallback; that is cached too.
+dnnl::primitive cached_primitive(const std::string& key, const std::function<dnnl::primitive()>& build);
 
 }  // namespace plugflow::cpu::onednn
