@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "../parallel.h"
@@ -70,6 +71,17 @@ std::unique_ptr<float[]> dense_copy(const Tensor& t);
 inline memory::desc user_desc(const Operand& op) { return memory::desc(op.dims, memory::data_type::f32, op.strides); }
 inline memory::desc any_desc(const Dims& dims) {
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+// oneDNN's right padding for a window sweep (convolution, pooling) with `out` positions: it
+// requires (in - ext + pad_l + pad_r) / stride + 1 == out with pad_r > -stride; `d` is
+// PyTorch's dilation (1 is dense). Empty when impossible.
+inline std::optional<int64_t> right_padding(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t pad_l) {
+  const int64_t ext = (k - 1) * d + 1;
+  if ((in - ext + 2 * pad_l) >= 0 && (in - ext + 2 * pad_l) / s + 1 == out) return pad_l;  // PyTorch's symmetric case
+  const int64_t pad_r = (out - 1) * s + ext - in - pad_l;
+  if (pad_r <= -s) return std::nullopt;
+  return pad_r;
 }
 
 // The primitive `build` makes for `key` (the op and everything the primitive depends on),

@@ -109,16 +109,6 @@ struct Problem {
   }
 };
 
-// oneDNN's right padding for an output of `out` positions: it requires
-// (in - ext + pad_l + pad_r) / stride + 1 == out with pad_r > -stride. Empty when impossible.
-std::optional<int64_t> right_padding(int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t pad_l) {
-  const int64_t ext = (k - 1) * d + 1;
-  if ((in - ext + 2 * pad_l) >= 0 && (in - ext + 2 * pad_l) / s + 1 == out) return pad_l;  // PyTorch's symmetric case
-  const int64_t pad_r = (out - 1) * s + ext - in - pad_l;
-  if (pad_r <= -s) return std::nullopt;
-  return pad_r;
-}
-
 // The problem of a call, or nothing when oneDNN cannot take it (then im2col runs).
 std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   for (const Tensor& t : ctx.inputs)
