@@ -27,6 +27,11 @@ Operand operand(const Tensor& t, const Dims& dims) {
   return op;
 }
 
+memory temporary_memory(const memory::desc& desc, Tensor& owner) {
+  owner = Tensor::empty({static_cast<int64_t>(desc.get_size())}, DType::UInt8, Device{});
+  return memory(desc, engine(), owner.data_ptr());
+}
+
 std::unique_ptr<float[]> dense_copy(const Tensor& t) {
   const Shape& size = t.sizes();
   const Shape& stride = t.strides();

@@ -183,6 +183,7 @@ struct Plan {
   std::vector<std::optional<dnnl::reorder>> input_reorders;
   memory::desc user_output, primitive_output;
   std::optional<dnnl::reorder> output_reorder;
+  memory::desc scratchpad;  // user-managed (common.h user_scratchpad)
   int weight_input = -1;  // the input whose reordered form is cached (forward only)
 
   std::mutex weights_mutex;
@@ -195,6 +196,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   auto plan = std::make_shared<Plan>();
   plan->algorithm = algo;
   const dnnl::engine& eng = engine();
+  const dnnl::primitive_attr attr;
   const auto src = any_desc(p.src_dims()), weights = any_desc(p.weight_dims()), dst = any_desc(p.dst_dims());
   // Backward primitives need the forward one they belong to as a hint.
   const auto fwd_desc = [&](dnnl::prop_kind pk, bool with_bias) {
@@ -207,9 +209,11 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   switch (p.kind) {
     case Kind::Forward: {
       // forward_training: the same kernels as inference for convolution, and valid as a hint.
-      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias), eng);
+      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias), attr,
+                                                          eng);
       plan->primitive = dnnl::convolution_forward(pd);
       plan->implementation = pd.impl_info_str();
+      plan->scratchpad = pd.scratchpad_desc();
       wanted = {pd.src_desc(), pd.weights_desc()};
       plan->input_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS};
       if (p.bias) {
@@ -224,9 +228,11 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
     case Kind::BackwardData: {
       const dnnl::convolution_forward::primitive_desc hint(fwd_desc(dnnl::prop_kind::forward_training, false), eng);
       const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), eng, hint);
+          dnnl::convolution_backward_data::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), attr, eng,
+          hint);
       plan->primitive = dnnl::convolution_backward_data(pd);
       plan->implementation = pd.impl_info_str();
+      plan->scratchpad = pd.scratchpad_desc();
       wanted = {pd.diff_dst_desc(), pd.weights_desc()};
       plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS};
       out_md = pd.diff_src_desc();
@@ -238,10 +244,11 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
     case Kind::BackwardWeights: {
       const dnnl::convolution_forward::primitive_desc hint(fwd_desc(dnnl::prop_kind::forward_training, false), eng);
       const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), eng,
-          hint);
+          dnnl::convolution_backward_weights::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), attr,
+          eng, hint);
       plan->primitive = dnnl::convolution_backward_weights(pd);
       plan->implementation = pd.impl_info_str();
+      plan->scratchpad = pd.scratchpad_desc();
       wanted = {pd.diff_dst_desc(), pd.src_desc()};
       plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
       out_md = pd.diff_weights_desc();
@@ -266,27 +273,29 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
 }
 
 // The weights of input `i` in the primitive's format: the cached reorder when this storage at
-// this version was reordered before, else a new one (kept for later calls).
+// this version was reordered before, else a new one (kept for later calls). A weight that
+// changed since (an optimizer step) is reordered into its slot's buffer again: allocating a
+// fresh buffer per weight per step made glibc keep tens of MB of freed ones.
 memory reordered_weights(Plan& plan, size_t i, const Tensor& w, memory user) {
   constexpr size_t kMaxSlots = 16;
   const auto& storage = w.storage();
   const uint32_t version = storage->version();
-  {
-    std::lock_guard lock(plan.weights_mutex);
-    for (const WeightSlot& s : plan.weights)
-      if (s.storage == storage.get() && s.alive.lock() == storage && s.offset == w.offset() && s.version == version)
-        return s.reordered;
-  }
-  memory out(plan.primitive_inputs[i], engine());
-  plan.input_reorders[i]->execute(stream(), user, out);
-  stream().wait();
   std::lock_guard lock(plan.weights_mutex);
-  std::erase_if(plan.weights, [&](const WeightSlot& s) {
-    return s.alive.expired() || (s.storage == storage.get() && s.offset == w.offset());
+  std::erase_if(plan.weights, [](const WeightSlot& s) { return s.alive.expired(); });
+  auto slot = std::find_if(plan.weights.begin(), plan.weights.end(), [&](const WeightSlot& s) {
+    return s.storage == storage.get() && s.alive.lock() == storage && s.offset == w.offset();
   });
-  if (plan.weights.size() >= kMaxSlots) plan.weights.erase(plan.weights.begin());  // the oldest
-  plan.weights.push_back(WeightSlot{storage.get(), storage, w.offset(), version, out});
-  return out;
+  if (slot == plan.weights.end()) {
+    if (plan.weights.size() >= kMaxSlots) plan.weights.erase(plan.weights.begin());  // the oldest
+    plan.weights.push_back(WeightSlot{storage.get(), storage, w.offset(), version, memory(plan.primitive_inputs[i], engine())});
+    slot = plan.weights.end() - 1;
+  } else if (slot->version == version) {
+    return slot->reordered;
+  }
+  plan.input_reorders[i]->execute(stream(), user, slot->reordered);
+  stream().wait();
+  slot->version = version;
+  return slot->reordered;
 }
 
 // Runs the plan on the call's tensors.
@@ -295,6 +304,7 @@ void execute(Plan& plan, const KernelContext& ctx) {
   dnnl::stream& s = stream();
   std::unordered_map<int, memory> args;
   std::vector<std::unique_ptr<float[]>> copies;
+  std::vector<Tensor> temporaries;  // reorder targets and the scratchpad, until s.wait()
   for (size_t i = 0; i < plan.user_inputs.size(); ++i) {
     const Tensor& t = ctx.input(i);
     void* data = t.data_ptr();
@@ -305,14 +315,16 @@ void execute(Plan& plan, const KernelContext& ctx) {
     } else if (static_cast<int>(i) == plan.weight_input) {
       args.emplace(plan.input_args[i], reordered_weights(plan, i, t, user));
     } else {
-      memory m(plan.primitive_inputs[i], eng);
+      memory m = temporary_memory(plan.primitive_inputs[i], temporaries.emplace_back());
       plan.input_reorders[i]->execute(s, user, m);
       args.emplace(plan.input_args[i], m);
     }
   }
   memory user_out(plan.user_output, eng, ctx.output(0).data_ptr());
-  memory out = plan.output_reorder ? memory(plan.primitive_output, eng) : user_out;
+  memory out = plan.output_reorder ? temporary_memory(plan.primitive_output, temporaries.emplace_back()) : user_out;
   args.emplace(plan.output_arg, out);
+  if (plan.scratchpad.get_size() > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, temporary_memory(plan.scratchpad, temporaries.emplace_back()));
   plan.primitive.execute(s, args);
   if (plan.output_reorder) plan.output_reorder->execute(s, out, user_out);
   s.wait();
