@@ -75,18 +75,12 @@ inline memory::desc any_desc(const Dims& dims) {
 
 // A oneDNN memory of `desc` on a buffer of the plugin's caching allocator, which `owner` keeps
 // alive (hold it until the primitive has run). For per-call temporaries (reorder targets,
-// workspaces, scratchpads): the allocator recycles them step after step, where oneDNN's own
-// malloc/free of multi-MB buffers made glibc raise its mmap threshold and keep freed memory
-// (peak RSS of a ResNet-18 training step +18%), and memory_stats() counts them.
+// workspaces): the allocator recycles them step after step, where malloc/free of multi-MB
+// buffers makes glibc raise its mmap threshold and keep freed memory, and memory_stats()
+// counts them. (Scratchpads stay oneDNN's: its library mode shares one buffer across
+// primitives, which per-call buffers of each primitive's size, cached by size class, did not
+// match: +50 MB peak RSS on a ResNet-18 training step.)
 memory temporary_memory(const memory::desc& desc, Tensor& owner);
-
-// Primitive attributes with a user-managed scratchpad: the primitive's scratch space then comes
-// from temporary_memory at each call instead of a buffer oneDNN keeps per primitive or thread.
-inline dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
 
 // oneDNN's right padding for a window sweep (convolution, pooling) with `out` positions: it
 // requires (in - ext + pad_l + pad_r) / stride + 1 == out with pad_r > -stride; `d` is

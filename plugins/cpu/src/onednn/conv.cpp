@@ -183,7 +183,6 @@ struct Plan {
   std::vector<std::optional<dnnl::reorder>> input_reorders;
   memory::desc user_output, primitive_output;
   std::optional<dnnl::reorder> output_reorder;
-  memory::desc scratchpad;  // user-managed (common.h user_scratchpad)
   int weight_input = -1;  // the input whose reordered form is cached (forward only)
 
   std::mutex weights_mutex;
@@ -196,7 +195,6 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   auto plan = std::make_shared<Plan>();
   plan->algorithm = algo;
   const dnnl::engine& eng = engine();
-  const dnnl::primitive_attr attr;
   const auto src = any_desc(p.src_dims()), weights = any_desc(p.weight_dims()), dst = any_desc(p.dst_dims());
   // Backward primitives need the forward one they belong to as a hint.
   const auto fwd_desc = [&](dnnl::prop_kind pk, bool with_bias) {
@@ -209,11 +207,9 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   switch (p.kind) {
     case Kind::Forward: {
       // forward_training: the same kernels as inference for convolution, and valid as a hint.
-      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias), attr,
-                                                          eng);
+      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias), eng);
       plan->primitive = dnnl::convolution_forward(pd);
       plan->implementation = pd.impl_info_str();
-      plan->scratchpad = pd.scratchpad_desc();
       wanted = {pd.src_desc(), pd.weights_desc()};
       plan->input_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS};
       if (p.bias) {
@@ -228,11 +224,9 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
     case Kind::BackwardData: {
       const dnnl::convolution_forward::primitive_desc hint(fwd_desc(dnnl::prop_kind::forward_training, false), eng);
       const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), attr, eng,
-          hint);
+          dnnl::convolution_backward_data::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), eng, hint);
       plan->primitive = dnnl::convolution_backward_data(pd);
       plan->implementation = pd.impl_info_str();
-      plan->scratchpad = pd.scratchpad_desc();
       wanted = {pd.diff_dst_desc(), pd.weights_desc()};
       plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS};
       out_md = pd.diff_src_desc();
@@ -244,11 +238,10 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
     case Kind::BackwardWeights: {
       const dnnl::convolution_forward::primitive_desc hint(fwd_desc(dnnl::prop_kind::forward_training, false), eng);
       const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), attr,
-          eng, hint);
+          dnnl::convolution_backward_weights::desc(algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r), eng,
+          hint);
       plan->primitive = dnnl::convolution_backward_weights(pd);
       plan->implementation = pd.impl_info_str();
-      plan->scratchpad = pd.scratchpad_desc();
       wanted = {pd.diff_dst_desc(), pd.src_desc()};
       plan->input_args = {DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
       out_md = pd.diff_weights_desc();
@@ -304,7 +297,7 @@ void execute(Plan& plan, const KernelContext& ctx) {
   dnnl::stream& s = stream();
   std::unordered_map<int, memory> args;
   std::vector<std::unique_ptr<float[]>> copies;
-  std::vector<Tensor> temporaries;  // reorder targets and the scratchpad, until s.wait()
+  std::vector<Tensor> temporaries;  // reorder targets, until s.wait()
   for (size_t i = 0; i < plan.user_inputs.size(); ++i) {
     const Tensor& t = ctx.input(i);
     void* data = t.data_ptr();
@@ -323,8 +316,6 @@ void execute(Plan& plan, const KernelContext& ctx) {
   memory user_out(plan.user_output, eng, ctx.output(0).data_ptr());
   memory out = plan.output_reorder ? temporary_memory(plan.primitive_output, temporaries.emplace_back()) : user_out;
   args.emplace(plan.output_arg, out);
-  if (plan.scratchpad.get_size() > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD, temporary_memory(plan.scratchpad, temporaries.emplace_back()));
   plan.primitive.execute(s, args);
   if (plan.output_reorder) plan.output_reorder->execute(s, out, user_out);
   s.wait();
