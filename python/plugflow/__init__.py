@@ -29,11 +29,12 @@ def _select_openblas_kernels():
 
 
 def _limit_openmp_spinning():
-    """OpenMP (plugflow's loops, oneDNN) and OpenBLAS keep separate worker threads. libgomp's
-    default keeps idle workers spinning for ~300000 iterations after each parallel region, so
-    they take the cores from the OpenBLAS threads of the GEMM that follows (a BERT-tiny training
-    step ran 1.6x slower on 2 cores, 9x slower on a loaded machine). A short spin keeps
-    back-to-back regions cheap and lets idle workers sleep soon. Set before libgomp loads."""
+    """libgomp's default keeps idle workers spinning for ~300000 iterations after each parallel
+    region. plugflow's loops, oneDNN and its GEMMs share that one pool, but on a machine shared
+    with other processes (or other thread pools: numpy's OpenBLAS, a DataLoader) the spinning
+    workers take the cores from whoever has work: a BERT-tiny training step on a busy 2-core
+    machine ran up to 6x slower with the default. A short spin keeps back-to-back regions cheap
+    and lets idle workers sleep soon. Set before libgomp loads."""
     if "GOMP_SPINCOUNT" not in _os.environ and "OMP_WAIT_POLICY" not in _os.environ:
         _os.environ["GOMP_SPINCOUNT"] = "20000"
 
