@@ -55,8 +55,9 @@ def test_mm_and_bmm_with_non_contiguous_inputs(dtype):
 @pytest.mark.parametrize("m,k,n", [(131, 67, 97), (37, 129, 301), (300, 33, 29)])
 @pytest.mark.parametrize("transpose", ["nn", "tn", "nt", "tt"])
 def test_large_gemm_split_over_threads(m, k, n, transpose, dtype):
-    """GEMMs above the parallel grain are split into row or column strips across threads
-    (blas.h): odd sizes leave a partial last strip, transposed operands move the strip offset."""
+    """GEMMs above the parallel grain run threaded (blas.h): float32 on oneDNN's sgemm,
+    float64 split into OpenBLAS row or column strips, where odd sizes leave a partial last
+    strip and transposed operands move the strip offset."""
     rng = np.random.default_rng(m + n)
     a, ta = make_pair(rng, (k, m) if transpose[0] == "t" else (m, k), dtype)
     b, tb = make_pair(rng, (n, k) if transpose[1] == "t" else (k, n), dtype)
