@@ -233,9 +233,9 @@ Plan make_plan(const Problem& p) {
 }
 
 // The call's input as the primitive's dense NCHW memory: the tensor itself (unless `writable`),
-// a dense copy (kept in `buffer`) or a reorder.
+// a dense copy (kept in `buffer`) or a reorder (into `temporary`).
 memory dense_input(const Problem& p, const Plan& plan, const Tensor& t, bool writable,
-                   std::unique_ptr<float[]>& buffer) {
+                   std::unique_ptr<float[]>& buffer, Tensor& temporary) {
   const dnnl::engine& eng = engine();
   const memory::desc dense = p.input_desc();
   if (p.input.copy) {
@@ -244,7 +244,7 @@ memory dense_input(const Problem& p, const Plan& plan, const Tensor& t, bool wri
   }
   memory user(plan.user_input, eng, t.data_ptr());
   if (!plan.input_reorder && !writable) return user;
-  memory m(dense, eng);
+  memory m = temporary_memory(dense, temporary);
   if (plan.input_reorder) plan.input_reorder.execute(stream(), {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
   else std::memcpy(m.get_data_handle(), t.data_ptr(), dense.get_size());
   return m;
@@ -309,7 +309,8 @@ bool run(const Problem& p, const KernelContext& ctx) {
   dnnl::stream& s = stream();
   const bool scale_input = p.kind == Kind::AvgBackward && p.scale.needed();
   std::unique_ptr<float[]> buffer;
-  memory in = dense_input(p, plan, ctx.input(0), scale_input, buffer);
+  Tensor input_temporary, workspace_temporary;
+  memory in = dense_input(p, plan, ctx.input(0), scale_input, buffer, input_temporary);
   s.wait();
   float* in_data = static_cast<float*>(in.get_data_handle());
   if (p.kind == Kind::Max && has_nan(in_data, p.N * p.C * p.H * p.W)) return false;
@@ -328,7 +329,7 @@ bool run(const Problem& p, const KernelContext& ctx) {
     if (p.scale.needed()) apply_scale(out_data, p.N * p.C, p.OH, p.OW, p.scale);
     return true;
   }
-  memory ws(plan.workspace, eng);
+  memory ws = temporary_memory(plan.workspace, workspace_temporary);
   plan.primitive.execute(s, {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}, {DNNL_ARG_WORKSPACE, ws}});
   s.wait();
   int64_t* idx = ctx.output(1).data<int64_t>();
