@@ -7,12 +7,20 @@
 // operands are passed swapped. A strided operand is read in place when it is row-major or
 // transposed row-major (any leading dimension); otherwise it is copied to a contiguous
 // buffer first.
+//
+// cuBLAS is loaded on first use (dlopen), not linked: mapping libcublas pulls in libcublasLt,
+// whose initialization alone takes ~150 MB of resident memory, and the default config loads
+// this plugin (optionally) on every machine, with or without a GPU. Only the header is used
+// at build time; the soname is the one of the toolkit plugflow was built with.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <climits>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_common.h"
@@ -21,12 +29,61 @@
 namespace plugflow::cuda {
 namespace {
 
-#define PF_CUBLAS_CHECK(expr)                                                                     \
-  do {                                                                                            \
-    const cublasStatus_t pf_st_ = (expr);                                                         \
-    if (pf_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      PF_THROW(DeviceError, "cuBLAS error ", cublasGetStatusName(pf_st_), " (", cublasGetStatusString(pf_st_), \
-               ") in ", #expr);                                                                   \
+// The cuBLAS entry points this file calls. cublas_api.h also declares C++ inline overloads of
+// the two GEMMs, so their types are spelled out; the static_asserts check them against the
+// header's declarations without referencing the symbols.
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+using GemmStridedBatchedExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                                  const void*, const void*, cudaDataType, int, long long int,
+                                                  const void*, cudaDataType, int, long long int, const void*, void*,
+                                                  cudaDataType, int, long long int, int, cublasComputeType_t,
+                                                  cublasGemmAlgo_t);
+static_assert(std::is_same_v<decltype(static_cast<GemmExFn>(&cublasGemmEx)), GemmExFn>);
+static_assert(std::is_same_v<decltype(static_cast<GemmStridedBatchedExFn>(&cublasGemmStridedBatchedEx)),
+                             GemmStridedBatchedExFn>);
+
+struct Cublas {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  GemmExFn gemm_ex;
+  GemmStridedBatchedExFn gemm_strided_batched_ex;
+  decltype(&cublasGetStatusName) status_name;
+  decltype(&cublasGetStatusString) status_string;
+};
+
+// Loaded once, on the first floating matmul; a failure raises and is retried by the next call.
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    // RTLD_NODELETE: handles outlive any unload of this plugin (see BlasHandles).
+    void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (lib == nullptr) PF_THROW(DeviceError, "cuda matmul: cannot load cuBLAS (", soname, "): ", dlerror());
+    const auto symbol = [&]<typename F>(F& fn, const char* name) {
+      fn = reinterpret_cast<F>(dlsym(lib, name));
+      if (fn == nullptr) PF_THROW(DeviceError, "cuda matmul: ", soname, " has no ", name);
+    };
+    Cublas c{};
+    symbol(c.create, "cublasCreate_v2");
+    symbol(c.set_stream, "cublasSetStream_v2");
+    symbol(c.set_math_mode, "cublasSetMathMode");
+    symbol(c.gemm_ex, "cublasGemmEx");
+    symbol(c.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
+    symbol(c.status_name, "cublasGetStatusName");
+    symbol(c.status_string, "cublasGetStatusString");
+    return c;
+  }();
+  return api;
+}
+
+#define PF_CUBLAS_CHECK(expr)                                                                       \
+  do {                                                                                              \
+    const cublasStatus_t pf_st_ = (expr);                                                           \
+    if (pf_st_ != CUBLAS_STATUS_SUCCESS)                                                            \
+      PF_THROW(DeviceError, "cuBLAS error ", cublas().status_name(pf_st_), " (", cublas().status_string(pf_st_), \
+               ") in ", #expr);                                                                     \
   } while (0)
 
 // One cuBLAS handle per device, created on first use. Calls on a handle are serialized: the
@@ -48,14 +105,14 @@ class BlasLease {
     if (hs.size() <= static_cast<size_t>(device)) hs.resize(static_cast<size_t>(device) + 1, nullptr);
     if (hs[static_cast<size_t>(device)] == nullptr) {
       cublasHandle_t h = nullptr;
-      PF_CUBLAS_CHECK(cublasCreate(&h));
+      PF_CUBLAS_CHECK(cublas().create(&h));
       // Float accumulation for f16/bf16 all the way (no reduced-precision split-K).
-      PF_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+      PF_CUBLAS_CHECK(cublas().set_math_mode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
       hs[static_cast<size_t>(device)] = h;
     }
     handle_ = hs[static_cast<size_t>(device)];
-    PF_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    PF_CUBLAS_CHECK(cublas().set_stream(handle_, stream));
   }
   cublasHandle_t get() const { return handle_; }
 
@@ -134,7 +191,7 @@ void blas_matmul(const Tensor& c, const Tensor& a, const Tensor& b, bool batched
 
   BlasLease blas(scope.device, scope.stream);
   if (!batched) {
-    PF_CUBLAS_CHECK(cublasGemmEx(blas.get(), op_b, op_a, m, n, k, alpha, B.tensor.data_ptr(), types.data, ldb,
+    PF_CUBLAS_CHECK(cublas().gemm_ex(blas.get(), op_b, op_a, m, n, k, alpha, B.tensor.data_ptr(), types.data, ldb,
                                  A.tensor.data_ptr(), types.data, lda, beta, c.data_ptr(), types.data, ldc,
                                  types.compute, CUBLAS_GEMM_DEFAULT));
     return;
@@ -147,7 +204,7 @@ void blas_matmul(const Tensor& c, const Tensor& a, const Tensor& b, bool batched
     const char* bp = static_cast<const char*>(B.tensor.data_ptr()) + b0 * B.batch_stride * isz;
     const char* ap = static_cast<const char*>(A.tensor.data_ptr()) + b0 * A.batch_stride * isz;
     char* cp = static_cast<char*>(c.data_ptr()) + b0 * M * N * isz;
-    PF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas.get(), op_b, op_a, m, n, k, alpha, bp, types.data, ldb,
+    PF_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(blas.get(), op_b, op_a, m, n, k, alpha, bp, types.data, ldb,
                                                B.batch_stride, ap, types.data, lda, A.batch_stride, beta, cp,
                                                types.data, ldc, M * N, count, types.compute, CUBLAS_GEMM_DEFAULT));
   }
