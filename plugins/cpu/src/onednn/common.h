@@ -16,6 +16,8 @@
 #include <string>
 
 #include "../parallel.h"
+#include "plugflow/error.h"
+#include "plugflow/kernel.h"
 #include "plugflow/tensor.h"
 
 namespace plugflow::cpu::onednn {
@@ -99,5 +101,20 @@ inline std::optional<int64_t> right_padding(int64_t in, int64_t out, int64_t k, 
 // hits, as much as a whole small softmax. `build` may return an empty primitive to mark a
 // problem the kernel leaves to its fallback; that is cached too.
 dnnl::primitive cached_primitive(const std::string& key, const std::function<dnnl::primitive()>& build);
+
+// The body of a oneDNN kernel: `attempt` (false when oneDNN does not take the call) runs in the
+// plugin's OpenMP thread scope with oneDNN's errors raised as plugflow errors naming the op, and
+// `fall_back` (the plugin's own kernel) runs the calls oneDNN did not take.
+template <typename Attempt, typename FallBack>
+void run_or_fall_back(const KernelContext& ctx, const Attempt& attempt, const FallBack& fall_back) {
+  bool done = false;
+  try {
+    OmpThreads threads;
+    done = attempt();
+  } catch (const dnnl::error& e) {
+    PF_THROW(Error, "cpu '", ctx.op.name, "' (oneDNN): ", e.what());
+  }
+  if (!done) fall_back();
+}
 
 }  // namespace plugflow::cpu::onednn

@@ -437,21 +437,13 @@ bool run(const Problem& p, const KernelContext& ctx) {
 template <Kind kind>
 void conv_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
-  bool done = false;
-  if (problem) {
-    try {
-      OmpThreads threads;
-      done = run(*problem, ctx);
-    } catch (const dnnl::error& e) {
-      PF_THROW(Error, "cpu '", ctx.op.name, "' (oneDNN): ", e.what());
+  run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
+    switch (kind) {
+      case Kind::Forward: conv2d_im2col(ctx); break;
+      case Kind::BackwardData: conv2d_grad_input_im2col(ctx); break;
+      case Kind::BackwardWeights: conv2d_grad_weight_im2col(ctx); break;
     }
-  }
-  if (done) return;
-  switch (kind) {
-    case Kind::Forward: conv2d_im2col(ctx); break;
-    case Kind::BackwardData: conv2d_grad_input_im2col(ctx); break;
-    case Kind::BackwardWeights: conv2d_grad_weight_im2col(ctx); break;
-  }
+  });
 }
 
 }  // namespace

@@ -342,21 +342,13 @@ bool run(const Problem& p, const KernelContext& ctx) {
 template <Kind kind>
 void pool_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
-  bool done = false;
-  if (problem) {
-    try {
-      OmpThreads threads;
-      done = run(*problem, ctx);
-    } catch (const dnnl::error& e) {
-      PF_THROW(Error, "cpu '", ctx.op.name, "' (oneDNN): ", e.what());
+  run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
+    switch (kind) {
+      case Kind::Max: max_pool2d_native(ctx); break;
+      case Kind::Avg: avg_pool2d_native(ctx); break;
+      case Kind::AvgBackward: avg_pool2d_backward_native(ctx); break;
     }
-  }
-  if (done) return;
-  switch (kind) {
-    case Kind::Max: max_pool2d_native(ctx); break;
-    case Kind::Avg: avg_pool2d_native(ctx); break;
-    case Kind::AvgBackward: avg_pool2d_backward_native(ctx); break;
-  }
+  });
 }
 
 }  // namespace
