@@ -21,6 +21,155 @@
 namespace plugflow::cpu {
 namespace {
 
+// ---- dense float32/float64 kernels ------------------------------------------------------------
+// The dense hooks of reduce_loops.h for sum, mean, amax/amin and the indexed max/min/argmax/
+// argmin. Each loop keeps kDenseLanes independent accumulators (elementwise over fixed-size
+// arrays, so the vectorizer needs no reassociation and no -ffast-math) and is compiled for
+// AVX-512 (x86-64-v4: measured ~1.4x faster than AVX2 on 512K float32), AVX2 and the
+// baseline; the loader picks the clone for the CPU.
+
+#define PF_DENSE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PF_DENSE_INLINE inline __attribute__((always_inline))
+
+inline constexpr int kDenseLanes = 64;
+// Sums add chunks of kDenseLanes * kFlushRounds elements in T, each lane a sum of 4-element
+// pairwise trees, then each lane's chunk total into a double. The adds in T are the fast part;
+// the trees and double totals keep long float32 sums accurate (1M float32 0.1s sum to the
+// correctly rounded result; PyTorch's cascade is off by ~1.5e-7 there).
+inline constexpr int64_t kFlushRounds = 16;
+
+template <typename T>
+PF_DENSE_INLINE double dense_sum_body(const T* x, int64_t n) {
+  constexpr int L = kDenseLanes;
+  double wide[L] = {};
+  int64_t i = 0;
+  while (i + L <= n) {
+    T lanes[L] = {};
+    const int64_t end = i + std::min(L * kFlushRounds, (n - i) / L * L);
+    for (; i + 4 * L <= end; i += 4 * L)
+      for (int j = 0; j < L; ++j) lanes[j] += (x[i + j] + x[i + L + j]) + (x[i + 2 * L + j] + x[i + 3 * L + j]);
+    for (; i < end; i += L)
+      for (int j = 0; j < L; ++j) lanes[j] += x[i + j];
+    for (int j = 0; j < L; ++j) wide[j] += lanes[j];
+  }
+  for (int width = L / 2; width > 0; width /= 2)  // pairwise fold
+    for (int j = 0; j < width; ++j) wide[j] += wide[j + width];
+  double acc = wide[0];
+  for (; i < n; ++i) acc += x[i];
+  return acc;
+}
+
+// acc[j] += the kRowGroup rows' j-th elements, summed pairwise in T.
+template <typename T>
+PF_DENSE_INLINE void dense_sum_rows_body(const T* const* rows, int64_t nt, double* __restrict acc) {
+  const T *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3], *r4 = rows[4], *r5 = rows[5], *r6 = rows[6],
+          *r7 = rows[7];
+  static_assert(kRowGroup == 8);
+  for (int64_t j = 0; j < nt; ++j)
+    acc[j] += static_cast<double>(((r0[j] + r1[j]) + (r2[j] + r3[j])) + ((r4[j] + r5[j]) + (r6[j] + r7[j])));
+}
+
+template <typename T, bool IsMax>
+PF_DENSE_INLINE bool beats(T x, T a) {
+  return IsMax ? x > a : x < a;
+}
+
+// Max/min ignoring NaN lane by lane (x > m ? x : m is one vmaxps), with a NaN flag per lane
+// beside it; a NaN anywhere makes the result the first NaN, as the sequential step() gives.
+template <typename T, bool IsMax>
+PF_DENSE_INLINE T dense_extreme_body(const T* x, int64_t n) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;  // the flag as wide as T
+  T m[kDenseLanes];
+  I nan[kDenseLanes] = {};
+  for (int j = 0; j < kDenseLanes; ++j) m[j] = IsMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  int64_t i = 0;
+  for (; i + kDenseLanes <= n; i += kDenseLanes)
+    for (int j = 0; j < kDenseLanes; ++j) {
+      const T v = x[i + j];
+      m[j] = beats<T, IsMax>(v, m[j]) ? v : m[j];
+      nan[j] |= v != v;
+    }
+  for (int width = kDenseLanes / 2; width > 0; width /= 2)  // pairwise fold (vectorizes)
+    for (int j = 0; j < width; ++j) {
+      m[j] = beats<T, IsMax>(m[j + width], m[j]) ? m[j + width] : m[j];
+      nan[j] |= nan[j + width];
+    }
+  I any_nan = nan[0];
+  T r = m[0];
+  for (; i < n; ++i) {
+    any_nan |= x[i] != x[i];
+    r = beats<T, IsMax>(x[i], r) ? x[i] : r;
+  }
+  if (any_nan)
+    for (i = 0;; ++i)
+      if (x[i] != x[i]) return x[i];
+  return r;
+}
+
+// The index of the first extreme (of the first NaN if there is one): the extreme, then a scan
+// for it that tests kDenseLanes elements at a time (an OR over the lanes, which vectorizes).
+template <typename T, bool IsMax>
+PF_DENSE_INLINE int64_t dense_arg_extreme_body(const T* x, int64_t n) {
+  const T v = dense_extreme_body<T, IsMax>(x, n);
+  int64_t i = 0;
+  if (v != v) {
+    while (x[i] == x[i]) ++i;
+    return i;
+  }
+  for (; i + kDenseLanes <= n; i += kDenseLanes) {
+    int hit = 0;
+    for (int j = 0; j < kDenseLanes; ++j) hit |= x[i + j] == v;
+    if (hit) break;
+  }
+  while (x[i] != v) ++i;
+  return i;
+}
+
+// Extremes: NaN propagates (a NaN accumulator stays, a NaN input takes over).
+template <typename C>
+PF_DENSE_INLINE C nan_max(C a, C x) {
+  // Bitwise |, not ||: no branch, so the comparison vectorizes into a blend.
+  if constexpr (std::is_floating_point_v<C>) return ((x > a) | (x != x)) ? x : a;
+  else return x > a ? x : a;
+}
+template <typename C>
+PF_DENSE_INLINE C nan_min(C a, C x) {
+  if constexpr (std::is_floating_point_v<C>) return ((x < a) | (x != x)) ? x : a;
+  else return x < a ? x : a;
+}
+
+template <typename T, bool IsMax>
+PF_DENSE_INLINE void dense_extreme_rows_body(const T* const* rows, int64_t nt, T* __restrict acc) {
+  const T *r0 = rows[0], *r1 = rows[1], *r2 = rows[2], *r3 = rows[3], *r4 = rows[4], *r5 = rows[5], *r6 = rows[6],
+          *r7 = rows[7];
+  static_assert(kRowGroup == 8);
+  constexpr auto f = IsMax ? nan_max<T> : nan_min<T>;
+  for (int64_t j = 0; j < nt; ++j)
+    acc[j] = f(f(f(f(f(f(f(f(acc[j], r0[j]), r1[j]), r2[j]), r3[j]), r4[j]), r5[j]), r6[j]), r7[j]);
+}
+
+PF_DENSE_CLONES double dense_sum(const float* x, int64_t n) { return dense_sum_body(x, n); }
+PF_DENSE_CLONES double dense_sum(const double* x, int64_t n) { return dense_sum_body(x, n); }
+PF_DENSE_CLONES void dense_sum_rows(const float* const* rows, int64_t nt, double* acc) { dense_sum_rows_body(rows, nt, acc); }
+PF_DENSE_CLONES void dense_sum_rows(const double* const* rows, int64_t nt, double* acc) { dense_sum_rows_body(rows, nt, acc); }
+PF_DENSE_CLONES float dense_max(const float* x, int64_t n) { return dense_extreme_body<float, true>(x, n); }
+PF_DENSE_CLONES double dense_max(const double* x, int64_t n) { return dense_extreme_body<double, true>(x, n); }
+PF_DENSE_CLONES float dense_min(const float* x, int64_t n) { return dense_extreme_body<float, false>(x, n); }
+PF_DENSE_CLONES double dense_min(const double* x, int64_t n) { return dense_extreme_body<double, false>(x, n); }
+PF_DENSE_CLONES void dense_max_rows(const float* const* rows, int64_t nt, float* acc) { dense_extreme_rows_body<float, true>(rows, nt, acc); }
+PF_DENSE_CLONES void dense_max_rows(const double* const* rows, int64_t nt, double* acc) { dense_extreme_rows_body<double, true>(rows, nt, acc); }
+PF_DENSE_CLONES void dense_min_rows(const float* const* rows, int64_t nt, float* acc) { dense_extreme_rows_body<float, false>(rows, nt, acc); }
+PF_DENSE_CLONES void dense_min_rows(const double* const* rows, int64_t nt, double* acc) { dense_extreme_rows_body<double, false>(rows, nt, acc); }
+PF_DENSE_CLONES int64_t dense_argmax(const float* x, int64_t n) { return dense_arg_extreme_body<float, true>(x, n); }
+PF_DENSE_CLONES int64_t dense_argmax(const double* x, int64_t n) { return dense_arg_extreme_body<double, true>(x, n); }
+PF_DENSE_CLONES int64_t dense_argmin(const float* x, int64_t n) { return dense_arg_extreme_body<float, false>(x, n); }
+PF_DENSE_CLONES int64_t dense_argmin(const double* x, int64_t n) { return dense_arg_extreme_body<double, false>(x, n); }
+#undef PF_DENSE_CLONES
+#undef PF_DENSE_INLINE
+
+template <typename T>
+inline constexpr bool kDenseType = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
 // ---- ops -------------------------------------------------------------------------------------
 
 template <typename T>
@@ -32,6 +181,10 @@ struct SumOp {
   acc_t step(acc_t a, T x, int64_t) const { return a + to_acc<T, acc_t>(x); }
   acc_t merge(acc_t a, acc_t b) const { return a + b; }
   void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<T*>(outs[0]) = from_acc<T>(a); }
+  acc_t dense(const T* x, int64_t n, int64_t) const requires kDenseType<T> { return dense_sum(x, n); }
+  void dense_rows(const T* const* rows, int64_t nt, acc_t* acc) const requires kDenseType<T> {
+    dense_sum_rows(rows, nt, acc);
+  }
 };
 
 template <typename T>
@@ -55,19 +208,6 @@ struct MeanOp : SumOp<T> {
   }
 };
 
-// Extremes: NaN propagates (a NaN accumulator stays, a NaN input takes over).
-template <typename C>
-inline C nan_max(C a, C x) {
-  // Bitwise |, not ||: no branch, so the comparison vectorizes into a blend.
-  if constexpr (std::is_floating_point_v<C>) return ((x > a) | (x != x)) ? x : a;
-  else return x > a ? x : a;
-}
-template <typename C>
-inline C nan_min(C a, C x) {
-  if constexpr (std::is_floating_point_v<C>) return ((x < a) | (x != x)) ? x : a;
-  else return x < a ? x : a;
-}
-
 template <typename T, bool IsMax>
 struct ExtremeOp {
   static constexpr bool supported = true;
@@ -82,6 +222,12 @@ struct ExtremeOp {
   acc_t step(acc_t a, T x, int64_t) const { return merge(a, static_cast<acc_t>(x)); }
   acc_t merge(acc_t a, acc_t b) const { return IsMax ? nan_max(a, b) : nan_min(a, b); }
   void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<T*>(outs[0]) = convert<T>(a); }
+  acc_t dense(const T* x, int64_t n, int64_t) const requires kDenseType<T> {
+    return IsMax ? dense_max(x, n) : dense_min(x, n);
+  }
+  void dense_rows(const T* const* rows, int64_t nt, acc_t* acc) const requires kDenseType<T> {
+    IsMax ? dense_max_rows(rows, nt, acc) : dense_min_rows(rows, nt, acc);
+  }
 };
 template <typename T>
 using AmaxOp = ExtremeOp<T, true>;
@@ -108,6 +254,10 @@ struct IndexedOp {
       if (b.v != b.v) return b;
     }
     return (IsMax ? b.v > a.v : b.v < a.v) ? b : a;
+  }
+  acc_t dense(const T* x, int64_t n, int64_t first) const requires kDenseType<T> {
+    const int64_t i = IsMax ? dense_argmax(x, n) : dense_argmin(x, n);
+    return {x[i], first + i};
   }
   void write(char* const* outs, acc_t a, int64_t) const {
     if constexpr (WriteValues) {

@@ -11,6 +11,8 @@
 //   * outer mode (a kept dim is innermost, e.g. sum over dim 0 of a matrix): a tile of
 //     up to 2048 neighbouring outputs keeps its accumulators in an array and every reduced
 //     position adds a contiguous row of inputs to it, which again vectorizes.
+// Ops can replace both contiguous loops with multiversioned kernels ("dense hooks" below);
+// reduce.cpp's float32/float64 sum, mean, amax/amin and max/min/argmax/argmin do.
 //
 // A reduction op is a functor template on the storage type T with
 //   acc_t, identity(), step(acc, x, index), merge(left, right), write(outs, acc, count).
@@ -164,6 +166,22 @@ struct Cursor {
   }
 };
 
+// ---- dense hooks -----------------------------------------------------------------------------
+// An op may provide multiversioned kernels (AVX-512/AVX2/SSE2) over dense memory, used instead
+// of its step() loops where the memory allows:
+//   acc_t dense(const T* x, int64_t n, int64_t first): x[0..n), at reduced indices first,
+//     first+1, ..., reduced from identity() (inner mode);
+//   void dense_rows(const T* const* rows, int64_t nt, acc_t* acc): for j < nt, folds
+//     rows[0][j], ..., rows[kRowGroup - 1][j] into acc[j] (outer mode; ops without indices).
+inline constexpr int kRowGroup = 8;
+
+template <typename Op, typename T>
+concept HasDenseRun = requires(const Op& op, const T* x, int64_t n) { op.dense(x, n, n); };
+template <typename Op, typename T>
+concept HasDenseRows = requires(const Op& op, const T* const* rows, int64_t n, typename Op::acc_t* acc) {
+  op.dense_rows(rows, n, acc);
+};
+
 // ---- inner mode ------------------------------------------------------------------------------
 
 inline constexpr int kLanes = 16;
@@ -191,10 +209,12 @@ typename Op::acc_t reduce_contiguous_block(const Op& op, const T* x, int64_t n) 
 // Folds the run of n elements at p (byte stride s, reduced indices first, first+1, ...) into acc.
 template <typename Op, typename T>
 typename Op::acc_t reduce_run(const Op& op, typename Op::acc_t acc, const char* p, int64_t s, int64_t n, int64_t first) {
-  if constexpr (!Op::indexed) {
-    // Short rows (softmax over 10 classes) skip the lane setup, which would cost more than it saves.
-    if (s == static_cast<int64_t>(sizeof(T)) && n >= 2 * kLanes) {
-      const T* x = reinterpret_cast<const T*>(p);
+  // Short rows (softmax over 10 classes) skip the lane setup, which would cost more than it saves.
+  if (s == static_cast<int64_t>(sizeof(T)) && n >= 2 * kLanes) {
+    const T* x = reinterpret_cast<const T*>(p);
+    if constexpr (HasDenseRun<Op, T>) {
+      return op.merge(acc, op.dense(x, n, first));
+    } else if constexpr (!Op::indexed) {
       for (int64_t b = 0; b < n; b += kBlock)
         acc = op.merge(acc, reduce_contiguous_block(op, x + b, std::min(kBlock, n - b)));
       return acc;
@@ -273,7 +293,17 @@ void accumulate_tile(const Op& op, const ReducePlan& P, const char* base, int64_
   for (int64_t j = 0; j < nt; ++j) acc[j] = op.identity();
   Cursor red(P.rsize, {&P.ra});
   red.seek(r0);
-  for (int64_t r = r0; r < r1; ++r, red.next()) {
+  int64_t r = r0;
+  if constexpr (HasDenseRows<Op, T>) {
+    if (sj == static_cast<int64_t>(sizeof(T))) {
+      for (; r + kRowGroup <= r1; r += kRowGroup) {
+        const T* rows[kRowGroup];
+        for (int k = 0; k < kRowGroup; ++k, red.next()) rows[k] = reinterpret_cast<const T*>(base + red.off[0]);
+        op.dense_rows(rows, nt, acc);
+      }
+    }
+  }
+  for (; r < r1; ++r, red.next()) {
     const char* row = base + red.off[0];
     if (sj == static_cast<int64_t>(sizeof(T))) {
       const T* x = reinterpret_cast<const T*>(row);
