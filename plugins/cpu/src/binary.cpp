@@ -313,6 +313,45 @@ void run_binary(KernelContext& ctx) {
   elementwise<Out, T, T>(out, {&a, &b}, [op](T x, T y) { return convert<Out>(op(static_cast<C>(x), static_cast<C>(y))); });
 }
 
+// True when t holds one value broadcast over its shape (a Python-number exponent arrives as an
+// expanded 0-d tensor).
+bool is_broadcast_scalar(const Tensor& t) {
+  for (size_t d = 0; d < t.sizes().size(); ++d)
+    if (t.sizes()[d] != 1 && t.strides()[d] != 0) return false;
+  return t.numel() > 0;
+}
+
+// pow with a broadcast scalar exponent, PyTorch's pow_tensor_scalar: 2, 3, -2 as products
+// (x * x * x rounds twice, exactly as PyTorch does), 0.5 and -0.5 as sqrt (so pow(-0., 0.5) is
+// -0. and pow(-inf, 0.5) NaN there, unlike std::pow), -1 as a reciprocal, others std::pow with
+// the exponent hoisted. A 0-d tensor exponent looks the same here and gets these results too
+// (PyTorch sends it through std::pow: the two differ only at -0. and -inf for +-0.5).
+// Integers keep the generic square-and-multiply loop. False when the exponent is not a scalar.
+template <typename T>
+bool run_pow_scalar(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b.dtype() != a.dtype() || out.dtype() != a.dtype() || !is_broadcast_scalar(b)) return false;
+    const T e = *b.data<T>();
+    auto run = [&](auto f) { elementwise<T, T>(out, {&a}, f); };
+    if (e == T(2)) run([](T x) { return x * x; });
+    else if (e == T(3)) run([](T x) { return x * x * x; });
+    else if (e == T(0.5)) run([](T x) { return std::sqrt(x); });
+    else if (e == T(-0.5)) run([](T x) { return T(1) / std::sqrt(x); });
+    else if (e == T(-1)) run([](T x) { return T(1) / x; });
+    else if (e == T(-2)) run([](T x) { return T(1) / (x * x); });
+    else run([e](T x) { return std::pow(x, e); });
+    return true;
+  }
+  return false;
+}
+
+void pow_kernel(KernelContext& ctx) {
+  dispatch_supported<PowOp>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (!run_pow_scalar<T>(ctx.input(0), ctx.input(1), ctx.output(0))) run_binary<PowOp, T>(ctx);
+  });
+}
+
 template <template <typename> class OpT>
 void binary_kernel(KernelContext& ctx) {
   dispatch_supported<OpT>(ctx, ctx.input(0).dtype(), [&](auto tag) { run_binary<OpT, typename decltype(tag)::type>(ctx); });
@@ -342,7 +381,7 @@ void register_binary_kernels(Registrar& reg) {
   register_supported<SubOp>(reg, "sub", binary_kernel<SubOp>);
   register_supported<MulOp>(reg, "mul", binary_kernel<MulOp>);
   register_supported<DivSupported>(reg, "div", div_kernel);
-  register_supported<PowOp>(reg, "pow", binary_kernel<PowOp>);
+  register_supported<PowOp>(reg, "pow", pow_kernel);
   register_supported<MaximumOp>(reg, "maximum", binary_kernel<MaximumOp>);
   register_supported<MinimumOp>(reg, "minimum", binary_kernel<MinimumOp>);
   register_supported<RemainderOp>(reg, "remainder", binary_kernel<RemainderOp>);

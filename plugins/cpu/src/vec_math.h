@@ -1,12 +1,14 @@
-// Branch-free float32 exp, log, tanh and sigmoid that the compiler vectorizes inside the
-// elementwise loops' `omp simd` (libm's scalar calls would stop the vectorizer).
+// Branch-free float32 exp, log, tanh, sigmoid, erf and the activations built on them (silu,
+// gelu) that the compiler vectorizes inside the elementwise loops' `omp simd` (libm's scalar
+// calls would stop the vectorizer).
 //
 // Every function is straight-line code on float/int32 values (bitwise selects instead of
 // branches, bit casts instead of frexp/ldexp), after Cephes' single-precision algorithms: range
 // reduction, a short minimax polynomial, and an exact power-of-two scaling. Accuracy against
 // the correctly rounded result (libm in double; tests/cpp/cpu/test_vec_math.cpp sweeps float
 // bit patterns across all exponents, with and without FMA): exp, log and tanh within 1 ulp,
-// sigmoid within 2; NaN, +-inf, +-0, subnormals, overflow and underflow as libm.
+// sigmoid and erf within 2, gelu within 8 down to -3 and 5e-6 relative below (see gelu);
+// NaN, +-inf, +-0, subnormals, overflow and underflow as libm.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -127,6 +129,72 @@ PF_VEC_INLINE float tanh(float x) {
 PF_VEC_INLINE float sigmoid(float x) {
   const float e = exp(-as_float(as_int(x) & 0x7fffffff));
   return select(x < 0.0f, e, 1.0f) / (1.0f + e);
+}
+
+// silu(x) = x / (1 + exp(-x)), PyTorch's formula (so silu(-inf) is NaN there too).
+PF_VEC_INLINE float silu(float x) { return x / (1.0f + exp(-x)); }
+
+// erf(a) for 0 <= a < 1: a + a * P(a^2), P a minimax fit of erf(a)/a - 1 (relative error
+// 2.4e-9 with these float coefficients); the leading a is added last, so P's rounding costs a
+// fraction of an ulp.
+PF_VEC_INLINE float erf_small(float a) {
+  const float z = a * a;
+  float p = 7.853861461626366e-05f;
+  p = p * z - 8.010193705558777e-04f;
+  p = p * z + 5.188327748328447e-03f;
+  p = p * z - 2.6853812858462334e-02f;
+  p = p * z + 1.128358542919159e-01f;
+  p = p * z - 3.761262595653534e-01f;
+  p = p * z + 1.2837916612625122e-01f;
+  return a + a * p;
+}
+
+// erfc(a) for a >= 1/2, given z = a^2 (gelu passes x^2/2, one rounding instead of two):
+// exp(-z) * Q(t) with t = 2 / (2 + a), Q a minimax fit of erfcx(a) = exp(a^2) erfc(a) on
+// [1/2, 10.25] (relative error 2.7e-9). Past 10.25 exp(-z) is 0, so no clamp is needed; +inf
+// gives 0.
+PF_VEC_INLINE float erfc_tail(float a, float z) {
+  const float t = 2.0f / (2.0f + a);
+  float q = -7.415631413459778e-02f;
+  q = q * t + 3.5016879439353943e-01f;
+  q = q * t - 6.090419292449951e-01f;
+  q = q * t + 4.0445518493652344e-01f;
+  q = q * t - 1.0695520788431168e-01f;
+  q = q * t + 2.3498310148715973e-01f;
+  q = q * t + 2.3492559790611267e-01f;
+  q = q * t + 2.836281955242157e-01f;
+  q = q * t + 2.8198137879371643e-01f;
+  q = q * t + 3.662733661258244e-06f;
+  return exp(-z) * q;
+}
+
+// erf(x): erf_small below 1, 1 - erfc(|x|) above (rounds to 1 past 3.92); odd in x, which keeps
+// erf(-0) = -0. NaN propagates through both parts.
+PF_VEC_INLINE float erf(float x) {
+  const float a = as_float(as_int(x) & 0x7fffffff);
+  const float y = select(a < 1.0f, erf_small(a), 1.0f - erfc_tail(a, a * a));
+  return as_float(as_int(y) | (as_int(x) & int32_t(0x80000000u)));
+}
+
+// gelu(x) = x/2 (1 + erf(x / sqrt 2)). Below zero 1 + erf is formed as erfc(|x| / sqrt 2)
+// directly rather than as 1 - (1 - erfc), so the negative tail keeps its relative precision
+// (the textbook form cancels to 0 below about -5.5; what is left is the rounding of x^2/2,
+// which exp turns into up to 5e-6 relative by -13); gelu(-inf) is NaN, as in PyTorch.
+PF_VEC_INLINE float gelu(float x) {
+  const float a = as_float(as_int(x) & 0x7fffffff) * 0.707106781186547524f;
+  const float s = erf_small(a);
+  const float tail = erfc_tail(a, 0.5f * x * x);
+  // Below zero the tail takes over from 1/2 (1 - erf_small would cancel up to 3 bits by 1).
+  const bool neg = x < 0.0f;
+  const float c = select(neg, select(a < 0.5f, 1.0f - s, tail), select(a < 1.0f, 1.0f + s, 2.0f - tail));
+  return (x * 0.5f) * c;
+}
+
+// gelu with approximate='tanh': PyTorch's formula and operation order.
+PF_VEC_INLINE float gelu_tanh(float x) {
+  constexpr float kBeta = 0.797884560802865355f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  return 0.5f * x * (1.0f + tanh(kBeta * (x + kKappa * (x * x * x))));
 }
 
 }  // namespace plugflow::cpu::vec
