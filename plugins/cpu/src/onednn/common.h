@@ -102,14 +102,15 @@ inline std::optional<int64_t> right_padding(int64_t in, int64_t out, int64_t k, 
 // problem the kernel leaves to its fallback; that is cached too.
 dnnl::primitive cached_primitive(const std::string& key, const std::function<dnnl::primitive()>& build);
 
-// The body of a oneDNN kernel: `attempt` (false when oneDNN does not take the call) runs in the
-// plugin's OpenMP thread scope with oneDNN's errors raised as plugflow errors naming the op, and
-// `fall_back` (the plugin's own kernel) runs the calls oneDNN did not take.
+// The body of a oneDNN kernel: `attempt` (false when oneDNN does not take the call) runs in an
+// OpenMP thread scope of `threads` with oneDNN's errors raised as plugflow errors naming the op,
+// and `fall_back` (the plugin's own kernel) runs the calls oneDNN did not take.
 template <typename Attempt, typename FallBack>
-void run_or_fall_back(const KernelContext& ctx, const Attempt& attempt, const FallBack& fall_back) {
+void run_or_fall_back(const KernelContext& ctx, const Attempt& attempt, const FallBack& fall_back,
+                      int threads = num_threads()) {
   bool done = false;
   try {
-    OmpThreads threads;
+    OmpThreads scope(threads);
     done = attempt();
   } catch (const dnnl::error& e) {
     PF_THROW(Error, "cpu '", ctx.op.name, "' (oneDNN): ", e.what());

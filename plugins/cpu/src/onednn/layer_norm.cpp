@@ -52,8 +52,7 @@ void layer_norm_kernel(KernelContext& ctx) {
   const memory::desc stat({m}, memory::data_type::f32, memory::format_tag::a);
   const memory::desc vec({n}, memory::data_type::f32, memory::format_tag::a);
   std::vector<float> var(static_cast<size_t>(m));
-  try {
-    OmpThreads threads;
+  const auto attempt = [&] {
     const std::string key = "layer_norm " + std::to_string(m) + "x" + std::to_string(n) + " flags=" +
                             std::to_string(static_cast<unsigned>(flags)) + " eps=" +
                             std::to_string(std::bit_cast<uint32_t>(static_cast<float>(eps)));
@@ -70,18 +69,17 @@ void layer_norm_kernel(KernelContext& ctx) {
     if (has_bias) args.emplace(DNNL_ARG_SHIFT, memory(vec, eng, b.data_ptr()));
     p.execute(stream(), args);
     stream().wait();
-  } catch (const dnnl::error& e) {
-    PF_THROW(Error, "cpu 'layer_norm' (oneDNN): ", e.what());
-  }
-  const float* mean = ctx.output(1).data<float>();
-  float* rstd = ctx.output(2).data<float>();
-  bool precise = true;
-  for (int64_t r = 0; r < m; ++r) {
-    const double rs = 1.0 / std::sqrt(static_cast<double>(var[r]) + eps);
-    rstd[r] = static_cast<float>(rs);
-    precise &= std::abs(static_cast<double>(mean[r])) * rs <= kMaxMeanOverStd;
-  }
-  if (!precise) layer_norm_native(ctx);
+    const float* mean = ctx.output(1).data<float>();
+    float* rstd = ctx.output(2).data<float>();
+    bool precise = true;
+    for (int64_t r = 0; r < m; ++r) {
+      const double rs = 1.0 / std::sqrt(static_cast<double>(var[r]) + eps);
+      rstd[r] = static_cast<float>(rs);
+      precise &= std::abs(static_cast<double>(mean[r])) * rs <= kMaxMeanOverStd;
+    }
+    return precise;  // else the native kernel redoes the call
+  };
+  run_or_fall_back(ctx, attempt, [&] { layer_norm_native(ctx); });
 }
 
 }  // namespace

@@ -50,36 +50,33 @@ template <bool Log>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
+  const auto native = [&] { Log ? log_softmax_native(ctx) : softmax_native(ctx); };
   const int64_t dim = ctx.attr<int64_t>("dim");
   bool innermost = dim >= 0 && dim < a.dim();
   for (int64_t d = dim + 1; innermost && d < a.dim(); ++d) innermost = a.sizes()[d] == 1;
   if (!innermost || a.numel() < kMinElements || a.dtype() != DType::Float32 || out.dtype() != DType::Float32 ||
       !a.is_contiguous() || !out.is_contiguous() || out.sizes() != a.sizes())
-    return Log ? log_softmax_native(ctx) : softmax_native(ctx);
+    return native();
   const int64_t n = a.sizes()[dim], rows = a.numel() / n;
   const memory::desc md({rows, n}, memory::data_type::f32, memory::format_tag::ab);
-  dnnl::primitive p;
-  try {
-    OmpThreads threads(a.numel() < kGrainSize ? 1 : num_threads());
+  const auto attempt = [&] {
     const std::string key =
         std::string(Log ? "log_softmax " : "softmax ") + std::to_string(rows) + "x" + std::to_string(n);
-    p = cached_primitive(key, [&] {
+    const dnnl::primitive p = cached_primitive(key, [&] {
       const dnnl::softmax_v2_forward::primitive_desc pd(
           {dnnl::prop_kind::forward_inference, Log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate,
            md, md, 1},
           engine());
       return std::strncmp(pd.impl_info_str(), "ref", 3) == 0 ? dnnl::primitive() : dnnl::softmax_v2_forward(pd);
     });
-    if (p) {
-      p.execute(stream(), {{DNNL_ARG_SRC, memory(md, engine(), a.data_ptr())},
-                           {DNNL_ARG_DST, memory(md, engine(), out.data_ptr())}});
-      stream().wait();
-    }
-  } catch (const dnnl::error& e) {
-    PF_THROW(Error, "cpu '", ctx.op.name, "' (oneDNN): ", e.what());
-  }
-  if (!p) return Log ? log_softmax_native(ctx) : softmax_native(ctx);
-  propagate_nan(out.data<float>(), rows, n);
+    if (!p) return false;
+    p.execute(stream(), {{DNNL_ARG_SRC, memory(md, engine(), a.data_ptr())},
+                         {DNNL_ARG_DST, memory(md, engine(), out.data_ptr())}});
+    stream().wait();
+    propagate_nan(out.data<float>(), rows, n);
+    return true;
+  };
+  run_or_fall_back(ctx, attempt, native, a.numel() < kGrainSize ? 1 : num_threads());
 }
 
 }  // namespace
