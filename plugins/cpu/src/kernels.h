@@ -22,7 +22,6 @@ void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients 
 // The other oneDNN kernels (float32, Priority::Optimized over the plugin's own, which stay the
 // float64 path and their fallback):
 void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_pool2d (+ backward)
-void register_onednn_batch_norm_kernels(Registrar& reg);  // batch_norm (+ backward)
 void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (its backward is faster natively)
 void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softmax
 
@@ -35,10 +34,7 @@ void conv2d_grad_weight_im2col(KernelContext& ctx);
 void max_pool2d_native(KernelContext& ctx);
 void avg_pool2d_native(KernelContext& ctx);
 void avg_pool2d_backward_native(KernelContext& ctx);
-void batch_norm_native(KernelContext& ctx);
-void batch_norm_backward_native(KernelContext& ctx);
 void layer_norm_native(KernelContext& ctx);
-void layer_norm_backward_native(KernelContext& ctx);
 void softmax_native(KernelContext& ctx);
 void log_softmax_native(KernelContext& ctx);
 

@@ -22,7 +22,6 @@ PLUGFLOW_PLUGIN("cpu", "0.1.0") {
   register_conv_kernels(reg);
   register_onednn_conv_kernels(reg);
   register_onednn_pool_kernels(reg);
-  register_onednn_batch_norm_kernels(reg);
   register_onednn_layer_norm_kernels(reg);
   register_onednn_softmax_kernels(reg);
   register_pool_kernels(reg);

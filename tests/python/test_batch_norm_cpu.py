@@ -2,7 +2,7 @@
 that test_norm.py does not cover, against PyTorch.
 
 oneDNN 2.6 measured slower than the plugin's own batch_norm / batch_norm_backward kernels on
-every shape tried (plugins/cpu/src/onednn/batch_norm.cpp has the numbers), so float32 runs those
+every shape tried (plugins/cpu/src/norm.cpp has the numbers), so float32 runs those
 kernels like float64. These tests cover that path on ResNet-like channel/spatial mixes at small
 sizes: BatchNorm1d/2d modules over several steps (momentum None's cumulative average included,
 with and without affine and running statistics), train- and eval-mode backward, channels-last
