@@ -1,8 +1,61 @@
 #include "plugflow/dtype.h"
 
+#include <cmath>
+#include <limits>
 #include <string>
 
+#include "plugflow/scalar.h"
+
 namespace plugflow {
+
+namespace {
+
+// The range of an integral or floating dtype, as doubles (exact for every bound but int64's
+// max, which rounds up to 2^63: compared with < below).
+struct Range {
+  double lowest, max;
+};
+
+Range dtype_range(DType t) {
+  switch (t) {
+    case DType::UInt8: return {0, 255};
+    case DType::Int8: return {-128, 127};
+    case DType::Int16: return {-32768, 32767};
+    case DType::Int32: return {-2147483648.0, 2147483647.0};
+    case DType::Int64: return {-9223372036854775808.0, 9223372036854775808.0};
+    case DType::Float16: return {-65504.0, 65504.0};
+    case DType::BFloat16: return {-3.3895313892515355e38, 3.3895313892515355e38};
+    case DType::Float32: return {-3.4028234663852886e38, 3.4028234663852886e38};
+    default: return {-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()};
+  }
+}
+
+bool integer_fits(int64_t v, DType t) {
+  switch (t) {
+    case DType::UInt8: return v <= 255 && v >= -255;  // two's complement: -1 -> 255 (PyTorch)
+    case DType::Int8: return v >= -128 && v <= 127;
+    case DType::Int16: return v >= -32768 && v <= 32767;
+    case DType::Int32: return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+    case DType::Float16: return v >= -65504 && v <= 65504;
+    default: return true;  // int64 holds every int64; bool, float32/64 and bfloat16 every int64 magnitude
+  }
+}
+
+bool floating_fits(double v, DType t) {
+  if (std::isnan(v)) return is_floating(t);
+  if (std::isinf(v) && is_floating(t)) return true;
+  const Range r = dtype_range(t);
+  // int64's upper bound 2^63 is exclusive (no int64 equals it); the others are inclusive.
+  return v >= r.lowest && (t == DType::Int64 ? v < r.max : v <= r.max);
+}
+
+}  // namespace
+
+void check_scalar_fits(const Scalar& value, DType dtype) {
+  if (dtype == DType::Bool || value.is_bool() || dtype == DType::Float64) return;
+  const bool fits = value.is_floating() ? floating_fits(value.to_double(), dtype) : integer_fits(value.to_int(), dtype);
+  PF_CHECK(fits, "value cannot be converted to type ", dtype_name(dtype), " without overflow");
+}
 
 const char* scalar_type_name(DType t) {
   switch (t) {

@@ -1,6 +1,7 @@
 #include "plugflow/tensor.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "plugflow/error.h"
@@ -27,15 +28,72 @@ Shape contiguous_strides(const Shape& sizes) {
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(sizes[i], 1);
+    // Saturates: a stride is only used with the sizes, whose product shape_numel checks.
+    if (__builtin_mul_overflow(s, std::max<int64_t>(sizes[i], 1), &s)) s = std::numeric_limits<int64_t>::max();
   }
   return strides;
 }
 
+int64_t checked_size_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  PF_CHECK(!__builtin_mul_overflow(a, b, &r), what, ": integer multiplication overflow");
+  return r;
+}
+
+int64_t checked_size_add(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  PF_CHECK(!__builtin_add_overflow(a, b, &r), what, ": integer addition overflow");
+  return r;
+}
+
 int64_t shape_numel(const Shape& sizes) {
   int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
+  bool overflow = false, empty = false;
+  for (int64_t s : sizes) {
+    PF_CHECK(s >= 0, "numel: negative size ", s, " in ", shape_str(sizes));
+    empty |= s == 0;
+    overflow |= __builtin_mul_overflow(n, s, &n);
+  }
+  // An empty tensor has zero elements whatever its other sizes (PyTorch's rule too).
+  if (empty) return 0;
+  PF_CHECK(!overflow, "numel: integer multiplication overflow with sizes=", shape_str(sizes));
   return n;
+}
+
+size_t storage_nbytes(const Shape& sizes, DType dtype) {
+  int64_t n = 1, nbytes = 0;
+  bool overflow = false, empty = false;
+  for (int64_t s : sizes) {
+    empty |= s == 0;
+    overflow |= __builtin_mul_overflow(n, s, &n);
+  }
+  if (empty) return 0;
+  overflow |= __builtin_mul_overflow(n, static_cast<int64_t>(itemsize(dtype)), &nbytes);
+  PF_CHECK(!overflow, "Storage size calculation overflowed with sizes=", shape_str(sizes));
+  return static_cast<size_t>(nbytes);
+}
+
+void check_view(const Shape& sizes, const Shape& strides, int64_t offset, size_t itemsize, size_t storage_nbytes) {
+  PF_CHECK(sizes.size() == strides.size(), "mismatch in length of strides (", strides.size(), ") and shape (",
+           sizes.size(), ")");
+  PF_CHECK(offset >= 0, "negative storage offset ", offset);
+  int64_t last = offset;  // the furthest element the view reaches
+  bool overflow = false, empty = false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    PF_CHECK(sizes[d] >= 0, "negative size ", sizes[d], " in ", shape_str(sizes));
+    PF_CHECK(strides[d] >= 0, "negative stride ", strides[d], " in ", shape_str(strides), " (not supported)");
+    if (sizes[d] == 0) empty = true;
+    int64_t reach;
+    overflow |= __builtin_mul_overflow(sizes[d] - (sizes[d] > 0), strides[d], &reach) ||
+                __builtin_add_overflow(last, reach, &last);
+  }
+  if (empty) return;  // touches no memory
+  shape_numel(sizes);  // the element count must fit too (a stride-0 view of 2^62 x 2 elements)
+  const int64_t capacity = static_cast<int64_t>(storage_nbytes / itemsize);
+  PF_CHECK(!overflow && last < capacity, "setStorage: sizes ", shape_str(sizes), ", strides ", shape_str(strides),
+           ", storage offset ", offset, ", and itemsize ", itemsize, " requiring a storage of ",
+           overflow ? std::string("more than 2^63") : std::to_string(last + 1), " elements are out of bounds for "
+           "storage of ", capacity, " elements");
 }
 
 std::string shape_str(const Shape& sizes) {
@@ -51,7 +109,7 @@ Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes)
     PF_CHECK_T(s >= 0, ValueError, "Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(device, static_cast<size_t>(shape_numel(sizes)) * plugflow::itemsize(dtype));
+  impl->storage = std::make_shared<Storage>(device, storage_nbytes(sizes, dtype));
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
@@ -59,6 +117,7 @@ Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
 }
 
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset, DType dtype) {
+  check_view(sizes, strides, offset, plugflow::itemsize(dtype), storage->nbytes());
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->sizes = std::move(sizes);
@@ -66,6 +125,15 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, Shape sizes, Shape stri
   impl->offset = offset;
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+void Tensor::set_(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset, DType dtype) const {
+  check_view(sizes, strides, offset, plugflow::itemsize(dtype), storage->nbytes());
+  impl_->storage = std::move(storage);
+  impl_->sizes = std::move(sizes);
+  impl_->strides = std::move(strides);
+  impl_->offset = offset;
+  impl_->dtype = dtype;
 }
 
 static int64_t wrap(int64_t dim, int64_t ndim) {

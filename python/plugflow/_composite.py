@@ -17,7 +17,7 @@ __all__ = [
     "take_along_dim", "count_nonzero", "nan_to_num", "nan_to_num_", "finfo", "iinfo", "bernoulli", "normal",
     "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "mode", "bincount", "searchsorted", "bucketize",
     "histc", "diff", "cdist", "cross", "diagonal", "diag_embed", "trace", "tril_indices", "triu_indices", "rot90",
-    "multinomial", "aminmax", "heaviside", "logaddexp",
+    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill",
 ]
 
 _FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
@@ -565,6 +565,43 @@ def aminmax(input, *, dim=None, keepdim=False, out=None):
     return _return_types.aminmax((input.amin(d, keepdim=keepdim), input.amax(d, keepdim=keepdim)))
 
 
+# ---------------------------------------------------------------- index_fill
+
+def index_fill_(input, dim, index, value):
+    """Fills input's slices at `index` (a 1-D or 0-d int64 tensor) along `dim` with value (a
+    number or a 0-d tensor), in place."""
+    _check_tensor(input, "index_fill_")
+    _check_tensor(index, "index_fill_", "index")
+    if index.dtype is not _C.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    if index.dim() > 1:
+        raise RuntimeError("Index has to be a vector/scalar")
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            raise RuntimeError("index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                               f"{value.dim()} dimension(s).")
+    else:
+        _C._check_scalar_fits(value, input.dtype)
+    d = _wrap_dim(dim, input.dim())
+    n = input.shape[d] if input.dim() else 1
+    flat = index.reshape(-1)
+    if flat.numel() and builtins.bool(((flat < -n) | (flat >= n)).any().item()):
+        bad = flat[((flat < -n) | (flat >= n)).nonzero()[0, 0]].item()
+        raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {n}")
+    if input.dim() == 0:
+        if flat.numel():
+            input.fill_(value)
+        return input
+    input[(slice(None),) * d + (flat,)] = value
+    return input
+
+
+def index_fill(input, dim, index, value):
+    """A copy of input with index_fill_ applied."""
+    _check_tensor(input, "index_fill")
+    return index_fill_(input.clone(), dim, index, value)
+
+
 # ---------------------------------------------------------------- counting and searching
 
 def bincount(input, weights=None, minlength=0):
@@ -940,7 +977,8 @@ def _install():
                "median": median, "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile,
                "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
-               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "logaddexp": logaddexp}
+               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "logaddexp": logaddexp,
+               "index_fill": index_fill, "index_fill_": index_fill_}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)

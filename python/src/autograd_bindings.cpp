@@ -220,12 +220,7 @@ void bind_autograd(py::module_& m) {
       py::cpp_function([](const Tensor& t) { return ag::detach(t); }),
       py::cpp_function([](const Tensor& t, const Tensor& other) {
         // `param.data = x`: the tensor now views x's memory, keeping its autograd identity.
-        TensorImpl* impl = t.impl();
-        impl->storage = other.storage();
-        impl->sizes = other.sizes();
-        impl->strides = other.strides();
-        impl->offset = other.offset();
-        impl->dtype = other.dtype();
+        t.set_(other.storage(), other.sizes(), other.strides(), other.offset(), other.dtype());
       }));
   method("retain_grad", py::cpp_function([](const Tensor& t) { ag::retain_grad(t); }, py::name("retain_grad"),
                                          py::is_method(cls)));

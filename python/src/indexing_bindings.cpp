@@ -239,14 +239,7 @@ py::object write_out(const char* fn, py::object out, const Tensor& result) {
            dtype_name(o.dtype()), " instead");
   PF_CHECK(o.device() == result.device(), "Expected out tensor to have device ", result.device().str(), ", but got ",
            o.device().str(), " instead");
-  if (o.sizes() != result.sizes()) {
-    TensorImpl* impl = o.impl();
-    const Tensor fresh = Tensor::empty(result.sizes(), o.dtype(), o.device());
-    impl->storage = fresh.storage();
-    impl->sizes = fresh.sizes();
-    impl->strides = fresh.strides();
-    impl->offset = 0;
-  }
+  ops::resize_(o, result.sizes());
   ops::copy_(o, result);
   return out;
 }

@@ -56,15 +56,8 @@ void resize_out(const Tensor& out, const Shape& shape) {
                             "resizing it, inplace, to zero elements with t.resize_(0).";
     if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
   }
-  TensorImpl* impl = out.impl();
-  const auto need = static_cast<size_t>((impl->offset + shape_numel(shape)) * static_cast<int64_t>(out.itemsize()));
-  if (need > impl->storage->nbytes()) {
-    Tensor fresh = Tensor::empty(shape, out.dtype(), out.device());
-    impl->storage = fresh.storage();
-    impl->offset = 0;
-  }
-  impl->sizes = shape;
-  impl->strides = contiguous_strides(shape);
+  Tensor o = out;
+  ops::resize_(o, shape);
 }
 
 // How a function treats out's dtype.

@@ -97,14 +97,7 @@ std::optional<int64_t> opt_dim(py::handle dim, const char* fn) {
 // Copies a result into an out= tensor (resized when its shape differs, as PyTorch does).
 py::object write_out(py::object out, const Tensor& r) {
   Tensor& o = out.cast<Tensor&>();
-  if (o.sizes() != r.sizes()) {
-    Tensor fresh = Tensor::empty(r.sizes(), o.dtype(), o.device());
-    TensorImpl* impl = o.impl();
-    impl->storage = fresh.storage();
-    impl->sizes = fresh.sizes();
-    impl->strides = fresh.strides();
-    impl->offset = 0;
-  }
+  ops::resize_(o, r.sizes());
   ops::copy_(o, r);
   return out;
 }

@@ -491,6 +491,10 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype, std::option
   c.infer_shape(data);
   c.collect(data, 0);
   const DType dt = dtype.value_or(c.inferred.value_or(DType::Float32));  // [] is float32
+  // PyTorch checks numbers stored into integral tensors (300 into uint8 raises); floating
+  // types take any number (1e40 -> inf).
+  if (is_integral(dt, /*include_bool=*/false))
+    for (const Scalar& v : c.values) check_scalar_fits(v, dt);
   Tensor out = ops::empty(c.shape, dt, Device{DeviceType::CPU, 0});
   visit_dtype(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -509,6 +513,7 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype, std::option
 // `reported_dim` is the dim the message names: PyTorch counts the position in the index
 // expression (t[None, 0, 3] reports dimension 2), not the dim of the partial result.
 Tensor select_checked(const Tensor& t, int64_t dim, int64_t index, int64_t reported_dim) {
+  PF_CHECK_T(dim >= 0 && dim < t.dim(), IndexError, "too many indices for tensor of dimension ", t.dim());
   const int64_t size = t.sizes()[dim];
   if (index < -size || index >= size)
     PF_THROW(IndexError, "index ", index, " is out of bounds for dimension ", reported_dim, " with size ", size);
@@ -690,7 +695,7 @@ py::object inplace_binary(const std::string& name, py::object self, py::handle o
 // A number as a 0-d tensor of the dtype PyTorch would compute `self (op) number` in, so that
 // ops taking only tensors (alpha, rounding modes) keep the wrapped-number promotion.
 Tensor wrap_scalar(const Tensor& self, Scalar s) {
-  return ops::scalar_tensor(s, ops::result_type(self, s), self.device());
+  return ops::wrapped_scalar_tensor(s, ops::result_type(self, s), self.device());
 }
 
 Tensor operand_tensor(const Tensor& self, py::handle other, const char* op) {
@@ -1518,10 +1523,7 @@ void bind_tensor(py::module_& m) {
       py::arg("dim"), py::arg("start"), py::arg("length"));
   def_method_and_function(
       cls, m, "select",
-      [](const Tensor& t, int64_t dim, int64_t index) {
-        const int64_t d = ops::wrap_dim(dim, t.dim());
-        return select_checked(t, d, index, d);
-      },
+      [](const Tensor& t, int64_t dim, int64_t index) { return ops::select(t, dim, index); },
       py::arg("dim"), py::arg("index"));
 
   // -- type promotion
@@ -1612,6 +1614,8 @@ void bind_tensor(py::module_& m) {
         return ops::randperm(n, dtype, dev(device), generator);
       },
       py::arg("n"), py::arg("dtype"), py::arg("device") = py::none(), py::arg("generator") = nullptr);
+  // For Python-composed ops that store a number into a tensor (threshold, index_fill).
+  m.def("_check_scalar_fits", &check_scalar_fits, py::arg("value"), py::arg("dtype"));
   m.def("_tensor", &tensor_from_data, py::arg("data"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
   m.def("_device_from_object", &device_from_object, py::arg("device"));
   def_function(m, "from_numpy", &from_numpy, py::arg("ndarray"),

@@ -21,6 +21,10 @@ PF_API Tensor ones(const Shape& sizes, DType dtype, Device device);
 PF_API Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, Device device);
 PF_API Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device);
 PF_API Tensor scalar_tensor(Scalar value, DType dtype, Device device);
+// A Python number as the operand of an op that computes in `dtype` (t + 300, t / -1): a 0-d
+// tensor converted as a kernel's cast converts (integers wrap), where scalar_tensor checks
+// that the value fits (check_scalar_fits).
+PF_API Tensor wrapped_scalar_tensor(Scalar value, DType dtype, Device device);
 
 // ---- random (the given generator, else the default one; see plugflow/generator.h) --------
 PF_API void manual_seed(uint64_t seed);  // seeds the default generator
@@ -39,6 +43,10 @@ PF_API Tensor& normal_(Tensor& t, double mean, double std, Generator* gen = null
 PF_API Tensor& copy_(Tensor& dst, const Tensor& src);
 PF_API Tensor& fill_(Tensor& t, Scalar value);
 PF_API Tensor& zero_(Tensor& t);
+// PyTorch's resize_ (also what out= arguments get): t takes `sizes` with contiguous strides,
+// keeping its storage when that holds them past t's offset, else on a fresh storage. Contents
+// are kept only as far as the old storage is reused.
+PF_API Tensor& resize_(Tensor& t, const Shape& sizes);
 PF_API Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy = false);
 PF_API Tensor contiguous(const Tensor& t);
 PF_API Tensor clone(const Tensor& t);

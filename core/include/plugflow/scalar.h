@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "plugflow/dtype.h"
+#include "plugflow/export.h"
 
 namespace plugflow {
 
@@ -45,5 +46,14 @@ class Scalar {
 
 template <>
 inline double Scalar::to<double>() const { return to_double(); }
+
+// PyTorch's rule for a number that becomes an element of a `dtype` tensor (fill, full,
+// masked_fill, where, clamp bounds, a pad value, ...): Error "value cannot be converted to
+// type uint8 without overflow" when it does not fit. Integers must lie in the type's range,
+// except that an unsigned type also takes -max..-1 (two's complement: -1 -> 255); floating
+// values must be finite within the range (infinities into a floating type are kept) and not
+// NaN for an integral type; bool takes anything. A number that is an *operand* (t + 300) is
+// not checked: it wraps as the kernel's cast does.
+PF_API void check_scalar_fits(const Scalar& value, DType dtype);
 
 }  // namespace plugflow

@@ -54,8 +54,24 @@ struct TensorImpl {
   std::shared_ptr<AutogradMeta> autograd;  // null: plain tensor without grad
 };
 
+// Checked size arithmetic. Every element count, byte size and view extent goes through these,
+// so a shape from a user or a file that does not fit raises instead of wrapping around to a
+// small allocation that kernels then write past.
 PF_API Shape contiguous_strides(const Shape& sizes);
+// The element count; Error "numel: integer multiplication overflow" past int64, and for a
+// negative size.
 PF_API int64_t shape_numel(const Shape& sizes);
+// The bytes of a dense tensor of `sizes`; Error "Storage size calculation overflowed" when
+// they exceed the largest object a pointer difference can span (2^63 - 1).
+PF_API size_t storage_nbytes(const Shape& sizes, DType dtype);
+// Throws unless the view (sizes, strides, offset; in elements of `itemsize` bytes) is well
+// formed (non-negative sizes, strides and offset, ranks equal) and its furthest element lies
+// inside `storage_nbytes`.
+PF_API void check_view(const Shape& sizes, const Shape& strides, int64_t offset, size_t itemsize,
+                       size_t storage_nbytes);
+// a * b and a + b of non-negative sizes; Error naming `what` on overflow.
+PF_API int64_t checked_size_mul(int64_t a, int64_t b, const char* what);
+PF_API int64_t checked_size_add(int64_t a, int64_t b, const char* what);
 PF_API std::string shape_str(const Shape& sizes);  // "[2, 3]"
 
 class PF_API Tensor {
@@ -65,9 +81,12 @@ class PF_API Tensor {
 
   // New uninitialized contiguous tensor.
   static Tensor empty(const Shape& sizes, DType dtype, Device device);
-  // A view on an existing storage.
+  // A view on an existing storage; check_view's errors when it does not fit the storage.
   static Tensor view_of(std::shared_ptr<Storage> storage, Shape sizes, Shape strides,
                         int64_t offset, DType dtype);
+  // Points this tensor (all its handles: it keeps its identity and autograd metadata) at
+  // another storage and geometry, checked as view_of checks (`param.data = x`, out= resizes).
+  void set_(std::shared_ptr<Storage> storage, Shape sizes, Shape strides, int64_t offset, DType dtype) const;
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& sizes() const { return impl_->sizes; }

@@ -108,11 +108,22 @@ void copy_data(Tensor& dst, const Tensor& src_in) {
 }  // namespace
 
 
-Tensor& fill_(Tensor& t, Scalar value) {
+static void run_fill(const Tensor& t, const Scalar& value) {
   static const OpDef& op = find_op("fill");
-  autograd::check_inplace(t);
   Tensor out[] = {t};
   call_op_out(op, {}, Attrs{{"value", value}}, out);
+}
+
+Tensor wrapped_scalar_tensor(Scalar value, DType dtype, Device device) {
+  Tensor t = Tensor::empty({}, dtype, device);
+  run_fill(t, value);
+  return t;
+}
+
+Tensor& fill_(Tensor& t, Scalar value) {
+  check_scalar_fits(value, t.dtype());
+  autograd::check_inplace(t);
+  run_fill(t, value);
   if (autograd::any_requires_grad({&t})) {
     auto node = autograd::make_node("FillBackward0", [](const std::vector<Tensor>& g, const std::vector<Tensor>&) {
       return std::vector<Tensor>{zeros(g[0].sizes(), g[0].dtype(), g[0].device())};

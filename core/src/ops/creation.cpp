@@ -15,6 +15,20 @@ Tensor full(const Shape& sizes, Scalar value, DType dtype, Device device) {
   return t;
 }
 
+Tensor& resize_(Tensor& t, const Shape& sizes) {
+  if (t.sizes() == sizes) return t;
+  for (int64_t s : sizes) PF_CHECK(s >= 0, "Trying to resize to a negative size ", s, ": ", shape_str(sizes));
+  const size_t need = storage_nbytes(sizes, t.dtype());
+  const size_t used = static_cast<size_t>(t.offset()) * t.itemsize();
+  if (t.storage()->nbytes() >= used && t.storage()->nbytes() - used >= need) {
+    t.set_(t.storage(), sizes, contiguous_strides(sizes), t.offset(), t.dtype());
+  } else {
+    Tensor fresh = Tensor::empty(sizes, t.dtype(), t.device());
+    t.set_(fresh.storage(), sizes, fresh.strides(), 0, t.dtype());
+  }
+  return t;
+}
+
 Tensor zeros(const Shape& sizes, DType dtype, Device device) { return full(sizes, Scalar(int64_t{0}), dtype, device); }
 Tensor ones(const Shape& sizes, DType dtype, Device device) { return full(sizes, Scalar(int64_t{1}), dtype, device); }
 Tensor scalar_tensor(Scalar value, DType dtype, Device device) { return full({}, value, dtype, device); }
@@ -28,7 +42,8 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype_
   PF_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
   double n_double;
   if (!any_float) {  // exact integer arithmetic, as PyTorch does for integral arguments
-    const int64_t a = start.to_int(), b = end.to_int(), c = step.to_int();
+    // In 128 bits: end - start + step overflows int64 for ranges near its limits.
+    const __int128 a = start.to_int(), b = end.to_int(), c = step.to_int();
     n_double = static_cast<double>((b - a + c + (c > 0 ? -1 : 1)) / c);
   } else {
     n_double = std::ceil((e - s) / st);

@@ -108,6 +108,7 @@ Tensor run_binary(const BinaryInfo& info, const Tensor& a, const Tensor& b, DTyp
     const Scalar& alpha = attrs.get<Scalar>("alpha");
     PF_CHECK(!(alpha.is_floating() && !is_floating(dt)),
              "For integral input tensors, argument alpha must not be a floating point number.");
+    check_scalar_fits(alpha, dt);
   }
   // Same shape and dtype (the common case) needs no broadcasting or casting views.
   const bool plain = a.sizes() == b.sizes() && a.dtype() == dt && b.dtype() == dt;
@@ -189,14 +190,16 @@ Tensor binary(const std::string& name, const Tensor& a, Scalar b) {
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
-  return run_binary(info, a, scalar_tensor(b, common, a.device()), common, binary_attrs(info, Scalar(int64_t{1}), ""));
+  const Attrs attrs = binary_attrs(info, Scalar(int64_t{1}), "");
+  return run_binary(info, a, wrapped_scalar_tensor(b, compute_dtype(info, common, attrs), a.device()), common, attrs);
 }
 
 Tensor binary(const std::string& name, Scalar a, const Tensor& b) {
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.is_bool(), b.dtype() == DType::Bool);
   const DType common = result_type(b, a);
-  return run_binary(info, scalar_tensor(a, common, b.device()), b, common, binary_attrs(info, Scalar(int64_t{1}), ""));
+  const Attrs attrs = binary_attrs(info, Scalar(int64_t{1}), "");
+  return run_binary(info, wrapped_scalar_tensor(a, compute_dtype(info, common, attrs), b.device()), b, common, attrs);
 }
 
 Tensor& binary_(const std::string& name, Tensor& a, const Tensor& b) {
@@ -210,7 +213,8 @@ Tensor& binary_(const std::string& name, Tensor& a, Scalar b) {
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
-  run_binary_inplace(info, a, scalar_tensor(b, common, a.device()), common, binary_attrs(info, Scalar(int64_t{1}), ""));
+  const Attrs attrs = binary_attrs(info, Scalar(int64_t{1}), "");
+  run_binary_inplace(info, a, wrapped_scalar_tensor(b, compute_dtype(info, common, attrs), a.device()), common, attrs);
   return a;
 }
 
@@ -251,6 +255,8 @@ DType unary_compute_dtype(const UnaryInfo& info, DType in) {
       PF_CHECK(!(info.name == "neg" && in == DType::Bool),
                "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
                "use the `~` or `logical_not()` operator instead.");
+      // square is pow(x, 2), which promotes bool to int64.
+      if (info.name == "square" && in == DType::Bool) return DType::Int64;
       return in;
     case UnaryKind::BoolOut: return in;
   }

@@ -290,6 +290,11 @@ void as_runtime_error(F&& f) {
 // index's iteration-shaped view of `t` along `dim`: index's sizes, t's strides, stride 0 at
 // `dim` when `zero_dim` (the indexed dim).
 Tensor scatter_view(const Tensor& t, const Tensor& index1, int64_t dim, bool zero_dim) {
+  // No index is valid for an empty dim: say which one, before viewing memory that is not there.
+  if (zero_dim && size1(t, dim) == 0 && index1.numel() > 0) {
+    const Tensor host = to(index1, Device{DeviceType::CPU, 0}, DType::Int64, /*copy=*/true);
+    PF_THROW(Error, "index ", host.data<int64_t>()[0], " is out of bounds for dimension ", dim, " with size 0");
+  }
   Shape strides(index1.dim());
   for (int64_t d = 0; d < index1.dim(); ++d) strides[d] = d == dim && zero_dim ? 0 : stride1(t, d);
   return raw_view(t, index1.sizes(), strides, t.offset());

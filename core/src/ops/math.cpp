@@ -550,6 +550,7 @@ Tensors addc_grads(bool is_div, const Tensor& g, const Tensor& t1, const Tensor&
 
 Tensor addc(bool is_div, const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
   const DType dt = addc_dtype(is_div, self, t1, t2);
+  check_scalar_fits(value, dt);
   const Shape shape = broadcast_all({&self, &t1, &t2});
   const Tensor s = prepare(self, dt, shape), a = prepare(t1, dt, shape), b = prepare(t2, dt, shape);
   Tensor out = addc_values(is_div, s, a, b, value);
@@ -569,6 +570,7 @@ Tensor addc(bool is_div, const Tensor& self, const Tensor& t1, const Tensor& t2,
 
 Tensor& addc_(bool is_div, Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
   const DType dt = addc_dtype(is_div, self, t1, t2);
+  check_scalar_fits(value, dt);
   check_inplace_result(dt, self);
   const Shape shape = broadcast_all({&self, &t1, &t2});
   check_inplace_shape(shape, self);

@@ -9,6 +9,7 @@
 // written with ops, so double backward works.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "../autograd/grad_utils.h"
@@ -243,17 +244,6 @@ void record_cat(const std::vector<Tensor>& tensors, const Tensor& out, int64_t d
   autograd::record(node, tensors, std::span<const Tensor>(&out, 1));
 }
 
-// Gives `out` a fresh contiguous storage of `sizes` (torch's resize of out= arguments).
-void resize_out(Tensor& out, const Shape& sizes) {
-  if (out.sizes() == sizes) return;
-  Tensor fresh = Tensor::empty(sizes, out.dtype(), out.device());
-  TensorImpl* impl = out.impl();
-  impl->storage = fresh.storage();
-  impl->sizes = fresh.sizes();
-  impl->strides = fresh.strides();
-  impl->offset = 0;
-}
-
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
@@ -275,7 +265,7 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
   for (size_t i = 0; i < tensors.size(); ++i)
     PF_CHECK(tensors[i].storage() != out.storage(), "unsupported operation: the input tensors cannot refer to any of "
              "the output memory locations. Found overlap in input tensor ", i);
-  resize_out(out, p.sizes);
+  resize_(out, p.sizes);
   cat_fill(out, tensors, p.dim);
   return out;
 }
@@ -852,9 +842,11 @@ Tensor constant_pad_nd(const Tensor& t, const Shape& pad, Scalar value) {
   for (int64_t i = 0; i < npad; ++i) {
     const int64_t d = t.dim() - 1 - i;
     const int64_t before = pad[2 * i], after = pad[2 * i + 1];
+    PF_CHECK(before != std::numeric_limits<int64_t>::min(), "pad: padding ", before, " out of range");
     if (before < 0) src = narrow(src, d, -before, src.sizes()[d] + before);
     if (after < 0) src = narrow(src, d, 0, src.sizes()[d] + after);
-    out_shape[d] = src.sizes()[d] + std::max<int64_t>(before, 0) + std::max<int64_t>(after, 0);
+    out_shape[d] = checked_size_add(checked_size_add(src.sizes()[d], std::max<int64_t>(before, 0), "pad"),
+                                    std::max<int64_t>(after, 0), "pad");
     any_positive = any_positive || before > 0 || after > 0;
   }
   if (!any_positive) return clone(src);

@@ -70,16 +70,7 @@ Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int
     PF_CHECK_T(strides[i] >= 0, ValueError, "as_strided: negative strides are not supported, got ", strides[i]);
   }
   PF_CHECK_T(offset >= 0, ValueError, "as_strided: negative storage offset ", offset);
-  // The view must stay inside the storage.
-  int64_t last = offset;
-  bool empty = false;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) empty = true;
-    else last += (sizes[i] - 1) * strides[i];
-  }
-  const int64_t capacity = static_cast<int64_t>(t.storage()->nbytes() / t.itemsize());
-  PF_CHECK(empty || last < capacity, "setStorage: sizes ", shape_str(sizes), ", strides ", shape_str(strides),
-           " and storage offset ", offset, " require a storage of ", last + 1, " elements, but it has ", capacity);
+  // view_of checks that the view stays inside the storage.
   Tensor v = Tensor::view_of(t.storage(), sizes, strides, offset, t.dtype());
   return finish_view(t, v, "AsStridedBackward0", region_back(t, v));
 }
@@ -89,15 +80,19 @@ static Shape infer_size(const Shape& requested, int64_t numel) {
   Shape out = requested;
   int64_t known = 1;
   int infer = -1;
+  bool overflow = false;  // the known sizes multiply past int64: never a valid shape (numel fits)
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       PF_CHECK(infer < 0, "only one dimension can be inferred");
       infer = static_cast<int>(i);
     } else {
       PF_CHECK(out[i] >= 0, "invalid shape dimension ", out[i]);
-      known *= out[i];
+      overflow |= __builtin_mul_overflow(known, out[i], &known);
     }
   }
+  if (overflow && std::find(out.begin(), out.end(), 0) == out.end())
+    PF_THROW(Error, "shape '", shape_str(requested), "' is invalid for input of size ", numel);
+  if (overflow) known = 0;
   if (infer >= 0) {
     PF_CHECK(known != 0 && numel % known == 0, "shape '", shape_str(requested), "' is invalid for input of size ",
              numel);

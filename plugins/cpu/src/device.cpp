@@ -23,8 +23,12 @@ constexpr size_t kAlignment = 64;
 constexpr size_t kSmallLimit = 4096;
 constexpr size_t kMaxCachedBytes = size_t{1} << 30;  // 1 GiB of idle blocks at most
 
+constexpr size_t kLargestClassed = size_t{1} << 48;  // beyond any machine: no class arithmetic can wrap
+
 size_t size_class(size_t nbytes) {
   if (nbytes <= kSmallLimit) return nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  // A request no machine can hold: keep it as it is (aligned_alloc fails, and we raise).
+  if (nbytes > kLargestClassed) return nbytes;
   size_t pow2 = kSmallLimit;  // the largest power of two <= nbytes
   while (pow2 * 2 <= nbytes) pow2 <<= 1;
   const size_t step = pow2 / 8;  // >= 512, a multiple of the alignment; rounding adds < step <= nbytes/8

@@ -32,14 +32,15 @@ struct ClampOp {
   }
 };
 
-// PyTorch's lerp: two formulas so that weight 0 and 1 give the end points exactly.
+// PyTorch 1.13's lerp: two formulas so that weight 0 and 1 give the end points exactly; the
+// first for every weight below 0.5, negative ones included (lerp(1, -inf, -4.68) = inf).
 template <typename T>
 struct LerpOp {
   using C = opmath_t<T>;
   static constexpr bool supported = is_float_v<T>;
   explicit LerpOp(const KernelContext&) {}
   C operator()(C a, C end, C w) const {
-    return std::abs(w) < C(0.5) ? a + w * (end - a) : end - (end - a) * (C(1) - w);
+    return w < C(0.5) ? a + w * (end - a) : end - (end - a) * (C(1) - w);
   }
 };
 

@@ -213,15 +213,42 @@ struct SumOp {
   }
 };
 
+// Integer products wrap (as PyTorch's); floating ones keep an exact zero sticky: the partial
+// products of the reordered (vectorized, parallel) reduction can overflow to inf where the
+// sequential product would not, and inf * 0 = NaN, while the exact product of finite numbers
+// with a zero is a zero, signed by the parity of the negative factors. NaN inputs, and an
+// infinite input times a zero, still give NaN.
 template <typename T>
 struct ProdOp {
   static constexpr bool supported = true;
   static constexpr bool indexed = false;
-  using acc_t = sum_acc_t<T>;
-  acc_t identity() const { return acc_t(1); }
-  acc_t step(acc_t a, T x, int64_t) const { return a * to_acc<T, acc_t>(x); }
-  acc_t merge(acc_t a, acc_t b) const { return a * b; }
-  void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<T*>(outs[0]) = from_acc<T>(a); }
+  using product_t = sum_acc_t<T>;
+  struct FloatAcc {
+    product_t p;
+    bool zero, nonfinite, negative;
+  };
+  using acc_t = std::conditional_t<is_float_v<T>, FloatAcc, product_t>;
+  acc_t identity() const {
+    if constexpr (is_float_v<T>) return {1, false, false, false};
+    else return 1;
+  }
+  acc_t step(acc_t a, T x, int64_t) const {
+    const product_t v = to_acc<T, product_t>(x);
+    if constexpr (is_float_v<T>)
+      return {a.p * v, a.zero || v == 0, a.nonfinite || !std::isfinite(v), a.negative != std::signbit(v)};
+    else return a * v;
+  }
+  acc_t merge(acc_t a, acc_t b) const {
+    if constexpr (is_float_v<T>)
+      return {a.p * b.p, a.zero || b.zero, a.nonfinite || b.nonfinite, a.negative != b.negative};
+    else return a * b;
+  }
+  void write(char* const* outs, acc_t a, int64_t) const {
+    product_t p;
+    if constexpr (is_float_v<T>) p = a.zero && !a.nonfinite ? (a.negative ? -product_t(0) : product_t(0)) : a.p;
+    else p = a;
+    *reinterpret_cast<T*>(outs[0]) = from_acc<T>(p);
+  }
 };
 
 template <typename T>

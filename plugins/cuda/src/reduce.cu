@@ -19,13 +19,37 @@ struct SumRed {
   PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<D*>(out0) = from_acc<D>(a); }
 };
 
+// Integer products wrap; floating ones keep an exact zero sticky, as the CPU plugin's ProdOp
+// (a reordered product can overflow to inf, and inf * 0 = NaN, where the exact product of
+// finite factors with a zero is a zero signed by the parity of negative factors).
 template <typename D>
 struct ProdRed {
-  using acc_t = sum_acc_t<D>;
-  PF_DEVICE acc_t identity() const { return acc_t(1); }
-  PF_DEVICE acc_t step(acc_t a, D x, int64_t) const { return a * to_acc<D, acc_t>(x); }
-  PF_DEVICE acc_t merge(acc_t a, acc_t b) const { return a * b; }
-  PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<D*>(out0) = from_acc<D>(a); }
+  using product_t = sum_acc_t<D>;
+  static constexpr bool kFloat = !std::is_same_v<product_t, uint64_t>;
+  struct FloatAcc {
+    product_t p;
+    bool zero, nonfinite, negative;
+  };
+  using acc_t = std::conditional_t<kFloat, FloatAcc, product_t>;
+  PF_DEVICE acc_t identity() const {
+    if constexpr (kFloat) return {1, false, false, false};
+    else return 1;
+  }
+  PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
+    const product_t v = to_acc<D, product_t>(x);
+    if constexpr (kFloat) return {a.p * v, a.zero || v == 0, a.nonfinite || !isfinite(v), a.negative != signbit(v)};
+    else return a * v;
+  }
+  PF_DEVICE acc_t merge(acc_t a, acc_t b) const {
+    if constexpr (kFloat) return {a.p * b.p, a.zero || b.zero, a.nonfinite || b.nonfinite, a.negative != b.negative};
+    else return a * b;
+  }
+  PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const {
+    product_t p;
+    if constexpr (kFloat) p = a.zero && !a.nonfinite ? (a.negative ? -product_t(0) : product_t(0)) : a.p;
+    else p = a;
+    *reinterpret_cast<D*>(out0) = from_acc<D>(p);
+  }
 };
 
 template <typename D>

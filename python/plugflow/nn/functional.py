@@ -122,9 +122,12 @@ def tanhshrink(input):
 
 
 def threshold(input, threshold, value, inplace=False):
-    """input where input > threshold, else value (in input's dtype)."""
+    """input where input > threshold, else value (in input's dtype); NaN stays NaN."""
     from .. import _creation, where
-    result = where(input > threshold, input, _creation.tensor(value, dtype=input.dtype, device=input.device))
+    _C._check_scalar_fits(threshold, input.dtype)
+    _C._check_scalar_fits(value, input.dtype)
+    fill = _creation.full((), value, dtype=input.dtype, device=input.device)
+    result = where(input <= threshold, fill, input)
     if inplace:
         return input.copy_(result)
     return result
