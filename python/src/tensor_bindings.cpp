@@ -23,6 +23,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
 #include "plugflow/runtime.h"
@@ -335,6 +336,9 @@ Tensor from_numpy(py::handle obj) {
 
 // An ndarray viewing a CPU tensor's memory; `base` (the Python tensor) keeps it alive.
 py::array to_numpy(const Tensor& t, py::handle base) {
+  // As PyTorch: writes through the array would bypass autograd.
+  PF_CHECK(!(autograd::is_grad_enabled() && autograd::requires_grad(t)),
+           "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.");
   if (!t.device().is_cpu())
     PF_THROW(TypeError, "can't convert ", t.device().str(),
              " device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.");
@@ -1095,7 +1099,18 @@ void bind_tensor(py::module_& m) {
   // -- Python values
   cls.def("item", &item)
       .def("tolist", &tolist)
-      .def("numpy", [](py::object self) { return to_numpy(tensor_ref(self), self); })
+      .def(
+          "numpy",
+          [](py::object self, bool force) {
+            // force=True (PyTorch 1.13): the values of any tensor, detached and on the CPU; it
+            // shares memory with the tensor when that is already on the CPU.
+            if (force) {
+              const Tensor detached = on_cpu(autograd::detach(tensor_ref(self)));
+              return to_numpy(detached, py::cast(detached));
+            }
+            return to_numpy(tensor_ref(self), self);
+          },
+          py::kw_only(), py::arg("force") = false)
       .def(
           "__array__",
           [](py::object self, py::handle dtype) -> py::object {
