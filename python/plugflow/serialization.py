@@ -24,14 +24,17 @@ import builtins
 import codecs
 import collections
 import contextlib
+import fcntl
 import io
 import math
 import os
 import pickle
+import re
 import secrets
 import stat
 import struct
 import sys
+import time
 import zipfile
 
 from . import _C, _tensor
@@ -281,18 +284,81 @@ def _write_legacy(obj, f, protocol):
         f.write(memoryview(s.numpy()).cast("B"))
 
 
+# A temporary file of a save untouched this long is stale even where its writer's lock cannot be
+# checked (a file system without locks).
+_STALE_TEMPORARY_SECONDS = 3600
+
+
+def _temporary_name_pattern(name):
+    """Matches the temporary files that saves to `name` write (`.<name>.<12 hex digits>.tmp`)."""
+    return re.compile(re.escape(f".{name}.") + r"[0-9a-f]{12}\.tmp")
+
+
+def _create_locked_temporary(folder, name):
+    """Creates the temporary file of a save to folder/name and locks it for as long as it is open:
+    the lock is what tells later saves that its writer is alive (the system drops it when a
+    process dies, even by SIGKILL)."""
+    while True:
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # the umask applies
+        try:
+            with contextlib.suppress(OSError):  # a file system without locks: the age rule alone applies
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            # Another save may have taken the file for stale between its creation and the lock.
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
+                return tmp, fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
+
+
+def _remove_stale_temporaries(folder, name):
+    """Removes what earlier saves to folder/name left behind when they were killed mid-write:
+    temporary files whose lock no process holds. A live writer's file is never touched (it holds
+    its lock); where the file system has no locks, only files untouched for an hour go."""
+    pattern = _temporary_name_pattern(name)
+    try:
+        entries = [e for e in os.scandir(folder) if pattern.fullmatch(e.name) and not e.is_symlink()]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its writer is alive
+            except OSError:
+                if time.time() - os.fstat(fd).st_mtime < _STALE_TEMPORARY_SECONDS:
+                    continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+        finally:
+            os.close(fd)
+
+
 def _atomic_write(path, write):
     """Writes a file through a temporary file in the same folder, synced and then renamed over
-    the target, so a crash or an error mid-write leaves any previous file intact."""
+    the target, so a crash or an error mid-write leaves any previous file intact. The temporary
+    file is removed on any error or interrupt; one left by a killed process goes at the next save
+    to the same path."""
     path = os.path.realpath(path)  # through a symlink: replace its target, keep the link
     folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    _remove_stale_temporaries(folder, name)
+    tmp, fd = _create_locked_temporary(folder, name)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb", closefd=False) as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            os.fsync(fd)
         with contextlib.suppress(FileNotFoundError):
             os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))  # an overwritten file keeps its mode
         os.replace(tmp, path)
@@ -300,9 +366,11 @@ def _atomic_write(path, write):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)  # only now: the lock must hold until the rename
     # Sync the folder too, so the rename itself survives a power loss.
     with contextlib.suppress(OSError):
-        folder_fd = os.open(folder or ".", os.O_RDONLY)
+        folder_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(folder_fd)
         finally:
@@ -324,7 +392,8 @@ def save(obj, f, pickle_module=None, pickle_protocol=DEFAULT_PROTOCOL, _use_new_
     to f, a path or a writable binary file object, in PyTorch's checkpoint format.
 
     Writing to a path is atomic: the file is either the complete new checkpoint or, after a crash
-    or an exception, whatever was there before. pickle_module is accepted for torch.save's
+    or an exception, whatever was there before; the temporary file a killed save leaves is removed
+    by the next save to the same path. pickle_module is accepted for torch.save's
     signature; plugflow always uses its own pickler (it writes torch's names without torch)."""
     if pickle_module is not None and pickle_module is not pickle:
         raise ValueError("plugflow.save supports only the standard pickle module")

@@ -4,6 +4,8 @@ directions (zip and legacy formats), map_location, pickling of tensors, atomic s
 corrupt, truncated and malicious files."""
 
 import collections
+import errno
+import fcntl
 import io
 import json
 import os
@@ -11,6 +13,7 @@ import pickle
 import re
 import subprocess
 import sys
+import time
 import zipfile
 
 import numpy as np
@@ -429,6 +432,130 @@ def test_failed_save_leaves_the_previous_file(rng, tmp_path, monkeypatch):
     pf.save(new, path)  # a successful save replaces it, keeping the file's mode
     same_tensor(pf.load(path)["b"], new["b"])
     assert os.stat(path).st_mode & 0o777 == 0o640
+
+
+def temporaries(folder):
+    return sorted(name for name in os.listdir(folder) if name.endswith(".tmp"))
+
+
+# Saves argv[2] float32 elements to argv[1]; with argv[3] == "stall" it stops for good after the
+# first storage record is written, saying so on stdout.
+SAVE_WORKER = """
+import signal, sys
+import plugflow as pf
+from plugflow import serialization
+
+path, numel, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+write_record = serialization._write_record
+
+def stall_after_the_first_storage(zf, name, payload):
+    write_record(zf, name, payload)
+    if name == "data/0":
+        print("stalled", flush=True)
+        signal.pause()
+
+if mode == "stall":
+    serialization._write_record = stall_after_the_first_storage
+pf.save({"a": pf.arange(numel, dtype=pf.float32), "b": pf.ones(3)}, path)
+"""
+
+
+def start_saving(path, numel, mode):
+    return subprocess.Popen([sys.executable, "-c", SAVE_WORKER, str(path), str(numel), mode], stdout=subprocess.PIPE,
+                            text=True)
+
+
+def test_a_killed_save_leaves_nothing_after_the_next_save(rng, tmp_path):
+    path = tmp_path / "ckpt.pt"
+    old = {"w": pf_tensor(rng, (5,), "float32")}
+    pf.save(old, path)
+    # A writer stopped mid-write holds its temporary file: a concurrent save leaves it alone.
+    writer = start_saving(path, 1 << 20, "stall")
+    try:
+        assert writer.stdout.readline() == "stalled\n"
+        assert len(temporaries(tmp_path)) == 1
+        concurrent = {"c": pf_tensor(rng, (7,), "float64")}
+        pf.save(concurrent, path)
+        assert len(temporaries(tmp_path)) == 1
+        same_tensor(pf.load(path)["c"], concurrent["c"])
+    finally:
+        writer.kill()
+        writer.wait()
+    # Killed, it leaves the temporary file and the target as it was; the next save removes it.
+    assert len(temporaries(tmp_path)) == 1
+    same_tensor(pf.load(path)["c"], concurrent["c"])
+    pf.save(old, path)
+    assert os.listdir(tmp_path) == ["ckpt.pt"]
+    same_tensor(pf.load(path)["w"], old["w"])
+
+
+def test_a_save_killed_at_any_moment_keeps_a_complete_file(rng, tmp_path):
+    path = tmp_path / "ckpt.pt"
+    old = {"w": pf_tensor(rng, (5,), "float32")}
+    numel = 8 << 20  # 32 MiB
+    for _ in range(3):
+        pf.save(old, path)
+        writer = start_saving(path, numel, "run")
+        while writer.poll() is None and not temporaries(tmp_path):
+            time.sleep(0.001)
+        time.sleep(float(rng.uniform(0, 0.05)))  # somewhere in the write (or after it)
+        writer.kill()
+        writer.wait()
+        loaded = pf.load(path)  # the old file or the new one, complete
+        if "w" in loaded:
+            same_tensor(loaded["w"], old["w"])
+        else:
+            assert np.array_equal(loaded["a"].numpy(), np.arange(numel, dtype=np.float32))
+        pf.save(old, path)
+        assert os.listdir(tmp_path) == ["ckpt.pt"]
+
+
+def test_stale_temporaries_of_the_target_only_are_removed(rng, tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    names = {"dead": ".ckpt.pt.0123456789ab.tmp", "live": ".ckpt.pt.ba9876543210.tmp",
+             "other target": ".other.pt.0123456789ab.tmp", "other pattern": ".ckpt.pt.notes.tmp",
+             "prefix of the name": ".ckpt.0123456789ab.tmp"}
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"partial")
+    live = os.open(tmp_path / names["live"], os.O_RDWR)
+    try:
+        fcntl.flock(live, fcntl.LOCK_EX)  # as a writer in another process holds it
+        pf.save(pf.ones(2), path)
+        assert temporaries(tmp_path) == sorted(n for key, n in names.items() if key != "dead")
+    finally:
+        os.close(live)
+    pf.save(pf.ones(2), path)
+    assert temporaries(tmp_path) == sorted(n for key, n in names.items() if key not in ("dead", "live"))
+
+    # Without locks (a file system that has none), only files untouched for an hour go.
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    for name, age in ((names["dead"], 7200), (names["live"], 60)):
+        (tmp_path / name).write_bytes(b"partial")
+        os.utime(tmp_path / name, (time.time() - age, time.time() - age))
+    pf.save(pf.ones(3), path)
+    assert names["dead"] not in temporaries(tmp_path) and names["live"] in temporaries(tmp_path)
+    same_tensor(pf.load(path), pf.ones(3))
+
+
+def test_an_interrupted_save_removes_its_temporary_file(rng, tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    old = pf_tensor(rng, (5,), "float32")
+    pf.save(old, path)
+    write_record = serialization._write_record
+
+    def interrupt_after_the_first_storage(zf, name, payload):
+        write_record(zf, name, payload)
+        if name == "data/0":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(serialization, "_write_record", interrupt_after_the_first_storage)
+    with pytest.raises(KeyboardInterrupt):
+        pf.save([pf_tensor(rng, (100,), "float32"), pf.ones(2)], path)
+    assert os.listdir(tmp_path) == ["ckpt.pt"]
+    same_tensor(pf.load(path), old)
 
 
 def test_save_through_a_symlink_replaces_the_target(rng, tmp_path):
