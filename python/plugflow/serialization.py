@@ -15,20 +15,26 @@ its unpickler resolves only an allow-list of names (tensor and storage rebuilds,
 dtypes, devices and sizes, collections.OrderedDict, plain containers, numpy arrays and scalars)
 and raises pickle.UnpicklingError naming anything else. That is PyTorch's `weights_only=True`,
 always: checkpoints of tensors, state dicts and plain values load; pickled instances of other
-classes (whole modules, user objects) do not. A truncated or corrupt file raises RuntimeError.
+classes (whole modules, user objects) do not. A truncated, corrupt or hostile file raises
+RuntimeError naming the file: sizes, views and zip records are checked against the file before
+memory is allocated or touched (docs/design.md).
 """
 
 import builtins
 import codecs
 import collections
 import contextlib
+import fcntl
 import io
+import math
 import os
 import pickle
+import re
 import secrets
 import stat
 import struct
 import sys
+import time
 import zipfile
 
 from . import _C, _tensor
@@ -278,18 +284,81 @@ def _write_legacy(obj, f, protocol):
         f.write(memoryview(s.numpy()).cast("B"))
 
 
+# A temporary file of a save untouched this long is stale even where its writer's lock cannot be
+# checked (a file system without locks).
+_STALE_TEMPORARY_SECONDS = 3600
+
+
+def _temporary_name_pattern(name):
+    """Matches the temporary files that saves to `name` write (`.<name>.<12 hex digits>.tmp`)."""
+    return re.compile(re.escape(f".{name}.") + r"[0-9a-f]{12}\.tmp")
+
+
+def _create_locked_temporary(folder, name):
+    """Creates the temporary file of a save to folder/name and locks it for as long as it is open:
+    the lock is what tells later saves that its writer is alive (the system drops it when a
+    process dies, even by SIGKILL)."""
+    while True:
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # the umask applies
+        try:
+            with contextlib.suppress(OSError):  # a file system without locks: the age rule alone applies
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            # Another save may have taken the file for stale between its creation and the lock.
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
+                return tmp, fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
+
+
+def _remove_stale_temporaries(folder, name):
+    """Removes what earlier saves to folder/name left behind when they were killed mid-write:
+    temporary files whose lock no process holds. A live writer's file is never touched (it holds
+    its lock); where the file system has no locks, only files untouched for an hour go."""
+    pattern = _temporary_name_pattern(name)
+    try:
+        entries = [e for e in os.scandir(folder) if pattern.fullmatch(e.name) and not e.is_symlink()]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its writer is alive
+            except OSError:
+                if time.time() - os.fstat(fd).st_mtime < _STALE_TEMPORARY_SECONDS:
+                    continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+        finally:
+            os.close(fd)
+
+
 def _atomic_write(path, write):
     """Writes a file through a temporary file in the same folder, synced and then renamed over
-    the target, so a crash or an error mid-write leaves any previous file intact."""
+    the target, so a crash or an error mid-write leaves any previous file intact. The temporary
+    file is removed on any error or interrupt; one left by a killed process goes at the next save
+    to the same path."""
     path = os.path.realpath(path)  # through a symlink: replace its target, keep the link
     folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    _remove_stale_temporaries(folder, name)
+    tmp, fd = _create_locked_temporary(folder, name)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb", closefd=False) as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            os.fsync(fd)
         with contextlib.suppress(FileNotFoundError):
             os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))  # an overwritten file keeps its mode
         os.replace(tmp, path)
@@ -297,9 +366,11 @@ def _atomic_write(path, write):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)  # only now: the lock must hold until the rename
     # Sync the folder too, so the rename itself survives a power loss.
     with contextlib.suppress(OSError):
-        folder_fd = os.open(folder or ".", os.O_RDONLY)
+        folder_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(folder_fd)
         finally:
@@ -321,7 +392,8 @@ def save(obj, f, pickle_module=None, pickle_protocol=DEFAULT_PROTOCOL, _use_new_
     to f, a path or a writable binary file object, in PyTorch's checkpoint format.
 
     Writing to a path is atomic: the file is either the complete new checkpoint or, after a crash
-    or an exception, whatever was there before. pickle_module is accepted for torch.save's
+    or an exception, whatever was there before; the temporary file a killed save leaves is removed
+    by the next save to the same path. pickle_module is accepted for torch.save's
     signature; plugflow always uses its own pickler (it writes torch's names without torch)."""
     if pickle_module is not None and pickle_module is not pickle:
         raise ValueError("plugflow.save supports only the standard pickle module")
@@ -347,9 +419,17 @@ def save(obj, f, pickle_module=None, pickle_protocol=DEFAULT_PROTOCOL, _use_new_
 
 # ==== load ========================================================================================
 
+class _CheckpointError(RuntimeError):
+    """A load failure plugflow diagnosed; load() puts the file's name in front of the message."""
+
+
 class _ForbiddenGlobal(pickle.UnpicklingError, RuntimeError):
     """A name outside the allow-list: the file is malicious, not a plain checkpoint, or corrupt
     (garbage can decode as a global), hence both an UnpicklingError and a RuntimeError."""
+
+
+# The most bytes a tensor may span: its byte size must fit an int64, as every size in the core.
+_MAX_TENSOR_BYTES = 2**63 - 1
 
 
 class _StorageClass:
@@ -358,13 +438,17 @@ class _StorageClass:
     def __init__(self, dtype_name):
         self.dtype = dtype_name
 
+    def __repr__(self):
+        return f"torch.{_STORAGE_CLASS[self.dtype]}"
+
 
 class _LoadedStorage:
     """A storage read from a checkpoint: a flat tensor that the saved tensors are views of."""
 
-    def __init__(self, dtype, tensor):
+    def __init__(self, dtype, tensor, record):
         self.dtype = dtype
         self.tensor = tensor
+        self.record = record  # where its bytes are in the file, for error messages
 
     def size(self):
         return self.tensor.numel()
@@ -375,27 +459,29 @@ class _LoadedStorage:
         return f"{_STORAGE_CLASS[self.dtype]}(size={self.size()}, device={self.tensor.device})"
 
 
-def _int_tuple(value, what):
+def _int_tuple(value, what, storage):
     if not isinstance(value, (tuple, list)) or not all(type(v) is int for v in value):
-        raise RuntimeError(f"plugflow.load: corrupt checkpoint: a tensor's {what} is {value!r}")
+        raise _CheckpointError(f"corrupt checkpoint: a tensor of {storage.record} has the {what} {value!r:.200}")
     return tuple(value)
 
 
 def _rebuild_tensor(storage, storage_offset, size, stride):
-    """A tensor viewing a loaded storage. The view is checked against the storage first, so a
-    corrupt or hostile size/stride can only raise."""
+    """A tensor viewing a loaded storage. The view is checked against the storage first (Python
+    ints do not overflow), so a corrupt or hostile size/stride/offset can only raise."""
     if not isinstance(storage, _LoadedStorage):
-        raise RuntimeError(f"plugflow.load: corrupt checkpoint: a tensor refers to {type(storage).__name__} "
-                           "instead of a storage")
-    size, stride = _int_tuple(size, "size"), _int_tuple(stride, "stride")
+        raise _CheckpointError(f"corrupt checkpoint: a tensor refers to {type(storage).__name__} instead of a storage")
+    size, stride = _int_tuple(size, "size", storage), _int_tuple(stride, "stride", storage)
+    geometry = f"size {size}, stride {stride} and offset {storage_offset!r}"
     if (type(storage_offset) is not int or storage_offset < 0 or len(size) != len(stride)
             or any(s < 0 for s in size + stride)):
-        raise RuntimeError(f"plugflow.load: corrupt checkpoint: invalid tensor geometry size={size}, "
-                           f"stride={stride}, offset={storage_offset!r}")
+        raise _CheckpointError(f"corrupt checkpoint: a tensor of {storage.record} has the invalid {geometry}")
+    if math.prod(size) * storage.tensor.element_size() > _MAX_TENSOR_BYTES:
+        raise _CheckpointError(f"corrupt checkpoint: a tensor of {storage.record} with {geometry} has "
+                               f"{math.prod(size)} elements, more than any tensor can hold")
     if all(size) and storage_offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) > storage.size():
-        raise RuntimeError(f"plugflow.load: corrupt checkpoint: a tensor of size {size}, stride {stride} at "
-                           f"offset {storage_offset} does not fit its storage of {storage.size()} elements")
-    if not all(size):
+        raise _CheckpointError(f"corrupt checkpoint: a tensor with {geometry} does not fit {storage.record} "
+                               f"of {storage.size()} elements")
+    if not all(size):  # no elements: any offset is valid, as in PyTorch
         storage_offset = min(storage_offset, storage.size())
     return _C.as_strided(storage.tensor, size, stride, storage_offset)
 
@@ -412,7 +498,7 @@ def _rebuild_parameter(data, requires_grad, backward_hooks, state=None):
     """torch.nn.Parameter: a plugflow.nn.Parameter when that exists, else a plain tensor that
     requires grad as the parameter did."""
     if not isinstance(data, Tensor):
-        raise RuntimeError(f"plugflow.load: corrupt checkpoint: a parameter holds {type(data).__name__}")
+        raise _CheckpointError(f"corrupt checkpoint: a parameter holds {type(data).__name__}")
     parameter = _parameter_class()
     if parameter is not None:
         return parameter(data, requires_grad)
@@ -474,21 +560,53 @@ def _may_set_state(obj, state):
     return isinstance(obj, (collections.OrderedDict, Tensor)) and isinstance(state, dict)
 
 
+class _BoundedReader:
+    """The `length` bytes of a binary stream that a pickle may read. A read past them fails before
+    anything is allocated for it: a pickle's few bytes can claim terabytes (BINBYTES8, FRAME)."""
+
+    def __init__(self, stream, length):
+        self._stream = stream
+        self._left = length
+
+    def read(self, n):
+        if n > self._left:
+            raise pickle.UnpicklingError(f"pickle data was truncated: {n} bytes wanted, {self._left} left")
+        data = self._stream.read(n)
+        self._left -= len(data)
+        return data
+
+    def readline(self):
+        line = self._stream.readline(self._left)
+        self._left -= len(line)
+        return line
+
+
 class _RestrictedUnpickler(pickle._Unpickler):
     """Resolves only allow-listed globals and sets state only where _may_set_state allows. The
     pure-Python unpickler, whose opcodes can be checked; checkpoints' pickles are small (the
-    tensor data lives outside them)."""
+    tensor data lives outside them). It reads at most `length` bytes of `file`."""
 
-    dispatch = pickle._Unpickler.dispatch.copy()
+    class _Opcodes(dict):
+        def __missing__(self, code):  # the C unpickler's message, not a KeyError
+            raise pickle.UnpicklingError(f"invalid load key, {bytes([code])!r}.")
 
-    def __init__(self, file, persistent_load, encoding):
-        super().__init__(file, encoding=encoding)
+    dispatch = _Opcodes(pickle._Unpickler.dispatch)
+
+    def __init__(self, file, length, persistent_load, encoding):
+        super().__init__(_BoundedReader(file, length), encoding=encoding)
         self._persistent_load = persistent_load
+
+    def _load_bytearray8(self):
+        # pickle's own allocates the claimed length before reading; reading first bounds it.
+        (length,) = struct.unpack("<Q", self.read(8))
+        self.append(bytearray(self.read(length)))
+
+    dispatch[pickle.BYTEARRAY8[0]] = _load_bytearray8
 
     def _load_build(self):
         state, obj = self.stack[-1], self.stack[-2]
         if not _may_set_state(obj, state):
-            raise _ForbiddenGlobal(f"plugflow.load refuses to set the state of {obj!r:.60} (a {type(obj).__name__}): "
+            raise _ForbiddenGlobal(f"setting the state of {obj!r:.60} (a {type(obj).__name__}) is not allowed: "
                                    "the file may be corrupt or malicious")
         pickle._Unpickler.load_build(self)
 
@@ -496,7 +614,7 @@ class _RestrictedUnpickler(pickle._Unpickler):
 
     def persistent_load(self, pid):
         if self._persistent_load is None:
-            raise pickle.UnpicklingError("plugflow.load: unexpected persistent id in a checkpoint header")
+            raise _CheckpointError("corrupt checkpoint: unexpected persistent id in a checkpoint header")
         return self._persistent_load(pid)
 
     def find_class(self, module, name):
@@ -506,7 +624,7 @@ class _RestrictedUnpickler(pickle._Unpickler):
         obj = _ALLOWED_GLOBALS.get((module, name))
         if obj is None:
             raise _ForbiddenGlobal(
-                f"plugflow.load refuses the global '{module}.{name}': checkpoints may only hold tensors, "
+                f"the global '{module}.{name}' is not allowed: checkpoints may only hold tensors, "
                 "storages, dtypes, devices, sizes, numpy arrays and plain containers (anything else could run "
                 "code while loading; the file may be corrupt or malicious)")
         return obj
@@ -522,8 +640,8 @@ def _restore_location(flat, location, map_location):
         moved = map_location(flat, location)
         if moved is not None:
             if not isinstance(moved, Tensor):
-                raise RuntimeError(f"map_location returned {type(moved).__name__}; expected the storage "
-                                   "(a flat tensor) or None")
+                raise _CheckpointError(f"map_location returned {type(moved).__name__}; expected the storage "
+                                       "(a flat tensor) or None")
             return moved
     elif isinstance(map_location, dict):
         location = map_location.get(location, location)
@@ -534,49 +652,53 @@ def _restore_location(flat, location, map_location):
         from . import cuda
 
         if not cuda.is_available():
-            raise RuntimeError("Attempting to deserialize object on a CUDA device but plugflow.cuda.is_available() "
-                               "is False. If you are running on a CPU-only machine, please use plugflow.load with "
-                               "map_location=plugflow.device('cpu') to map your storages to the CPU.")
+            raise _CheckpointError("Attempting to deserialize object on a CUDA device but "
+                                   "plugflow.cuda.is_available() is False. If you are running on a CPU-only "
+                                   "machine, please use plugflow.load with map_location=plugflow.device('cpu') "
+                                   "to map your storages to the CPU.")
     return flat if device.type == "cpu" else flat.to(device)
 
 
 class _StorageReader:
     """Turns a checkpoint's storage persistent ids into loaded storages, reading each record once."""
 
-    def __init__(self, map_location, read_record, legacy, swap_bytes):
+    def __init__(self, map_location, read_record, record_name, legacy, swap_bytes):
         self._map_location = map_location
-        self._read_record = read_record  # (key, nbytes, numpy buffer) -> fills the buffer
+        self._read_record = read_record  # (key, nbytes) -> a numpy uint8 buffer of nbytes (filled or not)
+        self._record_name = record_name  # key -> how error messages name its bytes
         self._legacy = legacy
         self._swap_bytes = swap_bytes
         self.storages = {}  # key -> (_LoadedStorage, buffer or None)
 
     def __call__(self, pid):
         if not isinstance(pid, tuple) or not pid or _text(pid[0]) != "storage":
-            raise RuntimeError(f"plugflow.load: unsupported persistent id {pid!r:.80} in the checkpoint")
+            raise _CheckpointError(f"unsupported persistent id {pid!r:.80} in the checkpoint")
         if len(pid) != (6 if self._legacy else 5):
-            raise RuntimeError(f"plugflow.load: corrupt checkpoint: malformed storage id {pid!r:.80}")
+            raise _CheckpointError(f"corrupt checkpoint: malformed storage id {pid!r:.80}")
         storage_class, key, location, numel = (_text(v) for v in pid[1:5])
         if self._legacy and pid[5] is not None:
-            raise RuntimeError("plugflow.load: storage views in the legacy format are not supported")
-        if not isinstance(storage_class, _StorageClass) or type(numel) is not int or numel < 0:
-            raise RuntimeError(f"plugflow.load: corrupt checkpoint: malformed storage id {pid!r:.80}")
+            raise _CheckpointError("storage views in the legacy format are not supported")
+        if (not isinstance(storage_class, _StorageClass) or type(key) is not str or type(numel) is not int
+                or numel < 0):
+            raise _CheckpointError(f"corrupt checkpoint: malformed storage id {pid!r:.80}")
         loaded = self.storages.get(key)
         if loaded is None:
             loaded = self.storages[key] = self._load(storage_class.dtype, key, location, numel)
         elif loaded[0].dtype != storage_class.dtype:
-            raise RuntimeError(f"plugflow.load: storage {key} is viewed as both {loaded[0].dtype} and "
-                               f"{storage_class.dtype}, which plugflow does not support")
+            raise _CheckpointError(f"{self._record_name(key)} is viewed as both {loaded[0].dtype} and "
+                                   f"{storage_class.dtype}, which plugflow does not support")
         return loaded[0]
 
     def _load(self, dtype, key, location, numel):
         """The storage and, in the legacy format, the buffer its bytes are read into later."""
         import numpy as np
 
-        array = self._read_record(key, numel * np.dtype(_NUMPY_DTYPE[dtype]).itemsize).view(_NUMPY_DTYPE[dtype])
+        numpy_dtype = _NUMPY_DTYPE[dtype]
+        array = self._read_record(key, numel * np.dtype(numpy_dtype).itemsize).view(numpy_dtype)
         if self._swap_bytes and not self._legacy:
             array.byteswap(inplace=True)
         flat = _restore_location(_host_tensor(dtype, array), location, self._map_location)
-        return _LoadedStorage(dtype, flat), (array if self._legacy else None)
+        return _LoadedStorage(dtype, flat, self._record_name(key)), (array if self._legacy else None)
 
 
 def _host_tensor(dtype, array):
@@ -594,47 +716,106 @@ def _readinto(stream, buffer, what):
     while done < view.nbytes:
         n = stream.readinto(view[done:])
         if not n:
-            raise RuntimeError(f"plugflow.load: {what} is truncated ({done} of {view.nbytes} bytes)")
+            raise _CheckpointError(f"the file is truncated: {what} has {done} of its {view.nbytes} bytes")
         done += n
 
 
-def _load_zip(zf, map_location, encoding):
+# Deflate cannot expand data more than 1032-fold (a 258-byte match in about 2 bits): a zip record
+# that claims more than that from its compressed bytes is lying.
+_MAX_DEFLATE_RATIO = 1032
+
+
+class _ZipRecords:
+    """The records of a checkpoint archive, opened only after checking that what each claims is
+    possible: a supported compression, compressed bytes inside the file and not shared with
+    another record read (overlapping records would multiply a small file), and no more inflated
+    bytes than those compressed bytes can hold. With the callers' exact sizes, nothing reads more
+    than the sizes the pickle declares, and at most 1032 times the file's size in all."""
+
+    def __init__(self, zf, file_end):
+        self._zf = zf
+        self._file_end = file_end
+        self._compressed_left = file_end
+        self.infos = {info.filename: info for info in zf.infolist()}
+
+    def info(self, name):
+        info = self.infos.get(name)
+        if info is None:
+            raise _CheckpointError(f"corrupt checkpoint: record '{name}' is missing")
+        return info
+
+    def open(self, info):
+        name = info.filename
+        if info.flag_bits & 0x1:
+            raise _CheckpointError(f"record '{name}' is encrypted; checkpoints are not")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise _CheckpointError(f"record '{name}' uses zip compression method {info.compress_type}; checkpoints' "
+                                   "records are stored or deflated")
+        ratio = 1 if info.compress_type == zipfile.ZIP_STORED else _MAX_DEFLATE_RATIO
+        if (info.header_offset + info.compress_size > self._file_end or info.compress_size > self._compressed_left
+                or info.file_size > ratio * info.compress_size):
+            raise _CheckpointError(f"corrupt or malicious checkpoint: record '{name}' claims {info.file_size} bytes "
+                                   f"from {info.compress_size} compressed bytes at offset {info.header_offset}, which "
+                                   "the file cannot hold")
+        self._compressed_left -= info.compress_size
+        return self._zf.open(info)
+
+    def read_small(self, name, limit):
+        info = self.info(name)
+        if info.file_size > limit:
+            raise _CheckpointError(f"corrupt checkpoint: record '{name}' holds {info.file_size} bytes, "
+                                   f"more than the {limit} it may")
+        with self.open(info) as record:
+            return record.read(limit)
+
+
+def _load_zip(zf, file_end, map_location, encoding):
     import numpy as np
 
-    names = set(zf.namelist())
-    pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
+    records = _ZipRecords(zf, file_end)
+    pickles = [n for n in records.infos if n.endswith("/data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
-        if any(n.endswith("/constants.pkl") for n in names):
-            raise RuntimeError("plugflow.load: this is a TorchScript archive (torch.jit.save), not a checkpoint")
-        raise RuntimeError("plugflow.load: not a checkpoint: the archive has no data.pkl record")
+        if any(n.endswith("/constants.pkl") for n in records.infos):
+            raise _CheckpointError("this is a TorchScript archive (torch.jit.save), not a checkpoint")
+        raise _CheckpointError("not a checkpoint: the archive has no data.pkl record")
     prefix = pickles[0][:-len("data.pkl")]
-    byteorder = zf.read(prefix + "byteorder").decode("ascii") if prefix + "byteorder" in names else "little"
+    byteorder = "little"
+    if prefix + "byteorder" in records.infos:
+        byteorder = records.read_small(prefix + "byteorder", 16).decode("ascii", "replace")
     if byteorder not in ("little", "big"):
-        raise RuntimeError(f"plugflow.load: corrupt checkpoint: unknown byte order {byteorder!r}")
+        raise _CheckpointError(f"corrupt checkpoint: unknown byte order {byteorder!r}")
+
+    def record_name(key):
+        return f"record '{prefix}data/{key}'"
 
     def read_record(key, nbytes):
-        name = f"{prefix}data/{key}"
-        if name not in names:
-            raise RuntimeError(f"plugflow.load: corrupt checkpoint: record {name} is missing")
-        info = zf.getinfo(name)
+        info = records.info(f"{prefix}data/{key}")
         if info.file_size != nbytes:
-            raise RuntimeError(f"plugflow.load: corrupt checkpoint: record {name} holds {info.file_size} bytes, "
-                               f"its storage needs {nbytes}")
-        buffer = np.empty(nbytes, np.uint8)
-        with zf.open(info) as record:
-            _readinto(record, buffer, name)
+            raise _CheckpointError(f"corrupt checkpoint: {record_name(key)} holds {info.file_size} bytes, its storage "
+                                   f"needs {nbytes}")
+        with records.open(info) as record:
+            buffer = np.empty(nbytes, np.uint8)
+            _readinto(record, buffer, record_name(key))
             record.read(1)  # reaching the end checks the CRC
         return buffer
 
-    reader = _StorageReader(map_location, read_record, legacy=False, swap_bytes=byteorder != sys.byteorder)
-    return _RestrictedUnpickler(io.BytesIO(zf.read(prefix + "data.pkl")), reader, encoding).load()
+    reader = _StorageReader(map_location, read_record, record_name, legacy=False,
+                            swap_bytes=byteorder != sys.byteorder)
+    # The pickle is unpickled as it inflates: a record of garbage fails at its first bytes.
+    pickle_info = records.info(prefix + "data.pkl")
+    with records.open(pickle_info) as record:
+        stream = io.BufferedReader(record)
+        result = _RestrictedUnpickler(stream, pickle_info.file_size, reader, encoding).load()
+        if stream.read(1):
+            raise _CheckpointError(f"corrupt checkpoint: record '{prefix}data.pkl' goes on after its pickle")
+    return result
 
 
-def _load_legacy(f, map_location, encoding):
+def _load_legacy(f, file_end, map_location, encoding):
     import numpy as np
 
     def header():
-        return _RestrictedUnpickler(f, None, encoding).load()
+        return _RestrictedUnpickler(f, file_end - f.tell(), None, encoding).load()
 
     try:
         magic = header()
@@ -643,34 +824,39 @@ def _load_legacy(f, map_location, encoding):
     except Exception:
         magic = None
     if magic != _LEGACY_MAGIC:
-        raise RuntimeError("plugflow.load: invalid magic number; not a checkpoint, or a corrupt file")
+        raise _CheckpointError("invalid magic number; not a checkpoint, or a corrupt file")
     protocol = header()
     if protocol != _LEGACY_PROTOCOL:
-        raise RuntimeError(f"plugflow.load: invalid protocol version: {protocol!r}")
+        raise _CheckpointError(f"invalid protocol version: {protocol!r:.80}")
     sys_info = header()
     little_endian = sys_info.get("little_endian", True) if isinstance(sys_info, dict) else True
-    remaining = _bytes_left(f)
+    claimed = 0  # bytes of the storages met so far, which all follow the pickle in the file
+
+    def record_name(key):
+        return f"storage '{key}'"
 
     def read_record(key, nbytes):
-        if remaining is not None and nbytes > remaining:
-            raise RuntimeError(f"plugflow.load: the file is truncated: storage {key} needs {nbytes} bytes")
+        nonlocal claimed
+        claimed += 8 + nbytes  # its element count, then its bytes
+        if claimed > file_end - f.tell():
+            raise _CheckpointError(f"the file is truncated: {record_name(key)} needs {nbytes} bytes")
         return np.empty(nbytes, np.uint8)  # filled after the object, below
 
     swap_bytes = little_endian != (sys.byteorder == "little")
-    reader = _StorageReader(map_location, read_record, legacy=True, swap_bytes=swap_bytes)
-    result = _RestrictedUnpickler(f, reader, encoding).load()
+    reader = _StorageReader(map_location, read_record, record_name, legacy=True, swap_bytes=swap_bytes)
+    result = _RestrictedUnpickler(f, file_end - f.tell(), reader, encoding).load()
     keys = header()
     if not isinstance(keys, list):
-        raise RuntimeError("plugflow.load: corrupt checkpoint: malformed storage list")
+        raise _CheckpointError("corrupt checkpoint: malformed storage list")
     for key in keys:
         key = _text(key)
         if key not in reader.storages:
-            raise RuntimeError(f"plugflow.load: corrupt checkpoint: unknown storage {key!r}")
+            raise _CheckpointError(f"corrupt checkpoint: unknown {record_name(key)!r:.80}")
         storage, array = reader.storages[key]
         count = f.read(8)
         if len(count) != 8 or struct.unpack("<q", count)[0] != array.size:
-            raise RuntimeError(f"plugflow.load: corrupt or truncated checkpoint at storage {key}")
-        _readinto(f, array, f"storage {key}")
+            raise _CheckpointError(f"corrupt or truncated checkpoint at {record_name(key)}")
+        _readinto(f, array, record_name(key))
         if swap_bytes:
             array.byteswap(inplace=True)
         if array.size and storage.tensor.data_ptr() != array.ctypes.data:
@@ -680,14 +866,20 @@ def _load_legacy(f, map_location, encoding):
     return result
 
 
-def _bytes_left(f):
-    try:
-        here = f.tell()
-        end = f.seek(0, io.SEEK_END)
-        f.seek(here)
-        return end - here
-    except (OSError, AttributeError, ValueError):
-        return None
+def _load_file(f, map_location, encoding):
+    """Loads from a seekable binary file, from its current position."""
+    start = f.tell()
+    f.seek(0, io.SEEK_END)
+    file_end = f.tell()
+    f.seek(start)
+    if file_end == start:
+        raise _CheckpointError("the file is empty (0 bytes)")
+    is_zip = f.read(4) == b"PK\x03\x04"
+    f.seek(start)
+    if is_zip:
+        with zipfile.ZipFile(f) as zf:
+            return _load_zip(zf, file_end, map_location, encoding)
+    return _load_legacy(f, file_end, map_location, encoding)
 
 
 def _check_map_location(map_location):
@@ -712,7 +904,8 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=False, encodi
 
     Loading never executes code from the file: only an allow-list of globals resolves
     (see the module docstring), anything else raises pickle.UnpicklingError. This is PyTorch's
-    weights_only=True; weights_only=False is accepted and behaves the same."""
+    weights_only=True; weights_only=False is accepted and behaves the same. Every error names
+    the file (a path as given, an open file by its name, else "<file-like object>")."""
     if pickle_module is not None and pickle_module is not pickle:
         raise ValueError("plugflow.load supports only the standard pickle module")
     if pickle_load_args:
@@ -720,24 +913,23 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=False, encodi
     _check_map_location(map_location)
     with contextlib.ExitStack() as stack:
         if isinstance(f, (str, bytes, os.PathLike)):
-            what = os.fsdecode(f)
+            name = repr(os.fsdecode(f))
             f = stack.enter_context(open(f, "rb"))
         elif callable(getattr(f, "read", None)):
-            what = "the file object"
+            name = getattr(f, "name", None)
+            name = repr(os.fsdecode(name)) if isinstance(name, (str, bytes)) else "<file-like object>"
             if not (callable(getattr(f, "seekable", None)) and f.seekable()):
                 f = io.BytesIO(f.read())  # zip archives need seeking
         else:
             raise TypeError(f"plugflow.load: f must be a path or a readable binary file object, got {type(f).__name__}")
-        start = f.tell()
-        is_zip = f.read(4) == b"PK\x03\x04"
-        f.seek(start)
         try:
-            if is_zip:
-                with zipfile.ZipFile(f) as zf:
-                    return _load_zip(zf, map_location, encoding)
-            return _load_legacy(f, map_location, encoding)
-        except (_ForbiddenGlobal, RuntimeError):
-            raise
+            return _load_file(f, map_location, encoding)
+        except _ForbiddenGlobal as e:
+            raise _ForbiddenGlobal(f"plugflow.load: {name}: {e}") from None
+        except _CheckpointError as e:
+            raise RuntimeError(f"plugflow.load: {name}: {e}") from None
+        except MemoryError as e:
+            raise MemoryError(f"plugflow.load: {name}: out of memory while loading: {e}") from e
         except Exception as e:
-            raise RuntimeError(f"plugflow.load: {what} is not a valid checkpoint (truncated or corrupt): "
+            raise RuntimeError(f"plugflow.load: {name} is not a valid checkpoint (truncated or corrupt): "
                                f"{type(e).__name__}: {e}") from e

@@ -201,6 +201,9 @@ void bind_runtime(py::module_& m) {
       },
       py::arg("type"));
   m.def(
+      "check_device", [](const std::string& type, int index) { backend_for(type, index); },
+      py::arg("type"), py::arg("index") = 0, "Raises the error a tensor on that device would get, if any.");
+  m.def(
       "synchronize",
       [](const std::string& type, int index) {
         DeviceBackend& b = backend_for(type, index);

@@ -23,6 +23,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
 #include "plugflow/runtime.h"
@@ -335,6 +336,9 @@ Tensor from_numpy(py::handle obj) {
 
 // An ndarray viewing a CPU tensor's memory; `base` (the Python tensor) keeps it alive.
 py::array to_numpy(const Tensor& t, py::handle base) {
+  // As PyTorch: writes through the array would bypass autograd.
+  PF_CHECK(!(autograd::is_grad_enabled() && autograd::requires_grad(t)),
+           "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.");
   if (!t.device().is_cpu())
     PF_THROW(TypeError, "can't convert ", t.device().str(),
              " device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.");
@@ -893,7 +897,55 @@ const std::vector<std::string> kBinaryOps = {"mul",        "pow",         "remai
 const std::vector<std::string> kBinaryNoInplace = {"maximum", "minimum"};
 
 // torch.Generator: a Philox stream (seed + counter offset). Seeds are taken modulo 2^64 like
-// PyTorch's; the state is 16 bytes (seed, offset) in a uint8 tensor.
+// PyTorch's. get_state() returns a uint8 tensor in plugflow's own layout (PyTorch's CPU state is
+// its mt19937's 5056 bytes, which a Philox stream cannot use): kRngStateBytes bytes, all fields
+// little-endian: the magic "PFRG", a uint32 layout version, the uint64 seed, the uint64 offset.
+constexpr char kRngStateMagic[4] = {'P', 'F', 'R', 'G'};
+constexpr uint32_t kRngStateVersion = 1;
+constexpr int64_t kRngStateBytes = 24;
+
+void put_le(unsigned char* p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+uint64_t get_le(const unsigned char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+Tensor rng_state(const Generator& g) {
+  const auto [seed, offset] = g.state();
+  Tensor t = ops::empty({kRngStateBytes}, DType::UInt8, Device{DeviceType::CPU, 0});
+  auto* p = static_cast<unsigned char*>(t.data_ptr());
+  std::memcpy(p, kRngStateMagic, 4);
+  put_le(p + 4, kRngStateVersion, 4);
+  put_le(p + 8, seed, 8);
+  put_le(p + 16, offset, 8);
+  return t;
+}
+
+// Restores a state from rng_state(); a foreign or damaged state raises (PyTorch's types and
+// first words for the checks PyTorch also makes) instead of seeding garbage.
+void set_rng_state(Generator& g, py::handle state) {
+  PF_CHECK_T(py::isinstance<Tensor>(state), TypeError, "expected a torch.ByteTensor, but got ",
+             Py_TYPE(state.ptr())->tp_name);
+  const Tensor& t = state.cast<const Tensor&>();
+  PF_CHECK_T(t.dtype() == DType::UInt8 && t.device().is_cpu(), TypeError, "RNG state must be a torch.ByteTensor");
+  PF_CHECK(t.numel() == kRngStateBytes, "Expected a plugflow RNG state of ", kRngStateBytes,
+           " bytes (from get_rng_state() or Generator.get_state()) but found the input RNG state size to be ",
+           t.numel(), t.numel() == 5056 || t.numel() == 16 ? " (a PyTorch generator state? plugflow's Philox "
+                                                             "generator has its own state layout)" : "");
+  const Tensor c = ops::contiguous(t);
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  PF_CHECK(std::memcmp(p, kRngStateMagic, 4) == 0,
+           "Invalid RNG state: it does not start with plugflow's magic 'PFRG' (not from get_rng_state(), or damaged)");
+  const uint64_t version = get_le(p + 4, 4);
+  PF_CHECK(version == kRngStateVersion, "Invalid RNG state: layout version ", version, ", this plugflow reads version ",
+           kRngStateVersion);
+  g.set_state(get_le(p + 8, 8), get_le(p + 16, 8));
+}
+
 void bind_generator(py::module_& m) {
   py::class_<Generator>(m, "Generator", "A random number generator (seed and Philox counter offset).")
       .def(py::init([](std::optional<Device> device) {
@@ -920,24 +972,11 @@ void bind_generator(py::module_& m) {
              g.manual_seed(s);
              return s;
            })
-      .def("get_state",
-           [](const Generator& g) {
-             const auto [seed, offset] = g.state();
-             Tensor t = ops::empty({16}, DType::UInt8, Device{DeviceType::CPU, 0});
-             std::memcpy(t.data_ptr(), &seed, 8);
-             std::memcpy(static_cast<char*>(t.data_ptr()) + 8, &offset, 8);
-             return t;
-           })
+      .def("get_state", &rng_state)
       .def(
           "set_state",
-          [](py::object self, const Tensor& state) {
-            PF_CHECK_T(state.dtype() == DType::UInt8 && state.numel() == 16 && state.device().is_cpu(), TypeError,
-                       "set_state: expected a 16-byte torch.ByteTensor from get_state()");
-            const Tensor c = ops::contiguous(state);
-            uint64_t seed, offset;
-            std::memcpy(&seed, c.data_ptr(), 8);
-            std::memcpy(&offset, static_cast<const char*>(c.data_ptr()) + 8, 8);
-            self.cast<Generator&>().set_state(seed, offset);
+          [](py::object self, py::handle state) {
+            set_rng_state(self.cast<Generator&>(), state);
             return self;
           },
           py::arg("new_state"))
@@ -1100,7 +1139,18 @@ void bind_tensor(py::module_& m) {
   // -- Python values
   cls.def("item", &item)
       .def("tolist", &tolist)
-      .def("numpy", [](py::object self) { return to_numpy(tensor_ref(self), self); })
+      .def(
+          "numpy",
+          [](py::object self, bool force) {
+            // force=True (PyTorch 1.13): the values of any tensor, detached and on the CPU; it
+            // shares memory with the tensor when that is already on the CPU.
+            if (force) {
+              const Tensor detached = on_cpu(autograd::detach(tensor_ref(self)));
+              return to_numpy(detached, py::cast(detached));
+            }
+            return to_numpy(tensor_ref(self), self);
+          },
+          py::kw_only(), py::arg("force") = false)
       .def(
           "__array__",
           [](py::object self, py::handle dtype) -> py::object {

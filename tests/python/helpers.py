@@ -30,7 +30,8 @@ def dtype_name(dtype):
 
 
 def to_torch(t):
-    """A torch tensor with t's values, dtype and shape (a copy)."""
+    """A torch tensor with t's values, dtype and shape (a copy, without autograd history)."""
+    t = t.detach()
     if t.dtype is pf.bfloat16:
         return torch.from_numpy(t.float().cpu().numpy().copy()).bfloat16()
     return torch.from_numpy(t.cpu().numpy().copy())

@@ -1,6 +1,8 @@
 """numpy interop: from_numpy and .numpy() share memory, every dtype round-trips."""
 
 import gc
+import io
+import pickle
 import weakref
 
 import numpy as np
@@ -103,3 +105,57 @@ def test_numpy_errors_and_array_protocol():
     assert a.dtype == np.int32 and a.tolist() == [[1, 2], [3, 4]]
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
     assert np.add(np.ones(2), pf.ones(2).numpy()).tolist() == [2.0, 2.0]
+
+
+def test_numpy_of_a_tensor_that_requires_grad():
+    rng = np.random.default_rng()
+    data = rng.standard_normal((3, 4)).astype(np.float32)
+    p, t = pf.from_numpy(data.copy()).requires_grad_(), torch.from_numpy(data.copy()).requires_grad_()
+    for convert in (lambda x: x.numpy(), np.asarray, lambda x: np.array(x, dtype=np.float64),
+                    lambda x: (x * 2).numpy(), lambda x: x[1:].numpy()):
+        with pytest.raises(RuntimeError) as expected:
+            convert(t)
+        with pytest.raises(RuntimeError) as got:
+            convert(p)
+        assert str(got.value) == str(expected.value)  # "Can't call numpy() on Tensor that requires grad..."
+    # No grad mode, detach() and force=True (PyTorch 1.13) give the values, sharing memory.
+    with pf.no_grad(), torch.no_grad():
+        np.testing.assert_array_equal(p.numpy(), t.numpy())
+    np.testing.assert_array_equal(p.detach().numpy(), data)
+    for x in (p, t):
+        forced = x.numpy(force=True)
+        np.testing.assert_array_equal(forced, data)
+        forced[0, 0] = 7.0
+        assert x[0, 0].item() == 7.0
+    np.testing.assert_array_equal((p * 2).numpy(force=True), (t * 2).numpy(force=True))
+    np.testing.assert_array_equal(p.t().numpy(force=True), t.t().numpy(force=True))
+    for x in (p, t):
+        with pytest.raises(TypeError):
+            x.numpy(True)  # force is keyword-only
+    # Reading values without numpy() still works on tensors that require grad, as in PyTorch.
+    assert p.tolist() == t.tolist() and p[0, 1].item() == t[0, 1].item()
+    assert "requires_grad=True" in repr(p) and "grad_fn" in repr(p * 1)
+    parameter = pf.nn.Parameter(pf.from_numpy(data.copy()))
+    copy = pickle.loads(pickle.dumps(parameter))
+    np.testing.assert_array_equal(copy.detach().numpy(), data)
+    buf = io.BytesIO()
+    pf.save({"p": p, "y": p * 2}, buf)
+    buf.seek(0)
+    loaded = pf.load(buf)
+    assert loaded["p"].requires_grad and loaded["y"].requires_grad
+    np.testing.assert_array_equal(loaded["y"].detach().numpy(), (t * 2).detach().numpy())
+
+
+def test_loading_and_sampling_with_tensors_that_require_grad():
+    rng = np.random.default_rng()
+    samples = [pf.from_numpy(rng.standard_normal(3).astype(np.float32)).requires_grad_() for _ in range(4)]
+    # Worker processes send the leaves pickled; they arrive as leaves that require grad, as in
+    # PyTorch (which cannot batch them in a worker: its stack into shared memory refuses them).
+    received = list(pf.utils.data.DataLoader(samples, batch_size=None, num_workers=1))
+    assert len(received) == len(samples)
+    for got, sent in zip(received, samples):
+        assert got.requires_grad and got.is_leaf
+        np.testing.assert_array_equal(got.detach().numpy(), sent.detach().numpy())
+    weights = pf.tensor([0.0, 1.0, 2.0], dtype=pf.float64, requires_grad=True)
+    picks = list(pf.utils.data.WeightedRandomSampler(weights, 50))
+    assert set(picks) <= {1, 2} and len(picks) == 50

@@ -4,7 +4,9 @@ in the default config) and found a GPU; `python -m plugflow.info` says why not o
 from .. import _C
 
 __all__ = ["is_available", "device_count", "current_device", "synchronize", "memory_allocated",
-           "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "memory_stats"]
+           "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "memory_stats", "get_rng_state",
+           "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all", "seed",
+           "seed_all", "initial_seed"]
 
 
 def is_available():
@@ -60,3 +62,65 @@ def memory_stats(device=None):
     """The CUDA allocator's counters, with torch.cuda.memory_stats' key names."""
     from .._memory import memory_stats as device_memory_stats
     return device_memory_stats(_C.device("cuda", _index(device)))
+
+
+# ---- random numbers ----------------------------------------------------------------------------
+# plugflow has one default generator for every device (docs/design.md): CUDA random functions draw
+# from plugflow.default_generator, and these functions read and set it. So a CUDA state is the CPU
+# state (plugflow.get_rng_state()) and setting or seeding it sets the CPU stream too. As in
+# PyTorch, the getters and initial_seed need a usable device; the setters and seeders, which
+# PyTorch defers until CUDA initializes (never, without a device), do nothing without one, though
+# a state that is not a plugflow state still raises.
+
+def _check_device(device):
+    _C.check_device("cuda", _index(device))
+
+
+def get_rng_state(device="cuda"):
+    """The generator state of a CUDA device: the default generator's (plugflow.get_rng_state())."""
+    _check_device(device)
+    return _C.default_generator.get_state()
+
+
+def get_rng_state_all():
+    """get_rng_state() of every CUDA device (an empty list without one)."""
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state(new_state, device="cuda"):
+    """Sets the default generator's state, when there is a CUDA device."""
+    if not is_available():
+        _C.Generator().set_state(new_state)  # checked only
+        return
+    _check_device(device)
+    _C.default_generator.set_state(new_state)
+
+
+def set_rng_state_all(new_states):
+    """set_rng_state() for device 0, 1, ...; with one generator, the last state is the one kept."""
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def manual_seed(seed):
+    """Seeds the default generator, when there is a CUDA device."""
+    if is_available():
+        _C.default_generator.manual_seed(seed)
+
+
+manual_seed_all = manual_seed
+
+
+def seed():
+    """Seeds the default generator with a non-deterministic number, when there is a CUDA device."""
+    if is_available():
+        _C.default_generator.seed()
+
+
+seed_all = seed
+
+
+def initial_seed():
+    """The default generator's seed."""
+    _check_device(None)
+    return _C.default_generator.initial_seed()

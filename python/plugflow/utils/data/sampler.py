@@ -106,7 +106,7 @@ def _multinomial(weights, num_samples, replacement, generator):
     category's arrival time -log(1 - u) / w; the first num_samples to arrive win)."""
     import numpy as np
 
-    w = weights.numpy()
+    w = weights.detach().numpy()
     if np.any(w < 0):
         raise RuntimeError("invalid multinomial distribution (encountering probability entry < 0)")
     if not np.all(np.isfinite(w)):
