@@ -1,5 +1,5 @@
-// The communicator registry: backend name -> factory, filled by plugins through
-// Registrar::communicator (the other Registrar members live in registry.cpp).
+// The communicator registry: backend name -> factory, filled from a provider's committed
+// registration (Registrar::communicator stages it; registry.cpp commits).
 #include "plugflow/communicator.h"
 
 #include <algorithm>
@@ -9,14 +9,16 @@
 #include <sstream>
 
 #include "plugflow/error.h"
-#include "plugflow/plugin.h"
+#include "registry_internal.h"
 
 namespace plugflow {
 namespace {
 
 struct Entry {
-  std::string provider;  // the plugin that registered it, for messages
+  std::string provider;  // the plugin that registered it
+  DeviceType device;     // whose tensors it communicates
   CommunicatorFactory factory;
+  bool active = true;  // false while init has dropped its provider
 };
 
 struct Registry {
@@ -55,18 +57,39 @@ void validate(const std::string& backend, const Rendezvous& rv) {
 
 Communicator::~Communicator() = default;
 
-void Registrar::communicator(const std::string& backend, CommunicatorFactory factory) {
-  PF_CHECK_T(!backend.empty(), PluginError, "plugin '", provider_, "' registered a communicator with an empty name");
-  PF_CHECK_T(static_cast<bool>(factory), PluginError, "plugin '", provider_, "' registered communicator '", backend,
-             "' without a factory");
+void internal::check_communicators(const StagedRegistration& staged) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mu);
+  for (const auto& c : staged.communicators) {
+    auto it = r.backends.find(c.backend);
+    // Two plugins claiming one name is a configuration mistake; picking one silently would
+    // make the result depend on load order.
+    PF_CHECK_T(it == r.backends.end(), PluginError, "plugin '", staged.provider, "' registers communicator backend '",
+               c.backend, "', which plugin '", it->second.provider, "' already registered; load only one of them");
+  }
+}
+
+void internal::install_communicators(StagedRegistration& staged) {
   Registry& r = registry();
   std::unique_lock lock(r.mu);
-  auto it = r.backends.find(backend);
-  // Two plugins claiming one name is a configuration mistake; picking one silently would
-  // make the result depend on load order.
-  PF_CHECK_T(it == r.backends.end(), PluginError, "plugin '", provider_, "' registers communicator backend '",
-             backend, "', which plugin '", it->second.provider, "' already registered; load only one of them");
-  r.backends.emplace(backend, Entry{provider_, std::move(factory)});
+  for (auto& c : staged.communicators)
+    r.backends.emplace(c.backend, Entry{staged.provider, c.device, std::move(c.factory)});
+}
+
+void internal::set_communicators_active(const std::string& provider, bool active) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mu);
+  for (auto& [name, entry] : r.backends)
+    if (entry.provider == provider) entry.active = active;
+}
+
+std::vector<internal::CommunicatorRegistration> internal::communicator_registrations() {
+  Registry& r = registry();
+  std::shared_lock lock(r.mu);
+  std::vector<CommunicatorRegistration> out;
+  for (const auto& [name, entry] : r.backends)
+    out.push_back(CommunicatorRegistration{name, entry.device, entry.provider});
+  return out;
 }
 
 std::unique_ptr<Communicator> create_communicator(const std::string& backend, const Rendezvous& rv) {
@@ -76,9 +99,13 @@ std::unique_ptr<Communicator> create_communicator(const std::string& backend, co
     Registry& r = registry();
     std::shared_lock lock(r.mu);
     auto it = r.backends.find(backend);
+    if (it != r.backends.end() && !it->second.active)
+      PF_THROW(PluginError, "communicator backend '", backend, "' belongs to plugin '", it->second.provider,
+               "', which is not part of the active config; list it in the config's plugins");
     if (it == r.backends.end()) {
       std::vector<std::string> names;
-      for (const auto& [name, entry] : r.backends) names.push_back(name);
+      for (const auto& [name, entry] : r.backends)
+        if (entry.active) names.push_back(name);
       PF_THROW(PluginError, "no communicator backend '", backend, "' is registered (registered: ", list(names),
                "). Load the plugin that provides it: add it to the config's plugins list (e.g. plugins: [cpu, ",
                backend, "]) or call load_plugin");
@@ -106,7 +133,8 @@ std::vector<std::string> communicator_backends() {
   std::shared_lock lock(r.mu);
   std::vector<std::string> names;
   names.reserve(r.backends.size());
-  for (const auto& [name, entry] : r.backends) names.push_back(name);
+  for (const auto& [name, entry] : r.backends)
+    if (entry.active) names.push_back(name);
   return names;
 }
 

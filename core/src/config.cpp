@@ -3,6 +3,11 @@
 // Every problem is reported as "file:line: key 'a.b': what is wrong" so that a user can jump
 // to the line; unknown keys get a "did you mean" hint, since a misspelt key that were silently
 // ignored would leave an optimization on or off without anyone noticing.
+//
+// A file is read over the compiled-in default: `plugins`, `plugin_path`, `kernels` and
+// `threads` replace the default's value when the file sets them, `optimizations` and
+// `collectives` merge key by key, and a file that sets `plugins` but not `kernels.prefer`
+// prefers its own plugins in order (the default's preference names the default's plugins).
 #include "plugflow/config.h"
 
 #include <pwd.h>
@@ -78,11 +83,12 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return d[n][m];
 }
 
-// The closest candidate, if it is close enough to be a plausible typo.
-std::optional<std::string_view> closest(std::string_view word, std::initializer_list<std::string_view> candidates) {
-  std::optional<std::string_view> best;
+}  // namespace
+
+std::optional<std::string> internal::closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
   size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
-  for (std::string_view c : candidates) {
+  for (const auto& c : candidates) {
     const size_t d = edit_distance(word, c);
     if (d < best_d) {
       best = c;
@@ -90,6 +96,12 @@ std::optional<std::string_view> closest(std::string_view word, std::initializer_
     }
   }
   return best;
+}
+
+namespace {
+
+std::optional<std::string> closest(std::string_view word, std::initializer_list<std::string_view> candidates) {
+  return internal::closest_match(word, std::vector<std::string>(candidates.begin(), candidates.end()));
 }
 
 std::string join(std::initializer_list<std::string_view> items, std::string_view sep) {
@@ -112,10 +124,14 @@ std::string describe(const YAML::Node& node) {
   return "an unknown node";
 }
 
-// Reads one document. `source` names it in messages (a file path or "<default cpu.yaml>").
+// Reads one document over a base config (the default's values). `source` names it in messages
+// (a file path or "<default cpu.yaml>").
 class SchemaReader {
  public:
-  explicit SchemaReader(const std::string& source) : source_(source) {}
+  SchemaReader(const std::string& source, Config base) : source_(source), config_(std::move(base)) {
+    config_.source = source;
+    config_.lines.clear();  // the base's lines are positions in another file
+  }
 
   [[noreturn]] void fail(const YAML::Mark& mark, const std::string& key, const std::string& problem) const {
     std::string where = source_;
@@ -134,7 +150,7 @@ class SchemaReader {
   // A null node (a section whose entries are all commented out) is an empty map.
   void for_each_field(const YAML::Node& map, const std::string& path, const YAML::Mark& mark,
                       std::initializer_list<std::string_view> known,
-                      const std::function<void(const std::string&, const YAML::Mark&, const YAML::Node&)>& fn) const {
+                      const std::function<void(const std::string&, const YAML::Mark&, const YAML::Node&)>& fn) {
     if (map.IsNull()) return;
     if (!map.IsMap())
       fail(mark_of(map, mark), path, "expected a map with keys " + join(known, ", ") + ", got " + describe(map));
@@ -153,6 +169,7 @@ class SchemaReader {
         fail(key_mark, full, msg);
       }
       if (!seen.insert(key).second) fail(key_mark, full, "duplicate key");
+      note_line(full, key_mark);
       fn(full, key_mark, kv.second);
     }
   }
@@ -201,19 +218,37 @@ class SchemaReader {
     fail(mark_of(node, mark), key, msg);
   }
 
-  // A list of non-empty strings; null is the empty list.
+  // A name of a provider or communicator backend. YAML reads an unquoted 5 or `on` as a number
+  // or a boolean, which is almost surely a slip here; quoted, it is a name.
+  std::string read_name(const YAML::Node& node, const std::string& key, const YAML::Mark& mark,
+                        std::string_view what) const {
+    double number = 0;
+    bool boolean = false;
+    if (is_plain_scalar(node) &&
+        (YAML::convert<double>::decode(node, number) || YAML::convert<bool>::decode(node, boolean)))
+      fail(mark_of(node, mark), key,
+           "expected " + std::string(what) + ", got " + node.Scalar() +
+               ", which YAML reads as a number or boolean (quote it if it really is a name)");
+    return read_string(node, key, mark);
+  }
+
+  // A list of non-empty strings (names when `names`); null is the empty list.
   std::vector<std::string> read_string_list(const YAML::Node& node, const std::string& key, const YAML::Mark& mark,
-                                            std::string_view what) const {
+                                            std::string_view what, bool names = false) {
     std::vector<std::string> out;
     if (node.IsNull()) return out;
     if (!node.IsSequence())
       fail(mark_of(node, mark), key, "expected a list of " + std::string(what) + ", got " + describe(node));
-    for (size_t i = 0; i < node.size(); ++i)
-      out.push_back(read_string(node[i], key + "[" + std::to_string(i) + "]", mark_of(node[i], mark)));
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string item = key + "[" + std::to_string(i) + "]";
+      const YAML::Mark m = mark_of(node[i], mark);
+      note_line(item, m);
+      out.push_back(names ? read_name(node[i], item, m, "a provider name") : read_string(node[i], item, m));
+    }
     return out;
   }
 
-  PluginSpec read_plugin(const YAML::Node& node, const std::string& key, const YAML::Mark& mark) const {
+  PluginSpec read_plugin(const YAML::Node& node, const std::string& key, const YAML::Mark& mark) {
     PluginSpec spec;
     if (node.IsMap()) {
       bool has_name = false;
@@ -237,13 +272,13 @@ class SchemaReader {
     return spec;
   }
 
-  Config read(const YAML::Node& root) const {
-    Config c;
-    c.source = source_;
-    if (root.IsNull()) return c;  // an empty file: every default
+  Config read(const YAML::Node& root) {
+    if (root.IsNull()) return config_;  // an empty file: every default
     if (!root.IsMap())
       fail(root.Mark(), "", "the config must be a map of keys (plugins, kernels, threads, ...), got " + describe(root));
 
+    Config& c = config_;
+    bool sets_plugins = false, sets_prefer = false;
     for_each_field(root, "", root.Mark(),
                    {"plugins", "plugin_path", "kernels", "threads", "optimizations", "collectives"},
                    [&](const std::string& key, const YAML::Mark& m, const YAML::Node& v) {
@@ -252,15 +287,24 @@ class SchemaReader {
                        if (!v.IsSequence())
                          fail(mark_of(v, m), key,
                               "expected a list of plugin names or paths (e.g. [cpu, gloo]), got " + describe(v));
-                       for (size_t i = 0; i < v.size(); ++i)
-                         c.plugins.push_back(read_plugin(v[i], key + "[" + std::to_string(i) + "]", mark_of(v[i], m)));
+                       sets_plugins = true;
+                       c.plugins.clear();
+                       for (size_t i = 0; i < v.size(); ++i) {
+                         const std::string item = key + "[" + std::to_string(i) + "]";
+                         note_line(item, mark_of(v[i], m));
+                         c.plugins.push_back(read_plugin(v[i], item, mark_of(v[i], m)));
+                       }
                      } else if (key == "plugin_path") {
+                       if (v.IsNull()) return;
+                       c.plugin_path.clear();
                        for (auto& dir : read_string_list(v, key, m, "directories"))
                          c.plugin_path.push_back(internal::expand_user(dir));
                      } else if (key == "kernels") {
                        for_each_field(v, key, m, {"prefer"},
                                       [&](const std::string& k, const YAML::Mark& km, const YAML::Node& kv) {
-                                        c.kernel_prefer = read_string_list(kv, k, km, "provider names");
+                                        if (kv.IsNull()) return;
+                                        sets_prefer = true;
+                                        c.kernel_prefer = read_string_list(kv, k, km, "provider names", true);
                                       });
                      } else if (key == "threads") {
                        const long long n = read_int(v, key, m);
@@ -274,11 +318,13 @@ class SchemaReader {
                        read_collectives(v, key, m, c);
                      }
                    });
+    // The default's preference names the default's plugins: a file that lists its own
+    // plugins prefers them in order unless it says otherwise.
+    if (sets_plugins && !sets_prefer) c.kernel_prefer.clear();
     return c;
   }
 
-  void read_optimizations(const YAML::Node& node, const std::string& path, const YAML::Mark& mark,
-                          Optimizations& o) const {
+  void read_optimizations(const YAML::Node& node, const std::string& path, const YAML::Mark& mark, Optimizations& o) {
     for_each_field(node, path, mark,
                    {"conv_algo_search", "algo_cache", "fuse_pad_conv", "fuse_add_to_output", "fuse_conv_bn",
                     "fuse_bias_act", "amp"},
@@ -309,14 +355,14 @@ class SchemaReader {
                    });
   }
 
-  void read_collectives(const YAML::Node& node, const std::string& path, const YAML::Mark& mark, Config& c) const {
+  void read_collectives(const YAML::Node& node, const std::string& path, const YAML::Mark& mark, Config& c) {
     for_each_field(node, path, mark, {"cpu", "cuda", "timeout_s"},
                    [&](const std::string& key, const YAML::Mark& m, const YAML::Node& v) {
                      const std::string leaf = key.substr(path.size() + 1);
                      if (leaf == "cpu") {
-                       c.collective_cpu = read_string(v, key, m);
+                       c.collective_cpu = read_name(v, key, m, "a communicator backend name (e.g. gloo)");
                      } else if (leaf == "cuda") {
-                       c.collective_cuda = read_string(v, key, m);
+                       c.collective_cuda = read_name(v, key, m, "a communicator backend name (e.g. nccl)");
                      } else {
                        const double t = read_number(v, key, m);
                        if (!std::isfinite(t) || t <= 0)
@@ -327,12 +373,15 @@ class SchemaReader {
   }
 
  private:
+  void note_line(const std::string& key, const YAML::Mark& mark) {
+    if (!mark.is_null()) config_.lines[key] = mark.line + 1;
+  }
+
   const std::string& source_;
+  Config config_;
 };
 
-}  // namespace
-
-Config parse_config(const std::string& text, const std::string& source) {
+Config read_document(const std::string& text, const std::string& source, Config base) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -342,13 +391,27 @@ Config parse_config(const std::string& text, const std::string& source) {
     PF_THROW(ConfigError, source, ": invalid YAML: ", e.what());
   }
   try {
-    return SchemaReader(source).read(root);
+    return SchemaReader(source, std::move(base)).read(root);
   } catch (const YAML::Exception& e) {
     // The reader checks types before converting, so this means a yaml-cpp quirk, not user error;
     // still report it as a config problem with the position yaml-cpp gives.
     if (e.mark.is_null()) PF_THROW(ConfigError, source, ": ", e.msg);
     PF_THROW(ConfigError, source, ":", e.mark.line + 1, ": ", e.msg);
   }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& source) {
+  return read_document(text, source, default_config());
+}
+
+Config default_config() { return read_document(default_config_text(), internal::kDefaultConfigSource, Config{}); }
+
+void internal::config_key_error(const Config& config, const std::string& key, const std::string& problem) {
+  const auto line = config.lines.find(key);
+  if (line == config.lines.end()) PF_THROW(ConfigError, config.source, ": key '", key, "': ", problem);
+  PF_THROW(ConfigError, config.source, ":", line->second, ": key '", key, "': ", problem);
 }
 
 Config load_config_file(const std::string& path) {

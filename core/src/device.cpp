@@ -53,6 +53,9 @@ Device Device::parse(std::string_view s) {
 DeviceBackend::~DeviceBackend() = default;
 
 namespace {
+// One per device type. `ptr` is what lookups see: the backend while its provider is active,
+// null while init has dropped it. `owner` keeps the backend alive for the process's life either
+// way (tensors allocated on it free through it), and the type stays claimed by its provider.
 struct BackendSlot {
   std::shared_ptr<DeviceBackend> owner;
   std::atomic<DeviceBackend*> ptr{nullptr};
@@ -68,15 +71,30 @@ std::mutex& slots_mutex() {
 }
 }  // namespace
 
-void internal::register_device_backend(std::shared_ptr<DeviceBackend> backend, const std::string& provider) {
-  PF_CHECK_T(backend != nullptr, PluginError, "plugin '", provider, "' registered a null device backend");
+void internal::check_device_backends(const StagedRegistration& staged) {
   std::lock_guard<std::mutex> lock(slots_mutex());
-  auto& slot = slots()[static_cast<int>(backend->type())];
-  PF_CHECK_T(slot.ptr.load() == nullptr, PluginError, "plugin '", provider, "' registers device type '",
-             device_type_name(backend->type()), "', which plugin '", slot.provider, "' already provides");
-  slot.owner = std::move(backend);
-  slot.provider = provider;
-  slot.ptr.store(slot.owner.get(), std::memory_order_release);
+  for (const auto& backend : staged.devices) {
+    const auto& slot = slots()[static_cast<int>(backend->type())];
+    PF_CHECK_T(slot.owner == nullptr, PluginError, "plugin '", staged.provider, "' registers device type '",
+               device_type_name(backend->type()), "', which plugin '", slot.provider, "' already provides");
+  }
+}
+
+void internal::install_device_backends(const StagedRegistration& staged) {
+  std::lock_guard<std::mutex> lock(slots_mutex());
+  for (const auto& backend : staged.devices) {
+    auto& slot = slots()[static_cast<int>(backend->type())];
+    slot.owner = backend;
+    slot.provider = staged.provider;
+    slot.ptr.store(slot.owner.get(), std::memory_order_release);
+  }
+}
+
+void internal::set_device_backends_active(const std::string& provider, bool active) {
+  std::lock_guard<std::mutex> lock(slots_mutex());
+  for (auto& slot : slots())
+    if (slot.owner != nullptr && slot.provider == provider)
+      slot.ptr.store(active ? slot.owner.get() : nullptr, std::memory_order_release);
 }
 
 DeviceBackend* find_device_backend(DeviceType t) {
@@ -86,6 +104,16 @@ DeviceBackend* find_device_backend(DeviceType t) {
 DeviceBackend& device_backend(Device d) {
   DeviceBackend* b = find_device_backend(d.type);
   if (b == nullptr) {
+    std::string dropped_by;
+    {
+      std::lock_guard<std::mutex> lock(slots_mutex());
+      const auto& slot = slots()[static_cast<int>(d.type)];
+      if (slot.owner != nullptr) dropped_by = slot.provider;
+    }
+    if (!dropped_by.empty())
+      PF_THROW(DeviceError, "device type '", device_type_name(d.type), "' is not available: plugin '", dropped_by,
+               "', which provides it, is not part of the active config (plugflow.init applied a config that does "
+               "not list it; tensors created on it before cannot be used until a config lists it again)");
     if (d.type == DeviceType::CUDA)
       PF_THROW(DeviceError, "no CUDA device: the cuda plugin is not loaded (use a config that lists it, "
                             "e.g. plugflow.init('configs/cuda.yaml'); `python -m plugflow.info` shows why it failed)");

@@ -10,7 +10,10 @@
 //    through their DT_NEEDED entry on libplugflow_core.so, which resolves to the instance that
 //    is already loaded.
 //  - Libraries are never unloaded: kernels, device backends and hooks registered by a plugin
-//    point into its code for the rest of the process.
+//    point into its code for the rest of the process. A config that no longer names a plugin
+//    makes its registrations unselectable instead (runtime.cpp).
+//  - Registration is all-or-nothing (internal::register_provider): the plugin fills a staging
+//    Registrar, committed only when its register function succeeds.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -51,9 +54,9 @@ constexpr size_t kEntryHeaderSize = offsetof(PlugflowPluginEntry, name);
 struct LoaderState {
   std::recursive_mutex mutex;  // recursive: a plugin's registration may (oddly) load another
   std::vector<LoadedPlugin> loaded;
-  // Files whose registration failed, with the message. Registering again would add the
-  // kernels that the first attempt registered before failing a second time, so a retry
-  // reports the first failure instead.
+  // Files whose registration failed, with the message. Nothing of a failed registration was
+  // committed, but the library's own state after it is unknown (its static objects ran half a
+  // registration), so a retry reports the first failure instead of calling it again.
   std::map<std::string, std::string> failed_registration;
   // Leaked on purpose (see the top of the file): destroying this at exit would dlclose plugins
   // whose objects other static destructors still reference.
@@ -104,14 +107,6 @@ std::string version_str(unsigned major, unsigned minor) { return std::to_string(
   PF_THROW(PluginError, "cannot load plugin '", plugin, "' from ", file, ": ", reason);
 }
 
-// How messages name a plugin given by path: ".../libplugflow_vendor.so" -> "vendor".
-std::string plugin_name_of(const std::string& name_or_path) {
-  std::string stem = fs::path(name_or_path).filename().string();
-  if (const size_t so = stem.find(".so"); so != std::string::npos) stem.resize(so);
-  if (stem.starts_with("libplugflow_") && stem.size() > 12) return stem.substr(12);
-  return stem.empty() ? name_or_path : stem;
-}
-
 // Resolves a bare plugin name to the first libplugflow_<name>.so on the search path.
 std::string find_plugin_file(const std::string& name, const std::vector<std::string>& extra_dirs) {
   const std::string file = "libplugflow_" + name + ".so";
@@ -135,13 +130,18 @@ std::string find_plugin_file(const std::string& name, const std::vector<std::str
 LoadedPlugin load_locked(const std::string& name_or_path, const std::vector<std::string>& extra_dirs) {
   LoaderState& st = state();
   const bool is_path = looks_like_path(name_or_path);
-  const std::string plugin = is_path ? plugin_name_of(name_or_path) : name_or_path;
+  const std::string plugin = internal::plugin_name_of(name_or_path);
 
   // A second request for a loaded plugin returns its record: by provider name for bare names
-  // (the search path may have changed since), by the resolved file for paths.
+  // (the search path may have changed since), by the resolved file for paths. Asking for it
+  // again makes it selectable again if a config had dropped it.
+  auto reuse = [](const LoadedPlugin& p) {
+    internal::set_provider_active(p.name, true);
+    return p;
+  };
   if (!is_path)
     for (const auto& p : st.loaded)
-      if (p.name == name_or_path) return p;
+      if (p.name == name_or_path) return reuse(p);
 
   std::string file;
   if (is_path) {
@@ -154,7 +154,7 @@ LoadedPlugin load_locked(const std::string& name_or_path, const std::vector<std:
   }
   file = canonical_or_same(file);
   for (const auto& p : st.loaded)
-    if (p.path == file) return p;
+    if (p.path == file) return reuse(p);
   if (auto it = st.failed_registration.find(file); it != st.failed_registration.end())
     fail(plugin, file, it->second + " (earlier in this process; restart it to try again)");
 
@@ -230,14 +230,18 @@ LoadedPlugin load_locked(const std::string& name_or_path, const std::vector<std:
       fail(plugin, file,
            "a plugin named '" + rec.name + "' is already loaded from " + p.path + "; provider names must be unique");
 
-  char err[1024] = {0};
   std::string problem;
   try {
-    Registrar registrar(rec.name);
-    if (entry->register_plugin(&registrar, err, sizeof(err)) != 0) {
-      err[sizeof(err) - 1] = '\0';
-      problem = "plugin '" + rec.name + "' failed to register: " + (err[0] != '\0' ? err : "no message given");
-    }
+    internal::register_provider(rec.name, [&](Registrar& registrar) {
+      char err[1024] = {0};
+      if (entry->register_plugin(&registrar, err, sizeof(err)) != 0) {
+        err[sizeof(err) - 1] = '\0';
+        throw PluginError("plugin '" + rec.name +
+                          "' failed to register: " + (err[0] != '\0' ? err : "no message given"));
+      }
+    });
+  } catch (const PluginError& e) {
+    problem = e.what();  // the plugin's own message, or a conflict found when committing
   } catch (const std::exception& e) {
     // A hand-written entry without PLUGFLOW_PLUGIN's catch-all.
     problem = "plugin '" + rec.name + "' threw while registering: " + e.what();
@@ -261,6 +265,14 @@ LoadedPlugin load_locked(const std::string& name_or_path, const std::vector<std:
 }
 
 }  // namespace
+
+std::string internal::plugin_name_of(const std::string& name_or_path) {
+  if (!looks_like_path(name_or_path)) return name_or_path;
+  std::string stem = fs::path(name_or_path).filename().string();
+  if (const size_t so = stem.find(".so"); so != std::string::npos) stem.resize(so);
+  if (stem.starts_with("libplugflow_") && stem.size() > 12) return stem.substr(12);
+  return stem.empty() ? name_or_path : stem;
+}
 
 std::vector<std::string> plugin_search_path(const std::vector<std::string>& extra_dirs) {
   std::vector<std::string> dirs;
@@ -293,7 +305,9 @@ LoadedPlugin load_plugin(const std::string& name_or_path, const std::vector<std:
 std::vector<LoadedPlugin> loaded_plugins() {
   LoaderState& st = state();
   std::lock_guard lock(st.mutex);
-  return st.loaded;
+  std::vector<LoadedPlugin> out = st.loaded;
+  for (auto& p : out) p.active = internal::provider_active(p.name);
+  return out;
 }
 
 }  // namespace plugflow

@@ -4,7 +4,9 @@
 
 Importing plugflow starts the runtime once: it applies the config named by PLUGFLOW_CONFIG, or
 the built-in default (configs/cpu.yaml), which loads the device and collective plugins.
-`plugflow.init(path)` applies another config; `python -m plugflow.info` shows what is loaded.
+`plugflow.init(path)` replaces it with another config (keys the file leaves out keep the
+default's values; plugins it does not list are no longer used); `python -m plugflow.info` shows
+what is loaded.
 """
 
 import os as _os

@@ -41,7 +41,8 @@ def report(out=sys.stdout, kernels=False, algos=False):
     _write(out, f"loaded plugins ({len(plugins)}):")
     width = max((len(p.name) for p in plugins), default=0)
     for p in plugins:
-        _write(out, f"  {p.name:<{width}}  version {p.version}  ABI {p.abi}  {p.path}")
+        dropped = "" if p.active else "  (not in the active config: its kernels, devices and communicators are unused)"
+        _write(out, f"  {p.name:<{width}}  version {p.version}  ABI {p.abi}  {p.path}{dropped}")
 
     failures = _C.plugin_failures()
     if failures:

@@ -99,11 +99,13 @@ void bind_runtime(py::module_& m) {
       .def_readonly("abi_major", &LoadedPlugin::abi_major)
       .def_readonly("abi_minor", &LoadedPlugin::abi_minor)
       .def_readonly("path", &LoadedPlugin::path)
+      .def_readonly("active", &LoadedPlugin::active,
+                    "False once plugflow.init applied a config that does not list it (the library stays loaded).")
       .def_property_readonly(
           "abi", [](const LoadedPlugin& p) { return std::to_string(p.abi_major) + "." + std::to_string(p.abi_minor); })
       .def("__repr__", [](const LoadedPlugin& p) {
         return "LoadedPlugin(name='" + p.name + "', version='" + p.version + "', abi=" + std::to_string(p.abi_major) +
-               "." + std::to_string(p.abi_minor) + ", path='" + p.path + "')";
+               "." + std::to_string(p.abi_minor) + ", path='" + p.path + "'" + (p.active ? "" : ", active=False") + ")";
       });
 
   py::class_<PluginFailure>(m, "PluginFailure", "A configured plugin that did not load, and why.")
@@ -126,9 +128,12 @@ void bind_runtime(py::module_& m) {
 
   // ---- init and config -----------------------------------------------------------------------
   m.def("init", &init, py::arg("path") = "",
-        "Apply a config: load its plugins, set the kernel preference and the thread count.\n"
-        "An empty path means PLUGFLOW_CONFIG if set, else the built-in default (configs/cpu.yaml).\n"
-        "Raises plugflow.ConfigError or plugflow.PluginError.");
+        "Apply a config, replacing the active one: load its plugins (reusing those already loaded), check\n"
+        "kernels.prefer and collectives against them, and make the plugins it does not list unselectable\n"
+        "(their kernels, devices and communicators; tensors on a dropped device can no longer be used).\n"
+        "Keys the file leaves out take the built-in default's values (configs/cpu.yaml).\n"
+        "An empty path means PLUGFLOW_CONFIG if set, else the built-in default.\n"
+        "Raises plugflow.ConfigError or plugflow.PluginError, leaving the previous config active.");
   m.def("ensure_initialized", &ensure_initialized, "init() with the defaults, once.");
   m.def("is_initialized", &is_initialized);
   m.def(
@@ -138,14 +143,16 @@ void bind_runtime(py::module_& m) {
       "parse_config",
       [](const std::string& text, const std::string& source) { return config_dict(parse_config(text, source)); },
       py::arg("text"), py::arg("source") = "<string>",
-      "Parse and validate YAML config text (raises plugflow.ConfigError); returns it as a dict.");
+      "Parse and validate YAML config text over the built-in default (raises plugflow.ConfigError); returns\n"
+      "it as a dict. Names of providers and communicators are checked when init applies it.");
   m.def(
       "default_config_text", [] { return default_config_text(); },
       "The compiled-in default config (configs/cpu.yaml).");
 
   // ---- plugins -----------------------------------------------------------------------------------
   m.def("load_plugin", &load_plugin, py::arg("name_or_path"), py::arg("extra_dirs") = std::vector<std::string>{},
-        "Load one plugin by name (searched on the plugin path) or by file path. Raises plugflow.PluginError.");
+        "Load one plugin by name (searched on the plugin path) or by file path; one loaded before is reused\n"
+        "and made selectable again until the next init. Raises plugflow.PluginError.");
   m.def("loaded_plugins", &loaded_plugins);
   m.def("plugin_failures", &plugin_failures,
         "Optional plugins of the config that did not load, with the loader's reasons.");
@@ -156,7 +163,8 @@ void bind_runtime(py::module_& m) {
   m.def("op_names", &op_names, "Names of every op in the catalog.");
   m.def(
       "op_signature", [](const std::string& name) { return find_op(name).signature; }, py::arg("name"));
-  m.def("registered_kernels", &registered_kernels, "Every kernel the loaded plugins registered.");
+  m.def("registered_kernels", &registered_kernels,
+        "Every kernel the dispatcher can select: those of the active config's plugins.");
   m.def(
       "chosen_provider",
       [](const std::string& op, const std::string& device, DType dtype) {

@@ -1,13 +1,19 @@
 """The runtime as Python sees it: config, plugins, kernels, devices, threads, and
 `python -m plugflow.info`."""
 
+import io
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 import plugflow as pf
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_module(*args, **env):
@@ -15,6 +21,13 @@ def run_module(*args, **env):
     full_env.pop("PLUGFLOW_CONFIG", None)
     full_env.update(env)
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def run_child(code, *args, **env):
+    """Runs code in a fresh interpreter (plugins loaded there stay out of this test process)."""
+    r = run_module("-c", textwrap.dedent(code), *map(str, args), **env)
+    assert r.returncode == 0, f"child failed:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
 
 
 def test_current_config_has_every_key():
@@ -149,3 +162,205 @@ def test_cpu_memory_stats_track_tensors():
     pf.empty_cache()
     with pytest.raises(RuntimeError):
         pf.memory_allocated("cuda:0") if not pf.cuda.is_available() else pf.memory_allocated("meta")
+
+
+# ---- config: partial files, names checked against the plugins, what init replaces ------------------
+
+def write_config(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture(scope="module")
+def test_plugins(tmp_path_factory):
+    """tests/plugins' test_good (provider "test_good": its float32 add writes 4242 into every
+    element) and test_throws (registers kernels, then throws), built against the installed SDK."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None or shutil.which("pkg-config") is None:
+        pytest.skip("building the test plugins needs a C++ compiler and pkg-config (Debian: g++, pkg-config)")
+    prefix = Path(sys.prefix)
+    env = dict(os.environ, PKG_CONFIG_PATH=os.pathsep.join(
+        [str(prefix / "lib" / "pkgconfig")] + [p for p in [os.environ.get("PKG_CONFIG_PATH")] if p]))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "plugflow"], env=env, capture_output=True,
+                           text=True, check=True).stdout.split()
+    out = tmp_path_factory.mktemp("test_plugins")
+    sources = {"test_good": ["-DTEST_PLUGIN_NAME=\"test_good\"", "-DTEST_PLUGIN_ADD_VALUE=4242.0f"],
+               "test_throws": []}
+    for name, defines in sources.items():
+        lib = out / f"libplugflow_{name}.so"
+        cmd = [cxx, "-shared", "-fPIC", *defines, str(REPO / "tests" / "plugins" / f"{name}.cpp"),
+               "-o", str(lib), *flags]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    return out
+
+
+def test_a_partial_config_keeps_the_default_plugins(tmp_path):
+    cfg = write_config(tmp_path, "partial.yaml", """\
+        optimizations:
+          amp: bf16
+        """)
+    out = run_child("""
+        import json, plugflow as pf
+        c = pf._C.current_config()
+        print(json.dumps({"sum": (pf.ones(2, 3) + pf.arange(3)).sum().item(), "config": c,
+                          "default": pf._C.parse_config(pf._C.default_config_text(), "<default>")}))
+        """, PLUGFLOW_CONFIG=str(cfg))
+    import json
+    result = json.loads(out)
+    config, default = result["config"], result["default"]
+    assert result["sum"] == 12.0
+    assert config["source"] == str(cfg)
+    assert config["plugins"] == default["plugins"]
+    assert config["kernels"] == default["kernels"]
+    assert config["collectives"] == default["collectives"]
+    assert config["optimizations"] == dict(default["optimizations"], amp="bf16")
+
+
+def test_merge_rule_of_parse_config():
+    default = pf._C.parse_config(pf._C.default_config_text(), "<default>")
+    own = pf._C.parse_config("plugins: [cpu]\ncollectives: {timeout_s: 60}\n", "own.yaml")
+    assert own["plugins"] == [{"name": "cpu", "optional": False}]
+    assert own["kernels"]["prefer"] == []  # its own plugins, in order
+    assert own["collectives"] == dict(default["collectives"], timeout_s=60.0)
+    assert own["optimizations"] == default["optimizations"]
+    assert pf._C.parse_config("kernels: {prefer: [cpu]}\n", "k.yaml")["plugins"] == default["plugins"]
+
+
+def test_kernels_prefer_must_name_a_loaded_provider(tmp_path):
+    cfg = write_config(tmp_path, "typo.yaml", """\
+        plugins: [cpu, gloo]
+        kernels:
+          prefer: [cpux]
+        """)
+    before = pf._C.current_config()
+    with pytest.raises(pf.ConfigError) as e:
+        pf.init(str(cfg))
+    msg = str(e.value)
+    assert msg.startswith(f"{cfg}:3: key 'kernels.prefer[0]': no loaded plugin provides kernels under the name "
+                          "'cpux'; kernel providers: cpu"), msg
+    assert msg.endswith("did you mean 'cpu'?"), msg
+    # The failed init left the previous config and its plugins in place.
+    assert pf._C.current_config() == before
+    assert all(p.active for p in pf._C.loaded_plugins() if p.name in ("cpu", "gloo"))
+    assert (pf.ones(2) + 1).tolist() == [2.0, 2.0]
+
+    cfg = write_config(tmp_path, "gloo.yaml", "plugins: [cpu, gloo]\nkernels: {prefer: [gloo, cpu]}\n")
+    with pytest.raises(pf.ConfigError, match=r"gloo.yaml:2: key 'kernels.prefer\[0\]': plugin 'gloo' is loaded but "
+                                             r"registers no kernels"):
+        pf.init(str(cfg))
+
+
+def test_collectives_must_name_a_communicator_for_the_device(tmp_path):
+    cfg = write_config(tmp_path, "number.yaml", "collectives:\n  cpu: 5\n")
+    with pytest.raises(pf.ConfigError, match=r"number.yaml:2: key 'collectives.cpu': expected a communicator backend "
+                                             r"name \(e.g. gloo\), got 5"):
+        pf.init(str(cfg))
+    cfg = write_config(tmp_path, "device.yaml", "plugins: [cpu, gloo]\ncollectives: {cuda: gloo}\n")
+    with pytest.raises(pf.ConfigError, match=r"device.yaml:2: key 'collectives.cuda': communicator 'gloo' \(plugin "
+                                             r"'gloo'\) serves cpu tensors, not cuda"):
+        pf.init(str(cfg))
+    cfg = write_config(tmp_path, "typo.yaml", "plugins: [cpu, gloo]\ncollectives: {cpu: glo}\n")
+    with pytest.raises(pf.ConfigError, match=r"typo.yaml:2: key 'collectives.cpu': no plugin of this config provides "
+                                             r"a communicator named 'glo'.*did you mean 'gloo'\?"):
+        pf.init(str(cfg))
+    assert pf._C.current_config()["collectives"]["cpu"] == "gloo"
+
+
+def test_a_name_that_differs_from_the_file_name_is_explained(test_plugins, tmp_path):
+    renamed = tmp_path / "libplugflow_foo.so"
+    shutil.copy(test_plugins / "libplugflow_test_good.so", renamed)
+    cfg = write_config(tmp_path, "foo.yaml", f"""\
+        plugins: [cpu, {renamed}]
+        kernels: {{prefer: [foo, cpu]}}
+        """)
+    out = run_child("""
+        import sys, plugflow as pf
+        try:
+            pf.init(sys.argv[1])
+        except pf.ConfigError as e:
+            print(e)
+        """, cfg)
+    assert out.startswith(f"{cfg}:2: key 'kernels.prefer[0]': no loaded plugin provides kernels under the name 'foo'; "
+                          "kernel providers: cpu, test_good (libplugflow_foo.so declares itself 'test_good'); "
+                          "did you mean 'test_good'?"), out
+
+
+def test_init_replaces_the_active_config(test_plugins, tmp_path):
+    good = write_config(tmp_path, "good.yaml", f"""\
+        plugins: [cpu, {test_plugins / 'libplugflow_test_good.so'}]
+        kernels: {{prefer: [test_good, cpu]}}
+        """)
+    cpu_only = write_config(tmp_path, "cpu_only.yaml", "plugins: [cpu]\n")
+    out = run_child("""
+        import io, sys
+        import plugflow as pf
+        import plugflow.info
+        good, cpu_only = sys.argv[1:]
+        def active():
+            return {p.name: p.active for p in pf._C.loaded_plugins()}
+        def test_good_kernels():
+            return sum(k.provider == "test_good" for k in pf._C.registered_kernels())
+
+        x = pf.arange(3.0)                      # made under the default config
+        assert "gloo" in pf._C._communicator_backends()
+
+        pf.init(good)
+        assert (x + x).tolist() == [4242.0] * 3, (x + x).tolist()
+        assert pf._C.chosen_provider("add", "cpu", pf.float32) == "test_good"
+        assert active()["gloo"] is False and active()["test_good"] and active()["cpu"]
+        assert "gloo" not in pf._C._communicator_backends()
+        assert test_good_kernels() == 1
+
+        pf.init(cpu_only)
+        assert (x + x).tolist() == [0.0, 2.0, 4.0]
+        assert pf._C.chosen_provider("add", "cpu", pf.float32) == "cpu"
+        assert test_good_kernels() == 0 and active()["test_good"] is False
+        report = io.StringIO()
+        plugflow.info.report(report)
+        line = next(row for row in report.getvalue().splitlines() if row.startswith("  test_good "))
+        assert line.endswith("(not in the active config: its kernels, devices and communicators are unused)")
+
+        loaded = len(pf._C.loaded_plugins())
+        pf.init(good)                           # reused, not loaded or registered again
+        assert len(pf._C.loaded_plugins()) == loaded and test_good_kernels() == 1
+        assert (x + x).tolist() == [4242.0] * 3
+        print("ok")
+        """, good, cpu_only)
+    assert out == "ok\n"
+
+
+def test_a_throwing_plugin_leaves_nothing_and_info_reports_it(test_plugins, tmp_path):
+    cfg = write_config(tmp_path, "throws.yaml", f"""\
+        plugins:
+          - cpu
+          - {{name: {test_plugins / 'libplugflow_test_throws.so'}, optional: true}}
+        """)
+    out = run_child("""
+        import plugflow as pf
+        import plugflow.info
+        # It registered an optimized float32/float64 add (which aborts) before throwing.
+        assert not any(k.provider == "test_throws" for k in pf._C.registered_kernels())
+        assert pf._C.chosen_provider("add", "cpu", pf.float32) == "cpu"
+        assert (pf.ones(2) + pf.ones(2)).tolist() == [2.0, 2.0]
+        assert "test_throws_ccl" not in pf._C._communicator_backends()
+        plugflow.info.report()
+        """, PLUGFLOW_CONFIG=str(cfg))
+    failed = out.split("plugins that failed to load (1):")[1]
+    assert "libplugflow_test_throws.so" in failed
+    assert "plugin 'test_throws' failed to register: boom from test plugin" in failed
+
+
+def test_cuda_yaml_runs_where_cuda_is_not_available():
+    # cuda and nccl are optional in configs/cuda.yaml: the file applies whether they are built
+    # or not, and without a GPU tensors stay on the CPU.
+    out = run_child("""
+        import plugflow as pf
+        c = pf._C.current_config()
+        assert c["kernels"]["prefer"] == ["cuda", "cpu"]
+        print((pf.ones(2, 3) + pf.arange(3)).sum().item(), pf.cuda.is_available())
+        """, PLUGFLOW_CONFIG=str(REPO / "configs" / "cuda.yaml"))
+    total, available = out.split()
+    assert float(total) == 12.0
+    assert available == str(pf.cuda.is_available())

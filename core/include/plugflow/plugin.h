@@ -1,8 +1,11 @@
 // The plugin ABI. A plugin is a shared library exporting one extern "C" symbol,
 // `plugflow_plugin_entry` (through Boost.DLL's alias macro), that returns a PluginEntry.
-// The loader checks the ABI, then calls `register_plugin` with a Registrar that fills the
-// core's registries. Nothing may throw across this boundary: PLUGFLOW_PLUGIN wraps the
-// plugin's registration body in a catch-all that turns errors into a message.
+// The loader checks the ABI, then calls `register_plugin` with a Registrar. Registration is
+// all-or-nothing: the Registrar only collects (and validates) what the plugin registers, and
+// the core commits all of it to the live registries once `register_plugin` returns success;
+// a plugin that fails or throws halfway leaves nothing behind. Nothing may throw across this
+// boundary: PLUGFLOW_PLUGIN wraps the plugin's registration body in a catch-all that turns
+// errors into a message.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,8 +24,9 @@
 #include "plugflow/kernel.h"
 
 // Bumped on incompatible changes (major) or additions a plugin may rely on (minor).
+// 1.1: Registrar::communicator takes the device type its communicator serves.
 #define PLUGFLOW_ABI_MAJOR 1
-#define PLUGFLOW_ABI_MINOR 0
+#define PLUGFLOW_ABI_MINOR 1
 #define PLUGFLOW_ENTRY_SYMBOL "plugflow_plugin_entry"
 
 extern "C" {
@@ -39,20 +43,34 @@ struct PlugflowPluginEntry {
 
 namespace plugflow {
 
+namespace internal {
+struct StagedRegistration;  // what a Registrar collected, committed by the core at once
+}
+
+// What a plugin's registration body receives. Every call checks its arguments and throws
+// PluginError naming the plugin and what is wrong; nothing is live until the whole
+// registration succeeded. Plugins never construct one: the core does.
 class PF_API Registrar {
  public:
-  explicit Registrar(std::string provider) : provider_(std::move(provider)) {}
+  explicit Registrar(internal::StagedRegistration& staged);
   const std::string& provider() const { return provider_; }
 
+  // A kernel for an op of the core's catalog (plugins cannot add ops), one device type and
+  // one or more dtypes. Refused: an op not in the catalog, a device type or dtype that does not
+  // exist, no dtypes, a null function, a priority other than Fallback/Default/Optimized, and a
+  // second kernel for the same (op, device, dtype, priority).
   void kernel(const std::string& op, DeviceType device, std::initializer_list<DType> dtypes, KernelFn fn,
               Priority priority = Priority::Default);
+  // The backend of one device type; each type has one provider in the process.
   void device(std::shared_ptr<DeviceBackend> backend);
-  void communicator(const std::string& backend, CommunicatorFactory factory);
+  // A communicator backend (the name configs use in `collectives`) for tensors of one device type.
+  void communicator(const std::string& backend, DeviceType device, CommunicatorFactory factory);
   // Called with the thread count whenever the config or set_num_threads changes it.
   void on_set_num_threads(std::function<void(int)> hook);
 
  private:
   std::string provider_;
+  internal::StagedRegistration& staged_;
 };
 
 }  // namespace plugflow

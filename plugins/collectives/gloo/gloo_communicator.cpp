@@ -422,7 +422,8 @@ void GlooCommunicator::recv(Tensor& t, int src, int tag) {
 }  // namespace plugflow::collectives
 
 PLUGFLOW_PLUGIN("gloo", "0.1.0") {
-  reg.communicator("gloo", [](const plugflow::Rendezvous& rv) -> std::unique_ptr<plugflow::Communicator> {
-    return std::make_unique<plugflow::collectives::GlooCommunicator>(rv);
-  });
+  reg.communicator("gloo", plugflow::DeviceType::CPU,
+                   [](const plugflow::Rendezvous& rv) -> std::unique_ptr<plugflow::Communicator> {
+                     return std::make_unique<plugflow::collectives::GlooCommunicator>(rv);
+                   });
 }

@@ -414,7 +414,8 @@ class NcclCommunicator final : public Communicator {
 }  // namespace plugflow::collectives
 
 PLUGFLOW_PLUGIN("nccl", "0.1.0") {
-  reg.communicator("nccl", [](const plugflow::Rendezvous& rv) -> std::unique_ptr<plugflow::Communicator> {
-    return std::make_unique<plugflow::collectives::NcclCommunicator>(rv);
-  });
+  reg.communicator("nccl", plugflow::DeviceType::CUDA,
+                   [](const plugflow::Rendezvous& rv) -> std::unique_ptr<plugflow::Communicator> {
+                     return std::make_unique<plugflow::collectives::NcclCommunicator>(rv);
+                   });
 }

@@ -1,10 +1,11 @@
 // The core's communicator registry (core/src/communicator.cpp), without any plugin: a fake
-// backend registered through Registrar::communicator.
+// backend registered through Registrar::communicator by an in-process provider.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <stdexcept>
 
+#include "../../../core/src/registry_internal.h"
 #include "collectives_test_util.h"
 #include "plugflow/error.h"
 #include "plugflow/plugin.h"
@@ -35,18 +36,20 @@ std::atomic<int> g_factory_calls{0};
 // Registered once for the whole executable: the registry is process-wide and has no removal.
 void register_fakes() {
   static bool done = [] {
-    Registrar reg("fake_provider");
-    reg.communicator("fake", [](const Rendezvous& rv) -> std::unique_ptr<Communicator> {
-      ++g_factory_calls;
-      return std::make_unique<FakeCommunicator>(rv);
+    internal::register_provider("fake_provider", [](Registrar& reg) {
+      reg.communicator("fake", DeviceType::CPU, [](const Rendezvous& rv) -> std::unique_ptr<Communicator> {
+        ++g_factory_calls;
+        return std::make_unique<FakeCommunicator>(rv);
+      });
+      reg.communicator("fake_throws_std", DeviceType::CPU, [](const Rendezvous&) -> std::unique_ptr<Communicator> {
+        throw std::runtime_error("socket exploded");
+      });
+      reg.communicator("fake_times_out", DeviceType::CPU, [](const Rendezvous&) -> std::unique_ptr<Communicator> {
+        throw TimeoutError("peer 1 never came");
+      });
+      reg.communicator("fake_null", DeviceType::CPU,
+                       [](const Rendezvous&) -> std::unique_ptr<Communicator> { return nullptr; });
     });
-    reg.communicator("fake_throws_std", [](const Rendezvous&) -> std::unique_ptr<Communicator> {
-      throw std::runtime_error("socket exploded");
-    });
-    reg.communicator("fake_times_out", [](const Rendezvous&) -> std::unique_ptr<Communicator> {
-      throw TimeoutError("peer 1 never came");
-    });
-    reg.communicator("fake_null", [](const Rendezvous&) -> std::unique_ptr<Communicator> { return nullptr; });
     return true;
   }();
   (void)done;
@@ -82,12 +85,17 @@ TEST(CommunicatorRegistry, UnknownBackendNamesTheRegisteredOnes) {
 
 TEST(CommunicatorRegistry, DuplicateNameIsRefused) {
   register_fakes();
-  Registrar other("other_provider");
-  PF_EXPECT_THROW_MSG(other.communicator("fake", [](const Rendezvous& r) -> std::unique_ptr<Communicator> {
-    return std::make_unique<FakeCommunicator>(r);
-  }), PluginError, "plugin 'fake_provider' already registered");
-  PF_EXPECT_THROW_MSG(other.communicator("", nullptr), PluginError, "empty name");
-  PF_EXPECT_THROW_MSG(other.communicator("fake2", nullptr), PluginError, "without a factory");
+  auto register_other = [](const std::string& name, CommunicatorFactory factory) {
+    internal::register_provider("other_provider",
+                                [&](Registrar& reg) { reg.communicator(name, DeviceType::CPU, factory); });
+  };
+  PF_EXPECT_THROW_MSG(register_other("fake",
+                                     [](const Rendezvous& r) -> std::unique_ptr<Communicator> {
+                                       return std::make_unique<FakeCommunicator>(r);
+                                     }),
+                      PluginError, "plugin 'fake_provider' already registered");
+  PF_EXPECT_THROW_MSG(register_other("", nullptr), PluginError, "empty name");
+  PF_EXPECT_THROW_MSG(register_other("fake2", nullptr), PluginError, "without a factory");
 }
 
 TEST(CommunicatorRegistry, BadRendezvousIsRejectedBeforeTheFactoryRuns) {

@@ -118,16 +118,84 @@ collectives: {cpu: gloo, cuda: vendor_ccl, timeout_s: 2.5}
 }
 
 TEST(Config, EmptyDocumentsAndSectionsKeepDefaults) {
-  for (const char* text : {"", "# only a comment\n", "optimizations:\n  # all commented out\n"}) {
+  const Config defaults = plugflow::default_config();
+  for (const char* text : {"", "# only a comment\n", "optimizations:\n  # all commented out\n", "plugins:\n"}) {
     SCOPED_TRACE(text);
     const Config c = parse_config(text, "empty.yaml");
-    const Config defaults;
-    EXPECT_TRUE(c.plugins.empty());
+    EXPECT_EQ(c.source, "empty.yaml");
+    ASSERT_EQ(c.plugins.size(), defaults.plugins.size());
+    EXPECT_EQ(c.plugins[0].name, "cpu");
+    EXPECT_EQ(c.kernel_prefer, defaults.kernel_prefer);
     EXPECT_EQ(c.threads, defaults.threads);
     EXPECT_EQ(c.optimizations.conv_algo_search, defaults.optimizations.conv_algo_search);
+    EXPECT_EQ(c.optimizations.algo_cache, defaults.optimizations.algo_cache);
     EXPECT_EQ(c.optimizations.fuse_conv_bn, defaults.optimizations.fuse_conv_bn);
     EXPECT_EQ(c.collective_cpu, defaults.collective_cpu);
+    EXPECT_EQ(c.collective_cuda, "nccl");
   }
+}
+
+TEST(Config, APartialFileKeepsTheDefaultsOfWhatItLeavesOut) {
+  const Config defaults = plugflow::default_config();
+  // Only optimizations: plugins, preference, threads and collectives are the default's, and
+  // optimizations merge key by key.
+  const Config opt = parse_config("optimizations:\n  amp: bf16\n", "opt.yaml");
+  ASSERT_EQ(opt.plugins.size(), 3u);
+  EXPECT_EQ(opt.plugins[1].name, "gloo");
+  EXPECT_EQ(opt.kernel_prefer, std::vector<std::string>{"cpu"});
+  EXPECT_EQ(opt.optimizations.amp, "bf16");
+  EXPECT_EQ(opt.optimizations.conv_algo_search, defaults.optimizations.conv_algo_search);
+  EXPECT_EQ(opt.optimizations.algo_cache, defaults.optimizations.algo_cache);
+  EXPECT_TRUE(opt.optimizations.fuse_pad_conv);
+  EXPECT_EQ(opt.collective_cpu, "gloo");
+  EXPECT_DOUBLE_EQ(opt.collective_timeout_s, defaults.collective_timeout_s);
+
+  const Config coll = parse_config("collectives: {timeout_s: 5}\n", "coll.yaml");
+  EXPECT_EQ(coll.collective_cpu, "gloo");
+  EXPECT_EQ(coll.collective_cuda, "nccl");
+  EXPECT_DOUBLE_EQ(coll.collective_timeout_s, 5.0);
+
+  // plugins replace the default's list; without kernels.prefer they are preferred in order.
+  const Config own = parse_config("plugins: [cpu, vendor]\n", "own.yaml");
+  ASSERT_EQ(own.plugins.size(), 2u);
+  EXPECT_EQ(own.plugins[1].name, "vendor");
+  EXPECT_TRUE(own.kernel_prefer.empty());
+  EXPECT_EQ(parse_config("plugins: [cpu, vendor]\nkernels: {prefer: [vendor]}\n", "t.yaml").kernel_prefer,
+            std::vector<std::string>{"vendor"});
+  EXPECT_TRUE(parse_config("plugins: []\n", "none.yaml").plugins.empty());
+
+  // kernels.prefer alone keeps the default's plugins.
+  const Config prefer = parse_config("kernels: {prefer: [vendor, cpu]}\n", "prefer.yaml");
+  EXPECT_EQ(prefer.plugins.size(), 3u);
+  EXPECT_EQ(prefer.kernel_prefer, (std::vector<std::string>{"vendor", "cpu"}));
+
+  const Config threads = parse_config("threads: 3\n", "threads.yaml");
+  EXPECT_EQ(threads.threads, 3);
+  EXPECT_EQ(threads.plugins.size(), 3u);
+}
+
+TEST(Config, RecordsTheLineOfEveryKeyTheFileSets) {
+  const Config c = parse_config("threads: 1\nkernels:\n  prefer:\n    - cpu\n    - vendor\ncollectives: {cpu: gloo}\n",
+                                "lines.yaml");
+  EXPECT_EQ(c.lines.at("threads"), 1);
+  EXPECT_EQ(c.lines.at("kernels.prefer"), 3);
+  EXPECT_EQ(c.lines.at("kernels.prefer[0]"), 4);
+  EXPECT_EQ(c.lines.at("kernels.prefer[1]"), 5);
+  EXPECT_EQ(c.lines.at("collectives.cpu"), 6);
+  // Keys left out are the default's: no line of this file.
+  EXPECT_FALSE(c.lines.contains("plugins"));
+  EXPECT_FALSE(c.lines.contains("collectives.timeout_s"));
+}
+
+TEST(Config, NamesMustBeStrings) {
+  EXPECT_CONTAINS(config_error("collectives:\n  cpu: 5\n"),
+                  "test.yaml:2: key 'collectives.cpu': expected a communicator backend name (e.g. gloo), got 5, which "
+                  "YAML reads as a number or boolean (quote it if it really is a name)");
+  EXPECT_CONTAINS(config_error("collectives: {cuda: true}"), "key 'collectives.cuda': expected a communicator");
+  EXPECT_CONTAINS(config_error("collectives: {cuda: [nccl]}"), "key 'collectives.cuda': expected a string, got a list");
+  EXPECT_CONTAINS(config_error("kernels:\n  prefer: [cpu, 1.5]\n"),
+                  "test.yaml:2: key 'kernels.prefer[1]': expected a provider name, got 1.5");
+  EXPECT_EQ(parse_config("collectives: {cpu: \"5\"}", "t.yaml").collective_cpu, "5");  // quoted: a name
 }
 
 TEST(Config, NullAlgoCacheTurnsPersistenceOff) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../../../core/src/registry_internal.h"
 #include "plugflow/plugin.h"
 
 namespace pf_test {
@@ -22,8 +23,8 @@ class MallocBackend : public plugflow::DeviceBackend {
 // Registers the malloc CPU device once per process.
 inline void install_test_cpu_device() {
   static bool done = [] {
-    plugflow::Registrar reg("core_test");
-    reg.device(std::make_shared<MallocBackend>());
+    plugflow::internal::register_provider(
+        "core_test", [](plugflow::Registrar& reg) { reg.device(std::make_shared<MallocBackend>()); });
     return true;
   }();
   (void)done;

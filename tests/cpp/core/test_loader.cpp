@@ -2,6 +2,8 @@
 // plugin, and one library for each way a plugin can be broken.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <plugflow/communicator.h>
+#include <plugflow/dispatch.h>
 #include <plugflow/error.h>
 #include <plugflow/kernel.h>
 #include <plugflow/plugin.h>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../../../core/src/registry_internal.h"
 #include "test_helpers.h"
 
 namespace fs = std::filesystem;
@@ -138,11 +141,23 @@ TEST(Loader, ReportsALibraryWithoutTheEntrySymbol) {
   EXPECT_CONTAINS(msg, "no entry symbol 'plugflow_plugin_entry'");
 }
 
-TEST(Loader, ReportsTheMessageOfAThrowingRegistration) {
+TEST(Loader, AThrowingRegistrationIsReportedAndLeavesNothingLive) {
+  const uint64_t generation = plugflow::internal::registry_generation();
   const std::string msg = load_error(plugin_file("test_throws"));
   EXPECT_CONTAINS(msg, "cannot load plugin 'test_throws' from " + canonical(plugin_file("test_throws")));
   EXPECT_CONTAINS(msg, "failed to register: boom from test plugin");
   EXPECT_EQ(count_loaded("test_throws"), 0u);
+  // It registered a kernel, a device, a communicator and a hook before throwing: none is live
+  // (each would abort the test if reached).
+  EXPECT_EQ(plugflow::internal::registry_generation(), generation);
+  const auto providers = plugflow::internal::kernel_providers();
+  EXPECT_EQ(std::count(providers.begin(), providers.end(), "test_throws"), 0);
+  EXPECT_NE(plugflow::chosen_provider(plugflow::find_op("add"), plugflow::DeviceType::CPU, plugflow::DType::Float32),
+            "test_throws");
+  EXPECT_EQ(plugflow::find_device_backend(plugflow::DeviceType::CUDA), nullptr);
+  const auto comms = plugflow::communicator_backends();
+  EXPECT_EQ(std::count(comms.begin(), comms.end(), "test_throws_ccl"), 0);
+  plugflow::set_num_threads(2);
   // A retry reports the same failure without running the registration again.
   const std::string again = load_error(plugin_file("test_throws"));
   EXPECT_CONTAINS(again, "boom from test plugin");
