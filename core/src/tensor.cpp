@@ -47,29 +47,29 @@ int64_t checked_size_add(int64_t a, int64_t b, const char* what) {
 }
 
 int64_t shape_numel(const Shape& sizes) {
+  // The non-zero sizes must multiply within int64 even when another size is 0: kernels and
+  // views multiply sub-shapes of empty tensors too (PyTorch refuses such a shape as a view,
+  // though its zeros() takes it).
   int64_t n = 1;
-  bool overflow = false, empty = false;
+  bool empty = false;
   for (int64_t s : sizes) {
     PF_CHECK(s >= 0, "numel: negative size ", s, " in ", shape_str(sizes));
-    empty |= s == 0;
-    overflow |= __builtin_mul_overflow(n, s, &n);
+    if (s == 0) empty = true;
+    else PF_CHECK(!__builtin_mul_overflow(n, s, &n), "numel: integer multiplication overflow with sizes=",
+                  shape_str(sizes));
   }
-  // An empty tensor has zero elements whatever its other sizes (PyTorch's rule too).
-  if (empty) return 0;
-  PF_CHECK(!overflow, "numel: integer multiplication overflow with sizes=", shape_str(sizes));
-  return n;
+  return empty ? 0 : n;
 }
 
 size_t storage_nbytes(const Shape& sizes, DType dtype) {
-  int64_t n = 1, nbytes = 0;
-  bool overflow = false, empty = false;
-  for (int64_t s : sizes) {
-    empty |= s == 0;
-    overflow |= __builtin_mul_overflow(n, s, &n);
+  if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) {
+    shape_numel(sizes);  // no bytes, but the other sizes must still multiply within int64
+    return 0;
   }
-  if (empty) return 0;
-  overflow |= __builtin_mul_overflow(n, static_cast<int64_t>(itemsize(dtype)), &nbytes);
-  PF_CHECK(!overflow, "Storage size calculation overflowed with sizes=", shape_str(sizes));
+  int64_t nbytes = static_cast<int64_t>(itemsize(dtype));
+  bool ok = true;
+  for (int64_t s : sizes) ok = ok && s > 0 && !__builtin_mul_overflow(nbytes, s, &nbytes);
+  PF_CHECK(ok, "Storage size calculation overflowed with sizes=", shape_str(sizes));
   return static_cast<size_t>(nbytes);
 }
 
@@ -87,8 +87,8 @@ void check_view(const Shape& sizes, const Shape& strides, int64_t offset, size_t
     overflow |= __builtin_mul_overflow(sizes[d] - (sizes[d] > 0), strides[d], &reach) ||
                 __builtin_add_overflow(last, reach, &last);
   }
-  if (empty) return;  // touches no memory
   shape_numel(sizes);  // the element count must fit too (a stride-0 view of 2^62 x 2 elements)
+  if (empty) return;  // touches no memory
   const int64_t capacity = static_cast<int64_t>(storage_nbytes / itemsize);
   PF_CHECK(!overflow && last < capacity, "setStorage: sizes ", shape_str(sizes), ", strides ", shape_str(strides),
            ", storage offset ", offset, ", and itemsize ", itemsize, " requiring a storage of ",

@@ -51,7 +51,7 @@ from ._C import (bool, uint8, int8, int16, int32, int64, float16, bfloat16, floa
 from ._size import Size
 from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
 from ._tensor_str import set_printoptions, get_printoptions
-from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, arange,
+from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
                         linspace, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
                         randn_like, randint_like, randperm)
 from . import return_types, cuda, random

@@ -11,6 +11,7 @@ from ._C import Tensor
 from . import return_types as _return_types
 from .nn._functional_loss import _type_name
 from .autograd import no_grad
+from .autograd.function import Function as _Function
 
 __all__ = [
     "allclose", "isclose", "equal", "eye", "diag", "broadcast_to", "broadcast_tensors", "broadcast_shapes",
@@ -410,8 +411,10 @@ def _median_impl(input, dim, keepdim, fn, ignore_nan):
                         + nans * 0)
 
     if dim is None:
-        if input.numel() == 0:
-            return _creation.full((), math.nan, dtype=input.dtype, device=input.device)
+        if input.numel() == 0:  # NaN (cast as PyTorch casts it for integers), attached to autograd
+            if input.dtype in _FLOATS:
+                return input.sum() * 0 + math.nan
+            return _creation.full((), math.nan, dtype=_C.float64, device=input.device).to(input.dtype)
         return _select_along(input.reshape(-1), 0, False, fn, pick)[0]
     return _select_along(input, dim, keepdim, fn, pick)
 
@@ -744,6 +747,10 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     use_mm = p == 2 and (compute_mode == "use_mm_for_euclid_dist" or (
         compute_mode == "use_mm_for_euclid_dist_if_necessary" and (x1.shape[-2] > 25 or x2.shape[-2] > 25)))
+    return _Cdist.apply(x1, x2, float(p), use_mm)
+
+
+def _cdist_values(x1, x2, p, use_mm):
     if use_mm:
         sq1 = (x1 * x1).sum(-1, keepdim=True)
         sq2 = (x2 * x2).sum(-1, keepdim=True)
@@ -751,7 +758,7 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         return d2.clamp_min(0).sqrt()
     diff_ = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
     if p == 0:
-        return (diff_ != 0).to(x1.dtype).sum(-1) + diff_.sum(-1) * 0
+        return (diff_ != 0).to(x1.dtype).sum(-1)
     if math.isinf(p):
         return diff_.amax(-1)
     if p == 1:
@@ -759,6 +766,51 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     if p == 2:
         return (diff_ * diff_).sum(-1).sqrt()
     return diff_.pow(p).sum(-1).pow(1.0 / p)
+
+
+class _Cdist(_Function):
+    """cdist with PyTorch's backward: a zero subgradient where a distance or a coordinate
+    difference is zero (coincident points), instead of the 0 * inf of differentiating sqrt or
+    pow at zero."""
+
+    @staticmethod
+    def forward(ctx, x1, x2, p, use_mm):
+        dist = _cdist_values(x1, x2, p, use_mm)
+        ctx.save_for_backward(x1, x2, dist)
+        ctx.p = p
+        return dist
+
+    @staticmethod
+    def backward(ctx, grad):
+        x1, x2, dist = ctx.saved_tensors
+        p = ctx.p
+        if p == 0:
+            return _creation.zeros_like(x1), _creation.zeros_like(x2), None, None
+        diff_ = x1.unsqueeze(-2) - x2.unsqueeze(-3)  # (..., P, R, M)
+        d = dist.unsqueeze(-1)
+        if p == 1:
+            t = diff_.sign()
+        elif math.isinf(p):
+            t = diff_.sign() * (diff_.abs() == d).to(diff_.dtype)
+        elif p == 2:
+            t = diff_ / d
+        elif p < 2:
+            t = diff_.sign() * diff_.abs().pow(p - 1) / d.pow(p - 1)
+        else:
+            t = diff_ * diff_.abs().pow(p - 2) / d.pow(p - 1)
+        t = _C.where((d == 0) | (diff_ == 0), 0.0, t) * grad.unsqueeze(-1)
+        return sum_to_size(t.sum(-2), x1.shape), sum_to_size(-t.sum(-3), x2.shape), None, None
+
+
+def sum_to_size(input, *size):
+    """input summed over its broadcast dims down to `size` (which input must broadcast from)."""
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    if len(shape) > input.dim() or any(s != 1 and s != n for s, n in zip(shape, input.shape[input.dim() - len(shape):])):
+        raise RuntimeError(f"size {{{list(shape)}}} is not expandable to size {{{list(input.shape)}}}.")
+    lead = input.dim() - len(shape)
+    out = input.sum(tuple(range(lead))) if lead else input
+    dims = tuple(i for i, s in enumerate(shape) if s == 1 and out.shape[i] != 1)
+    return out.sum(dims, keepdim=True) if dims else out
 
 
 def cross(input, other, dim=None, *, out=None):
@@ -978,7 +1030,7 @@ def _install():
                "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
                "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "logaddexp": logaddexp,
-               "index_fill": index_fill, "index_fill_": index_fill_}
+               "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)

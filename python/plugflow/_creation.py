@@ -10,7 +10,7 @@ from . import _C
 from ._C import Tensor
 
 __all__ = [
-    "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
+    "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "scalar_tensor", "arange",
     "linspace", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
     "rand_like", "randn_like", "randint_like", "randperm",
 ]
@@ -97,6 +97,11 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
     """A tensor filled with fill_value; without dtype, the dtype follows the value (bool, int64 or
     the default float)."""
     return _finish(_C._full((size,), fill_value, dtype, _device(device)), requires_grad)
+
+
+def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False):
+    """A 0-d tensor holding the number s, of the default float dtype unless dtype is given."""
+    return _finish(_C._full(((),), _number(s), dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):

@@ -173,6 +173,11 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!g.defined()) return {};
   Tensor leaf(leaf_);
   AutogradMeta& m = meta(leaf);
+  // The leaf may have changed since this node's graph was recorded (module.double() while an
+  // older graph is alive): its gradient always takes the leaf's current dtype and device.
+  PF_CHECK(g.sizes() == leaf.sizes(), "the gradient of a leaf of shape ", shape_str(leaf.sizes()), " has shape ",
+           shape_str(g.sizes()), ": the tensor's data was replaced after this graph was recorded");
+  if (g.dtype() != leaf.dtype() || g.device() != leaf.device()) g = ops::to(g, leaf.device(), leaf.dtype());
   for (const auto& hook : m.hooks) {
     if (!*hook) continue;  // removed
     Tensor r = (*hook)(g);
@@ -273,6 +278,10 @@ Edge gradient_edge(const Tensor& t) {
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (!m->requires_grad) return {};
   std::shared_ptr<Node> acc = m->grad_accumulator.lock();
+  // A leaf whose data changed dtype, device or shape (`param.data = x`, module.double()) gets a
+  // fresh accumulator: the one a still-alive older graph holds describes the old metadata.
+  const TensorMeta* old = acc ? &acc->output_meta[0] : nullptr;
+  if (old && (old->dtype != t.dtype() || old->device != t.device() || old->sizes != t.sizes())) acc = nullptr;
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
     m->grad_accumulator = acc;

@@ -947,10 +947,10 @@ Tensor pad(const Tensor& t, const Shape& pad_arg, const std::string& mode, std::
   PF_CHECK(static_cast<int64_t>(pad_arg.size()) <= t.dim() * 2, "Padding length too large");
   if (mode == "constant") {
     const double v = value.value_or(0.0);
-    // An integral fill value stays exact for integer tensors.
-    const Scalar s = (v == static_cast<double>(static_cast<int64_t>(v)) && std::abs(v) < 9e15)
-                         ? Scalar(static_cast<int64_t>(v))
-                         : Scalar(v);
+    // The value is a float (as in PyTorch: -1 into uint8 raises, like fill_(-1.0)); an integral
+    // one then stays exact for integer tensors.
+    check_scalar_fits(Scalar(v), t.dtype());
+    const Scalar s = std::abs(v) < 9e15 && v == std::trunc(v) ? Scalar(static_cast<int64_t>(v)) : Scalar(v);
     return constant_pad_nd(t, pad_arg, s);
   }
   PF_CHECK(!value || *value == 0.0, "Padding mode \"", mode, "\" doesn't take in value argument");

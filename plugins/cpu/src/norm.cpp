@@ -59,11 +59,21 @@ template <typename T>
   s2 += b;
 }
 
-// Mean and biased variance from shifted sums over `count` elements.
+// The shift for shifted sums: a slice's first element, unless it is infinite or NaN (then
+// x - shift would turn an infinite mean into NaN; PyTorch's mean of -inf values is -inf).
+template <typename T>
+inline double assumed_mean(T first) {
+  const double d = static_cast<double>(first);
+  return std::isfinite(d) ? d : 0.0;
+}
+
+// Mean and biased variance from shifted sums over `count` elements. A NaN variance stays NaN
+// (the running variance of a NaN batch is NaN in PyTorch); rounding below zero is clamped.
 inline void moments(double s1, double s2, double shift, int64_t count, double& mean, double& var) {
   const double m1 = s1 / static_cast<double>(count);
   mean = shift + m1;
-  var = std::max(0.0, s2 / static_cast<double>(count) - m1 * m1);
+  var = s2 / static_cast<double>(count) - m1 * m1;
+  if (var < 0) var = 0;
 }
 
 // A mean as T's nearest value plus the rounding remainder: (x - hi) - lo is x - mean to T's
@@ -290,7 +300,7 @@ void batch_norm_typed(const KernelContext& ctx) {
                      const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
                      if (training) {
                        for (int64_t j = 0; j < nc; ++j) {
-                         shift0[j] = static_cast<double>(xp[c0 + j]);
+                         shift0[j] = assumed_mean(xp[c0 + j]);
                          s1[j] = s2[j] = 0;
                        }
                        for (int64_t i = 0; i < n; ++i) {
@@ -327,7 +337,7 @@ void batch_norm_typed(const KernelContext& ctx) {
     for (int64_t ch = c0; ch < c1; ++ch) {
       double mean = 0, var = 0;
       if (training) {
-        const double shift0 = static_cast<double>(xp[ch * l]);
+        const double shift0 = assumed_mean(xp[ch * l]);
         double s1 = 0, s2 = 0;
         for (int64_t i = 0; i < n; ++i) shifted_sums(xp + (i * c + ch) * l, l, shift0, s1, s2);
         moments(s1, s2, shift0, count, mean, var);
@@ -466,7 +476,7 @@ void layer_norm_typed(const KernelContext& ctx) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* row = xp + r * n;
       T* out = yp + r * n;
-      const double shift0 = static_cast<double>(row[0]);
+      const double shift0 = assumed_mean(row[0]);
       double s1 = 0, s2 = 0, mean, var;
       shifted_sums(row, n, shift0, s1, s2);
       moments(s1, s2, shift0, n, mean, var);
@@ -551,7 +561,7 @@ void group_norm_typed(const KernelContext& ctx) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* slice = xp + r * k;
       T* out = yp + r * k;
-      const double shift0 = static_cast<double>(slice[0]);
+      const double shift0 = assumed_mean(slice[0]);
       double s1 = 0, s2 = 0, mean, var;
       shifted_sums(slice, k, shift0, s1, s2);
       moments(s1, s2, shift0, k, mean, var);
