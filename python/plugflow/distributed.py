@@ -9,6 +9,9 @@ There is one process group, the default (WORLD) one. Every collective is complet
 returns (``async_op=True`` hands back an already-completed ``Work``), and raises
 ``TimeoutError`` when a peer does not take part within the group's timeout; after such a
 failure the group is unusable: destroy it and create a new one.
+
+A job is its world size and run id (``PLUGFLOW_RUN_ID``, else torchrun's
+``TORCHELASTIC_RUN_ID``): the rendezvous refuses processes of another job.
 """
 
 import datetime
@@ -193,6 +196,12 @@ def _query_int(query, key, given, method):
                      f"(pass {key}= to init_process_group or ?{key}= in the URL)")
 
 
+def _run_id():
+    """The launch's run id: PLUGFLOW_RUN_ID, else TORCHELASTIC_RUN_ID (torchrun's --rdzv-id);
+    empty when neither is set."""
+    return os.environ.get("PLUGFLOW_RUN_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or ""
+
+
 def _parse_init_method(init_method, rank, world_size):
     """(master_addr, master_port, store_path, rank, world_size) from an init_method URL."""
     url = urllib.parse.urlparse(init_method)
@@ -236,7 +245,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     collectives.cpu. init_method: "env://" (default: MASTER_ADDR, MASTER_PORT, RANK,
     WORLD_SIZE; the rank and world_size arguments win over RANK and WORLD_SIZE),
     "tcp://host:port" or "file:///dir" (a directory the ranks share; created if missing).
-    Rank 0 serves the TCP rendezvous on the master port.
+    Rank 0 serves the TCP rendezvous on the master port until the group is destroyed; it
+    admits only processes of this job (same world size and run id, see the module's doc)
+    and one per rank.
     """
     global _default_pg
     if _default_pg is not None:
@@ -269,7 +280,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if init_method is None:
         init_method = "env://"
     addr, port, store_path, rank, world_size = _parse_init_method(init_method, rank, world_size)
-    comm = _C._Communicator(str(backend), addr, port, store_path, rank, world_size, timeout_s)
+    comm = _C._Communicator(str(backend), addr, port, store_path, rank, world_size, timeout_s, _run_id())
     _default_pg = ProcessGroup(comm)
     GroupMember.WORLD = _default_pg
 

@@ -104,6 +104,34 @@ def init_method(url):
     return result
 
 
+def error_of(e, start):
+    return {"error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - start}
+
+
+def two_jobs(value, result_path, release_path, timeout_s):
+    """One rank of one of two jobs started together on one port: the sum of `value` over the
+    job's ranks, or the error. The result goes to result_path at once; the rank then keeps its
+    group until release_path exists, so the winning job holds the port until every process of
+    both jobs has tried it."""
+    start = time.monotonic()
+    try:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout_s)))
+        t = pf.tensor([float(value)], dtype=pf.float64)
+        dist.all_reduce(t)
+        result = {"sum": t.item(), "elapsed": time.monotonic() - start}
+    except Exception as e:  # noqa: BLE001 - the test checks the type
+        result = error_of(e, start)
+    with open(result_path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.rename(result_path + ".tmp", result_path)
+    give_up = time.monotonic() + float(timeout_s) + 60
+    while not os.path.exists(release_path) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return result
+
+
 def main():
     scenario = sys.argv[1]
     if scenario == "collectives":
@@ -112,6 +140,8 @@ def main():
         result = missing_peer(sys.argv[2])
     elif scenario == "init_method":
         result = init_method(sys.argv[2])
+    elif scenario == "two_jobs":
+        result = two_jobs(*sys.argv[2:6])
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print(json.dumps(result), flush=True)

@@ -1,8 +1,9 @@
 // The Gloo communicator: CPU collectives over TCP (gloo::transport::tcp).
 //
 // Rendezvous goes through the shared store (common/store.h): each rank publishes its pair
-// addresses under "gloo/<rank>", Gloo's connectFullMesh connects every pair, and a barrier
-// proves that all ranks are done with the store before rank 0 stops serving it.
+// addresses under "gloo/<rank>", Gloo's connectFullMesh connects every pair, and after a
+// barrier (every rank is connected) the store is sealed. Rank 0 keeps serving it for the
+// communicator's life, so the port stays taken and strays keep being refused.
 //
 // Tensors of any device and layout are accepted: non-contiguous or non-CPU tensors go through
 // a contiguous host copy (Staged). Every operation runs under the rendezvous timeout; after a
@@ -220,6 +221,11 @@ gloo::transport::tcp::attr transport_attr(const Rendezvous& rv) {
   return attr;
 }
 
+std::chrono::milliseconds time_left(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(std::chrono::milliseconds(1), left);
+}
+
 bool mentions_timeout(const char* what) {
   std::string s(what);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -231,23 +237,26 @@ bool mentions_timeout(const char* what) {
 GlooCommunicator::GlooCommunicator(const Rendezvous& rv)
     : rank_(rv.rank), world_size_(rv.world_size), timeout_(rv.timeout) {
   const Deadline deadline = deadline_after(rv.timeout);
-  std::unique_ptr<collectives::Store> store = open_store(rv, deadline);
-  where_ = store->describe();
+  store_ = open_store(rv, deadline);
+  where_ = store_->describe();
   try {
     auto device = gloo::transport::tcp::CreateDevice(transport_attr(rv));
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, world_size_);
-    context->setTimeout(timeout_);
-    GlooStoreAdapter adapter(*store, deadline, rank_, world_size_);
+    // Gloo waits up to 5x the context timeout for a pair to connect: a fifth of the time left
+    // keeps each pair's wait within the rendezvous deadline. (Later operations pass their own
+    // timeouts.)
+    context->setTimeout(std::max(std::chrono::milliseconds(1), time_left(deadline) / 5));
+    GlooStoreAdapter adapter(*store_, deadline, rank_, world_size_);
     context->connectFullMesh(adapter, device);
     context_ = std::move(context);
-    // Every rank has read the addresses it needed once all have connected; only then may
-    // rank 0 stop serving the store (it does when `store` goes out of scope). The barrier
-    // gets what is left of the rendezvous timeout, so the whole rendezvous stays within it.
+    // Every rank is connected to every other once all have passed the barrier: then the
+    // store admits nobody more. Both get what is left of the rendezvous timeout, so the whole
+    // rendezvous stays within it.
     gloo::BarrierOptions opts(context_);
     opts.setTag(next_tag_++);
-    opts.setTimeout(std::max(std::chrono::milliseconds(1),
-                             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+    opts.setTimeout(time_left(deadline));
     gloo::barrier(opts);
+    store_->seal(deadline);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
