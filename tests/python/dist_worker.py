@@ -132,6 +132,32 @@ def two_jobs(value, result_path, release_path, timeout_s):
     return result
 
 
+def debug_mismatch():
+    """PLUGFLOW_DISTRIBUTED_DEBUG is set: calls that disagree between ranks each raise a
+    RuntimeError; a matching all_reduce afterwards still works."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    calls = {
+        "count": lambda: dist.all_reduce(pf.ones(1000 if rank == 1 else 4)),
+        "dtype": lambda: dist.all_reduce(pf.ones(2, 3, dtype=pf.float64 if rank == 1 else pf.float32)),
+        "op": lambda: dist.all_reduce(pf.ones(4), op=dist.ReduceOp.MAX if rank == 1 else dist.ReduceOp.SUM),
+        "src": lambda: dist.broadcast(pf.ones(2), src=0 if rank == 1 else 2),
+        "collective": lambda: dist.barrier() if rank == 1 else dist.all_reduce(pf.ones(1)),
+    }
+    result = {}
+    for name, call in calls.items():
+        try:
+            call()
+            result[name] = None
+        except RuntimeError as e:
+            result[name] = str(e)
+    t = pf.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    result["sum_after"] = t.tolist()
+    dist.destroy_process_group()
+    return result
+
+
 def main():
     scenario = sys.argv[1]
     if scenario == "collectives":
@@ -142,6 +168,8 @@ def main():
         result = init_method(sys.argv[2])
     elif scenario == "two_jobs":
         result = two_jobs(*sys.argv[2:6])
+    elif scenario == "debug_mismatch":
+        result = debug_mismatch()
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print(json.dumps(result), flush=True)

@@ -1,6 +1,7 @@
 """plugflow.distributed with the gloo backend: 2 and 3 ranks as separate processes on loopback
 (dist_worker.py), results checked against values computed here; the timeout of a group whose
-peer never starts; two jobs on one port; and the errors of the Python API, in process."""
+peer never starts; two jobs on one port; ranks whose calls disagree under
+PLUGFLOW_DISTRIBUTED_DEBUG; and the errors of the Python API, in process."""
 
 import datetime
 import json
@@ -157,6 +158,27 @@ def test_two_jobs_started_together_on_one_port_never_mix(apart_by, tmp_path):
             assert ("run id" if apart_by == "run_id" else "world size") in r["message"], r["message"]
 
 
+def test_debug_flag_names_the_ranks_whose_calls_differ():
+    results = run_ranks(3, ["debug_mismatch"], env={"PLUGFLOW_DISTRIBUTED_DEBUG": "DETAIL"})
+    prefix = "detected mismatch between collectives on ranks (PLUGFLOW_DISTRIBUTED_DEBUG): "
+    expected = {
+        "count": "all_reduce: " + prefix + "ranks 0, 2: all_reduce(shape=[4], dtype=plugflow.float32, op=SUM); "
+                 "rank 1: all_reduce(shape=[1000], dtype=plugflow.float32, op=SUM)",
+        "dtype": "all_reduce: " + prefix + "ranks 0, 2: all_reduce(shape=[2, 3], dtype=plugflow.float32, op=SUM); "
+                 "rank 1: all_reduce(shape=[2, 3], dtype=plugflow.float64, op=SUM)",
+        "op": "all_reduce: " + prefix + "ranks 0, 2: all_reduce(shape=[4], dtype=plugflow.float32, op=SUM); "
+              "rank 1: all_reduce(shape=[4], dtype=plugflow.float32, op=MAX)",
+        "src": "broadcast: " + prefix + "ranks 0, 2: broadcast(shape=[2], dtype=plugflow.float32, src=2); "
+               "rank 1: broadcast(shape=[2], dtype=plugflow.float32, src=0)",
+    }
+    for rank, r in results.items():
+        for name, message in expected.items():
+            assert r[name].startswith(message), f"rank {rank}, {name}: {r[name]}"
+        assert "ranks 0, 2: all_reduce(shape=[1], dtype=plugflow.float32, op=SUM); rank 1: barrier()" in r["collective"]
+        # Nothing was exchanged for the mismatched calls: the group still works.
+        assert r["sum_after"] == [6.0]
+
+
 # ---- in process ---------------------------------------------------------------------------
 
 @pytest.fixture
@@ -280,6 +302,25 @@ def test_a_running_group_keeps_its_port(single_rank_group):
     t = pf.tensor([2.0])
     dist.all_reduce(t)
     assert t.tolist() == [2.0]
+
+
+def test_debug_flag_values(monkeypatch):
+    for value, on in [("1", True), ("INFO", True), ("detail", True), ("0", False), ("OFF", False), ("", False)]:
+        monkeypatch.setenv("PLUGFLOW_DISTRIBUTED_DEBUG", value)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=30))
+        try:
+            assert dist.group.WORLD._debug is on, value
+            t = pf.tensor([1.0, 2.0])
+            dist.all_reduce(t)
+            dist.barrier()
+            assert t.tolist() == [1.0, 2.0]
+        finally:
+            dist.destroy_process_group()
+    monkeypatch.setenv("PLUGFLOW_DISTRIBUTED_DEBUG", "yes")
+    with pytest.raises(ValueError, match="PLUGFLOW_DISTRIBUTED_DEBUG must be one of 0, 1, OFF, INFO or DETAIL"):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    assert not dist.is_initialized()
 
 
 def test_run_id_comes_from_the_launcher(monkeypatch):
