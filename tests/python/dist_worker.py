@@ -132,6 +132,31 @@ def two_jobs(value, result_path, release_path, timeout_s):
     return result
 
 
+def mismatch(kind, timeout_s):
+    """Rank 0 and rank 1 make calls that disagree (`kind`: element count, dtype, or a send
+    and a recv of different sizes): both must raise, and exit cleanly. Rank 0 destroys the
+    broken group; rank 1 leaves it to the interpreter's exit."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout_s)))
+    rank = dist.get_rank()
+    start = time.monotonic()
+    try:
+        if kind == "count":
+            dist.all_reduce(pf.ones(4 if rank == 0 else 1000))
+        elif kind == "dtype":
+            dist.all_reduce(pf.ones(4, dtype=pf.float32 if rank == 0 else pf.float64))
+        elif kind == "send_recv":
+            if rank == 0:
+                dist.send(pf.ones(4), dst=1)
+            else:
+                dist.recv(pf.ones(8), src=0)
+        result = {"error": None}
+    except Exception as e:  # noqa: BLE001 - the test checks the type
+        result = error_of(e, start)
+    if rank == 0:
+        dist.destroy_process_group()
+    return result
+
+
 def debug_mismatch():
     """PLUGFLOW_DISTRIBUTED_DEBUG is set: calls that disagree between ranks each raise a
     RuntimeError; a matching all_reduce afterwards still works."""
@@ -168,6 +193,8 @@ def main():
         result = init_method(sys.argv[2])
     elif scenario == "two_jobs":
         result = two_jobs(*sys.argv[2:6])
+    elif scenario == "mismatch":
+        result = mismatch(sys.argv[2], sys.argv[3])
     elif scenario == "debug_mismatch":
         result = debug_mismatch()
     else:

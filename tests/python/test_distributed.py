@@ -1,6 +1,6 @@
 """plugflow.distributed with the gloo backend: 2 and 3 ranks as separate processes on loopback
 (dist_worker.py), results checked against values computed here; the timeout of a group whose
-peer never starts; two jobs on one port; ranks whose calls disagree under
+peer never starts; two jobs on one port; ranks whose calls disagree, with and without
 PLUGFLOW_DISTRIBUTED_DEBUG; and the errors of the Python API, in process."""
 
 import datetime
@@ -156,6 +156,26 @@ def test_two_jobs_started_together_on_one_port_never_mix(apart_by, tmp_path):
             else:
                 assert "was refused by the rendezvous store" in r["message"]
             assert ("run id" if apart_by == "run_id" else "world size") in r["message"], r["message"]
+
+
+@pytest.mark.parametrize("kind", ["count", "dtype", "send_recv"])
+def test_calls_that_disagree_raise_on_every_rank(kind):
+    """Rank 0 and rank 1 pass different element counts or dtypes (or a recv larger than the
+    send). Gloo used to abort rank 0 (an enforce on its event-loop thread) and could leave rank
+    1 a silently wrong sum; now both raise and exit cleanly, the broken group destroyed on rank
+    0 and left to the interpreter's exit on rank 1. The first to reach the timeout raises
+    TimeoutError; Gloo then closes its connections, which the other may see first."""
+    timeout_s = 2.0
+    results = run_ranks(2, ["mismatch", kind, str(timeout_s)])
+    for rank, r in results.items():
+        assert r["error"] in ("TimeoutError", "RuntimeError"), f"rank {rank}: {r}"
+        if r["error"] == "TimeoutError":
+            assert "PLUGFLOW_DISTRIBUTED_DEBUG=1 names the ranks" in r["message"]
+            assert r["elapsed"] >= timeout_s - 0.1
+        else:
+            assert "its own operation failed first" in r["message"], r["message"]
+        assert r["elapsed"] < timeout_s + 10
+    assert "TimeoutError" in [r["error"] for r in results.values()]
 
 
 def test_debug_flag_names_the_ranks_whose_calls_differ():

@@ -49,8 +49,9 @@ class GlooCommunicator final : public Communicator {
   std::string where_;  // the rendezvous store, for messages
   std::shared_ptr<gloo::Context> context_;
   std::mutex mu_;  // one operation at a time: Gloo ops on a context must not interleave
-  // Collectives get consecutive tags; every rank runs them in the same order, so they match.
-  uint32_t next_tag_ = 0;
+  // Collectives are numbered; every rank runs them in the same order, so the numbers match
+  // and go into each collective's tag (call_tag in the .cpp).
+  uint32_t next_seq_ = 0;
   std::string broken_;  // why the communicator is unusable; empty while healthy
 };
 

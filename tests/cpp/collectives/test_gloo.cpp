@@ -1,13 +1,15 @@
 // The gloo communicator: 2 and 3 ranks as threads of one process on loopback, each group on a
 // port of its own. Every operation against values computed here, every dtype for all_reduce,
 // strided tensors, the file store, and the failure paths: a missing peer, a missing master,
-// a silent peer, a taken port, a foreign service on the port, and bad arguments.
+// a silent peer, ranks whose calls disagree, a taken port, a foreign service on the port, and
+// bad arguments.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -339,6 +341,50 @@ TEST(GlooFailures, SilentPeerTimesOutAndPoisonsTheCommunicator) {
     PF_EXPECT_THROW_MSG(c.barrier(), Error, "an earlier operation failed");
     rank0_gave_up.set_value();
   }, timeout);
+}
+
+// Before the call's hash went into Gloo's tag, a longer message than the receiver's buffer
+// failed an enforce on Gloo's event-loop thread and aborted the whole process (this test
+// binary), and a shorter one gave a silently wrong sum.
+TEST(GlooFailures, RanksThatDisagreeOnSizeOrDtypeFailInsteadOfAborting) {
+  struct Case {
+    const char* name;
+    std::function<void(Communicator&)> call;
+  };
+  const std::vector<Case> cases = {
+      {"all_reduce, 4 vs 1000 elements", [](Communicator& c) {
+         Tensor t = ops::ones({c.rank() == 0 ? 4 : 1000}, DType::Float32, kCpu);
+         c.all_reduce(t, ReduceOp::Sum);
+       }},
+      {"all_reduce, 4 vs 3 elements", [](Communicator& c) {
+         Tensor t = ops::ones({c.rank() == 0 ? 4 : 3}, DType::Float32, kCpu);
+         c.all_reduce(t, ReduceOp::Sum);
+       }},
+      {"all_reduce, float32 vs float64", [](Communicator& c) {
+         Tensor t = ops::ones({4}, c.rank() == 0 ? DType::Float32 : DType::Float64, kCpu);
+         c.all_reduce(t, ReduceOp::Sum);
+       }},
+      {"broadcast, 8 vs 2 elements", [](Communicator& c) {
+         Tensor t = ops::ones({c.rank() == 0 ? 8 : 2}, DType::Int64, kCpu);
+         c.broadcast(t, 0);
+       }},
+      {"send 4 elements, recv 8", [](Communicator& c) {
+         Tensor t = ops::ones({c.rank() == 0 ? 4 : 8}, DType::Float32, kCpu);
+         if (c.rank() == 0) {
+           c.send(t, 1, 5);
+         } else {
+           c.recv(t, 0, 5);
+         }
+       }},
+  };
+  for (const Case& k : cases) {
+    run_group("gloo", 2, [&](Communicator& c) {
+      SCOPED_TRACE(k.name);
+      // TimeoutError, or Error when the peer gave up first and closed its connection.
+      PF_EXPECT_THROW_MSG(k.call(c), Error, "gloo ");
+      PF_EXPECT_THROW_MSG(c.barrier(), Error, "an earlier operation failed");
+    }, 500ms);
+  }
 }
 
 TEST(GlooFailures, PortInUse) {
