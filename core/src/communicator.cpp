@@ -45,6 +45,9 @@ void validate(const std::string& backend, const Rendezvous& rv) {
              " is out of range for world_size ", rv.world_size, " (valid: 0 to ", rv.world_size - 1, ")");
   PF_CHECK_T(rv.timeout.count() > 0, ValueError, "communicator '", backend, "': timeout must be positive, got ",
              rv.timeout.count(), " ms");
+  constexpr size_t kMaxRunIdBytes = 256;  // it travels in every store handshake and error message
+  PF_CHECK_T(rv.run_id.size() <= kMaxRunIdBytes, ValueError, "communicator '", backend, "': the run id has ",
+             rv.run_id.size(), " bytes; at most ", kMaxRunIdBytes, " are allowed");
   if (rv.store_path.empty()) {
     PF_CHECK_T(!rv.master_addr.empty(), ValueError, "communicator '", backend,
                "': master_addr is empty (set MASTER_ADDR, or use a file store)");

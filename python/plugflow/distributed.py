@@ -9,6 +9,11 @@ There is one process group, the default (WORLD) one. Every collective is complet
 returns (``async_op=True`` hands back an already-completed ``Work``), and raises
 ``TimeoutError`` when a peer does not take part within the group's timeout; after such a
 failure the group is unusable: destroy it and create a new one.
+
+A job is its world size and run id (``PLUGFLOW_RUN_ID``, else torchrun's
+``TORCHELASTIC_RUN_ID``): the rendezvous refuses processes of another job.
+``PLUGFLOW_DISTRIBUTED_DEBUG=1`` (or INFO/DETAIL, as TORCH_DISTRIBUTED_DEBUG) makes every
+collective first check that all ranks called it alike, and name the ranks that did not.
 """
 
 import datetime
@@ -16,7 +21,8 @@ import os
 import urllib.parse
 
 from . import _C
-from ._C import PluginError, Tensor
+from ._C import PluginError, Tensor, device
+from ._creation import empty, tensor as _tensor
 
 __all__ = [
     "Backend", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
@@ -48,8 +54,12 @@ class Backend(str):
 class ProcessGroup:
     """A group of ranks sharing a communicator. Made by init_process_group."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, debug=False):
         self._comm = comm
+        # PLUGFLOW_DISTRIBUTED_DEBUG: collectives exchange their calls first (_check_same_call),
+        # through tensors on the device the backend takes.
+        self._debug = debug
+        self._debug_device = device("cpu") if comm.backend == Backend.GLOO else device("cuda", 0)
 
     def rank(self):
         return self._comm.rank
@@ -193,6 +203,27 @@ def _query_int(query, key, given, method):
                      f"(pass {key}= to init_process_group or ?{key}= in the URL)")
 
 
+def _run_id():
+    """The launch's run id: PLUGFLOW_RUN_ID, else TORCHELASTIC_RUN_ID (torchrun's --rdzv-id);
+    empty when neither is set."""
+    return os.environ.get("PLUGFLOW_RUN_ID") or os.environ.get("TORCHELASTIC_RUN_ID") or ""
+
+
+_DEBUG_LEVELS = {"0": False, "OFF": False, "1": True, "INFO": True, "DETAIL": True}
+
+
+def _debug_from_env():
+    """PLUGFLOW_DISTRIBUTED_DEBUG: 0/OFF (or unset) turns the collective checks off, 1/INFO/DETAIL on."""
+    value = os.environ.get("PLUGFLOW_DISTRIBUTED_DEBUG", "")
+    if not value:
+        return False
+    try:
+        return _DEBUG_LEVELS[value.strip().upper()]
+    except KeyError:
+        raise ValueError(f"PLUGFLOW_DISTRIBUTED_DEBUG must be one of 0, 1, OFF, INFO or DETAIL, "
+                         f"got {value!r}") from None
+
+
 def _parse_init_method(init_method, rank, world_size):
     """(master_addr, master_port, store_path, rank, world_size) from an init_method URL."""
     url = urllib.parse.urlparse(init_method)
@@ -236,7 +267,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     collectives.cpu. init_method: "env://" (default: MASTER_ADDR, MASTER_PORT, RANK,
     WORLD_SIZE; the rank and world_size arguments win over RANK and WORLD_SIZE),
     "tcp://host:port" or "file:///dir" (a directory the ranks share; created if missing).
-    Rank 0 serves the TCP rendezvous on the master port.
+    Rank 0 serves the TCP rendezvous on the master port until the group is destroyed; it
+    admits only processes of this job (same world size and run id, see the module's doc)
+    and one per rank.
     """
     global _default_pg
     if _default_pg is not None:
@@ -266,11 +299,12 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         raise ValueError(f"device-specific backend strings like {backend!r} are not supported; pass one backend, "
                          f"'gloo' or 'nccl'")
 
+    debug = _debug_from_env()
     if init_method is None:
         init_method = "env://"
     addr, port, store_path, rank, world_size = _parse_init_method(init_method, rank, world_size)
-    comm = _C._Communicator(str(backend), addr, port, store_path, rank, world_size, timeout_s)
-    _default_pg = ProcessGroup(comm)
+    comm = _C._Communicator(str(backend), addr, port, store_path, rank, world_size, timeout_s, _run_id())
+    _default_pg = ProcessGroup(comm, debug)
     GroupMember.WORLD = _default_pg
 
 
@@ -306,11 +340,65 @@ def _done(async_op, result=None):
     return Work(result) if async_op else None
 
 
+# ---- PLUGFLOW_DISTRIBUTED_DEBUG -----------------------------------------------------------
+# A call is described by int64s: operation, reduction, root, dtype, element count, number of
+# dims, a hash of the whole shape (Python's hash of a tuple of ints is the same in every
+# process), then the first dims for the message.
+
+_DEBUG_OPS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+              "reduce_scatter_tensor", "barrier")
+_DEBUG_DTYPES = (_C.bool, _C.uint8, _C.int8, _C.int16, _C.int32, _C.int64, _C.float16, _C.bfloat16, _C.float32,
+                 _C.float64)
+_DEBUG_SHOWN_DIMS = 16
+_REDUCE_OP_NAMES = {int(value): name for name, value in ReduceOp.__members__.items()}
+
+
+def _describe_call(row):
+    op, reduce_op, root, dtype, _numel, ndim, _shape_hash, *dims = row
+    args = []
+    if dtype >= 0:
+        shown = [str(d) for d in dims[:min(ndim, _DEBUG_SHOWN_DIMS)]]
+        if ndim > _DEBUG_SHOWN_DIMS:
+            shown.append("...")
+        args += [f"shape=[{', '.join(shown)}]", f"dtype={_DEBUG_DTYPES[dtype]}"]
+    if reduce_op >= 0:
+        args.append(f"op={_REDUCE_OP_NAMES[reduce_op]}")
+    if root >= 0:
+        args.append(f"src={root}")
+    return f"{_DEBUG_OPS[op]}({', '.join(args)})"
+
+
+def _check_same_call(pg, fn, t=None, op=None, src=None):
+    """Every rank shares what it is about to run (`fn` on `t` with reduction `op`, root `src`)
+    and all raise the same RuntimeError, naming the ranks and their calls, when they differ.
+    The collective itself has not run then, so the group stays usable."""
+    shape = tuple(t.shape) if t is not None else ()
+    dims = list(shape[:_DEBUG_SHOWN_DIMS]) + [0] * (_DEBUG_SHOWN_DIMS - min(len(shape), _DEBUG_SHOWN_DIMS))
+    mine = [_DEBUG_OPS.index(fn), -1 if op is None else int(op), -1 if src is None else src,
+            -1 if t is None else _DEBUG_DTYPES.index(t.dtype), 0 if t is None else t.numel(), len(shape),
+            hash(shape), *dims]
+    row = _tensor(mine, dtype=_C.int64, device=pg._debug_device)
+    everyone = [empty(len(mine), dtype=_C.int64, device=pg._debug_device) for _ in range(pg.size())]
+    pg._comm.all_gather(everyone, row)
+    rows = [tuple(r.tolist()) for r in everyone]
+    if all(r == rows[0] for r in rows):
+        return
+    ranks_by_call = {}
+    for rank, r in enumerate(rows):
+        ranks_by_call.setdefault(r, []).append(rank)
+    calls = "; ".join(f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(map(str, ranks))}: {_describe_call(r)}"
+                      for r, ranks in ranks_by_call.items())
+    raise RuntimeError(f"{fn}: detected mismatch between collectives on ranks (PLUGFLOW_DISTRIBUTED_DEBUG): {calls}. "
+                       f"Nothing was exchanged; the group is still usable")
+
+
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce `tensor` over all ranks, in place on every rank."""
     pg = _resolve_group(group)
     _check_tensor(tensor, "all_reduce")
     _check_op(op, "all_reduce")
+    if pg._debug:
+        _check_same_call(pg, "all_reduce", tensor, op=op)
     pg._comm.all_reduce(tensor, op)
     return _done(async_op, [tensor])
 
@@ -319,6 +407,8 @@ def broadcast(tensor, src, group=None, async_op=False):
     """Copy rank `src`'s `tensor` into `tensor` on every rank."""
     pg = _resolve_group(group)
     _check_tensor(tensor, "broadcast")
+    if pg._debug:
+        _check_same_call(pg, "broadcast", tensor, src=src)
     pg._comm.broadcast(tensor, src)
     return _done(async_op, [tensor])
 
@@ -328,6 +418,8 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     pg = _resolve_group(group)
     _check_tensor_list(tensor_list, "all_gather", "tensor_list")
     _check_tensor(tensor, "all_gather")
+    if pg._debug:
+        _check_same_call(pg, "all_gather", tensor)
     pg._comm.all_gather(list(tensor_list), tensor)
     return _done(async_op, list(tensor_list))
 
@@ -338,6 +430,8 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     pg = _resolve_group(group)
     _check_tensor(output_tensor, "all_gather_into_tensor", "output_tensor")
     _check_tensor(input_tensor, "all_gather_into_tensor", "input_tensor")
+    if pg._debug:
+        _check_same_call(pg, "all_gather_into_tensor", input_tensor)
     pg._comm.all_gather_into_tensor(output_tensor, input_tensor)
     return _done(async_op, [output_tensor])
 
@@ -348,6 +442,8 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
     _check_tensor(output, "reduce_scatter", "output")
     _check_tensor_list(input_list, "reduce_scatter", "input_list")
     _check_op(op, "reduce_scatter")
+    if pg._debug:
+        _check_same_call(pg, "reduce_scatter", output, op=op)
     pg._comm.reduce_scatter(output, list(input_list), op)
     return _done(async_op, [output])
 
@@ -359,6 +455,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     _check_tensor(output, "reduce_scatter_tensor", "output")
     _check_tensor(input, "reduce_scatter_tensor", "input")
     _check_op(op, "reduce_scatter_tensor")
+    if pg._debug:
+        _check_same_call(pg, "reduce_scatter_tensor", input, op=op)
     pg._comm.reduce_scatter_tensor(output, input, op)
     return _done(async_op, [output])
 
@@ -366,6 +464,8 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 def barrier(group=None, async_op=False, device_ids=None):
     """Block until every rank has reached the barrier."""
     pg = _resolve_group(group)
+    if pg._debug:
+        _check_same_call(pg, "barrier")
     pg._comm.barrier()
     return _done(async_op)
 

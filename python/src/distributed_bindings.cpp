@@ -94,7 +94,8 @@ void bind_distributed(py::module_& m) {
                              "between two ranks), in place, and complete when it returns; TimeoutError when a "
                              "peer does not answer within the timeout.")
       .def(py::init([](const std::string& backend, const std::string& master_addr, int master_port,
-                       const std::string& store_path, int rank, int world_size, double timeout_s) {
+                       const std::string& store_path, int rank, int world_size, double timeout_s,
+                       const std::string& run_id) {
              Rendezvous rv;
              rv.master_addr = master_addr;
              rv.master_port = master_port;
@@ -102,6 +103,7 @@ void bind_distributed(py::module_& m) {
              rv.rank = rank;
              rv.world_size = world_size;
              rv.timeout = timeout_from_seconds(timeout_s);
+             rv.run_id = run_id;
              std::unique_ptr<Communicator> comm;
              {
                py::gil_scoped_release nogil;  // the rendezvous waits for the peers
@@ -112,8 +114,10 @@ void bind_distributed(py::module_& m) {
            }),
            py::arg("backend"), py::arg("master_addr") = "127.0.0.1", py::arg("master_port") = 29500,
            py::arg("store_path") = "", py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("timeout_s") = 1800.0,
+           py::arg("run_id") = "",
            "Rendezvous with the peers: a TCP store served by rank 0 at master_addr:master_port, or a file store\n"
-           "in the directory store_path when it is set.")
+           "in the directory store_path when it is set. The job is its world_size and run_id: a store refuses\n"
+           "processes of another job.")
       .def_property_readonly("rank", [](const PyCommunicator& c) { return c.get()->rank(); })
       .def_property_readonly("world_size", [](const PyCommunicator& c) { return c.get()->world_size(); })
       .def_property_readonly("backend", [](const PyCommunicator& c) { return c.get()->backend(); })

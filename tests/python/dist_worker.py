@@ -104,6 +104,85 @@ def init_method(url):
     return result
 
 
+def error_of(e, start):
+    return {"error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - start}
+
+
+def two_jobs(value, result_path, release_path, timeout_s):
+    """One rank of one of two jobs started together on one port: the sum of `value` over the
+    job's ranks, or the error. The result goes to result_path at once; the rank then keeps its
+    group until release_path exists, so the winning job holds the port until every process of
+    both jobs has tried it."""
+    start = time.monotonic()
+    try:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout_s)))
+        t = pf.tensor([float(value)], dtype=pf.float64)
+        dist.all_reduce(t)
+        result = {"sum": t.item(), "elapsed": time.monotonic() - start}
+    except Exception as e:  # noqa: BLE001 - the test checks the type
+        result = error_of(e, start)
+    with open(result_path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.rename(result_path + ".tmp", result_path)
+    give_up = time.monotonic() + float(timeout_s) + 60
+    while not os.path.exists(release_path) and time.monotonic() < give_up:
+        time.sleep(0.02)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return result
+
+
+def mismatch(kind, timeout_s):
+    """Rank 0 and rank 1 make calls that disagree (`kind`: element count, dtype, or a send
+    and a recv of different sizes): both must raise, and exit cleanly. Rank 0 destroys the
+    broken group; rank 1 leaves it to the interpreter's exit."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout_s)))
+    rank = dist.get_rank()
+    start = time.monotonic()
+    try:
+        if kind == "count":
+            dist.all_reduce(pf.ones(4 if rank == 0 else 1000))
+        elif kind == "dtype":
+            dist.all_reduce(pf.ones(4, dtype=pf.float32 if rank == 0 else pf.float64))
+        elif kind == "send_recv":
+            if rank == 0:
+                dist.send(pf.ones(4), dst=1)
+            else:
+                dist.recv(pf.ones(8), src=0)
+        result = {"error": None}
+    except Exception as e:  # noqa: BLE001 - the test checks the type
+        result = error_of(e, start)
+    if rank == 0:
+        dist.destroy_process_group()
+    return result
+
+
+def debug_mismatch():
+    """PLUGFLOW_DISTRIBUTED_DEBUG is set: calls that disagree between ranks each raise a
+    RuntimeError; a matching all_reduce afterwards still works."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    calls = {
+        "count": lambda: dist.all_reduce(pf.ones(1000 if rank == 1 else 4)),
+        "dtype": lambda: dist.all_reduce(pf.ones(2, 3, dtype=pf.float64 if rank == 1 else pf.float32)),
+        "op": lambda: dist.all_reduce(pf.ones(4), op=dist.ReduceOp.MAX if rank == 1 else dist.ReduceOp.SUM),
+        "src": lambda: dist.broadcast(pf.ones(2), src=0 if rank == 1 else 2),
+        "collective": lambda: dist.barrier() if rank == 1 else dist.all_reduce(pf.ones(1)),
+    }
+    result = {}
+    for name, call in calls.items():
+        try:
+            call()
+            result[name] = None
+        except RuntimeError as e:
+            result[name] = str(e)
+    t = pf.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    result["sum_after"] = t.tolist()
+    dist.destroy_process_group()
+    return result
+
+
 def main():
     scenario = sys.argv[1]
     if scenario == "collectives":
@@ -112,6 +191,12 @@ def main():
         result = missing_peer(sys.argv[2])
     elif scenario == "init_method":
         result = init_method(sys.argv[2])
+    elif scenario == "two_jobs":
+        result = two_jobs(*sys.argv[2:6])
+    elif scenario == "mismatch":
+        result = mismatch(sys.argv[2], sys.argv[3])
+    elif scenario == "debug_mismatch":
+        result = debug_mismatch()
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     print(json.dumps(result), flush=True)

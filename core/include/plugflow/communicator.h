@@ -15,7 +15,9 @@ namespace plugflow {
 enum class ReduceOp { Sum, Avg, Max, Min, Product };
 
 // Where the peers find each other: a TCP store at master_addr:master_port (rank 0 serves it)
-// or, when store_path is set, a shared directory.
+// or, when store_path is set, a shared directory. A job is identified by its world size and
+// run id: the store refuses a process whose identity differs from rank 0's, so two jobs
+// pointed at one store never count each other's ranks.
 struct Rendezvous {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
@@ -23,6 +25,9 @@ struct Rendezvous {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // The same on every rank of one launch and different between launches (a launcher's job
+  // id); empty when none was given.
+  std::string run_id;
 };
 
 // All operations are collective and in place unless noted; they throw TimeoutError when a

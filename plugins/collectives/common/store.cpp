@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include <utility>
 
 #include "plugflow/error.h"
+#include "stable_hash.h"
 
 namespace plugflow::collectives {
 namespace {
@@ -74,27 +76,40 @@ class UniqueFd {
 };
 
 // ---- wire format ---------------------------------------------------------------------------
-// A client opens with kMagic + version; the server answers the same. Then strictly
-// request/response, integers little-endian:
-//   SET   u8 1, u32 klen, key, u64 vlen, value      -> u8 0
-//   GET   u8 2, u32 klen, key                       -> u8 found [, u64 vlen, value]
-//   CHECK u8 3, u32 n, n x (u32 klen, key)          -> u32 m, m x u32 index of a missing key
-// Waiting is done by the client polling CHECK, so the server never holds per-client state
-// beyond a read buffer and never has timers.
+// Integers little-endian; str = u32 length + bytes. A client opens with its hello:
+//   kMagic, u32 version, u32 rank, u32 world_size, str run_id, str host, u32 pid
+// The server answers kMagic + its version and, when the versions agree, a status: kOk (the
+// process is admitted as that rank of the job) or kRefused + str reason (then it closes).
+// Then strictly request/response; every reply opens with a status, kOk or kRefused + reason
+// when the rendezvous was stopped (two processes claimed one rank):
+//   SET   u8 1, str key, u64 vlen, value        -> kOk
+//   GET   u8 2, str key                         -> kOk, u8 found [, u64 vlen, value]
+//   CHECK u8 3, u32 n, n x str key              -> kOk, u32 m, m x u32 index of a missing key
+// The job's identity travels once, in the hello: the connection then belongs to that rank of
+// that job. Waiting is done by the client polling CHECK, so the server never holds
+// per-client state beyond buffers and never has timers.
 constexpr char kMagic[4] = {'P', 'F', 'K', 'V'};
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr uint8_t kSet = 1, kGet = 2, kCheck = 3;
+constexpr uint8_t kOk = 0, kRefused = 1;
 // Bounds that keep a stray connection (a port scanner, an HTTP probe) from making the server
 // allocate without limit: rendezvous blobs are a few hundred bytes.
 constexpr uint32_t kMaxKeys = 1 << 16;
-constexpr uint32_t kMaxKeyLen = 1 << 12;
+constexpr uint32_t kMaxStringLen = 1 << 12;  // keys, run ids, host names, refusal reasons
 constexpr uint64_t kMaxValueLen = 64ull << 20;
+// Rank 0 publishes it once its store admits nobody more (Store::seal).
+constexpr const char* kSealedKey = "rendezvous/sealed";
 
 void put_u32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 void put_u64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_str(std::string& out, const std::string& s) {
+  const std::string& bounded = s.size() <= kMaxStringLen ? s : s.substr(0, kMaxStringLen);
+  put_u32(out, static_cast<uint32_t>(bounded.size()));
+  out += bounded;
 }
 uint64_t load_le(const char* p, int n) {
   uint64_t v = 0;
@@ -107,7 +122,17 @@ std::string greeting() {
   return g;
 }
 
-// Reads fields from a buffer that may hold only part of a message.
+// Who a client says it is.
+struct Hello {
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  std::string run_id;
+  std::string host;
+  uint32_t pid = 0;
+};
+
+// Reads fields from a buffer that may hold only part of a message. Each read returns false
+// when the buffer ends first; `bad` is set for a field no well-formed message has.
 class Cursor {
  public:
   explicit Cursor(const std::string& s) : s_(s) {}
@@ -134,7 +159,17 @@ class Cursor {
     pos_ += n;
     return true;
   }
+  bool str(std::string& out) {
+    uint32_t n;
+    if (!u32(n)) return false;
+    if (n > kMaxStringLen) {
+      bad = true;
+      return false;
+    }
+    return bytes(n, out);
+  }
   size_t pos() const { return pos_; }
+  bool bad = false;
 
  private:
   bool has(size_t n) const { return s_.size() - pos_ >= n; }
@@ -142,13 +177,47 @@ class Cursor {
   size_t pos_ = 0;
 };
 
+std::string peer_name(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = {};
+  int port = 0;
+  if (a.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+    ::inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
+    port = ntohs(in6.sin6_port);
+    // A dual-stack listener sees IPv4 peers as ::ffff:a.b.c.d; print them as IPv4.
+    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+      ::inet_ntop(AF_INET, in6.sin6_addr.s6_addr + 12, host, sizeof host);
+      return detail::str_cat(host, ":", port);
+    }
+    return detail::str_cat("[", host, "]:", port);
+  }
+  if (a.ss_family == AF_INET) {
+    const auto& in4 = reinterpret_cast<const sockaddr_in&>(a);
+    ::inet_ntop(AF_INET, &in4.sin_addr, host, sizeof host);
+    return detail::str_cat(host, ":", ntohs(in4.sin_port));
+  }
+  return "an unknown address";
+}
+
+std::string describe_run_id(const std::string& run_id) {
+  return run_id.empty() ? std::string("no run id") : "run id '" + run_id + "'";
+}
+
 // ---- server --------------------------------------------------------------------------------
 
 // Serves the key-value map on one thread with poll(2). Only that thread touches the map.
+//
+// Admission: a job is its world size and run id; a client whose hello differs in either is
+// refused (it belongs to another job). Each rank is admitted once: the first process to
+// claim it owns it for the server's life. A second claim of a rank before the rendezvous is
+// sealed is a conflict: two jobs of the same identity are starting on one port (or one was
+// started twice), and nothing tells which of the two claimants is ours, so the server
+// stops the rendezvous: the newcomer and every later request get the reason, and rank 0's
+// seal() fails. After seal() every newcomer is refused and the job is left alone.
 class TcpStoreServer {
  public:
-  explicit TcpStoreServer(int port) {
-    listen_ = bind_listener(port);
+  TcpStoreServer(UniqueFd listener, const Rendezvous& rv)
+      : listen_(std::move(listener)), port_(rv.master_port), world_size_(rv.world_size), run_id_(rv.run_id) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) PF_THROW(Error, "rendezvous store: pipe2 failed: ", errno_message(errno));
     wake_read_ = UniqueFd(p[0]);
@@ -164,59 +233,23 @@ class TcpStoreServer {
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
+  // Admits nobody from now on. Returns why the rendezvous was stopped, or empty when it
+  // was not (and then it cannot be any more).
+  std::string seal() {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (conflict_.empty()) sealed_ = true;
+    return conflict_;
+  }
+
  private:
   struct Conn {
     UniqueFd fd;
+    std::string peer;  // address:port, for messages
     std::string in, out;
-    bool greeted = false;
+    bool joined = false;   // its hello was answered with kOk
+    bool closing = false;  // close once `out` is flushed
     bool dead = false;
   };
-
-  // Listens on every interface, like PyTorch's TCPStore: MASTER_ADDR names this host as the
-  // peers see it, which need not be an address we can tell apart locally. Dual-stack IPv6
-  // when the host has it, IPv4 otherwise.
-  static UniqueFd bind_listener(int port) {
-    int last_errno = 0;
-    for (int family : {AF_INET6, AF_INET}) {
-      UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      if (!fd) {
-        last_errno = errno;
-        continue;
-      }
-      const int one = 1, zero = 0;
-      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      int rc;
-      if (family == AF_INET6) {
-        ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        sockaddr_in6 a{};
-        a.sin6_family = AF_INET6;
-        a.sin6_addr = in6addr_any;
-        a.sin6_port = htons(static_cast<uint16_t>(port));
-        rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
-      } else {
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
-      }
-      if (rc != 0) {
-        last_errno = errno;
-        // A taken port is the same answer for both families; report it right away.
-        if (last_errno == EADDRINUSE || last_errno == EACCES) break;
-        continue;
-      }
-      if (::listen(fd.get(), 1024) != 0) {
-        last_errno = errno;
-        continue;
-      }
-      return fd;
-    }
-    PF_THROW(Error, "rank 0 could not serve the rendezvous store on port ", port, ": ", errno_message(last_errno),
-             last_errno == EADDRINUSE ? " (another process, or an earlier job that has not exited, uses this port; "
-                                        "pick a free MASTER_PORT)"
-                                      : "");
-  }
 
   void serve() noexcept {
     try {
@@ -240,6 +273,7 @@ class TcpStoreServer {
           if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(c);
           if (!c.dead) handle(c);
           if (!c.dead && !c.out.empty()) flush(c);
+          if (c.closing && c.out.empty()) c.dead = true;
         }
         std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->dead; });
       }
@@ -251,12 +285,15 @@ class TcpStoreServer {
 
   void accept_all() {
     for (;;) {
-      int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or a transient error (ECONNABORTED, EMFILE): retry on the next poll
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       auto c = std::make_unique<Conn>();
       c->fd = UniqueFd(fd);
+      c->peer = peer_name(addr);
       conns_.push_back(std::move(c));
     }
   }
@@ -290,45 +327,116 @@ class TcpStoreServer {
     }
   }
 
-  // Answers every complete request in c.in; drops the connection on malformed input.
+  static void refuse(Conn& c, const std::string& why) {
+    c.out.push_back(static_cast<char>(kRefused));
+    put_str(c.out, why);
+    c.closing = true;
+  }
+
+  // Why `h` may not join, or empty when it may: then its rank is claimed for it.
+  std::string admit(const Hello& h, const std::string& peer) {
+    if (h.world_size != static_cast<uint32_t>(world_size_)) {
+      return detail::str_cat("it serves a job of world size ", world_size_, ", but this process has world size ",
+                             h.world_size, ": it belongs to another job using the same MASTER_PORT, or WORLD_SIZE "
+                             "differs between the ranks");
+    }
+    if (h.run_id != run_id_) {
+      return detail::str_cat("it serves the job with ", describe_run_id(run_id_), ", but this process has ",
+                             describe_run_id(h.run_id), ": it belongs to another job using the same MASTER_PORT, "
+                             "or PLUGFLOW_RUN_ID / TORCHELASTIC_RUN_ID differs between the ranks");
+    }
+    if (h.rank >= h.world_size) {
+      return detail::str_cat("rank ", h.rank, " is not a rank of a job of world size ", world_size_);
+    }
+    const std::string who = detail::str_cat("pid ", h.pid, " on ", h.host, " (", peer, ")");
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (!conflict_.empty()) return conflict_;
+    const int rank = static_cast<int>(h.rank);
+    auto it = claims_.find(rank);
+    if (sealed_) {
+      const std::string holder =
+          it == claims_.end() ? std::string() : detail::str_cat(" (its rank ", rank, " is ", it->second, ")");
+      return detail::str_cat("the job it serves completed its rendezvous", holder,
+                             ": this process belongs to another job using the same MASTER_PORT, or RANK=", rank,
+                             " was given to two processes");
+    }
+    if (it == claims_.end()) {
+      claims_.emplace(rank, who);
+      return {};
+    }
+    conflict_ = detail::str_cat(
+        "rank ", rank, " was claimed by two processes, ", it->second, " and then ", who,
+        ". Two jobs with the same world size and ", describe_run_id(run_id_), " are probably starting on port ", port_,
+        " at once, and nothing tells which process belongs to which job, so the rendezvous was stopped rather than "
+        "count another job's process. Give each job its own MASTER_PORT, or a distinct PLUGFLOW_RUN_ID");
+    return conflict_;
+  }
+
+  // Answers the hello, then every complete request in c.in; drops the connection on
+  // malformed input.
   void handle(Conn& c) {
-    if (!c.greeted) {
-      if (c.in.size() < 8) return;
-      if (c.in.compare(0, 8, greeting()) != 0) {
-        c.dead = true;
+    if (c.closing) return;
+    if (!c.joined) {
+      Cursor cur(c.in);
+      std::string magic;
+      uint32_t version;
+      if (!cur.bytes(4, magic) || !cur.u32(version)) return;
+      if (magic != std::string(kMagic, 4)) {
+        c.dead = true;  // not a plugflow client
         return;
       }
-      c.in.erase(0, 8);
+      if (version != kProtocolVersion) {
+        c.out += greeting();  // the client reads our version and says so
+        c.closing = true;
+        return;
+      }
+      Hello h;
+      if (!cur.u32(h.rank) || !cur.u32(h.world_size) || !cur.str(h.run_id) || !cur.str(h.host) || !cur.u32(h.pid)) {
+        if (cur.bad) c.dead = true;
+        return;  // wait for the rest of the hello
+      }
+      c.in.erase(0, cur.pos());
       c.out += greeting();
-      c.greeted = true;
+      const std::string refusal = admit(h, c.peer);
+      if (!refusal.empty()) {
+        refuse(c, refusal);
+        return;
+      }
+      c.out.push_back(static_cast<char>(kOk));
+      c.joined = true;
     }
+    const std::string stopped = [&] {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      return conflict_;
+    }();
     for (;;) {
+      if (c.in.empty()) return;
+      if (!stopped.empty()) {
+        refuse(c, stopped);
+        return;
+      }
       Cursor cur(c.in);
-      uint8_t cmd;
-      if (!cur.u8(cmd)) return;
-      std::string reply;
-      bool complete = false, bad = false;
+      uint8_t cmd = 0;
+      cur.u8(cmd);  // c.in is not empty
+      std::string reply(1, static_cast<char>(kOk));
+      bool complete = false;
       switch (cmd) {
         case kSet: {
-          uint32_t klen;
           uint64_t vlen;
           std::string key, value;
-          if (!cur.u32(klen)) break;
-          if (klen > kMaxKeyLen) { bad = true; break; }
-          if (!cur.bytes(klen, key) || !cur.u64(vlen)) break;
-          if (vlen > kMaxValueLen) { bad = true; break; }
+          if (!cur.str(key) || !cur.u64(vlen)) break;
+          if (vlen > kMaxValueLen) {
+            cur.bad = true;
+            break;
+          }
           if (!cur.bytes(vlen, value)) break;
           data_[key].assign(value.begin(), value.end());
-          reply.push_back(0);
           complete = true;
           break;
         }
         case kGet: {
-          uint32_t klen;
           std::string key;
-          if (!cur.u32(klen)) break;
-          if (klen > kMaxKeyLen) { bad = true; break; }
-          if (!cur.bytes(klen, key)) break;
+          if (!cur.str(key)) break;
           auto it = data_.find(key);
           if (it == data_.end()) {
             reply.push_back(0);
@@ -343,27 +451,30 @@ class TcpStoreServer {
         case kCheck: {
           uint32_t n;
           if (!cur.u32(n)) break;
-          if (n > kMaxKeys) { bad = true; break; }
+          if (n > kMaxKeys) {
+            cur.bad = true;
+            break;
+          }
           std::vector<uint32_t> missing;
           bool have_all_fields = true;
           for (uint32_t i = 0; i < n; ++i) {
-            uint32_t klen;
             std::string key;
-            if (!cur.u32(klen)) { have_all_fields = false; break; }
-            if (klen > kMaxKeyLen) { bad = true; break; }
-            if (!cur.bytes(klen, key)) { have_all_fields = false; break; }
+            if (!cur.str(key)) {
+              have_all_fields = false;
+              break;
+            }
             if (!data_.count(key)) missing.push_back(i);
           }
-          if (bad || !have_all_fields) break;
+          if (!have_all_fields) break;
           put_u32(reply, static_cast<uint32_t>(missing.size()));
           for (uint32_t i : missing) put_u32(reply, i);
           complete = true;
           break;
         }
         default:
-          bad = true;
+          cur.bad = true;
       }
-      if (bad) {
+      if (cur.bad) {
         c.dead = true;
         return;
       }
@@ -374,10 +485,58 @@ class TcpStoreServer {
   }
 
   UniqueFd listen_, wake_read_, wake_write_;
+  const int port_;
+  const int world_size_;
+  const std::string run_id_;
   std::map<std::string, std::vector<char>> data_;
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::mutex state_mu_;  // claims_, conflict_, sealed_: seal() runs on the owner's thread
+  std::map<int, std::string> claims_;  // rank -> who claimed it
+  std::string conflict_;               // why the rendezvous was stopped; empty while it runs
+  bool sealed_ = false;
   std::thread thread_;
 };
+
+// Listens on every interface, like PyTorch's TCPStore: MASTER_ADDR names this host as the
+// peers see it, which need not be an address we can tell apart locally. Dual-stack IPv6 when
+// the host has it, IPv4 otherwise. SO_REUSEADDR only lets us bind over connections of an
+// earlier job left in TIME_WAIT; without SO_REUSEPORT a second listener on the port fails, so
+// at most one job's rank 0 serves on it. Returns no fd, with `err` set, on failure.
+UniqueFd listen_on_port(int port, int& err) {
+  err = 0;
+  for (int family : {AF_INET6, AF_INET}) {
+    UniqueFd fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      err = errno;
+      continue;  // no IPv6 on this host
+    }
+    const int one = 1, zero = 0;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc;
+    if (family == AF_INET6) {
+      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_addr = in6addr_any;
+      a.sin6_port = htons(static_cast<uint16_t>(port));
+      rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    } else {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_ANY);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    }
+    // Two binds that race both succeed (SO_REUSEADDR, neither listening yet); the loser's
+    // listen() then fails with EADDRINUSE.
+    if (rc == 0) rc = ::listen(fd.get(), 1024);
+    if (rc == 0) return fd;
+    err = errno;
+    // A taken port is the same answer for both families.
+    if (err == EADDRINUSE || err == EACCES) return {};
+  }
+  return {};
+}
 
 // ---- client --------------------------------------------------------------------------------
 
@@ -385,8 +544,14 @@ class TcpStore final : public Store {
  public:
   // `server` is set on rank 0: the store owns it so it serves exactly as long as rank 0
   // holds the store.
-  TcpStore(std::string host, int port, Deadline deadline, std::unique_ptr<TcpStoreServer> server)
-      : server_(std::move(server)), host_(std::move(host)), port_(port), deadline_(deadline) {
+  TcpStore(const Rendezvous& rv, Deadline deadline, std::unique_ptr<TcpStoreServer> server)
+      : server_(std::move(server)),
+        host_(rv.master_addr),
+        port_(rv.master_port),
+        rank_(rv.rank),
+        world_size_(rv.world_size),
+        run_id_(rv.run_id),
+        deadline_(deadline) {
     connect();
   }
 
@@ -400,7 +565,7 @@ class TcpStore final : public Store {
     put_u64(req, value.size());
     req.append(value.data(), value.size());
     send_all(req);
-    recv_exact(1);
+    expect_ok();
   }
 
   std::vector<char> get(const std::string& key) override {
@@ -409,6 +574,7 @@ class TcpStore final : public Store {
     req.push_back(static_cast<char>(kGet));
     put_key(req, key);
     send_all(req);
+    expect_ok();
     if (recv_exact(1)[0] == 0) PF_THROW(Error, "rendezvous store ", describe(), " has no key '", key, "'");
     const uint64_t len = load_le(recv_exact(8).data(), 8);
     if (len > kMaxValueLen) PF_THROW(Error, "rendezvous store ", describe(), " sent a corrupt reply");
@@ -436,11 +602,20 @@ class TcpStore final : public Store {
     }
   }
 
+  void seal(Deadline deadline) override {
+    if (server_) {
+      const std::string conflict = server_->seal();
+      if (!conflict.empty()) PF_THROW(Error, "the rendezvous at ", describe(), " was stopped: ", conflict);
+      set(kSealedKey, {});
+    } else {
+      wait({kSealedKey}, deadline);
+    }
+  }
+
  private:
   static void put_key(std::string& req, const std::string& key) {
-    PF_CHECK(key.size() <= kMaxKeyLen, "rendezvous store key too long (", key.size(), " bytes)");
-    put_u32(req, static_cast<uint32_t>(key.size()));
-    req += key;
+    PF_CHECK(key.size() <= kMaxStringLen, "rendezvous store key too long (", key.size(), " bytes)");
+    put_str(req, key);
   }
 
   std::vector<std::string> check(const std::vector<std::string>& keys) {
@@ -450,6 +625,7 @@ class TcpStore final : public Store {
     put_u32(req, static_cast<uint32_t>(keys.size()));
     for (const auto& k : keys) put_key(req, k);
     send_all(req);
+    expect_ok();
     const uint32_t m = static_cast<uint32_t>(load_le(recv_exact(4).data(), 4));
     PF_CHECK(m <= keys.size(), "rendezvous store ", describe(), " sent a corrupt reply");
     std::vector<std::string> missing;
@@ -459,6 +635,20 @@ class TcpStore final : public Store {
       missing.push_back(keys[idx]);
     }
     return missing;
+  }
+
+  // The status that opens every reply: returns on kOk, throws the server's reason otherwise.
+  // `refused_prefix` introduces a refusal in the message.
+  void expect_ok(const std::string& refused_prefix = {}) {
+    const auto status = static_cast<uint8_t>(recv_exact(1)[0]);
+    if (status == kOk) return;
+    PF_CHECK(status == kRefused, "rendezvous store ", describe(), " sent a corrupt reply");
+    const uint32_t len = static_cast<uint32_t>(load_le(recv_exact(4).data(), 4));
+    PF_CHECK(len <= kMaxStringLen, "rendezvous store ", describe(), " sent a corrupt reply");
+    const std::string why = recv_exact(len);
+    fd_.reset();
+    if (!refused_prefix.empty()) PF_THROW(Error, refused_prefix, why);
+    PF_THROW(Error, "the rendezvous at ", describe(), " was stopped: ", why);
   }
 
   // Retries until the deadline: rank 0 may not be serving yet when the others start.
@@ -537,7 +727,15 @@ class TcpStore final : public Store {
   }
 
   void handshake() {
-    send_all(greeting());
+    std::string hello = greeting();
+    put_u32(hello, static_cast<uint32_t>(rank_));
+    put_u32(hello, static_cast<uint32_t>(world_size_));
+    put_str(hello, run_id_);
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "an unnamed host");
+    put_str(hello, host);
+    put_u32(hello, static_cast<uint32_t>(::getpid()));
+    send_all(hello);
     std::string reply;
     try {
       reply = recv_exact(8);
@@ -546,9 +744,13 @@ class TcpStore final : public Store {
                " accepted the connection but never answered as a plugflow rendezvous store; is another program "
                "listening on MASTER_PORT?");
     }
-    PF_CHECK(reply == greeting(), "the service at ", describe(),
-             " is not a plugflow rendezvous store (another program listens on MASTER_PORT, or a different "
-             "plugflow version serves it)");
+    PF_CHECK(reply.compare(0, 4, kMagic, 4) == 0, "the service at ", describe(),
+             " is not a plugflow rendezvous store (another program listens on MASTER_PORT)");
+    const auto version = load_le(reply.data() + 4, 4);
+    PF_CHECK(version == kProtocolVersion, "the rendezvous store at ", describe(), " speaks protocol version ", version,
+             " and this process version ", kProtocolVersion, ": run the same plugflow version on every rank");
+    expect_ok(detail::str_cat("rank ", rank_, " of ", world_size_, " (", describe_run_id(run_id_),
+                              ") was refused by the rendezvous store at ", describe(), ": "));
   }
 
   void send_all(const std::string& data) {
@@ -610,16 +812,41 @@ class TcpStore final : public Store {
   std::unique_ptr<TcpStoreServer> server_;
   std::string host_;
   int port_;
+  int rank_, world_size_;
+  std::string run_id_;
   Deadline deadline_;
   std::mutex mu_;
   UniqueFd fd_;
 };
 
+// Rank 0 could not listen on the port because another process does. If that is the store
+// of a job with our identity starting at the same moment, our other ranks may be joining it;
+// presenting ourselves there as rank 0 makes it stop its rendezvous (rank 0 claimed twice)
+// while it is still open, so neither job counts the other's processes. A sealed store or
+// another job's identity refuses us and is left alone. Returns what answered, for the message.
+std::string ask_port_holder(const Rendezvous& rv, Deadline deadline) {
+  // A store answers within milliseconds; a program that stays silent longer is not one.
+  const Deadline probe_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+  try {
+    TcpStore probe(rv, probe_deadline, nullptr);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "a plugflow store of a job with this world size and run id, starting at the same moment: both rendezvous "
+         "stop, so that neither job counts the other's processes";
+}
+
 // ---- file store ----------------------------------------------------------------------------
 
 class FileStore final : public Store {
  public:
-  explicit FileStore(std::string dir) : dir_(std::move(dir)) {
+  // Keys are named after the job's world size and run id, so jobs that differ in either can
+  // share a directory.
+  explicit FileStore(const Rendezvous& rv) : dir_(rv.store_path) {
+    std::ostringstream prefix;
+    prefix << "job-ws" << rv.world_size;
+    if (!rv.run_id.empty()) prefix << "-run" << std::hex << StableHash().add(rv.run_id).value();
+    key_prefix_ = prefix.str() + "-";
     std::error_code ec;
     if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec)) {
       PF_THROW(ValueError, "the rendezvous file store path '", dir_,
@@ -687,12 +914,16 @@ class FileStore final : public Store {
     }
   }
 
+  // Nobody serves a directory, so nobody can refuse a process: the key names keep jobs of
+  // another identity apart, and that is all (see docs/distributed.md).
+  void seal(Deadline) override {}
+
  private:
   // Keys become file names: anything outside [A-Za-z0-9._-] is %-escaped, so "gloo/1" cannot
   // escape the directory.
   fs::path path_of(const std::string& key) const {
     std::string name;
-    for (unsigned char ch : key) {
+    for (unsigned char ch : key_prefix_ + key) {
       if (std::isalnum(ch) || ch == '.' || ch == '_' || ch == '-') {
         name.push_back(static_cast<char>(ch));
       } else {
@@ -706,16 +937,32 @@ class FileStore final : public Store {
   }
 
   std::string dir_;
+  std::string key_prefix_;
   std::vector<fs::path> written_;
 };
 
 }  // namespace
 
 std::unique_ptr<Store> open_store(const Rendezvous& rv, Deadline deadline) {
-  if (!rv.store_path.empty()) return std::make_unique<FileStore>(rv.store_path);
+  if (!rv.store_path.empty()) return std::make_unique<FileStore>(rv);
   std::unique_ptr<TcpStoreServer> server;
-  if (rv.rank == 0) server = std::make_unique<TcpStoreServer>(rv.master_port);
-  return std::make_unique<TcpStore>(rv.master_addr, rv.master_port, deadline, std::move(server));
+  if (rv.rank == 0) {
+    int err = 0;
+    UniqueFd listener = listen_on_port(rv.master_port, err);
+    if (!listener) {
+      std::string holder;
+      if (err == EADDRINUSE) {
+        holder = detail::str_cat(" Another process holds the port (a job that has not exited, or one starting at the "
+                                 "same moment): give each job its own MASTER_PORT. What answers there: ",
+                                 ask_port_holder(rv, deadline));
+      }
+      PF_THROW(Error, "rank 0 cannot serve the rendezvous store on MASTER_ADDR:MASTER_PORT ", rv.master_addr, ":",
+               rv.master_port, " (it listens on port ", rv.master_port, " of every interface): ",
+               errno_message(err), ".", holder);
+    }
+    server = std::make_unique<TcpStoreServer>(std::move(listener), rv);
+  }
+  return std::make_unique<TcpStore>(rv, deadline, std::move(server));
 }
 
 std::string local_address_towards(const std::string& master_addr, int port) {

@@ -1,13 +1,16 @@
 // The Gloo communicator: CPU collectives over TCP (gloo::transport::tcp).
 //
 // Rendezvous goes through the shared store (common/store.h): each rank publishes its pair
-// addresses under "gloo/<rank>", Gloo's connectFullMesh connects every pair, and a barrier
-// proves that all ranks are done with the store before rank 0 stops serving it.
+// addresses under "gloo/<rank>", Gloo's connectFullMesh connects every pair, and after a
+// barrier (every rank is connected) the store is sealed. Rank 0 keeps serving it for the
+// communicator's life, so the port stays taken and strays keep being refused.
 //
 // Tensors of any device and layout are accepted: non-contiguous or non-CPU tensors go through
 // a contiguous host copy (Staged). Every operation runs under the rendezvous timeout; after a
 // failure inside Gloo the communicator is marked unusable, because Gloo leaves the pairs in an
-// unknown state (PyTorch's ProcessGroupGloo does the same).
+// unknown state (PyTorch's ProcessGroupGloo does the same). Each collective's Gloo tag holds
+// a hash of the call (call_tag), so ranks that pass different sizes or dtypes never exchange
+// bytes and time out, instead of Gloo aborting the process.
 #include "gloo_communicator.h"
 
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <type_traits>
 
@@ -33,6 +37,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "plugflow/error.h"
+#include "stable_hash.h"
 #include "store.h"
 #include "tensor_args.h"
 
@@ -220,34 +225,69 @@ gloo::transport::tcp::attr transport_attr(const Rendezvous& rv) {
   return attr;
 }
 
-bool mentions_timeout(const char* what) {
+std::chrono::milliseconds time_left(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(std::chrono::milliseconds(1), left);
+}
+
+// The Gloo tag of a collective: a hash of its sequence number in the group and of this
+// rank's call (operation and the arguments every rank must agree on: dtype, element count,
+// reduction, root). Ranks whose calls differ post their messages under different slots and
+// never exchange a byte, so each of them times out. With one tag for all, a message longer
+// than the buffer its receiver posted fails an enforce on Gloo's event-loop thread, where no
+// catch can reach (the process aborts), and a shorter one leaves a silently wrong result.
+template <typename... Args>
+uint32_t call_tag(uint32_t seq, const std::string& op, Args... args) {
+  StableHash h;
+  h.add_value(seq).add(op);
+  (h.add_value(args), ...);
+  return static_cast<uint32_t>(h.value() ^ (h.value() >> 32));
+}
+
+// The Gloo slot of a point-to-point message: the user's tag in the low 32 bits and a hash of
+// the tensor's dtype and element count in the 24 bits above, so a recv into a tensor of
+// another size never meets the send (both time out instead of aborting, as in call_tag).
+// The top byte stays zero; Gloo's collectives put a non-zero prefix there, so the two never
+// collide.
+uint64_t p2p_slot(int tag, const Tensor& t) {
+  const uint64_t size_hash = StableHash().add_value(t.dtype()).add_value(t.numel()).value() & 0xffffff;
+  return (size_hash << 32) | static_cast<uint32_t>(tag);
+}
+
+// Whether Gloo's message contains one of `phrases` (lower case), whatever its case.
+bool mentions(const char* what, std::initializer_list<const char*> phrases) {
   std::string s(what);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s.find("timeout") != std::string::npos || s.find("timed out") != std::string::npos;
+  return std::any_of(phrases.begin(), phrases.end(), [&](const char* p) { return s.find(p) != std::string::npos; });
 }
+
+bool mentions_timeout(const char* what) { return mentions(what, {"timeout", "timed out"}); }
 
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const Rendezvous& rv)
     : rank_(rv.rank), world_size_(rv.world_size), timeout_(rv.timeout) {
   const Deadline deadline = deadline_after(rv.timeout);
-  std::unique_ptr<collectives::Store> store = open_store(rv, deadline);
-  where_ = store->describe();
+  store_ = open_store(rv, deadline);
+  where_ = store_->describe();
   try {
     auto device = gloo::transport::tcp::CreateDevice(transport_attr(rv));
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, world_size_);
-    context->setTimeout(timeout_);
-    GlooStoreAdapter adapter(*store, deadline, rank_, world_size_);
+    // Gloo waits up to 5x the context timeout for a pair to connect: a fifth of the time left
+    // keeps each pair's wait within the rendezvous deadline. (Later operations pass their own
+    // timeouts.)
+    context->setTimeout(std::max(std::chrono::milliseconds(1), time_left(deadline) / 5));
+    GlooStoreAdapter adapter(*store_, deadline, rank_, world_size_);
     context->connectFullMesh(adapter, device);
     context_ = std::move(context);
-    // Every rank has read the addresses it needed once all have connected; only then may
-    // rank 0 stop serving the store (it does when `store` goes out of scope). The barrier
-    // gets what is left of the rendezvous timeout, so the whole rendezvous stays within it.
+    // Every rank is connected to every other once all have passed the barrier: then the
+    // store admits nobody more. Both get what is left of the rendezvous timeout, so the whole
+    // rendezvous stays within it.
     gloo::BarrierOptions opts(context_);
-    opts.setTag(next_tag_++);
-    opts.setTimeout(std::max(std::chrono::milliseconds(1),
-                             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+    opts.setTag(call_tag(next_seq_++, "rendezvous"));
+    opts.setTimeout(time_left(deadline));
     gloo::barrier(opts);
+    store_->seal(deadline);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -256,6 +296,9 @@ GlooCommunicator::GlooCommunicator(const Rendezvous& rv)
                " timed out while connecting to its peers: ", e.what());
     }
     PF_THROW(Error, "gloo rendezvous of rank ", rank_, " of ", world_size_, " at ", where_, " failed: ", e.what());
+  } catch (...) {
+    PF_THROW(Error, "gloo rendezvous of rank ", rank_, " of ", world_size_, " at ", where_,
+             " failed with an exception of unknown type");
   }
 }
 
@@ -275,10 +318,18 @@ void GlooCommunicator::run(const char* op, F&& body) {
     broken_ = std::string(op) + ": " + e.what();
     if (mentions_timeout(e.what())) {
       PF_THROW(TimeoutError, "gloo ", op, " on rank ", rank_, " of ", world_size_, " timed out after ",
-               timeout_.count(), " ms: a peer did not take part (it may have exited, hung, or called a different "
-               "collective). Gloo said: ", e.what());
+               timeout_.count(), " ms: a peer did not take part. It may have exited or hung, or called another "
+               "collective, or this one with another shape, dtype, reduction or root "
+               "(PLUGFLOW_DISTRIBUTED_DEBUG=1 names the ranks that differ). Gloo said: ", e.what());
     }
-    PF_THROW(Error, "gloo ", op, " on rank ", rank_, " of ", world_size_, " failed: ", e.what());
+    PF_THROW(Error, "gloo ", op, " on rank ", rank_, " of ", world_size_, " failed: ", e.what(),
+             mentions(e.what(), {"connection closed", "connection reset"})
+                 ? ". A peer closed its connections: it exited, or its own operation failed first (Gloo closes "
+                   "every connection after a timeout); that rank's error says why"
+                 : "");
+  } catch (...) {
+    broken_ = std::string(op) + ": an exception of unknown type";
+    PF_THROW(Error, "gloo ", op, " on rank ", rank_, " of ", world_size_, " failed with an exception of unknown type");
   }
 }
 
@@ -294,7 +345,7 @@ void GlooCommunicator::all_reduce(Tensor& t, ReduceOp op) {
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(buf.data<T>(), n);
       opts.setReduceFunction(reduce_function<T>(op));
-      opts.setTag(next_tag_++);
+      opts.setTag(call_tag(next_seq_++, "all_reduce", t.dtype(), t.numel(), op));
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);
       if (op == ReduceOp::Avg) divide(buf.data<T>(), n, world_size_);
@@ -313,7 +364,7 @@ void GlooCommunicator::broadcast(Tensor& t, int root) {
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(static_cast<char*>(buf.data()), buf.nbytes());  // bytes: no arithmetic involved
     opts.setRoot(root);
-    opts.setTag(next_tag_++);
+    opts.setTag(call_tag(next_seq_++, "broadcast", t.dtype(), t.numel(), root));
     opts.setTimeout(timeout_);
     gloo::broadcast(opts);
     if (!is_root) buf.write_back();
@@ -332,7 +383,7 @@ void GlooCommunicator::all_gather(std::vector<Tensor>& out, const Tensor& in) {
     gloo::AllgatherOptions opts(context_);
     opts.setInput(static_cast<char*>(src.data()), chunk);
     opts.setOutput(gathered.get(), chunk * world_size_);
-    opts.setTag(next_tag_++);
+    opts.setTag(call_tag(next_seq_++, "all_gather", in.dtype(), in.numel()));
     opts.setTimeout(timeout_);
     gloo::allgather(opts);
     auto storage = std::make_shared<Storage>(kCpu, gathered.get(), chunk * world_size_, gathered);
@@ -368,7 +419,7 @@ void GlooCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, total);
       opts.setReduceFunction(reduce_function<T>(op));
-      opts.setTag(next_tag_++);
+      opts.setTag(call_tag(next_seq_++, "reduce_scatter", in.dtype(), in.numel(), op));
       opts.setTimeout(timeout_);
       gloo::allreduce(opts);
       if (op == ReduceOp::Avg) divide(data + n * rank_, n, world_size_);
@@ -382,14 +433,13 @@ void GlooCommunicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op
 void GlooCommunicator::barrier() {
   run("barrier", [&] {
     gloo::BarrierOptions opts(context_);
-    opts.setTag(next_tag_++);
+    opts.setTag(call_tag(next_seq_++, "barrier"));
     opts.setTimeout(timeout_);
     gloo::barrier(opts);
   });
 }
 
-// Point-to-point messages use the user's tag as the Gloo slot. Collective slots carry a
-// non-zero prefix in their top byte (gloo::Slot::build), so the two never collide.
+// Point-to-point messages use the user's tag and the tensor's size as the Gloo slot (p2p_slot).
 void GlooCommunicator::send(const Tensor& t, int dst, int tag) {
   check_defined(t, "send", "tensor");
   check_rank_arg(dst, world_size_, "send", "dst");
@@ -399,7 +449,7 @@ void GlooCommunicator::send(const Tensor& t, int dst, int tag) {
     if (t.numel() == 0) return;
     Staged buf(t, kCpu, Staged::Fill::Copy);
     auto ub = context_->createUnboundBuffer(buf.data(), buf.nbytes());
-    ub->send(dst, static_cast<uint64_t>(tag));
+    ub->send(dst, p2p_slot(tag, t));
     PF_CHECK(ub->waitSend(timeout_), "gloo send to rank ", dst, " was aborted");
   });
 }
@@ -413,7 +463,7 @@ void GlooCommunicator::recv(Tensor& t, int src, int tag) {
     if (t.numel() == 0) return;
     Staged buf(t, kCpu, Staged::Fill::Uninitialized);
     auto ub = context_->createUnboundBuffer(buf.data(), buf.nbytes());
-    ub->recv(src, static_cast<uint64_t>(tag));
+    ub->recv(src, p2p_slot(tag, t));
     PF_CHECK(ub->waitRecv(timeout_), "gloo recv from rank ", src, " was aborted");
     buf.write_back();
   });

@@ -16,6 +16,8 @@ class Context;
 
 namespace plugflow::collectives {
 
+class Store;
+
 class GlooCommunicator final : public Communicator {
  public:
   // Rendezvous with the peers; TimeoutError when they do not all arrive within rv.timeout.
@@ -42,11 +44,14 @@ class GlooCommunicator final : public Communicator {
   const int rank_;
   const int world_size_;
   const std::chrono::milliseconds timeout_;
+  // Kept for the communicator's life: rank 0 serves it, holding the port and refusing strays.
+  std::unique_ptr<Store> store_;
   std::string where_;  // the rendezvous store, for messages
   std::shared_ptr<gloo::Context> context_;
   std::mutex mu_;  // one operation at a time: Gloo ops on a context must not interleave
-  // Collectives get consecutive tags; every rank runs them in the same order, so they match.
-  uint32_t next_tag_ = 0;
+  // Collectives are numbered; every rank runs them in the same order, so the numbers match
+  // and go into each collective's tag (call_tag in the .cpp).
+  uint32_t next_seq_ = 0;
   std::string broken_;  // why the communicator is unusable; empty while healthy
 };
 

@@ -1,8 +1,10 @@
 // The NCCL communicator: collectives on CUDA tensors.
 //
 // Rendezvous: rank 0 creates the ncclUniqueId and publishes it in the shared store
-// (common/store.h) under "nccl/id"; the others read it. The communicator is bound to the CUDA
-// device that is current on the creating thread (set it before creating, as with PyTorch's
+// (common/store.h) under "nccl/id"; the others read it. Once NCCL's init has joined every
+// rank the store is sealed; rank 0 keeps serving it for the communicator's life, so the port
+// stays taken and strays keep being refused. The communicator is bound to the CUDA device
+// that is current on the creating thread (set it before creating, as with PyTorch's
 // torch.cuda.set_device(local_rank)).
 //
 // Timeouts: the communicator is created non-blocking (ncclConfig_t::blocking = 0), so neither
@@ -115,21 +117,21 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
 
     const Deadline deadline = deadline_after(timeout_);
-    std::unique_ptr<Store> store = open_store(rv, deadline);
+    store_ = open_store(rv, deadline);
     ncclUniqueId id;
     if (rank_ == 0) {
       nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-      store->set(kIdKey, std::vector<char>(id.internal, id.internal + sizeof id.internal));
+      store_->set(kIdKey, std::vector<char>(id.internal, id.internal + sizeof id.internal));
     } else {
       try {
-        store->wait({kIdKey}, deadline);
+        store_->wait({kIdKey}, deadline);
       } catch (const TimeoutError& err) {
         PF_THROW(TimeoutError, "nccl rendezvous timed out: rank ", rank_, " of ", world_size_,
-                 " got no NCCL id from rank 0 at ", store->describe(), " (", err.what(),
+                 " got no NCCL id from rank 0 at ", store_->describe(), " (", err.what(),
                  "). Check that rank 0 is running with the same MASTER_ADDR and MASTER_PORT");
       }
-      const std::vector<char> bytes = store->get(kIdKey);
-      PF_CHECK(bytes.size() == sizeof id.internal, "nccl rendezvous: the id at ", store->describe(), " has ",
+      const std::vector<char> bytes = store_->get(kIdKey);
+      PF_CHECK(bytes.size() == sizeof id.internal, "nccl rendezvous: the id at ", store_->describe(), " has ",
                bytes.size(), " bytes, expected ", sizeof id.internal, " (a different NCCL version on rank 0?)");
       std::memcpy(id.internal, bytes.data(), sizeof id.internal);
     }
@@ -137,6 +139,7 @@ class NcclCommunicator final : public Communicator {
     DeviceGuard guard(device_);
     try {
       init(id, deadline);
+      store_->seal(deadline);
     } catch (...) {
       release();  // the destructor does not run for a constructor that throws
       throw;
@@ -256,8 +259,8 @@ class NcclCommunicator final : public Communicator {
       comm_ = nullptr;
       PF_THROW(Error, "nccl communicator init failed on rank ", rank_, " of ", world_size_, ": ", msg);
     }
-    // Init completes only once every rank has joined, hence has read the id: after this,
-    // rank 0 may stop serving the store (it does when `store` goes out of scope).
+    // Init completes only once every rank has joined, hence has read the id: then the store
+    // may be sealed.
     wait_until_idle("initialization", deadline);
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     cuda_check(cudaMalloc(&barrier_buffer_, sizeof(int32_t)), "cudaMalloc");
@@ -401,6 +404,8 @@ class NcclCommunicator final : public Communicator {
   const int rank_;
   const int world_size_;
   const std::chrono::milliseconds timeout_;
+  // Kept for the communicator's life: rank 0 serves it, holding the port and refusing strays.
+  std::unique_ptr<Store> store_;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaEvent_t done_ = nullptr;
