@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "plugflow/graph.h"
 #include "registry_internal.h"
 
 namespace plugflow {
@@ -79,6 +80,10 @@ void run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
   if (all_empty) return;
   const DType key = inputs.empty() ? outputs[0].dtype() : inputs[0].dtype();
   KernelFn fn = find_kernel(op, device.type, key);
+  if (graph::internal::active()) {  // an nn.Graph captures: record the call instead of running it
+    graph::internal::record_kernel(op, inputs, attrs, outputs);
+    return;
+  }
   KernelContext ctx{op, inputs, outputs, attrs, device, device_backend(device).current_stream(device.index)};
   fn(ctx);
 }

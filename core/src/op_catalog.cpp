@@ -17,7 +17,7 @@ Catalog& catalog() {
 }
 }  // namespace
 
-const OpDef& register_op(std::string name, std::string signature, MetaFn meta) {
+const OpDef& register_op(std::string name, std::string signature, MetaFn meta, std::vector<int> mutated_inputs) {
   auto& c = catalog();
   std::unique_lock lock(c.mutex);
   PF_CHECK(c.ops.find(name) == c.ops.end(), "op '", name, "' is defined twice in the catalog");
@@ -25,6 +25,7 @@ const OpDef& register_op(std::string name, std::string signature, MetaFn meta) {
   def->name = name;
   def->signature = std::move(signature);
   def->meta = meta;
+  def->mutated_inputs = std::move(mutated_inputs);
   const OpDef& ref = *def;
   c.ops.emplace(std::move(name), std::move(def));
   return ref;

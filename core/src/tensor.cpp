@@ -5,18 +5,33 @@
 #include <numeric>
 
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 
 namespace plugflow {
 
 Storage::Storage(Device device, size_t nbytes) : nbytes_(nbytes), device_(device) {
   if (device_.index < 0) device_.index = 0;
   backend_ = &device_backend(device_);
+  if (graph::internal::active()) {
+    virtual_ = true;
+    graph::internal::note_storage(this);
+    return;
+  }
   data_ = backend_->allocate(device_.index, nbytes);
 }
 
 Storage::Storage(Device device, void* data, size_t nbytes, std::shared_ptr<void> owner)
     : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {
   if (device_.index < 0) device_.index = 0;
+  if (graph::internal::active()) graph::internal::note_storage(this);
+}
+
+void* Storage::materialize() const {
+  PF_CHECK(graph::internal::active(), "this tensor was created while an nn.Graph was capturing its build() and "
+           "holds no data: use the graph's outputs, not tensors kept from inside build()");
+  // Host code writes it during capture (torch.tensor([...]) in build): it becomes a constant.
+  data_ = backend_->allocate(device_.index, nbytes_);
+  return data_;
 }
 
 Storage::~Storage() {

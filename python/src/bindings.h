@@ -14,6 +14,7 @@ void bind_norm(pybind11::module_& m);         // norm_bindings.cpp: batch_norm, 
 void bind_indexing(pybind11::module_& m);     // indexing_bindings.cpp: gather, scatter, index_select, where, ...
 void bind_conv(pybind11::module_& m);         // conv_bindings.cpp: conv2d, conv_transpose2d, pooling, upsampling
 void bind_optim(pybind11::module_& m);        // optim_bindings.cpp: _sgd_step_, _adam_step_ (fused optimizer updates)
+void bind_graph(pybind11::module_& m);        // graph_bindings.cpp: capture, passes and plans of nn.Graph
 }  // namespace plugflow::python
 
 namespace plugflow {

@@ -8,6 +8,7 @@
 //   plugflow::TimeoutError        -> TimeoutError
 //   plugflow::ConfigError         -> plugflow.ConfigError (a RuntimeError)
 //   plugflow::PluginError         -> plugflow.PluginError (a RuntimeError)
+//   plugflow::graph::CaptureError -> plugflow.GraphCaptureError (a RuntimeError; also plugflow.nn's)
 //   plugflow::DeviceError, Error  -> RuntimeError
 //
 // ConfigError subclasses RuntimeError rather than ValueError: a config problem is found while
@@ -19,6 +20,7 @@
 
 #include "bindings.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 
 namespace py = pybind11;
 
@@ -29,6 +31,7 @@ namespace {
 // holds a reference, and translation may run while the module is being torn down).
 PyObject* g_config_error = nullptr;
 PyObject* g_plugin_error = nullptr;
+PyObject* g_capture_error = nullptr;
 
 PyObject* new_exception(py::module_& m, const char* name, const char* doc) {
   const std::string qualified = std::string("plugflow.") + name;
@@ -51,6 +54,12 @@ void bind_errors(py::module_& m) {
                     "a failing register function). The message names the file and the loader's reason.\n"
                     "Subclass of RuntimeError.");
 
+  g_capture_error =
+      new_exception(m, "GraphCaptureError",
+                    "nn.Graph could not capture build(): it reads tensor values on the host (.item(), printing,\n"
+                    "Python control flow on a tensor), has a data-dependent shape, or writes into an input.\n"
+                    "The message names the line of build(). Subclass of RuntimeError.");
+
   // Most derived first: every plugflow error derives from plugflow::Error. Exceptions that are
   // not plugflow's propagate to pybind11's own translators (std::bad_alloc -> MemoryError, ...).
   py::register_exception_translator([](std::exception_ptr p) {
@@ -60,6 +69,8 @@ void bind_errors(py::module_& m) {
       PyErr_SetString(g_config_error, e.what());
     } catch (const PluginError& e) {
       PyErr_SetString(g_plugin_error, e.what());
+    } catch (const graph::CaptureError& e) {
+      PyErr_SetString(g_capture_error, e.what());
     } catch (const ValueError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const IndexError& e) {

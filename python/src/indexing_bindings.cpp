@@ -16,6 +16,7 @@
 #include "casters.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 
 namespace py = pybind11;
@@ -141,6 +142,7 @@ Tensor select_at(const Tensor& t, int64_t dim, int64_t index, int64_t reported_d
 }
 
 int64_t scalar_item(const Tensor& t) {
+  graph::check_host_read("indexing with a 0-d tensor");
   const Tensor c = ops::to(t, Device{DeviceType::CPU, 0}, DType::Int64, /*copy=*/true);
   return c.data<int64_t>()[0];
 }

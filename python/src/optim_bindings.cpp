@@ -38,6 +38,24 @@ void bind_optim(py::module_& m) {
       arg("step"), arg("lr"), arg("beta1"), arg("beta2"), arg("eps"), arg("weight_decay"), arg("amsgrad"),
       arg("maximize"), arg("decoupled_weight_decay"),
       "One Adam/AdamW step (step already incremented) for one dense parameter in one pass, in place.");
+  m.def(
+      "_adam_step_attrs",
+      [](double step, double lr, double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
+         bool maximize, bool decoupled_weight_decay) {
+        py::dict d;
+        const Attrs attrs =
+            ops::adam_step_attrs(step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay);
+        for (const auto& [name, value] : attrs.items())
+          std::visit([&](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, bool> || std::is_same_v<V, double> || std::is_same_v<V, int64_t>)
+              d[name] = v;
+          }, value);
+        return d;
+      },
+      py::kw_only(), arg("step"), arg("lr"), arg("beta1"), arg("beta2"), arg("eps"), arg("weight_decay"),
+      arg("amsgrad"), arg("maximize"), arg("decoupled_weight_decay"),
+      "The adam_step_ kernel's attributes for these hyperparameters (for nn.Graph's per-call update).");
 }
 
 }  // namespace plugflow::python

@@ -25,6 +25,7 @@
 #include "casters.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 #include "plugflow/runtime.h"
 #include "plugflow/tensor.h"
@@ -336,6 +337,7 @@ Tensor from_numpy(py::handle obj) {
 
 // An ndarray viewing a CPU tensor's memory; `base` (the Python tensor) keeps it alive.
 py::array to_numpy(const Tensor& t, py::handle base) {
+  graph::check_host_read("Tensor.numpy()");
   // As PyTorch: writes through the array would bypass autograd.
   PF_CHECK(!(autograd::is_grad_enabled() && autograd::requires_grad(t)),
            "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.");
@@ -376,6 +378,7 @@ Tensor on_cpu(const Tensor& t) {
 }
 
 py::object item(const Tensor& t) {
+  graph::check_host_read("Tensor.item() (or bool(), int(), float() of a tensor)");
   const int64_t n = t.numel();
   PF_CHECK(n == 1, "a Tensor with ", n, " elements cannot be converted to Scalar");
   Tensor c = on_cpu(t);
@@ -393,6 +396,7 @@ PyObject* tolist_rec(const char* p, const Tensor& t, size_t dim, int64_t isz) {
 }
 
 py::object tolist(const Tensor& t) {
+  graph::check_host_read("Tensor.tolist() (or printing a tensor)");
   Tensor c = on_cpu(t);
   return py::reinterpret_steal<py::object>(
       tolist_rec(static_cast<const char*>(c.data_ptr()), c, 0, static_cast<int64_t>(c.itemsize())));

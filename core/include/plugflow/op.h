@@ -69,6 +69,9 @@ struct OpDef {
   std::string name;
   std::string signature;  // human-readable, e.g. "add(Tensor self, Tensor other) -> Tensor"
   MetaFn meta = nullptr;
+  // Inputs the kernel writes in place besides its outputs (the fused optimizer steps' parameter
+  // and state, batch norm's running statistics): nn.Graph tracks these writes.
+  std::vector<int> mutated_inputs;
   // Kernel choice cache, [device type][dtype]; filled by the dispatcher, cleared when the
   // registry or the preference changes (generation mismatch).
   mutable std::atomic<KernelFn> cache[kNumDeviceTypes][kNumDTypes] = {};
@@ -77,7 +80,8 @@ struct OpDef {
 
 // The catalog. register_op is used by the core's op definitions; lookups throw
 // NotImplementedError for unknown names.
-PF_API const OpDef& register_op(std::string name, std::string signature, MetaFn meta);
+PF_API const OpDef& register_op(std::string name, std::string signature, MetaFn meta,
+                                std::vector<int> mutated_inputs = {});
 PF_API const OpDef& find_op(std::string_view name);
 PF_API const OpDef* try_find_op(std::string_view name);
 PF_API std::vector<std::string> op_names();

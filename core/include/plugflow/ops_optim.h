@@ -9,6 +9,7 @@
 // one device; anything else is an error (the Python optimizers keep the op-by-op path for it).
 #pragma once
 #include "plugflow/export.h"
+#include "plugflow/op.h"
 #include "plugflow/tensor.h"
 
 namespace plugflow::ops {
@@ -27,5 +28,9 @@ PF_API void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer
 PF_API void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                        Tensor& max_exp_avg_sq, double step, double lr, double beta1, double beta2, double eps,
                        double weight_decay, bool amsgrad, bool maximize, bool decoupled_weight_decay);
+// The attributes of the adam_step_ kernel for these hyperparameters (PyTorch's scalars,
+// computed in double): what adam_step_ passes, and what an nn.Graph sets before each replay.
+PF_API Attrs adam_step_attrs(double step, double lr, double beta1, double beta2, double eps, double weight_decay,
+                             bool amsgrad, bool maximize, bool decoupled_weight_decay);
 
 }  // namespace plugflow::ops

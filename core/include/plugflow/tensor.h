@@ -17,9 +17,13 @@ using Shape = std::vector<int64_t>;
 
 // Raw memory of one device. Owns it through the device backend unless `owner` keeps
 // foreign memory alive (numpy arrays, DLPack, ...).
+//
+// While an nn.Graph captures (plugflow/graph.h), new storages are *virtual*: no memory until
+// host code asks for data() (then it is allocated and the graph keeps it as a constant).
+// data() of a virtual storage outside capture is an error: the tensor never held values.
 class PF_API Storage {
  public:
-  // Allocates nbytes on `device` through its backend.
+  // Allocates nbytes on `device` through its backend (virtually while a graph captures).
   Storage(Device device, size_t nbytes);
   // Wraps memory someone else owns; `owner` is released when the storage dies.
   Storage(Device device, void* data, size_t nbytes, std::shared_ptr<void> owner);
@@ -27,7 +31,8 @@ class PF_API Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const { return data_ != nullptr || !virtual_ ? data_ : materialize(); }
+  bool is_virtual() const { return virtual_ && data_ == nullptr; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   // Bumped by every in-place write; autograd compares it with the value it saved.
@@ -35,7 +40,10 @@ class PF_API Storage {
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  void* data_ = nullptr;
+  void* materialize() const;
+
+  mutable void* data_ = nullptr;
+  bool virtual_ = false;
   size_t nbytes_ = 0;
   Device device_;
   DeviceBackend* backend_ = nullptr;  // null for foreign memory

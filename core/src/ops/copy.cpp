@@ -4,6 +4,7 @@
 #include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 
 namespace plugflow::ops {
@@ -93,7 +94,9 @@ void copy_data(Tensor& dst, const Tensor& src_in) {
   }
   const size_t nbytes = static_cast<size_t>(staged.numel()) * staged.itemsize();
   Tensor target = dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), dd);
-  if (sd.is_cpu()) {
+  if (graph::internal::active()) {
+    graph::internal::record_device_copy(target, staged);
+  } else if (sd.is_cpu()) {
     device_backend(dd).copy_from_host(dd.index, target.data_ptr(), staged.data_ptr(), nbytes);
   } else if (dd.is_cpu()) {
     device_backend(sd).copy_to_host(sd.index, target.data_ptr(), staged.data_ptr(), nbytes);

@@ -16,6 +16,7 @@
 #include "plugflow/autograd.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/layout.h"
 #include "plugflow/ops.h"
 
@@ -83,6 +84,7 @@ Tensor one_d_view(const Tensor& t) { return t.dim() == 0 ? raw_view(t, {1}, {1},
 Tensor on_device(const Tensor& t, Device d) { return t.device() == d ? t : to(t, d, std::nullopt); }
 
 int64_t read_int(const Tensor& t) {
+  graph::check_host_read("an index value or a count of selected elements");
   const Tensor c = to(t, Device{DeviceType::CPU, 0}, DType::Int64, /*copy=*/true);
   return c.data<int64_t>()[0];
 }

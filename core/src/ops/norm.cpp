@@ -19,6 +19,7 @@
 #include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
 
@@ -156,10 +157,10 @@ std::vector<TensorMeta> dropout_meta(std::span<const Tensor> in, const Attrs& at
 
 const bool kNormOpsRegistered = [] {
   register_op("batch_norm",
-              "batch_norm(Tensor x, Tensor weight, Tensor bias, Tensor running_mean, Tensor running_var, bool training, "
+              "batch_norm(Tensor x, Tensor weight, Tensor bias, Tensor(a!) running_mean, Tensor(b!) running_var, bool training, "
               "float momentum, float eps, bool has_weight, bool has_bias, bool has_running) "
               "-> (Tensor y, Tensor save_mean, Tensor save_invstd)",
-              batch_norm_meta);
+              batch_norm_meta, /*mutated_inputs=*/{3, 4});
   register_op("batch_norm_backward",
               "batch_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor save_mean, Tensor save_invstd, "
               "bool training, bool has_weight) -> (Tensor grad_x, Tensor grad_weight, Tensor grad_bias)",
@@ -786,7 +787,8 @@ Tensor nll_loss(const Tensor& input, const Tensor& target_in, const Tensor& weig
   const Tensor used = autograd::mask_as(unary("logical_not", ignored), input.dtype());
   const Tensor safe_target = where(ignored, Scalar(int64_t{0}), target);
   // An index outside [0, C) (and not ignore_index) is an error, as PyTorch's kernel asserts.
-  if (safe_target.numel() > 0) {
+  // (A static graph cannot read it on the host: gather's kernel raises instead.)
+  if (safe_target.numel() > 0 && !graph::capturing()) {
     const Tensor lo = reduce("amin", safe_target, {}, false), hi = reduce("amax", safe_target, {}, false);
     const int64_t vmin = *to(lo, Device{}, std::nullopt).data<int64_t>();  // host copies (any device)
     const int64_t vmax = *to(hi, Device{}, std::nullopt).data<int64_t>();

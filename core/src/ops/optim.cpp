@@ -52,13 +52,13 @@ const bool kOptimOpsRegistered = [] {
   register_op("sgd_step_",
               "sgd_step_(Tensor(a!) param, Tensor grad, Tensor(b!) momentum_buffer, float lr, float momentum, "
               "float dampening, float weight_decay, bool nesterov, bool maximize, bool first_step)",
-              sgd_step_meta);
+              sgd_step_meta, /*mutated_inputs=*/{0, 2});
   register_op("adam_step_",
               "adam_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, "
               "Tensor(d!) max_exp_avg_sq, float beta1, float beta2, float eps, float weight_decay, "
               "float param_scale, float step_size, float bias_correction2_sqrt, bool amsgrad, bool maximize, "
               "bool decoupled_weight_decay)",
-              adam_step_meta);
+              adam_step_meta, /*mutated_inputs=*/{0, 2, 3, 4});
   return true;
 }();
 
@@ -90,6 +90,25 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, doubl
   if (has_momentum) momentum_buffer.storage()->bump_version();
 }
 
+Attrs adam_step_attrs(double step, double lr, double beta1, double beta2, double eps, double weight_decay,
+                      bool amsgrad, bool maximize, bool decoupled_weight_decay) {
+  // The scalars of PyTorch's loop, computed in double as Python does.
+  const double bias_correction1 = 1 - std::pow(beta1, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  const double step_size = lr / bias_correction1;
+  const bool shrink = decoupled_weight_decay && weight_decay != 0;
+  return Attrs{{"beta1", beta1},
+               {"beta2", beta2},
+               {"eps", eps},
+               {"weight_decay", decoupled_weight_decay ? 0.0 : weight_decay},
+               {"param_scale", shrink ? 1 - lr * weight_decay : 1.0},
+               {"step_size", step_size},
+               {"bias_correction2_sqrt", std::sqrt(bias_correction2)},
+               {"amsgrad", amsgrad},
+               {"maximize", maximize},
+               {"decoupled_weight_decay", shrink}};
+}
+
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& max_exp_avg_sq,
                 double step, double lr, double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
                 bool maximize, bool decoupled_weight_decay) {
@@ -102,24 +121,9 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   check_writable(exp_avg);
   check_writable(exp_avg_sq);
   if (amsgrad) check_writable(max_exp_avg_sq);
-  // The scalars of PyTorch's loop, computed in double as Python does.
-  const double bias_correction1 = 1 - std::pow(beta1, step);
-  const double bias_correction2 = 1 - std::pow(beta2, step);
-  const double step_size = lr / bias_correction1;
-  const bool shrink = decoupled_weight_decay && weight_decay != 0;
   static const OpDef& op = find_op("adam_step_");
   const Tensor in[] = {param, grad, exp_avg, exp_avg_sq, amsgrad ? max_exp_avg_sq : exp_avg_sq};
-  const Attrs attrs{{"beta1", beta1},
-                    {"beta2", beta2},
-                    {"eps", eps},
-                    {"weight_decay", decoupled_weight_decay ? 0.0 : weight_decay},
-                    {"param_scale", shrink ? 1 - lr * weight_decay : 1.0},
-                    {"step_size", step_size},
-                    {"bias_correction2_sqrt", std::sqrt(bias_correction2)},
-                    {"amsgrad", amsgrad},
-                    {"maximize", maximize},
-                    {"decoupled_weight_decay", shrink}};
-  call_op(op, in, attrs);  // no outputs: the kernel runs (and loops over nothing) even when empty
+  call_op(op, in, adam_step_attrs(step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay));  // no outputs: the kernel runs (and loops over nothing) even when empty
   param.storage()->bump_version();
   exp_avg.storage()->bump_version();
   exp_avg_sq.storage()->bump_version();

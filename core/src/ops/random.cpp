@@ -6,6 +6,7 @@
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/generator.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 
 namespace plugflow {
@@ -22,6 +23,8 @@ uint64_t Generator::initial_seed() const {
 }
 
 std::pair<uint64_t, uint64_t> Generator::reserve(uint64_t n) {
+  // A captured random op reserves its counters again on every replay.
+  if (graph::internal::active()) graph::internal::note_rng(this, n);
   std::lock_guard lock(mutex_);
   const uint64_t first = offset_;
   offset_ += n;

@@ -15,6 +15,7 @@
 #include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 
 namespace plugflow::ops {
@@ -33,6 +34,7 @@ const Device kCpu{DeviceType::CPU, 0};
 
 // One element of an integer tensor, on the host.
 int64_t item_int(const Tensor& t) {
+  graph::check_host_read("reading an integer tensor value (repeats, class counts, sizes)");
   const Tensor c = to(contiguous(t), kCpu, DType::Int64);
   return *c.data<int64_t>();
 }
@@ -526,12 +528,13 @@ Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t
 namespace {
 // Index i repeated reps[i] times, as an int64 tensor on `device`.
 Tensor repeat_index(const Tensor& repeats, Device device) {
+  graph::check_host_read("repeat_interleave with a tensor of repeats");
   const Tensor reps = contiguous(to(repeats, kCpu, DType::Int64));
   const int64_t* r = reps.data<int64_t>();
   int64_t total = 0;
   for (int64_t i = 0; i < reps.numel(); ++i) {
     PF_CHECK(r[i] >= 0, "repeats can not be negative");
-    total += r[i];
+    total = checked_size_add(total, r[i], "repeat_interleave");
   }
   Tensor idx = Tensor::empty({total}, DType::Int64, kCpu);
   int64_t* p = idx.data<int64_t>();
@@ -1017,6 +1020,11 @@ Tensor one_hot(const Tensor& t, int64_t num_classes) {
     PF_CHECK(num_classes > 0, "Can not infer total number of classes from empty tensor.");
     shape.push_back(num_classes);
     return Tensor::empty(shape, DType::Int64, t.device());
+  }
+  if (graph::capturing() && num_classes > 0) {
+    // No host check in a static graph: scatter's kernel raises for a class out of range.
+    shape.push_back(num_classes);
+    return scatter(zeros(shape, DType::Int64, t.device()), -1, unsqueeze(t, -1), Scalar(int64_t{1}));
   }
   PF_CHECK(item_int(reduce("amin", t, {}, false)) >= 0, "Class values must be non-negative.");
   const int64_t max = item_int(reduce("amax", t, {}, false));

@@ -114,8 +114,10 @@ def _nll_loss_nd(input, target, weight, ignore_index, reduction):
 
     keep = target != ignore_index
     safe_target = target.masked_fill(keep.logical_not(), 0)
-    out_of_range = keep.logical_and((safe_target < 0).logical_or(safe_target >= n_classes))
-    if out_of_range.any():
+    # (Checked on the host in eager mode; a static graph cannot, and gather's kernel raises.)
+    out_of_range = None if _C._graph_capturing() else keep.logical_and(
+        (safe_target < 0).logical_or(safe_target >= n_classes))
+    if out_of_range is not None and out_of_range.any():
         raise IndexError(f"Target {_C.masked_select(target, out_of_range)[0].item()} is out of bounds.")
 
     # The class dim last, so one gather along it picks each element's target class.

@@ -1,0 +1,470 @@
+"""plugflow.nn.Graph: static graphs in the line of OneFlow's nn.Graph.
+
+    class TrainGraph(plugflow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model                      # the eager module: parameters are shared
+            self.add_optimizer(opt, lr_sch=sched)   # the update runs inside the graph
+        def build(self, x, y):
+            loss = F.cross_entropy(self.model(x), y)
+            loss.backward()
+            return loss
+
+    g = TrainGraph()
+    loss = g(x, y)     # the first call with a new signature compiles; later calls replay
+
+The first call of each input signature (shapes, dtypes, devices, requires_grad, constant
+arguments, the modules' train/eval state) captures build() through the same functional API
+as eager mode, with kernels recorded instead of run: forward, backward (the eager backward
+formulas) and the optimizer update become one graph of catalog ops. Named passes then rewrite
+it (docs/graph.md), kernels are bound once, temporaries get one arena planned by liveness, and
+every call replays the plan with no Python per op. Eager and graph share parameters, buffers
+and optimizer state; a graph with an optimizer owns the gradients (parameters' .grad stay None).
+"""
+
+import linecache
+import os
+import sys
+import traceback
+
+from .. import _C
+from .._C import Tensor
+from ..autograd import no_grad
+from .modules.module import Module, register_module_forward_hook, register_module_forward_pre_hook
+
+__all__ = ["Graph", "GraphConfig", "GraphCaptureError"]
+
+GraphCaptureError = _C.GraphCaptureError
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Pass order: algebraic rewrites first, then fusions that change kernels, then the update.
+_PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
+
+
+class GraphConfig:
+    """Per-graph optimization switches (OneFlow's nn.Graph.config). Defaults come from the
+    active config's `optimizations:` section, so switching a pass for every graph is a config
+    edit; the methods here override it for one graph. Changing a switch recompiles on the next
+    call."""
+
+    def __init__(self):
+        opt = _C.current_config()["optimizations"]
+        self._passes = {
+            "fuse_pad_conv": bool(opt["fuse_pad_conv"]),
+            "fuse_add_to_output": bool(opt["fuse_add_to_output"]),
+            "fuse_conv_bn": bool(opt["fuse_conv_bn"]),
+            "fuse_bias_act": bool(opt["fuse_bias_act"]),
+            "fuse_model_update": True,
+        }
+        self._amp = opt["amp"]  # "off" | "bf16" | "fp16"
+        self._conv_algo_search = opt["conv_algo_search"]
+        self._grad_acc_steps = 1
+
+    def _key(self):
+        return (tuple(sorted(self._passes.items())), self._amp, self._conv_algo_search, self._grad_acc_steps)
+
+    def enable_amp(self, mode=True, *, dtype=None):
+        """Mixed precision for this graph: bfloat16 (the default on the CPU) or float16 casts
+        inserted by PyTorch's autocast op lists, float32 master weights."""
+        if not mode:
+            self._amp = "off"
+            return
+        if dtype is None or dtype is _C.bfloat16:
+            self._amp = "bf16"
+        elif dtype is _C.float16:
+            self._amp = "fp16"
+        else:
+            raise ValueError(f"enable_amp: dtype must be plugflow.bfloat16 or plugflow.float16, got {dtype}")
+
+    def set_conv_algo_search(self, strategy):
+        """How convolutions pick their algorithm at compile time: 'heuristic' (ask the library)
+        or 'exhaustive' (time every candidate on the call's buffers; cached per problem)."""
+        if strategy not in ("heuristic", "exhaustive"):
+            raise ValueError(f"set_conv_algo_search: expected 'heuristic' or 'exhaustive', got {strategy!r}")
+        self._conv_algo_search = strategy
+
+    def enable_cudnn_conv_heuristic_search_algo(self, mode=True):
+        """OneFlow's name: True = heuristic search, False = exhaustive (any device)."""
+        self.set_conv_algo_search("heuristic" if mode else "exhaustive")
+
+    def _allow(self, name, mode):
+        self._passes[name] = bool(mode)
+
+    def allow_fuse_pad_conv(self, mode=True):
+        """Fold a zero F.pad that feeds a convolution into the convolution's padding."""
+        self._allow("fuse_pad_conv", mode)
+
+    def allow_fuse_add_to_output(self, mode=True):
+        """Let a residual add accumulate into the output of the convolution / matmul producing it."""
+        self._allow("fuse_add_to_output", mode)
+
+    def allow_fuse_conv_bn(self, mode=True):
+        """Inference: fold batch norm into the convolution; training: fused batch norm + ReLU."""
+        self._allow("fuse_conv_bn", mode)
+
+    def allow_fuse_bias_act(self, mode=True):
+        """Fuse a bias and a ReLU/GELU/SiLU into the convolution / matmul producing their input."""
+        self._allow("fuse_bias_act", mode)
+
+    def allow_fuse_model_update_ops(self, mode=True):
+        """Update all parameters of an optimizer group with one multi-tensor kernel."""
+        self._allow("fuse_model_update", mode)
+
+    def set_gradient_accumulation_steps(self, value):
+        """Split each call's batch (dim 0 of every tensor argument) into `value` micro-batches,
+        accumulate their gradients and update once: the same update as the whole batch with a
+        mean-reduced loss. Tensor outputs are averaged (0-d) or concatenated along dim 0."""
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"set_gradient_accumulation_steps: expected a positive int, got {value!r}")
+        self._grad_acc_steps = value
+
+    def __repr__(self):
+        on = [name for name, v in self._passes.items() if v]
+        return (f"GraphConfig(amp={self._amp!r}, conv_algo_search={self._conv_algo_search!r}, "
+                f"gradient_accumulation_steps={self._grad_acc_steps}, passes={on})")
+
+
+def _flatten(obj, out):
+    """Tensors of a nest of tuples/lists/dicts, in order; returns a spec to rebuild it."""
+    if isinstance(obj, Tensor):
+        out.append(obj)
+        return ("t",)
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), tuple(_flatten(o, out) for o in obj))
+    if isinstance(obj, dict):
+        return (dict, tuple((k, _flatten(v, out)) for k, v in obj.items()))
+    return ("c", obj)
+
+
+def _unflatten(spec, it):
+    if spec[0] == "t":
+        return next(it)
+    if spec[0] == "c":
+        return spec[1]
+    if spec[0] is dict:
+        return {k: _unflatten(s, it) for k, s in spec[1]}
+    return spec[0](_unflatten(s, it) for s in spec[1])
+
+
+def _user_frame(tb):
+    """The innermost frame of user code (outside plugflow) in a traceback, as 'file:line: code'."""
+    where = None
+    for frame, lineno in traceback.walk_tb(tb):
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE_DIR):
+            where = f"{filename}:{lineno}: {linecache.getline(filename, lineno).strip()}"
+    return where
+
+
+class _Compiled:
+    """One input signature's plan, with what each call sets before replaying it."""
+
+    def __init__(self, plan, spec, updates, ir_before, pass_reports):
+        self.plan = plan
+        self.spec = spec
+        self.updates = updates  # [(tag, optimizer, group, kind)]
+        self.ir_before = ir_before
+        self.pass_reports = pass_reports
+        self.calls = 0
+
+
+class Graph:
+    """Subclass, assign modules as attributes, call add_optimizer for training, and write
+    build(*args). Calling the graph compiles one plan per input signature and replays it."""
+
+    def __init__(self):
+        self.config = GraphConfig()
+        self._modules = {}
+        self._optimizers = []  # [(optimizer, lr_scheduler or None)]
+        self._grad_scaler = None
+        self._compiled = {}
+        self._debug = 0
+        self._last = None
+        self._sgd_first_step = set()  # ids of parameters whose momentum buffer the graph created
+
+    # ---- user API --------------------------------------------------------------------------
+
+    def build(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define build(self, ...)")
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Module):
+            self.__dict__.setdefault("_modules", {})[name] = value
+        object.__setattr__(self, name, value)
+
+    def add_optimizer(self, optim, *, lr_sch=None, is_sparse=False):
+        """Run `optim`'s update (and `lr_sch.step()` after it) inside the graph at each call.
+        SGD, Adam and AdamW are supported; their state is shared with eager mode."""
+        from ..optim import SGD, Adam, AdamW
+        if is_sparse:
+            raise NotImplementedError("nn.Graph: sparse updates (is_sparse=True) are not supported")
+        if not isinstance(optim, (SGD, Adam, AdamW)):
+            raise NotImplementedError(f"nn.Graph updates SGD, Adam and AdamW inside the graph; "
+                                      f"{type(optim).__name__} is not supported yet (step it eagerly after an "
+                                      f"inference-style graph instead)")
+        for group in optim.param_groups:
+            if group.get("differentiable", False):
+                raise NotImplementedError("nn.Graph: differentiable=True optimizers are not supported")
+        self._optimizers.append((optim, lr_sch))
+        self._compiled.clear()
+
+    def set_grad_scaler(self, grad_scaler):
+        """A GradScaler for float16 training graphs."""
+        raise NotImplementedError("nn.Graph.set_grad_scaler: loss scaling inside a graph is not supported yet; "
+                                  "bfloat16 mixed precision (enable_amp(dtype=plugflow.bfloat16)) needs none")
+
+    def debug(self, v_level=0, *, ranks=None, max_py_stack_depth=2):
+        """v_level >= 1 prints each compiled graph (after the passes, with the kernel provider of
+        every op) and what each pass changed."""
+        self._debug = v_level
+
+    @property
+    def training(self):
+        return bool(self._optimizers)
+
+    def __call__(self, *args):
+        tensors = []
+        spec = _flatten(args, tensors)
+        key = self._signature(spec, tensors)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self._compile(args, tensors)
+        self._last = compiled
+        self._prepare_updates(compiled)
+        outputs = compiled.plan.run(tensors)
+        compiled.calls += 1
+        for optim, sched in self._optimizers:
+            if sched is not None:
+                sched.step()
+        return _unflatten(compiled.spec, iter(outputs))
+
+    # ---- introspection -------------------------------------------------------------------
+
+    def __repr__(self):
+        lines = [f"({type(self).__name__}) nn.Graph: {self.config!r}"]
+        for name, m in self._modules.items():
+            lines.append(f"  ({name}): " + repr(m).replace("\n", "\n  "))
+        if self._last is not None:
+            lines.append("  compiled:")
+            lines.extend("    " + line for line in self._last.plan.text().splitlines())
+        return "\n".join(lines)
+
+    def dump(self, dirname):
+        """Writes the last compiled graph: the captured graph, the graph after each pass (text
+        and Graphviz .dot) with what the pass changed, and the final plan with each op's kernel
+        provider and the memory plan."""
+        if self._last is None:
+            raise RuntimeError("nn.Graph.dump: the graph has not been called (nothing compiled yet)")
+        os.makedirs(dirname, exist_ok=True)
+        c = self._last
+        with open(os.path.join(dirname, "00_captured.txt"), "w") as f:
+            f.write(c.ir_before.text())
+        with open(os.path.join(dirname, "00_captured.dot"), "w") as f:
+            f.write(c.ir_before.dot())
+        for i, (name, report, ir) in enumerate(c.pass_reports, start=1):
+            with open(os.path.join(dirname, f"{i:02d}_{name}.txt"), "w") as f:
+                f.write(f"# pass {name}: " + ("\n# ".join(report.splitlines()) if report else "no change") + "\n")
+                f.write(ir.text())
+            with open(os.path.join(dirname, f"{i:02d}_{name}.dot"), "w") as f:
+                f.write(ir.dot())
+        with open(os.path.join(dirname, "plan.txt"), "w") as f:
+            f.write(f"# arena {c.plan.arena_bytes} bytes (without reuse: {c.plan.unplanned_bytes} bytes)\n")
+            f.write(c.plan.text())
+
+    # ---- compilation -----------------------------------------------------------------------
+
+    def _signature(self, spec, tensors):
+        modes = tuple(m.training for top in self._modules.values() for m in top.modules())
+        params = tuple(p.data_ptr() for optim, _ in self._optimizers for g in optim.param_groups
+                       for p in g["params"])
+        inputs = tuple((tuple(t.shape), t.dtype, str(t.device), t.requires_grad) for t in tensors)
+        return (repr(spec), inputs, modes, params, self.config._key())
+
+    def _compile(self, args, tensors):
+        for optim, _ in self._optimizers:
+            self._sgd_first_step |= _materialize_state(optim)
+            for group in optim.param_groups:
+                for p in group["params"]:
+                    p.grad = None  # the graph owns the gradients
+        capture = _C._GraphCapture(tensors)
+        scope_hooks = self._scope_hooks(capture)
+        try:
+            outputs = self._run_build(args)
+            updates = self._capture_updates(capture)
+            flat = []
+            out_spec = _flatten(outputs, flat)
+            ir = capture.end(flat)
+        except BaseException as e:
+            if _C._graph_capturing():
+                capture.end([])
+            if isinstance(e, GraphCaptureError):
+                where = _user_frame(e.__traceback__)
+                raise GraphCaptureError(f"{e}\n  in build(): {where}" if where else str(e)) from None
+            raise
+        finally:
+            for h in scope_hooks:
+                h.remove()
+        ir_before = ir.copy()
+        reports = []
+        for name in _PASS_ORDER:
+            if self.config._passes.get(name) and name in _C._graph_pass_names():
+                report = ir.run_pass(name, training=self.training, amp=self.config._amp,
+                                     conv_algo_search=self.config._conv_algo_search)
+                reports.append((name, report, ir.copy()))
+        plan = ir.compile()
+        compiled = _Compiled(plan, out_spec, updates, ir_before, reports)
+        if self._debug >= 1:
+            print(f"nn.Graph {type(self).__name__}: compiled {ir.num_nodes} ops, arena {plan.arena_bytes} bytes",
+                  file=sys.stderr)
+            for name, report, _ in reports:
+                print(f"  pass {name}: {report or 'no change'}", file=sys.stderr)
+            print(plan.text(), file=sys.stderr)
+        return compiled
+
+    def _run_build(self, args):
+        n = self.config._grad_acc_steps
+        if n == 1:
+            outputs = self.build(*args)
+            self._check_backward()
+            return outputs
+        if not self._optimizers:
+            raise RuntimeError("set_gradient_accumulation_steps needs an optimizer (add_optimizer)")
+        chunks = [_split_batch(a, n) for a in args]
+        results = [self.build(*(c[i] for c in chunks)) for i in range(n)]
+        self._check_backward()
+        for optim, _ in self._optimizers:
+            for group in optim.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.grad.mul_(1.0 / n)
+        return _merge_micro_batches(results)
+
+    def _check_backward(self):
+        params = [p for optim, _ in self._optimizers for g in optim.param_groups for p in g["params"]]
+        if self._optimizers and not any(p.grad is not None for p in params):
+            raise RuntimeError("nn.Graph with an optimizer: build() must call backward() on its loss")
+
+    def _scope_hooks(self, capture):
+        names = {}
+        for top, module in self._modules.items():
+            for name, m in module.named_modules():
+                names[id(m)] = f"{top}.{name}" if name else top
+        stack = []
+
+        def pre(module, _input):
+            stack.append(names.get(id(module), type(module).__name__))
+            capture.set_scope(stack[-1])
+
+        def post(module, _input, _output):
+            if stack:
+                stack.pop()
+            capture.set_scope(stack[-1] if stack else "")
+        return [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
+
+    def _capture_updates(self, capture):
+        """Records each optimizer's update of the parameters that got a gradient, one tag per
+        (optimizer, group) so each call can set the group's hyperparameters."""
+        updates = []
+        with no_grad():
+            for oi, (optim, _) in enumerate(self._optimizers):
+                for gi, group in enumerate(optim.param_groups):
+                    for pi, p in enumerate(group["params"]):
+                        if p.grad is None:
+                            continue
+                        tag = f"opt{oi}.group{gi}.param{pi}"
+                        kind = _record_update(optim, group, p, lambda: capture.set_tag(tag))
+                        updates.append((tag, optim, group, p, kind))
+                        p.grad = None
+        return updates
+
+    def _prepare_updates(self, compiled):
+        """Sets each update's hyperparameters for this call: the group's current values (a
+        scheduler or the user may change them between calls) and Adam's step count, read from
+        the optimizer state that the replays advance (so eager steps in between count too)."""
+        from ..optim import AdamW
+        plan = compiled.plan
+        for tag, optim, group, p, kind in compiled.updates:
+            if kind == "sgd":
+                for name in ("lr", "momentum", "dampening", "weight_decay"):
+                    plan.set_attr(tag, name, float(group[name]))
+                for name in ("nesterov", "maximize"):
+                    plan.set_attr(tag, name, bool(group[name]))
+                first = id(p) in self._sgd_first_step
+                self._sgd_first_step.discard(id(p))
+                plan.set_attr(tag, "first_step", first)
+            else:
+                step = optim.state[p]["step"]
+                beta1, beta2 = group["betas"]
+                attrs = _C._adam_step_attrs(step=float(step.item()) + 1, lr=group["lr"], beta1=beta1, beta2=beta2,
+                                            eps=group["eps"], weight_decay=group["weight_decay"],
+                                            amsgrad=group["amsgrad"], maximize=group["maximize"],
+                                            decoupled_weight_decay=isinstance(optim, AdamW))
+                for name, value in attrs.items():
+                    plan.set_attr(tag, name, value)
+
+
+def _materialize_state(optim):
+    """Creates the optimizer state a first eager step would, outside capture, so it is real
+    memory shared with eager mode (capture makes virtual tensors). Returns the ids of the
+    parameters whose SGD momentum buffer it created: their first update is PyTorch's first step."""
+    from .._creation import tensor, zeros_like
+    from ..optim import SGD
+    created = set()
+    for group in optim.param_groups:
+        for p in group["params"]:
+            state = optim.state[p]
+            if isinstance(optim, SGD):
+                if group["momentum"] != 0 and state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = zeros_like(p)
+                    created.add(id(p))
+            elif len(state) == 0:
+                state["step"] = tensor(0.0)
+                state["exp_avg"] = zeros_like(p)
+                state["exp_avg_sq"] = zeros_like(p)
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = zeros_like(p)
+    return created
+
+
+def _record_update(optim, group, p, tag_next_op):
+    """Records p's update; tag_next_op() tags the fused update op for the per-call attributes."""
+    from ..optim import SGD, AdamW
+    state = optim.state[p]
+    if not (p.is_contiguous() and p.grad.is_contiguous()):
+        raise RuntimeError("nn.Graph: parameters and gradients must be dense (contiguous) for the graph's update")
+    if isinstance(optim, SGD):
+        tag_next_op()
+        _C._sgd_step_(p, p.grad, state.get("momentum_buffer"), lr=group["lr"], momentum=group["momentum"],
+                      dampening=group["dampening"], weight_decay=group["weight_decay"], nesterov=group["nesterov"],
+                      maximize=group["maximize"], first_step=False)
+        return "sgd"
+    beta1, beta2 = group["betas"]
+    state["step"].add_(1)  # the eager step counter advances with every replay
+    tag_next_op()
+    _C._adam_step_(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), step=1.0,
+                   lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                   amsgrad=group["amsgrad"], maximize=group["maximize"],
+                   decoupled_weight_decay=isinstance(optim, AdamW))
+    return "adam"
+
+
+def _split_batch(arg, n):
+    if not isinstance(arg, Tensor):
+        return [arg] * n
+    if arg.dim() == 0 or arg.shape[0] % n != 0:
+        raise ValueError(f"gradient accumulation over {n} steps needs every tensor argument's dim 0 to be a "
+                         f"multiple of {n}, got shape {list(arg.shape)}")
+    return list(arg.chunk(n, 0))
+
+
+def _merge_micro_batches(results):
+    first = results[0]
+    if isinstance(first, Tensor):
+        from .. import cat, stack
+        return stack(results).mean(0) if first.dim() == 0 else cat(results, 0)
+    if isinstance(first, (tuple, list)):
+        return type(first)(_merge_micro_batches([r[i] for r in results]) for i in range(len(first)))
+    if isinstance(first, dict):
+        return {k: _merge_micro_batches([r[k] for r in results]) for k in first}
+    return first
