@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """plugflow against PyTorch on the same workloads (benchmarks/workloads.py), in the same run.
 
-For each workload two worker processes start, one per framework, with the same thread count.
-Each builds the workload and warms up; then the driver alternates them, round by round, each
-round timing `--steps` calls. It prints the median time per step of each framework, the ratio
-PyTorch / plugflow (> 1: plugflow is faster) and each worker's peak RSS (whole process,
-framework included). Separate processes keep the peak RSS figures apart.
+For each workload one worker process starts per variant, all with the same thread count:
+PyTorch eager, plugflow eager, plugflow's nn.Graph of the same step (and, for ResNet-18
+inference, the graph with bfloat16 AMP, and PyTorch's own CPU autocast). Each builds the
+workload and warms up (a graph compiles then); the driver then runs them in turn, round by
+round (rotating the order), each round timing `--steps` calls. It prints the median time per
+step of each variant, the ratios against PyTorch eager (> 1: plugflow is faster) and each
+worker's peak RSS (whole process, framework included). Separate processes keep the peak RSS
+figures apart.
 
     .venv/bin/python benchmarks/run.py                     # every workload (make bench)
     .venv/bin/python benchmarks/run.py mlp_train --rounds 9
@@ -22,16 +25,32 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def worker(framework, workload, threads, warmup):
+# The variants of a workload: (framework, mode). "autocast" is PyTorch eager under
+# torch.autocast("cpu", torch.bfloat16).
+EAGER, GRAPH, GRAPH_BF16, AUTOCAST = ("plugflow", "eager"), ("plugflow", "graph"), ("plugflow", "graph-bf16"), \
+    ("torch", "autocast")
+TORCH = ("torch", "eager")
+
+
+def worker(variant, workload, threads, warmup):
     """Runs in a child: builds the workload, then answers the driver's commands on stdin."""
     import resource
     sys.path.insert(0, HERE)
+    import workloads
     from workloads import THROUGHPUT, WORKLOADS
 
+    framework, mode = variant.split(":")
     fw = __import__(framework)
     fw.set_num_threads(threads)
     fw.manual_seed(0)
+    workloads.MODE = "eager" if mode == "autocast" else mode
     made = {**WORKLOADS, **THROUGHPUT}[workload][0](fw)
+    if mode == "autocast":
+        eager_step = made
+
+        def made():
+            with fw.autocast("cpu", dtype=fw.bfloat16):
+                eager_step()
     step, batch = made if isinstance(made, tuple) else (made, 1)
     for _ in range(warmup):
         step()
@@ -54,7 +73,8 @@ def worker(framework, workload, threads, warmup):
 
 
 class Worker:
-    def __init__(self, framework, workload, args):
+    def __init__(self, variant, workload, args):
+        framework = ":".join(variant)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", framework, workload, "--threads", str(args.threads),
@@ -80,19 +100,19 @@ class Worker:
         self.proc.wait()
 
 
-def run_workload(name, args, steps):
-    workers = {fw: Worker(fw, name, args) for fw in ("torch", "plugflow")}
+def run_workload(name, args, steps, variants=(TORCH, EAGER)):
+    workers = {v: Worker(v, name, args) for v in variants}
     try:
         samples = {fw: [] for fw in workers}
         for r in range(args.rounds):
-            order = list(workers) if r % 2 == 0 else list(reversed(workers))
+            order = list(workers)[r % len(workers):] + list(workers)[:r % len(workers)]
             for fw in order:
                 # Let the other worker's idle threads stop spinning first (OpenMP and OpenBLAS
                 # spin after work), so that neither framework is timed against the other's spin.
                 time.sleep(0.3)
                 samples[fw].append(workers[fw].ask(f"round {steps}"))
         rss = {fw: w.ask("rss") for fw, w in workers.items()}
-        info = workers["plugflow"].info
+        info = workers[EAGER].info
     finally:
         for w in workers.values():
             w.close()
@@ -113,8 +133,8 @@ def throughput_table(args, models):
             failed = True
             continue
         rate = {fw: info["batch"] / t for fw, t in med.items()}
-        print(f"| {label} | {info['device']} | {info['batch']} | {rate['torch']:.1f} | {rate['plugflow']:.1f} | "
-              f"{rate['plugflow'] / rate['torch']:.2f} |", flush=True)
+        print(f"| {label} | {info['device']} | {info['batch']} | {rate[TORCH]:.1f} | {rate[EAGER]:.1f} | "
+              f"{rate[EAGER] / rate[TORCH]:.2f} |", flush=True)
     return 1 if failed else 0
 
 
@@ -135,6 +155,8 @@ def main():
     parser.add_argument("--steps", type=int, default=None, help="steps timed per round (default: per workload)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-graph", action="store_true", help="skip the nn.Graph variants")
+    parser.add_argument("--no-amp", dest="amp", action="store_false", help="skip the bfloat16 AMP row")
     parser.add_argument("--throughput", action="store_true",
                         help="instead: training samples/s of ResNet-50 and BERT-base (DLPerf-style), on cuda when present")
     args = parser.parse_args()
@@ -145,20 +167,40 @@ def main():
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
-    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} threads, median of {args.rounds} rounds")
-    print(f"| workload | PyTorch ms | plugflow ms | ratio PyTorch/plugflow | PyTorch peak RSS MB | plugflow peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"{time.strftime('%Y-%m-%d')}, {args.threads} threads, median of {args.rounds} rounds; ratios are "
+          "PyTorch eager ms / plugflow ms (> 1: plugflow is faster)")
+    print("| workload | PyTorch ms | plugflow eager ms | plugflow graph ms | ratio eager | ratio graph | "
+          "graph / eager speed-up | peak RSS MB: PyTorch / eager / graph |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     failed = False
     for name in names:
+        label = WORKLOADS[name][1]
+        graph = name != "small_op" and not args.no_graph
+        variants = (TORCH, EAGER, GRAPH) if graph else (TORCH, EAGER)
         try:
-            med, rss, _ = run_workload(name, args, args.steps or WORKLOADS[name][2])
+            med, rss, _ = run_workload(name, args, args.steps or WORKLOADS[name][2], variants)
         except Exception as e:  # one failing workload does not hide the others' figures
-            print(f"| {WORKLOADS[name][1]} | failed: {e} |")
+            print(f"| {label} | failed: {e} |")
             failed = True
             continue
-        print(f"| {WORKLOADS[name][1]} | {med['torch'] * 1e3:.3f} | {med['plugflow'] * 1e3:.3f} | "
-              f"{med['torch'] / med['plugflow']:.2f} | {rss['torch'] / 2**20:.0f} | {rss['plugflow'] / 2**20:.0f} |",
-              flush=True)
+        mb = {v: f"{rss[v] / 2**20:.0f}" for v in variants}
+        if graph:
+            print(f"| {label} | {med[TORCH] * 1e3:.3f} | {med[EAGER] * 1e3:.3f} | {med[GRAPH] * 1e3:.3f} | "
+                  f"{med[TORCH] / med[EAGER]:.2f} | {med[TORCH] / med[GRAPH]:.2f} | {med[EAGER] / med[GRAPH]:.2f} | "
+                  f"{mb[TORCH]} / {mb[EAGER]} / {mb[GRAPH]} |", flush=True)
+        else:
+            print(f"| {label} | {med[TORCH] * 1e3:.3f} | {med[EAGER] * 1e3:.3f} | - | {med[TORCH] / med[EAGER]:.2f} | "
+                  f"- | - | {mb[TORCH]} / {mb[EAGER]} / - |", flush=True)
+        if name == "resnet18_infer" and args.amp:
+            try:
+                med, rss, _ = run_workload(name, args, args.steps or WORKLOADS[name][2], (TORCH, AUTOCAST, GRAPH_BF16))
+            except Exception as e:
+                print(f"| {label}, bfloat16 AMP | failed: {e} |")
+                failed = True
+                continue
+            print(f"| {label}, bfloat16 AMP (PyTorch: float32; its autocast: {med[AUTOCAST] * 1e3:.3f} ms) | "
+                  f"{med[TORCH] * 1e3:.3f} | - | {med[GRAPH_BF16] * 1e3:.3f} | - | {med[TORCH] / med[GRAPH_BF16]:.2f} "
+                  f"| - | {rss[TORCH] / 2**20:.0f} / - / {rss[GRAPH_BF16] / 2**20:.0f} |", flush=True)
     return 1 if failed else 0
 
 

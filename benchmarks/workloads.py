@@ -2,8 +2,29 @@
 `fw` (torch or plugflow), so both frameworks run exactly the same model code.
 
 Each `make_<name>(fw)` builds the model, data and optimizer and returns a zero-argument step
-function; one call is one timed unit (a training step or an inference).
+function; one call is one timed unit (a training step or an inference). With `MODE` set to
+"graph" (plugflow only), the same training step or inference runs as a plugflow.nn.Graph, and
+"graph-bf16" adds bfloat16 mixed precision to it.
 """
+
+MODE = "eager"  # "eager" | "graph" | "graph-bf16"; set by benchmarks/run.py's worker
+
+
+def _graph(fw, build, modules, optimizer=None):
+    """A plugflow.nn.Graph running build(*inputs), for MODE "graph" / "graph-bf16"."""
+    class BenchGraph(fw.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            for i, m in enumerate(modules):
+                setattr(self, f"m{i}", m)
+            if optimizer is not None:
+                self.add_optimizer(optimizer)
+            if MODE == "graph-bf16":
+                self.config.enable_amp(True, dtype=fw.bfloat16)
+
+        def build(self, *inputs):
+            return build(*inputs)
+    return BenchGraph()
 
 
 def make_small_op(fw):
@@ -17,6 +38,14 @@ def make_small_op(fw):
 
 
 def _train_step(fw, model, optimizer, loss_fn, inputs, target):
+    if MODE != "eager":
+        def build(x, y):
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            return loss
+        graph = _graph(fw, build, [model], optimizer)
+        return lambda: graph(inputs, target)
+
     def step():
         optimizer.zero_grad()
         loss = loss_fn(model(inputs), target)
@@ -122,6 +151,9 @@ def make_resnet18_infer(fw):
     """ResNet-18 inference at batch 1, 3x224x224 (eval mode, no grad)."""
     model = _resnet(fw, 18, 1000, cifar_stem=False).eval()
     x = fw.randn(1, 3, 224, 224)
+    if MODE != "eager":
+        graph = _graph(fw, model, [model])
+        return lambda: graph(x)
 
     def step():
         with fw.no_grad():

@@ -40,6 +40,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Pass order: algebraic rewrites first, then fusions that change kernels, then the update.
 _PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
+# Passes that never change results, run around the switchable ones.
+_CLEANUP = ("fold_constants", "eliminate_dead")
 
 
 class GraphConfig:
@@ -307,11 +309,11 @@ class Graph:
                 h.remove()
         ir_before = ir.copy()
         reports = []
-        for name in _PASS_ORDER:
-            if self.config._passes.get(name) and name in _C._graph_pass_names():
-                report = ir.run_pass(name, training=self.training, amp=self.config._amp,
-                                     conv_algo_search=self.config._conv_algo_search)
-                reports.append((name, report, ir.copy()))
+        names = [n for n in _PASS_ORDER if self.config._passes.get(n) and n in _C._graph_pass_names()]
+        for name in (*_CLEANUP, *names, "eliminate_dead"):
+            report = ir.run_pass(name, training=self.training, amp=self.config._amp,
+                                 conv_algo_search=self.config._conv_algo_search)
+            reports.append((name, report, ir.copy()))
         plan = ir.compile()
         compiled = _Compiled(plan, out_spec, updates, ir_before, reports)
         if self._debug >= 1:

@@ -1,0 +1,92 @@
+// Passes that never change results and always run: constant folding (nodes whose inputs are
+// all constants run once at compile time) and dead-node elimination.
+#include <algorithm>
+
+#include "plugflow/device.h"
+#include "plugflow/dispatch.h"
+#include "plugflow/graph.h"
+
+namespace plugflow::graph {
+namespace {
+
+Tensor view_of_buffer(const Buffer& b, const Value& v) {
+  return Tensor::view_of(b.storage, v.sizes, v.strides, v.offset, v.dtype);
+}
+
+bool writes_externally(const Graph& g, const Node& n) {
+  for (const Value& v : n.outputs)
+    if (g.buffers[v.buffer].kind != BufferKind::Temporary) return true;
+  return n.kind == NodeKind::Kernel && !n.op->mutated_inputs.empty();
+}
+
+// A node whose inputs are all constants, that draws no random numbers and is the only writer of
+// its temporary outputs, computes the same every call: run it now, keep its outputs as constants.
+std::string fold_constants(Graph& g, const PassOptions&) {
+  std::vector<int> writer_count(g.buffers.size(), 0);
+  for (const Node& n : g.nodes)
+    for (const Value& v : n.outputs) ++writer_count[v.buffer];
+  int folded = 0;
+  std::vector<Node> kept;
+  kept.reserve(g.nodes.size());
+  for (Node& n : g.nodes) {
+    bool foldable = n.kind == NodeKind::Kernel && n.rng == nullptr && !writes_externally(g, n);
+    for (const Value& v : n.inputs) foldable = foldable && g.buffers[v.buffer].kind == BufferKind::Constant;
+    for (const Value& v : n.outputs) foldable = foldable && writer_count[v.buffer] == 1;
+    if (!foldable) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    std::vector<Tensor> in, out;
+    for (const Value& v : n.inputs) in.push_back(view_of_buffer(g.buffers[v.buffer], v));
+    for (const Value& v : n.outputs) {
+      Buffer& b = g.buffers[v.buffer];
+      b.storage = std::make_shared<Storage>(b.device, std::max<size_t>(b.nbytes, 1));
+      b.kind = BufferKind::Constant;
+      out.push_back(view_of_buffer(b, v));
+    }
+    const Device device = g.buffers[(n.inputs.empty() ? n.outputs : n.inputs)[0].buffer].device;
+    const DType key = n.inputs.empty() ? n.outputs[0].dtype : n.inputs[0].dtype;
+    KernelContext ctx{*n.op, in, out, n.attrs, device, device_backend(device).current_stream(device.index)};
+    find_kernel(*n.op, device.type, key)(ctx);
+    device_backend(device).synchronize(device.index);
+    ++folded;
+  }
+  g.nodes = std::move(kept);
+  return folded ? std::to_string(folded) + " nodes computed once at compile time" : "";
+}
+
+// Nodes whose outputs nobody reads (and that write nothing outside the call) are dropped,
+// repeatedly, as dropping one can free its producers.
+std::string eliminate_dead(Graph& g, const PassOptions&) {
+  int removed = 0;
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<char> read(g.buffers.size(), 0);
+    for (const Node& n : g.nodes)
+      for (const Value& v : n.inputs) read[v.buffer] = 1;
+    for (const Value& v : g.outputs) read[v.buffer] = 1;
+    std::vector<Node> kept;
+    kept.reserve(g.nodes.size());
+    for (Node& n : g.nodes) {
+      bool dead = !writes_externally(g, n);
+      for (const Value& v : n.outputs) dead = dead && !read[v.buffer];
+      if (dead) {
+        ++removed;
+        changed = true;
+      } else {
+        kept.push_back(std::move(n));
+      }
+    }
+    g.nodes = std::move(kept);
+  }
+  return removed ? std::to_string(removed) + " nodes whose results nobody reads removed" : "";
+}
+
+const bool kRegistered = [] {
+  register_pass("fold_constants", fold_constants);
+  register_pass("eliminate_dead", eliminate_dead);
+  return true;
+}();
+
+}  // namespace
+}  // namespace plugflow::graph
