@@ -305,3 +305,39 @@ def test_memory_plan_reuses_temporaries():
     g(pf.randn(8, 3, 16, 16), pf.randint(0, 4, (8,)))
     plan = g._last.plan
     assert 0 < plan.arena_bytes < plan.unplanned_bytes / 2
+
+
+def test_graph_conv_algo_search_overrides_the_config(tmp_path):
+    """graph.config.set_conv_algo_search('exhaustive') times the convolutions' algorithms on the
+    first replay (reported as 'search'), while eager calls keep the config's heuristic."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    cfg = tmp_path / "heuristic.yaml"
+    cfg.write_text(f"optimizations:\n  conv_algo_search: heuristic\n  algo_cache: {tmp_path / 'algos.yaml'}\n")
+    code = textwrap.dedent("""
+        import json
+        import plugflow as pf, plugflow.nn as nn
+        from plugflow import _C
+
+        class G(nn.Graph):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+            def build(self, x):
+                return self.m(x)
+        m = nn.Conv2d(3, 8, 3, padding=1).eval()
+        g = G(m)
+        g.config.set_conv_algo_search("exhaustive")
+        g(pf.randn(2, 3, 12, 12))
+        nn.Conv2d(3, 5, 3)(pf.randn(1, 3, 9, 9))  # eager, another problem
+        print(json.dumps([c for c in _C.algo_choices() if c["provider"] == "cpu"]))
+    """)
+    env = dict(os.environ, PLUGFLOW_CONFIG=str(cfg))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    choices = json.loads(proc.stdout.strip().splitlines()[-1])
+    by_batch = {c["key"].split("in=")[1].split("x")[0]: c["source"] for c in choices if c["op"] == "conv2d"}
+    assert by_batch == {"2": "search", "1": "heuristic"}, choices

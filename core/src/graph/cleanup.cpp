@@ -82,9 +82,24 @@ std::string eliminate_dead(Graph& g, const PassOptions&) {
   return removed ? std::to_string(removed) + " nodes whose results nobody reads removed" : "";
 }
 
+// The graph's convolution algorithm strategy (graph.config.set_conv_algo_search, default the
+// config's) as the `algo_search` attribute of every convolution; a plugin's convolution kernels
+// search (or ask the library) per problem on the first replay, through the same persistent cache
+// as eager calls.
+std::string set_conv_algo_search(Graph& g, const PassOptions& o) {
+  int n = 0;
+  for (Node& node : g.nodes) {
+    if (node.kind != NodeKind::Kernel || node.op->name.rfind("conv", 0) != 0) continue;
+    node.attrs.set("algo_search", o.conv_algo_search);
+    ++n;
+  }
+  return n ? std::to_string(n) + " convolutions use the " + o.conv_algo_search + " algorithm search" : "";
+}
+
 const bool kRegistered = [] {
   register_pass("fold_constants", fold_constants);
   register_pass("eliminate_dead", eliminate_dead);
+  register_pass("conv_algo_search", set_conv_algo_search);
   return true;
 }();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "../ops/op_tables.h"
 #include "plugflow/device.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/graph.h"
@@ -64,6 +65,53 @@ size_t place(std::vector<Interval>& items) {
   return total;
 }
 
+bool same_geometry(const Value& a, const Value& b) {
+  return a.sizes == b.sizes && a.strides == b.strides && a.offset == b.offset &&
+         itemsize(a.dtype) == itemsize(b.dtype);
+}
+
+// Elementwise kernels read each element before writing the same position, so their output may
+// take the place of an input that dies at that node when both have the same layout.
+bool elementwise(const Node& n) {
+  return n.kind == NodeKind::Kernel && n.outputs.size() == 1 &&
+         (plugflow::internal::find_unary(n.op->name) != nullptr || plugflow::internal::find_binary(n.op->name) != nullptr);
+}
+
+// In-place reuse: buffer `root[b]` holds b. Returns the root of each buffer (itself unless an
+// elementwise node writes b over an input buffer whose last use it is).
+std::vector<int> inplace_roots(const Graph& g, std::vector<int>& first, std::vector<int>& last) {
+  std::vector<int> root(g.buffers.size());
+  for (size_t b = 0; b < root.size(); ++b) root[b] = static_cast<int>(b);
+  auto find = [&](int b) {
+    while (root[b] != b) b = root[b];
+    return b;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!elementwise(n)) continue;
+    const Value& out = n.outputs[0];
+    const int ob = out.buffer;
+    if (g.buffers[ob].kind != BufferKind::Temporary || first[ob] != static_cast<int>(i) || root[ob] != ob) continue;
+    for (const Value& in : n.inputs) {
+      const int ib = in.buffer;
+      // The memory is free after this node: its last use (by ib or an earlier value in it) is here.
+      if (ib == ob || g.buffers[ib].kind != BufferKind::Temporary || last[find(ib)] != static_cast<int>(i)) continue;
+      if (!same_geometry(in, out) || g.buffers[ob].nbytes > g.buffers[ib].nbytes) continue;
+      bool other_view = false;  // the node must not read the input buffer through another layout
+      for (const Value& other : n.inputs)
+        if (&other != &in && other.buffer == ib && !same_geometry(other, in)) other_view = true;
+      if (other_view) continue;
+      const int r = find(ib);
+      if (g.buffers[ob].nbytes > g.buffers[r].nbytes) continue;
+      root[ob] = r;
+      last[r] = std::max(last[r], last[ob]);
+      break;
+    }
+  }
+  for (size_t b = 0; b < root.size(); ++b) root[b] = find(static_cast<int>(b));
+  return root;
+}
+
 }  // namespace
 
 struct Plan::Impl {
@@ -107,6 +155,7 @@ Plan::Plan(Graph graph) : impl_(std::make_unique<Impl>()) {
     for (const Value& v : g.nodes[i].inputs) touch(v);
     for (const Value& v : g.nodes[i].outputs) touch(v);
   }
+  const std::vector<int> root = inplace_roots(g, first, last);
   std::map<Device, std::vector<Interval>, bool (*)(const Device&, const Device&)> per_device(
       [](const Device& a, const Device& b) { return a.type != b.type ? a.type < b.type : a.index < b.index; });
   for (size_t b = 0; b < nb; ++b) {
@@ -115,7 +164,7 @@ Plan::Plan(Graph graph) : impl_(std::make_unique<Impl>()) {
       case BufferKind::External:
       case BufferKind::Constant: p.storage[b] = buf.storage; break;
       case BufferKind::Temporary:
-        if (first[b] >= 0) {
+        if (first[b] >= 0 && root[b] == static_cast<int>(b)) {
           per_device[buf.device].push_back({static_cast<int>(b), first[b], last[b], align_up(std::max<size_t>(buf.nbytes, 1))});
           p.unplanned_bytes += align_up(std::max<size_t>(buf.nbytes, 1));
         }
@@ -133,6 +182,12 @@ Plan::Plan(Graph graph) : impl_(std::make_unique<Impl>()) {
     for (const Interval& it : items)
       p.storage[it.buffer] = std::make_shared<Storage>(device, base + it.offset, g.buffers[it.buffer].nbytes, arena);
   }
+  // Buffers written in place of another share its memory (each keeps its own Storage object:
+  // versions and caches keyed by storage stay per value).
+  for (size_t b = 0; b < nb; ++b)
+    if (root[b] != static_cast<int>(b) && p.storage[root[b]])
+      p.storage[b] = std::make_shared<Storage>(g.buffers[b].device, p.storage[root[b]]->data(), g.buffers[b].nbytes,
+                                               p.storage[root[b]]);
 
   // Steps: kernels bound once; views prebuilt.
   auto view = [&](const Value& v) {

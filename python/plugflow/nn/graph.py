@@ -40,8 +40,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Pass order: algebraic rewrites first, then fusions that change kernels, then the update.
 _PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
-# Passes that never change results, run around the switchable ones.
-_CLEANUP = ("fold_constants", "eliminate_dead")
+# Passes that always run around the switchable ones (they never change results).
+_CLEANUP = ("fold_constants", "eliminate_dead", "conv_algo_search")
 
 
 class GraphConfig:

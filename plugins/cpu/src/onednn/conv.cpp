@@ -379,9 +379,12 @@ void report(const Problem& p, const Plan& plan, const char* source) {
 // Finds or builds the plan of `p` and runs it. False when oneDNN cannot run the problem.
 bool run(const Problem& p, const KernelContext& ctx) {
   const Optimizations& opt = current_config().optimizations;
-  const bool exhaustive = opt.conv_algo_search == "exhaustive";
+  // An nn.Graph may choose its own strategy (the `algo_search` attribute); else the config's.
+  const std::string& strategy =
+      ctx.attrs.has("algo_search") ? ctx.attr<std::string>("algo_search") : opt.conv_algo_search;
+  const bool exhaustive = strategy == "exhaustive";
   const std::string key = std::string(op_name(p.kind)) + " " + p.key();  // the file's key
-  const std::string cache_key = opt.conv_algo_search + "|" + std::to_string(num_threads()) + "|" + key;
+  const std::string cache_key = strategy + "|" + std::to_string(num_threads()) + "|" + key;
   PlanCache& cache = plan_cache();
   {
     std::lock_guard lock(cache.mutex);
