@@ -65,6 +65,20 @@ void bind_graph(py::module_& m) {
         py::gil_scoped_release nogil;
         return p.run(inputs);
       })
+      .def("run_timed", [](graph::Plan& p, const std::vector<Tensor>& inputs) {
+        std::vector<double> seconds;
+        std::vector<Tensor> out;
+        {
+          py::gil_scoped_release nogil;
+          out = p.run(inputs, &seconds);
+        }
+        return py::make_tuple(out, seconds);
+      }, "run() that also returns each node's wall time in seconds (synchronizing after each node)")
+      .def("node_ops", [](const graph::Plan& p) {
+        std::vector<std::string> out;
+        for (const auto& n : p.graph().nodes) out.push_back(n.kind == graph::NodeKind::Kernel ? n.op->name : "device_copy");
+        return out;
+      })
       .def(
           "set_attr",
           [](graph::Plan& p, const std::string& tag, const std::string& name, py::handle value) {

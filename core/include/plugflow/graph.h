@@ -111,6 +111,9 @@ class PF_API Capture {
 
 // True while the calling thread captures.
 PF_API bool capturing();
+// References to `s` that the running capture holds itself (0 or 1), so code that checks whether
+// a buffer is shared (autograd's gradient accumulation) can discount them.
+PF_API long capture_references(const Storage* s);
 // Host code is about to read a tensor's values (item(), printing, numpy, a data-dependent
 // size): a CaptureError naming `what` while capturing.
 PF_API void check_host_read(const char* what);
@@ -142,7 +145,8 @@ class PF_API Plan {
 
   // The call's inputs must have the captured shapes, dtypes and devices (any strides: a
   // non-dense one is copied into a dense buffer of the captured layout).
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // With `node_seconds`, each node's wall time is added to it (one entry per node).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, std::vector<double>* node_seconds = nullptr);
   // Sets attribute `name` on every node tagged `tag` (optimizer learning rates, step counts).
   void set_attr(std::string_view tag, const char* name, AttrValue value);
 

@@ -3,6 +3,7 @@
 
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 
 namespace plugflow::autograd {
@@ -187,8 +188,9 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     if (!m.grad.defined()) {
       // Keep the incoming buffer when nothing else references it; otherwise a private copy,
       // so that later in-place accumulation never writes into another tensor's gradient.
-      const bool unique = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous() &&
-                          g.impl()->autograd == nullptr;
+      const bool unique = g.impl_ptr().use_count() == 1 &&
+                          g.storage().use_count() - graph::capture_references(g.storage().get()) == 1 &&
+                          g.is_contiguous() && g.impl()->autograd == nullptr;
       m.grad = unique ? g : ops::clone(detach(g));
     } else {
       ops::binary_("add", m.grad, detach(g));

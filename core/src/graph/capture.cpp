@@ -132,6 +132,8 @@ Graph Capture::end(const std::vector<Tensor>& outputs) {
 
 bool capturing() { return g_state != nullptr; }
 
+long capture_references(const Storage* s) { return g_state != nullptr && g_state->buffer_of.count(s) ? 1 : 0; }
+
 void check_host_read(const char* what) {
   if (g_state != nullptr)
     PF_THROW(graph::CaptureError, what, " reads tensor values on the host while an nn.Graph captures build(): a static "

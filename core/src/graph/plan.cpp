@@ -1,6 +1,7 @@
 // A compiled graph: kernels bound once, temporaries placed in one arena per device by
 // liveness, and a replay loop over prebuilt kernel contexts.
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "../ops/op_tables.h"
@@ -219,7 +220,7 @@ Plan::Plan(Graph graph) : impl_(std::make_unique<Impl>()) {
 
 Plan::~Plan() = default;
 
-std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<double>* node_seconds) {
   Impl& p = *impl_;
   const Graph& g = p.graph;
   PF_CHECK(inputs.size() == g.inputs.size(), "the graph takes ", g.inputs.size(), " tensor inputs, got ", inputs.size());
@@ -243,8 +244,11 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs) {
     if (g.buffers[b].kind == BufferKind::Output)
       p.bind(static_cast<int>(b), std::make_shared<Storage>(g.buffers[b].device, std::max<size_t>(g.buffers[b].nbytes, 1)));
 
-  for (Impl::Step& s : p.steps) {
+  if (node_seconds) node_seconds->resize(p.steps.size(), 0.0);
+  for (size_t si = 0; si < p.steps.size(); ++si) {
+    Impl::Step& s = p.steps[si];
     const Node& n = *s.node;
+    const auto start = node_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (n.rng != nullptr) {
       const auto [seed, offset] = n.rng->reserve(n.rng_count);
       s.attrs.set("seed", static_cast<int64_t>(seed));
@@ -266,6 +270,10 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs) {
     // Version counters tell eager caches (oneDNN's reordered weights) and autograd that the
     // memory changed, as call_op_out does.
     for (TensorImpl* w : s.written) w->storage->bump_version();
+    if (node_seconds) {
+      device_backend(s.device).synchronize(s.device.index);
+      (*node_seconds)[si] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
   }
 
   std::vector<Tensor> out;
