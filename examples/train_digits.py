@@ -50,14 +50,37 @@ def load_data(test_fraction, seed):
             (torch.from_numpy(images[test]), torch.from_numpy(labels[test])))
 
 
-def evaluate(model, loader, device):
+class TrainGraph(nn.Graph):
+    """One training step as a static graph (configs with `optimizations.graph: true`)."""
+
+    def __init__(self, model, optimizer):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(optimizer)
+
+    def build(self, x, y):
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+class EvalGraph(nn.Graph):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def build(self, x):
+        return self.model(x)
+
+
+def evaluate(model, loader, device, graph=None):
     model.eval()
     correct = total = 0
     loss_sum = 0.0
     with torch.no_grad():
         for x, y in loader:
             x, y = x.to(device), y.to(device)
-            logits = model(x)
+            logits = graph(x) if graph is not None else model(x)
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
             correct += (logits.argmax(dim=1) == y).sum().item()
             total += y.numel()
@@ -116,6 +139,11 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
     history = {"train_loss": [], "test_loss": [], "test_acc": []}
+    # With `optimizations.graph: true` (configs/cpu-graph.yaml) each step runs as an nn.Graph:
+    # compiled at the first batch (and once more for the last, smaller one), then replayed.
+    train_graph = TrainGraph(model, optimizer) if nn.graph_mode() else None
+    eval_graph = EvalGraph(model) if nn.graph_mode() else None
+    print("execution: " + (f"nn.Graph ({train_graph.config})" if train_graph else "eager"))
 
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
@@ -124,15 +152,18 @@ def main():
         bar = tqdm(train_loader, desc=f"epoch {epoch:2d}/{args.epochs}", unit="batch", leave=True)
         for x, y in bar:
             x, y = x.to(device), y.to(device)
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            if train_graph is not None:
+                loss = train_graph(x, y)
+            else:
+                loss = F.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             running += loss.item() * y.numel()
             seen += y.numel()
             bar.set_postfix(loss=f"{running / seen:.4f}")
         scheduler.step()
-        test_loss, test_acc = evaluate(model, test_loader, device)
+        test_loss, test_acc = evaluate(model, test_loader, device, eval_graph)
         history["train_loss"].append(running / seen)
         history["test_loss"].append(test_loss)
         history["test_acc"].append(test_acc)
@@ -146,7 +177,7 @@ def main():
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": args.epochs}, checkpoint)
     restored = DigitsCNN().to(device)
     restored.load_state_dict(torch.load(checkpoint)["model"])
-    _, restored_acc = evaluate(restored, test_loader, device)
+    _, restored_acc = evaluate(restored, test_loader, device, EvalGraph(restored) if eval_graph else None)
     print(f"checkpoint {checkpoint} reloaded: held-out accuracy {100 * restored_acc:.2f}%")
     if restored_acc != history["test_acc"][-1]:
         raise SystemExit("the reloaded model does not reproduce the trained model's accuracy")

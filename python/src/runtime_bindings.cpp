@@ -46,6 +46,8 @@ py::dict config_dict(const Config& c) {
   opt["fuse_add_to_output"] = o.fuse_add_to_output;
   opt["fuse_conv_bn"] = o.fuse_conv_bn;
   opt["fuse_bias_act"] = o.fuse_bias_act;
+  opt["fuse_model_update"] = o.fuse_model_update;
+  opt["graph"] = o.graph;
   opt["amp"] = o.amp;
 
   py::dict coll;

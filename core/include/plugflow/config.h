@@ -21,11 +21,15 @@ struct PluginSpec {
 struct Optimizations {
   std::string conv_algo_search = "heuristic";  // heuristic | exhaustive
   std::string algo_cache;                      // file path; empty: no persistence
+  // nn.Graph's pass defaults (graph.config overrides them per graph)
   bool fuse_pad_conv = true;
   bool fuse_add_to_output = true;
   bool fuse_conv_bn = true;
   bool fuse_bias_act = true;
+  bool fuse_model_update = true;
   std::string amp = "off";  // off | bf16 | fp16
+  // Programs that can run their step either eagerly or as an nn.Graph (plugflow.nn.graph_mode())
+  bool graph = false;
 };
 
 struct Config {

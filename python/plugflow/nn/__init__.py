@@ -10,4 +10,4 @@ from . import init  # noqa: F401
 from .parameter import Parameter  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from . import utils  # noqa: F401
-from .graph import Graph, GraphConfig, GraphCaptureError  # noqa: F401,E402
+from .graph import Graph, GraphConfig, GraphCaptureError, graph_mode  # noqa: F401,E402

@@ -32,7 +32,7 @@ from .._C import Tensor
 from ..autograd import no_grad
 from .modules.module import Module, register_module_forward_hook, register_module_forward_pre_hook
 
-__all__ = ["Graph", "GraphConfig", "GraphCaptureError"]
+__all__ = ["Graph", "GraphConfig", "GraphCaptureError", "graph_mode"]
 
 GraphCaptureError = _C.GraphCaptureError
 
@@ -42,6 +42,12 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
 # Passes that always run around the switchable ones (they never change results).
 _CLEANUP = ("fold_constants", "eliminate_dead", "conv_algo_search")
+
+
+def graph_mode():
+    """True when the active config sets `optimizations.graph`: programs that can run their step
+    either eagerly or as an nn.Graph (plugflow's demo) then use a graph."""
+    return bool(_C.current_config()["optimizations"]["graph"])
 
 
 class GraphConfig:
@@ -57,7 +63,7 @@ class GraphConfig:
             "fuse_add_to_output": bool(opt["fuse_add_to_output"]),
             "fuse_conv_bn": bool(opt["fuse_conv_bn"]),
             "fuse_bias_act": bool(opt["fuse_bias_act"]),
-            "fuse_model_update": True,
+            "fuse_model_update": bool(opt["fuse_model_update"]),
         }
         self._amp = opt["amp"]  # "off" | "bf16" | "fp16"
         self._conv_algo_search = opt["conv_algo_search"]
@@ -284,6 +290,8 @@ class Graph:
         return (repr(spec), inputs, modes, params, self.config._key())
 
     def _compile(self, args, tensors):
+        if self.config._amp != "off":
+            raise NotImplementedError("nn.Graph: mixed precision (amp) is not built yet")
         for optim, _ in self._optimizers:
             self._sgd_first_step |= _materialize_state(optim)
             for group in optim.param_groups:
