@@ -88,6 +88,7 @@ void bind_graph(py::module_& m) {
           arg("tag"), arg("name"), arg("value"))
       .def_property_readonly("arena_bytes", &graph::Plan::arena_bytes)
       .def_property_readonly("unplanned_bytes", &graph::Plan::unplanned_bytes)
+      .def_property_readonly("peak_live_bytes", &graph::Plan::peak_live_bytes)
       .def("providers", &graph::Plan::providers)
       .def("text", [](const graph::Plan& p) { return p.graph().text(true); });
 

@@ -304,7 +304,19 @@ def test_memory_plan_reuses_temporaries():
     g = TrainGraph(model, pf.optim.SGD(model.parameters(), lr=0.1))
     g(pf.randn(8, 3, 16, 16), pf.randint(0, 4, (8,)))
     plan = g._last.plan
-    assert 0 < plan.arena_bytes < 0.75 * plan.unplanned_bytes
+    assert 0 < plan.peak_live_bytes <= plan.arena_bytes < 0.75 * plan.unplanned_bytes
+    assert plan.arena_bytes <= 1.1 * plan.peak_live_bytes  # placement close to the lower bound
+
+
+def test_updates_run_as_soon_as_their_gradient_is_ready():
+    model = small_cnn(pf.float32)
+    g = TrainGraph(model, pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    g.config.allow_fuse_model_update(False)
+    g(pf.randn(4, 3, 8, 8), pf.randint(0, 4, (4,)))
+    ops = [line.split(" = ")[1].split("(")[0] for line in g._last.plan.text().splitlines() if " = " in line]
+    first_update = ops.index("sgd_step_")
+    # the last layer's parameters are updated before the first layer's gradients are computed
+    assert "conv2d_grad_weight" in ops[first_update:], ops
 
 
 def test_graph_conv_algo_search_overrides_the_config(tmp_path):

@@ -153,6 +153,7 @@ class PF_API Plan {
   const Graph& graph() const;
   size_t arena_bytes() const;       // temporaries, all devices
   size_t unplanned_bytes() const;   // what the temporaries would take without reuse
+  size_t peak_live_bytes() const;   // the most temporary bytes live at one node (the arena's lower bound)
   std::vector<std::string> providers() const;  // per node: the provider whose kernel runs it
 
   struct Impl;

@@ -96,7 +96,41 @@ std::string set_conv_algo_search(Graph& g, const PassOptions& o) {
   return n ? std::to_string(n) + " convolutions use the " + o.conv_algo_search + " algorithm search" : "";
 }
 
+// Nodes that write external storages in place (the optimizer updates) move up to just after the
+// last node touching any buffer they touch: a parameter is updated as soon as its gradient is
+// complete and nothing reads the old value any more, so gradients (and update temporaries) die
+// early instead of all living until the end of the step. The order of dependent nodes, and so
+// every result, is unchanged.
+std::string schedule_updates(Graph& g, const PassOptions&) {
+  int moved = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    // Pure in-place updates only: no outputs, writes only through mutated inputs.
+    if (n.kind != NodeKind::Kernel || n.op->mutated_inputs.empty() || !n.outputs.empty() || n.rng != nullptr) continue;
+    std::vector<int> touched;
+    for (const Value& v : n.inputs) touched.push_back(v.buffer);
+    for (const Value& v : n.outputs) touched.push_back(v.buffer);
+    size_t target = 0;  // insert before this index
+    for (size_t j = i; j-- > 0;) {
+      bool depends = false;
+      for (const Value& v : g.nodes[j].inputs) depends |= std::find(touched.begin(), touched.end(), v.buffer) != touched.end();
+      for (const Value& v : g.nodes[j].outputs) depends |= std::find(touched.begin(), touched.end(), v.buffer) != touched.end();
+      if (depends) {
+        target = j + 1;
+        break;
+      }
+    }
+    if (target >= i) continue;
+    Node node = std::move(g.nodes[i]);
+    g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(i));
+    g.nodes.insert(g.nodes.begin() + static_cast<std::ptrdiff_t>(target), std::move(node));
+    ++moved;
+  }
+  return moved ? std::to_string(moved) + " in-place updates moved up to right after their inputs are ready" : "";
+}
+
 const bool kRegistered = [] {
+  register_pass("schedule_updates", schedule_updates);
   register_pass("fold_constants", fold_constants);
   register_pass("eliminate_dead", eliminate_dead);
   register_pass("conv_algo_search", set_conv_algo_search);

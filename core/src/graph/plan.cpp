@@ -129,7 +129,7 @@ struct Plan::Impl {
   std::vector<std::shared_ptr<Storage>> storage;         // per buffer (inputs/outputs: per run)
   std::vector<std::vector<TensorImpl*>> bound_per_run;   // per buffer: views to rebind each run
   std::vector<std::shared_ptr<Storage>> arenas;
-  size_t arena_bytes = 0, unplanned_bytes = 0;
+  size_t arena_bytes = 0, unplanned_bytes = 0, peak_live_bytes = 0;
   std::vector<std::string> providers;
 
   void bind(int buffer, const std::shared_ptr<Storage>& s) {
@@ -175,6 +175,11 @@ Plan::Plan(Graph graph) : impl_(std::make_unique<Impl>()) {
     }
   }
   for (auto& [device, items] : per_device) {
+    // The lower bound any placement has: the most bytes live at one node.
+    std::vector<size_t> live(g.nodes.size() + 1, 0);
+    for (const Interval& it : items)
+      for (int i = it.first; i <= it.last; ++i) live[i] += it.size;
+    p.peak_live_bytes += *std::max_element(live.begin(), live.end());
     const size_t bytes = place(items);
     auto arena = std::make_shared<Storage>(device, std::max<size_t>(bytes, 1));
     p.arenas.push_back(arena);
@@ -309,6 +314,7 @@ void Plan::set_attr(std::string_view tag, const char* name, AttrValue value) {
 const Graph& Plan::graph() const { return impl_->graph; }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
 size_t Plan::unplanned_bytes() const { return impl_->unplanned_bytes; }
+size_t Plan::peak_live_bytes() const { return impl_->peak_live_bytes; }
 std::vector<std::string> Plan::providers() const { return impl_->providers; }
 
 }  // namespace plugflow::graph

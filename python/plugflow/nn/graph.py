@@ -277,7 +277,8 @@ class Graph:
             with open(os.path.join(dirname, f"{i:02d}_{name}.dot"), "w") as f:
                 f.write(ir.dot())
         with open(os.path.join(dirname, "plan.txt"), "w") as f:
-            f.write(f"# arena {c.plan.arena_bytes} bytes (without reuse: {c.plan.unplanned_bytes} bytes)\n")
+            f.write(f"# arena {c.plan.arena_bytes} bytes (most live at once: {c.plan.peak_live_bytes}; without reuse: "
+                    f"{c.plan.unplanned_bytes})\n")
             f.write(c.plan.text())
 
     # ---- compilation -----------------------------------------------------------------------
@@ -318,7 +319,7 @@ class Graph:
         ir_before = ir.copy()
         reports = []
         names = [n for n in _PASS_ORDER if self.config._passes.get(n) and n in _C._graph_pass_names()]
-        for name in (*_CLEANUP, *names, "eliminate_dead"):
+        for name in (*_CLEANUP, *names, "eliminate_dead", "schedule_updates"):
             report = ir.run_pass(name, training=self.training, amp=self.config._amp,
                                  conv_algo_search=self.config._conv_algo_search)
             reports.append((name, report, ir.copy()))
