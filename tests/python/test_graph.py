@@ -311,7 +311,7 @@ def test_memory_plan_reuses_temporaries():
 def test_updates_run_as_soon_as_their_gradient_is_ready():
     model = small_cnn(pf.float32)
     g = TrainGraph(model, pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
-    g.config.allow_fuse_model_update(False)
+    g.config.allow_fuse_model_update_ops(False)
     g(pf.randn(4, 3, 8, 8), pf.randint(0, 4, (4,)))
     ops = [line.split(" = ")[1].split("(")[0] for line in g._last.plan.text().splitlines() if " = " in line]
     first_update = ops.index("sgd_step_")
