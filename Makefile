@@ -4,6 +4,8 @@
 #   make test    GoogleTest suites + pytest (exits non-zero on any failure)
 #   make demo    the main job (examples/)
 #   make bench   benchmarks against PyTorch in the same run
+#   make test-sanitize  ASan + UBSan build (build-sanitize/) running the GoogleTest suites and a
+#                pytest subset (tests/sanitize/run.sh; g++ ships the sanitizer runtimes)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(CURDIR)/$(VENV)/bin/python
@@ -16,7 +18,7 @@ APT_PACKAGES := meson ninja-build g++ pkg-config cmake pybind11-dev libyaml-cpp-
   python3-dev python3-venv python3-numpy python3-pytest python3-pytest-xdist python3-torch \
   python3-torchvision python3-sklearn python3-tqdm python3-matplotlib
 
-.PHONY: all deps venv build test test-cpp test-python demo bench clean
+.PHONY: all deps venv build test test-cpp test-python test-sanitize demo bench clean
 
 all: build
 
@@ -50,6 +52,9 @@ test-python: build
 test: build
 	@rc=0; $(MAKE) --no-print-directory test-cpp || rc=1; $(MAKE) --no-print-directory test-python || rc=1; exit $$rc
 
+test-sanitize: venv
+	JOBS=$(JOBS) tests/sanitize/run.sh
+
 DEMO_ARGS ?= --config configs/cpu.yaml
 demo: build
 	$(PY) examples/train_digits.py $(DEMO_ARGS)
@@ -58,4 +63,4 @@ bench: build
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-sanitize

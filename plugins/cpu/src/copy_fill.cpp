@@ -32,17 +32,37 @@ bool copy_dense(const Tensor& dst, const Tensor& src) {
 // once per tile instead.
 constexpr int64_t kTransposeTile = 32;
 
-template <typename D, typename S>
-bool copy_transposed(const Tensor& dst, const Tensor& src) {
+// Copies a rows x cols tile of item_size-byte elements between byte-strided layouts (values
+// move as bits).
+template <typename U>
+void copy_tile_as(const char* src, int64_t s_row, int64_t s_col, char* dst, int64_t d_row, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    U* drow = reinterpret_cast<U*>(dst + r * d_row);
+    const char* srow = src + r * s_row;
+    for (int64_t c = 0; c < cols; ++c) drow[c] = *reinterpret_cast<const U*>(srow + c * s_col);
+  }
+}
+void copy_tile(int64_t item_size, const char* src, int64_t s_row, int64_t s_col, char* dst, int64_t d_row, int64_t rows,
+               int64_t cols) {
+  switch (item_size) {
+    case 1: return copy_tile_as<uint8_t>(src, s_row, s_col, dst, d_row, rows, cols);
+    case 2: return copy_tile_as<uint16_t>(src, s_row, s_col, dst, d_row, rows, cols);
+    case 4: return copy_tile_as<uint32_t>(src, s_row, s_col, dst, d_row, rows, cols);
+    default: return copy_tile_as<uint64_t>(src, s_row, s_col, dst, d_row, rows, cols);
+  }
+}
+
+// Tiled transposing copy; `convert` casts a contiguous run of src's dtype to dst's (nullptr
+// for one dtype: tiles are copied straight into dst). False when the layouts don't call for it.
+bool copy_transposed(const Tensor& dst, const Tensor& src, detail::ContiguousLoop convert, const void* f) {
   const StridedLayout L = make_layout({&dst, &src});
   if (L.ndim < 2) return false;
+  const int64_t dsize = static_cast<int64_t>(dst.itemsize()), ssize = static_cast<int64_t>(src.itemsize());
   const int in = L.ndim - 1, mid = L.ndim - 2;
   const int64_t ds_in = L.byte_strides[0][in], ds_mid = L.byte_strides[0][mid];
   const int64_t ss_in = L.byte_strides[1][in], ss_mid = L.byte_strides[1][mid];
   // Worth it only when src is contiguous along `mid` and strided along the inner dim.
-  if (ss_mid != static_cast<int64_t>(sizeof(S)) || ss_in <= 8 * static_cast<int64_t>(sizeof(S)) ||
-      ds_in != static_cast<int64_t>(sizeof(D)))
-    return false;
+  if (ss_mid != ssize || ss_in <= 8 * ssize || ds_in != dsize) return false;
   const int64_t rows = L.sizes[mid], cols = L.sizes[in];
   const int64_t row_tiles = (rows + kTransposeTile - 1) / kTransposeTile;
   const int64_t col_tiles = (cols + kTransposeTile - 1) / kTransposeTile;
@@ -50,6 +70,7 @@ bool copy_transposed(const Tensor& dst, const Tensor& src) {
   const int64_t items = outer * row_tiles * col_tiles;
   constexpr int64_t tile_elems = kTransposeTile * kTransposeTile;
   parallel_for(items, std::max<int64_t>(1, kGrainSize / tile_elems), [&](int64_t i0, int64_t i1) {
+    alignas(64) char tile[tile_elems * 8];  // a cast's source tile, rows contiguous
     for (int64_t it = i0; it < i1; ++it) {
       int64_t o = it / (row_tiles * col_tiles);
       const int64_t t = it % (row_tiles * col_tiles);
@@ -62,16 +83,30 @@ bool copy_transposed(const Tensor& dst, const Tensor& src) {
         dp += idx * L.byte_strides[0][d];
         sp += idx * L.byte_strides[1][d];
       }
-      const int64_t r1 = std::min(rows, r0 + kTransposeTile), c1 = std::min(cols, c0 + kTransposeTile);
-      for (int64_t r = r0; r < r1; ++r) {
-        D* drow = reinterpret_cast<D*>(dp + r * ds_mid);
-        const char* srow = sp + r * ss_mid;
-        for (int64_t c = c0; c < c1; ++c) drow[c] = convert<D>(*reinterpret_cast<const S*>(srow + c * ss_in));
+      const int64_t nr = std::min(rows - r0, kTransposeTile), nc = std::min(cols - c0, kTransposeTile);
+      const char* s0 = sp + r0 * ss_mid + c0 * ss_in;
+      char* d0 = dp + r0 * ds_mid + c0 * dsize;
+      if (!convert) {
+        copy_tile(ssize, s0, ss_mid, ss_in, d0, ds_mid, nr, nc);
+        continue;
+      }
+      // A cast: the tile gathered, then cast row by row into dst (faster here than casting the
+      // whole tile into a second buffer and copying that).
+      copy_tile(ssize, s0, ss_mid, ss_in, tile, nc * ssize, nr, nc);
+      for (int64_t r = 0; r < nr; ++r) {
+        char* p[2] = {d0 + r * ds_mid, tile + r * nc * ssize};
+        convert(p, nc, f);
       }
     }
   });
   return true;
 }
+
+// A cast between storage types, as a functor the elementwise loop and copy_transposed share.
+template <typename D, typename S>
+struct Convert {
+  D operator()(S v) const { return convert<D>(v); }
+};
 
 void copy_kernel(KernelContext& ctx) { copy_tensor(ctx.output(0), ctx.input(0)); }
 
@@ -142,10 +177,11 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
              " differs from destination shape ", shape_str(dst.sizes()), " (broadcast before the kernel)");
   if (dst.numel() == 0 || copy_dense(dst, src)) return;
   if (dst.dtype() == src.dtype()) {
+    if (copy_transposed(dst, src, nullptr, nullptr)) return;
     // Same type: move bits, so 10 dtypes share 4 loops (and NaN payloads survive).
     visit_dtype(dst.dtype(), [&](auto tag) {
       using U = typename bits<sizeof(typename decltype(tag)::type)>::type;
-      if (!copy_transposed<U, U>(dst, src)) elementwise<U, U>(dst, {&src}, [](U v) { return v; });
+      elementwise<U, U>(dst, {&src}, [](U v) { return v; });
     });
     return;
   }
@@ -153,7 +189,10 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     using D = typename decltype(dtag)::type;
     visit_dtype(src.dtype(), [&](auto stag) {
       using S = typename decltype(stag)::type;
-      if (!copy_transposed<D, S>(dst, src)) elementwise<D, S>(dst, {&src}, [](S v) { return convert<D>(v); });
+      if constexpr (!std::is_same_v<D, S>) {  // handled above
+        const Convert<D, S> f;
+        if (!copy_transposed(dst, src, &detail::contiguous_loop<Convert<D, S>, D, S>, &f)) elementwise<D, S>(dst, {&src}, f);
+      }
     });
   });
 }

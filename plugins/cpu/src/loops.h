@@ -2,19 +2,24 @@
 // elementwise driver (any number of inputs, any input and output strides) and kernel
 // registration helpers.
 //
-// An elementwise op is a functor `Out operator()(In...) const` on storage types; the driver
-// walks the coalesced layout from plugflow/layout.h and picks, per innermost run, one of:
-//   * all operands contiguous          -> a plain indexed loop the auto-vectorizer handles,
-//   * one input a broadcast scalar     -> the same loop with that input hoisted,
-//   * anything else                    -> a byte-strided loop.
-// Work is split across OpenMP threads by flat element range, so a few long runs parallelize
-// as well as many short ones.
+// An elementwise op is a functor `Out operator()(In...) const` on storage types. Each functor
+// gets exactly one compiled loop, over contiguous operands (the one the auto-vectorizer
+// handles); the driver (loops.cpp, compiled once for all of them) walks the coalesced layout
+// from plugflow/layout.h and feeds that loop:
+//   * all operands contiguous in an innermost run -> the run itself,
+//   * anything else (a broadcast scalar, strides) -> the run in chunks staged through small
+//     buffers: stride-0 inputs replicated, strided inputs gathered, a strided output
+//     scattered afterwards.
+// So layouts cost no code per functor and dtype (four specialized loops each once made the
+// plugin slow to compile, under sanitizers above all). Work is split across OpenMP threads by
+// flat element range, so a few long runs parallelize as well as many short ones.
 #pragma once
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -165,68 +170,46 @@ void for_each_piece(const StridedLayout& L, int64_t begin, int64_t end, F&& f) {
 
 namespace detail {
 
-// Contiguous run; inputs whose bit is set in ScalarMask are stride-0 and read once.
-template <unsigned ScalarMask, typename Out, typename... In, typename F, size_t... I>
-inline void run_contiguous(char* const* p, int64_t n, const F& f, std::index_sequence<I...>) {
+// The loop of one functor: out[i] = f(in_0[i], ..., in_{N-1}[i]) for i < n, where p[0] is the
+// output and p[1..N] the inputs, all contiguous; f points at the functor.
+using ContiguousLoop = void (*)(char* const* p, int64_t n, const void* f);
+
+// `omp simd`: iterations are independent even for in-place calls, where the output aliases
+// an input element-for-element (same index), so the vectorizer needs no runtime alias checks.
+template <typename F, typename Out, typename... In, size_t... I>
+void contiguous_loop_impl(char* const* p, int64_t n, const F& f, std::index_sequence<I...>) {
   Out* out = reinterpret_cast<Out*>(p[0]);
-  const std::tuple<const In*...> in{reinterpret_cast<const In*>(p[I + 1])...};
-  const std::tuple<In...> scalar{(((ScalarMask >> I) & 1u) ? *std::get<I>(in) : In{})...};
   if constexpr (sizeof...(In) == 0) {
     const Out v = f();  // nullary functors are pure (fill): compute once
     for (int64_t i = 0; i < n; ++i) out[i] = v;
   } else {
+    const std::tuple<const In*...> in{reinterpret_cast<const In*>(p[I + 1])...};
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = f((((ScalarMask >> I) & 1u) ? std::get<I>(scalar) : std::get<I>(in)[i])...);
+    for (int64_t i = 0; i < n; ++i) out[i] = f(std::get<I>(in)[i]...);
   }
 }
 
-template <typename Out, typename... In, typename F, size_t... I>
-inline void run_strided(char* const* p, const int64_t* s, int64_t n, const F& f, std::index_sequence<I...>) {
-  for (int64_t i = 0; i < n; ++i)
-    *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const In*>(p[I + 1] + i * s[I + 1])...);
+template <typename F, typename Out, typename... In>
+void contiguous_loop(char* const* p, int64_t n, const void* f) {
+  contiguous_loop_impl<F, Out, In...>(p, n, *static_cast<const F*>(f), std::index_sequence_for<In...>{});
 }
+
+// The driver: operand 0 is the output; item_sizes[k] is operand k's storage size in bytes.
+void run_elementwise(std::span<const Tensor* const> operands, std::span<const int64_t> item_sizes, ContiguousLoop loop,
+                     const void* f);
 
 }  // namespace detail
 
 // out[i] = f(in_0[i], ..., in_{N-1}[i]) over out's shape. Inputs must have out's shape
 // (broadcast ones as stride-0 views); any strides. Out and In are storage types.
-//
-// The contiguous loops carry `omp simd`: iterations are independent even for in-place calls,
-// where the output aliases an input element-for-element (same index), so the vectorizer
-// needs no runtime alias checks.
 template <typename Out, typename... In, typename F>
 void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins, const F& f) {
-  const int64_t numel = out.numel();
-  if (numel == 0) return;
   constexpr size_t N = sizeof...(In);
   std::array<const Tensor*, N + 1> ops{};
   ops[0] = &out;
   for (size_t k = 0; k < N; ++k) ops[k + 1] = ins[k];
-  const StridedLayout L = make_layout(std::span<const Tensor* const>(ops.data(), ops.size()));
-  constexpr std::array<int64_t, N + 1> item{static_cast<int64_t>(sizeof(Out)), static_cast<int64_t>(sizeof(In))...};
-  using Seq = std::make_index_sequence<N>;
-
-  auto piece = [&](char* const* p, int64_t n) {
-    std::array<int64_t, N + 1> s{};
-    for (size_t k = 0; k <= N; ++k) s[k] = L.ndim == 0 ? item[k] : L.byte_strides[k][L.ndim - 1];
-    unsigned contiguous = 0, zero = 0;
-    for (size_t k = 0; k <= N; ++k) {
-      contiguous |= static_cast<unsigned>(s[k] == item[k]) << k;
-      zero |= static_cast<unsigned>(s[k] == 0) << k;
-    }
-    const unsigned all = (1u << (N + 1)) - 1;
-    if (contiguous == all) return detail::run_contiguous<0u, Out, In...>(p, n, f, Seq{});
-    if constexpr (N >= 1) {
-      // Input 0 (operand 1) broadcast, the rest contiguous.
-      if ((contiguous | 2u) == all && (zero & 2u)) return detail::run_contiguous<1u, Out, In...>(p, n, f, Seq{});
-    }
-    if constexpr (N >= 2) {
-      if ((contiguous | 4u) == all && (zero & 4u)) return detail::run_contiguous<2u, Out, In...>(p, n, f, Seq{});
-    }
-    detail::run_strided<Out, In...>(p, s.data(), n, f, Seq{});
-  };
-  parallel_for(numel, kGrainSize, [&](int64_t b, int64_t e) { for_each_piece(L, b, e, piece); });
+  static constexpr std::array<int64_t, N + 1> item{static_cast<int64_t>(sizeof(Out)), static_cast<int64_t>(sizeof(In))...};
+  detail::run_elementwise(ops, item, &detail::contiguous_loop<F, Out, In...>, &f);
 }
 
 // Writes f(i) to element i (row-major logical order) of a 1-d or contiguous output; used by

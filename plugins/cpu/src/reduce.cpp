@@ -198,15 +198,24 @@ inline constexpr bool kDenseType = std::is_same_v<T, float> || std::is_same_v<T,
 
 // ---- ops -------------------------------------------------------------------------------------
 
+// sum, and mean (`mean` set: the sum divided by the count when written), which so share
+// their loops.
 template <typename T>
 struct SumOp {
   static constexpr bool supported = true;
   static constexpr bool indexed = false;
   using acc_t = sum_acc_t<T>;
+  bool mean = false;
   acc_t identity() const { return acc_t(0); }
   acc_t step(acc_t a, T x, int64_t) const { return a + to_acc<T, acc_t>(x); }
   acc_t merge(acc_t a, acc_t b) const { return a + b; }
-  void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<T*>(outs[0]) = from_acc<T>(a); }
+  void write(char* const* outs, acc_t a, int64_t count) const {
+    if constexpr (!std::is_integral_v<acc_t>) {
+      // count == 0 gives 0/0 = nan, as PyTorch's mean of an empty tensor.
+      if (mean) a /= static_cast<acc_t>(count);
+    }
+    *reinterpret_cast<T*>(outs[0]) = from_acc<T>(a);
+  }
   acc_t dense(const T* x, int64_t n, int64_t) const requires kDenseType<T> { return dense_sum(x, n); }
   void dense_rows(const T* const* rows, int64_t nt, acc_t* acc) const requires kDenseType<T> {
     dense_sum_rows(rows, nt, acc);
@@ -252,13 +261,8 @@ struct ProdOp {
 };
 
 template <typename T>
-struct MeanOp : SumOp<T> {
+struct MeanSupported {
   static constexpr bool supported = is_float_v<T>;
-  using acc_t = sum_acc_t<T>;
-  void write(char* const* outs, acc_t a, int64_t count) const {
-    // count == 0 gives 0/0 = nan, as PyTorch's mean of an empty tensor.
-    *reinterpret_cast<T*>(outs[0]) = from_acc<T>(a / static_cast<acc_t>(count));
-  }
 };
 
 template <typename T, bool IsMax>
@@ -288,11 +292,14 @@ template <typename T>
 using AminOp = ExtremeOp<T, false>;
 
 // Value and index of the extreme; the first index on ties, the first NaN if there is one.
-template <typename T, bool IsMax, bool WriteValues>
+// max_dim/min_dim write both, argmax/argmin (`write_values` false) the index only: one set of
+// loops for the two.
+template <typename T, bool IsMax>
 struct IndexedOp {
   static constexpr bool supported = true;
   static constexpr bool indexed = true;
   using C = opmath_t<T>;
+  bool write_values = true;
   struct acc_t {
     C v;
     int64_t i;  // -1: nothing seen yet
@@ -313,7 +320,7 @@ struct IndexedOp {
     return {x[i], first + i};
   }
   void write(char* const* outs, acc_t a, int64_t) const {
-    if constexpr (WriteValues) {
+    if (write_values) {
       *reinterpret_cast<T*>(outs[0]) = convert<T>(a.v);
       *reinterpret_cast<int64_t*>(outs[1]) = a.i;
     } else {
@@ -322,19 +329,17 @@ struct IndexedOp {
   }
 };
 template <typename T>
-using MaxDimOp = IndexedOp<T, true, true>;
+using MaxDimOp = IndexedOp<T, true>;
 template <typename T>
-using MinDimOp = IndexedOp<T, false, true>;
-template <typename T>
-using ArgmaxOp = IndexedOp<T, true, false>;
-template <typename T>
-using ArgminOp = IndexedOp<T, false, false>;
+using MinDimOp = IndexedOp<T, false>;
 
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-template <template <typename> class OpT>
-void reduce_dims_kernel(KernelContext& ctx) {
+// Runs OpT over the `dims` attribute, for the dtypes Supported has; configure(op) sets the op's
+// runtime settings (mean's) first.
+template <template <typename> class OpT, template <typename> class Supported = OpT, typename Configure>
+void reduce_dims(KernelContext& ctx, const Configure& configure) {
   const Tensor& a = ctx.input(0);
   const Shape& dims = ctx.attr<Shape>("dims");
   const bool keepdim = ctx.attr<bool>("keepdim");
@@ -346,12 +351,24 @@ void reduce_dims_kernel(KernelContext& ctx) {
                "': dim ", d, " out of range for a tensor of dimension ", a.dim());
     if (a.dim() > 0) reduced[d] = true;
   }
-  dispatch_supported<OpT>(ctx, a.dtype(), [&](auto tag) {
+  dispatch_supported<Supported>(ctx, a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    run_reduce<OpT<T>, T>(OpT<T>{}, make_plan(a, reduced, keepdim, ctx.outputs));
+    OpT<T> op;
+    configure(op);
+    run_reduce<OpT<T>, T>(op, make_plan(a, reduced, keepdim, ctx.outputs));
   });
 }
 
+template <template <typename> class OpT>
+void reduce_dims_kernel(KernelContext& ctx) {
+  reduce_dims<OpT>(ctx, [](auto&) {});
+}
+
+void mean_kernel(KernelContext& ctx) {
+  reduce_dims<SumOp, MeanSupported>(ctx, [](auto& op) { op.mean = true; });
+}
+
+// max_dim/min_dim (values and indices) and argmax/argmin (indices only: one output).
 template <template <typename> class OpT>
 void reduce_one_dim_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
@@ -371,7 +388,9 @@ void reduce_one_dim_kernel(KernelContext& ctx) {
   PF_CHECK(ctx.output(nouts - 1).dtype() == DType::Int64, "cpu '", ctx.op.name, "' kernel writes int64 indices");
   dispatch_supported<OpT>(ctx, a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    run_reduce<OpT<T>, T>(OpT<T>{}, make_plan(a, reduced, keepdim, ctx.outputs));
+    OpT<T> op;
+    op.write_values = nouts == 2;
+    run_reduce<OpT<T>, T>(op, make_plan(a, reduced, keepdim, ctx.outputs));
   });
 }
 
@@ -380,13 +399,13 @@ void reduce_one_dim_kernel(KernelContext& ctx) {
 void register_reduce_kernels(Registrar& reg) {
   register_supported<SumOp>(reg, "sum", reduce_dims_kernel<SumOp>);
   register_supported<ProdOp>(reg, "prod", reduce_dims_kernel<ProdOp>);
-  register_supported<MeanOp>(reg, "mean", reduce_dims_kernel<MeanOp>);
+  register_supported<MeanSupported>(reg, "mean", mean_kernel);
   register_supported<AmaxOp>(reg, "amax", reduce_dims_kernel<AmaxOp>);
   register_supported<AminOp>(reg, "amin", reduce_dims_kernel<AminOp>);
   register_supported<MaxDimOp>(reg, "max_dim", reduce_one_dim_kernel<MaxDimOp>);
   register_supported<MinDimOp>(reg, "min_dim", reduce_one_dim_kernel<MinDimOp>);
-  register_supported<ArgmaxOp>(reg, "argmax", reduce_one_dim_kernel<ArgmaxOp>);
-  register_supported<ArgminOp>(reg, "argmin", reduce_one_dim_kernel<ArgminOp>);
+  register_supported<MaxDimOp>(reg, "argmax", reduce_one_dim_kernel<MaxDimOp>);
+  register_supported<MinDimOp>(reg, "argmin", reduce_one_dim_kernel<MinDimOp>);
 }
 
 }  // namespace plugflow::cpu

@@ -49,9 +49,12 @@ void for_each_slice(const Shape& sizes, int64_t dim, const std::array<const Shap
   });
 }
 
-// Sort keys: the 16-bit floats compare as float; NaN is larger than everything.
+// Sort keys: every integer dtype (bool included) as int64, every float dtype as double. Both
+// hold every value exactly, so the order is the dtype's own; an Entry is 16 bytes whatever
+// the key (the index pads it), and the sorts are compiled for 2 key types instead of 8. NaN
+// is larger than everything.
 template <typename T>
-using key_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
+using key_t = std::conditional_t<is_float_v<T>, double, int64_t>;
 
 template <typename K>
 inline bool key_less(K a, K b) {
@@ -179,9 +182,10 @@ void triangle_kernel(KernelContext& ctx) {
   const int64_t nd = a.dim(), rows = a.sizes()[nd - 2], cols = a.sizes()[nd - 1];
   const int64_t sa = a.strides()[nd - 1], so = out.strides()[nd - 1];
   visit_dtype(a.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* ap = a.data<T>();
-    T* op = out.data<T>();
+    // Values move as bits (all-zero bits are every dtype's zero).
+    using T = typename bits_of<sizeof(typename decltype(tag)::type)>::type;
+    const T* ap = static_cast<const T*>(a.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
     // Slices along the last dim are the matrix rows; the row index is the fastest other dim.
     for_each_slice<2>(a.sizes(), nd - 1, {&a.strides(), &out.strides()}, cols,
                       [&](int64_t s, const std::array<int64_t, 2>& off) {

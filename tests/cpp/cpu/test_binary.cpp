@@ -216,6 +216,28 @@ TEST_F(BinaryTest, LargeAndOddSizes) {
   }
 }
 
+// Runs the elementwise driver stages through its buffers (broadcast or strided operands, a
+// strided output) and that are several of its 256-element chunks long, in every item size.
+TEST_F(BinaryTest, StagedRunsSpanSeveralChunks) {
+  uint32_t seed = 1300;
+  const Shape shape{3, 1000};
+  for (const BinaryCase& c : cases()) {
+    if (c.op != "add" && c.op != "lt" && c.op != "remainder") continue;
+    for (DType dt : {DType::UInt8, DType::Float16, DType::Int32, DType::Float64}) {
+      SCOPED_TRACE(c.op + " " + dtype_str(dt));
+      Tensor a = make(shape, dt, inputs_for(c, dt, 3000, seed++, false), Layout::Gapped);
+      // A column broadcast along the runs (stride 0 in the inner dim only) and a scalar.
+      Tensor col = make({3, 1}, dt, inputs_for(c, dt, 3, seed++, true));
+      Tensor b_col = Tensor::view_of(col.storage(), shape, {1, 0}, 0, dt);
+      Tensor scalar = broadcast_scalar(shape, dt, inputs_for(c, dt, 1, seed++, true)[0]);
+      Tensor out = empty_with_layout(shape, c.bool_out ? DType::Bool : dt, Layout::Gapped);
+      check_case(c, dt, shape, a, b_col, &out);
+      check_case(c, dt, shape, scalar, make(shape, dt, inputs_for(c, dt, 3000, seed++, true)), &out);
+      check_case(c, dt, shape, make(shape, dt, inputs_for(c, dt, 3000, seed++, false)), scalar, nullptr);
+    }
+  }
+}
+
 TEST_F(BinaryTest, InPlaceOutputAliasingAnInput) {
   Tensor a = make({100003}, DType::Float32, random_values(100003, -50, 50, 3, true));
   Tensor b = make({100003}, DType::Float32, random_values(100003, -50, 50, 4, true));
