@@ -9,7 +9,9 @@ default's values; plugins it does not list are no longer used); `python -m plugf
 what is loaded.
 """
 
+import importlib as _importlib
 import os as _os
+from math import e, inf, nan, pi  # noqa: F401  (torch.pi, torch.e, torch.inf, torch.nan)
 
 
 def _select_openblas_kernels():
@@ -52,7 +54,7 @@ from ._size import Size
 from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
 from ._tensor_str import set_printoptions, get_printoptions
 from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
-                        linspace, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
+                        linspace, frombuffer, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
                         randn_like, randint_like, randperm)
 from . import return_types, cuda, random
 from .random import seed, get_rng_state, set_rng_state
@@ -85,3 +87,27 @@ from . import utils, mock_torch  # noqa: E402,F401  (plugflow.utils.data; mock_t
 from .serialization import save, load  # noqa: E402,F401
 from . import optim  # noqa: E402,F401  (plugflow.optim, plugflow.optim.lr_scheduler)
 from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .cuda flags)
+from . import amp  # noqa: E402,F401
+from .amp import autocast  # noqa: E402,F401
+from ._ops import ops  # noqa: E402,F401  (torch.ops: PyTorch's C++ operator registry, which plugflow lacks)
+from ._tensortype import legacy_types as _legacy_types  # noqa: E402
+
+globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)
+
+
+def _assert(condition, message):
+    """torch._assert: `assert condition, message` as a function call (PyTorch's form for code
+    that tracers must see)."""
+    assert condition, message
+
+
+# Submodules that `import torch` loads and plugflow loads on first use, so that code reaching
+# them through the package (torch.jit.is_scripting(), torch.hub.load_state_dict_from_url) works
+# without importing them itself.
+_LAZY_SUBMODULES = ("hub", "jit", "onnx", "fx", "multiprocessing", "ao", "_six")
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        return _importlib.import_module("." + name, __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -310,14 +310,22 @@ def bernoulli(input, p=None, *, generator=None, out=None):
     if p is None:
         if input.dtype not in _FLOATS:
             raise RuntimeError(f"\"bernoulli_tensor_cpu_self_\" not implemented for '{_type_name(input.dtype)}'")
-        probs = input.detach()
-        if builtins.bool(((probs < 0) | (probs > 1) | probs.isnan()).any().item()):
-            raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+        probs = _checked_probabilities(input)
     else:
+        probs = _checked_probabilities(p)
+    return (_uniform_like(input, generator) < probs).to(input.dtype)
+
+
+def _checked_probabilities(p):
+    """p (a number or a tensor, detached) after PyTorch's check that it lies in [0, 1]."""
+    if not isinstance(p, Tensor):
         if not 0 <= p <= 1:
             raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
-        probs = p
-    return (_uniform_like(input, generator) < probs).to(input.dtype)
+        return p
+    probs = p.detach()
+    if builtins.bool(((probs < 0) | (probs > 1) | probs.isnan()).any().item()):
+        raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+    return probs
 
 
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
@@ -1022,8 +1030,13 @@ def _bernoulli_method(self, p=None, *, generator=None):
     return bernoulli(self, p, generator=generator)
 
 
+def _bernoulli_inplace_method(self, p=0.5, *, generator=None):
+    """Fills self with 1 with probability p (a number, or a tensor that broadcasts to self), else 0."""
+    return self.copy_(_uniform_like(self, generator) < _checked_probabilities(p))
+
+
 def _install():
-    methods = {"allclose": allclose, "isclose": isclose, "equal": equal, "diag": diag,
+    methods = {"bernoulli_": _bernoulli_inplace_method, "allclose": allclose, "isclose": isclose, "equal": equal, "diag": diag,
                "broadcast_to": broadcast_to, "count_nonzero": count_nonzero, "nan_to_num": nan_to_num,
                "nan_to_num_": nan_to_num_, "bernoulli": _bernoulli_method, "take_along_dim": _take_along_dim_method,
                "median": median, "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile,

@@ -11,7 +11,7 @@ from ._C import Tensor
 
 __all__ = [
     "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "scalar_tensor", "arange",
-    "linspace", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
+    "linspace", "frombuffer", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
     "rand_like", "randn_like", "randint_like", "randperm",
 ]
 
@@ -76,6 +76,34 @@ def as_tensor(data, dtype=None, device=None):
             return tensor(data, dtype=dtype, device=device)
         return t.to(device=device, dtype=dtype)
     return tensor(data, dtype=dtype, device=device)
+
+
+def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
+    """A 1-d tensor over the memory of buffer (an object with the buffer protocol): count elements
+    of dtype (all that fit by default) from byte offset on. It shares the memory, as in PyTorch,
+    and keeps buffer alive."""
+    import numpy as np
+
+    if dtype == _C.bfloat16:
+        raise TypeError("frombuffer: bfloat16 has no numpy counterpart to view the buffer with; read it as int16 "
+                        "and convert")
+    itemsize = _C._empty((0,), dtype, None).element_size()
+    length = memoryview(buffer).nbytes
+    if length == 0 or count == 0:
+        raise ValueError(f"both buffer length ({length}) and count ({count}) must not be 0")
+    if offset < 0 or offset >= length:
+        raise ValueError(f"offset ({offset} bytes) must be non-negative and no greater than buffer length ({length} "
+                         "bytes) minus 1")
+    if count < 0:
+        if (length - offset) % itemsize != 0:
+            raise ValueError(f"buffer length ({length - offset} bytes) after offset ({offset} bytes) must be a multiple "
+                             f"of element size ({itemsize})")
+        count = (length - offset) // itemsize
+    elif offset + count * itemsize > length:
+        raise ValueError(f"requested buffer length ({count} * {itemsize} bytes) after offset ({offset} bytes) must not "
+                         f"be greater than actual buffer length ({length} bytes)")
+    array = np.frombuffer(buffer, dtype=repr(dtype).rpartition(".")[2], count=count, offset=offset)
+    return _finish(_C.from_numpy(array), requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, **kwargs):

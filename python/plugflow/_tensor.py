@@ -2,11 +2,13 @@
 
 plugflow.Tensor is the C++ class from _C (so every op returns exactly this type); the methods
 here are the ones where Python is the clearer language and speed does not matter: printing,
-formatting, the new_* constructors, deepcopy, pickling.
+formatting, the new_* constructors, deepcopy, pickling, the in-place view methods (unsqueeze_,
+...), type() and PyTorch's device and layout predicates (is_xpu, is_sparse, ...).
 """
 
 from . import _C, _creation, _tensor_str
 from ._C import Tensor
+from ._tensortype import tensor_type
 
 
 def _repr(self):
@@ -104,14 +106,67 @@ def __reduce_ex__(self, protocol):
     return _rebuild_tensor, args, state
 
 
+def _restride_(self, view, name):
+    """Makes self take view's shape and strides (same memory): the in-place view methods."""
+    if self.requires_grad and _C.is_grad_enabled():
+        raise RuntimeError(f"{name}: plugflow does not record in-place view changes of a tensor that requires grad; "
+                           f"use the out-of-place {name.rstrip('_')}()")
+    self.data = view
+    return self
+
+
+def unsqueeze_(self, dim):
+    return _restride_(self, self.unsqueeze(dim), "unsqueeze_")
+
+
+def squeeze_(self, dim=None):
+    return _restride_(self, self.squeeze() if dim is None else self.squeeze(dim), "squeeze_")
+
+
+def transpose_(self, dim0, dim1):
+    return _restride_(self, self.transpose(dim0, dim1), "transpose_")
+
+
+def t_(self):
+    return _restride_(self, self.t(), "t_")
+
+
+def share_memory_(self):
+    raise NotImplementedError("share_memory_: plugflow tensors cannot be shared between processes; they cross process "
+                       "boundaries (multiprocessing, DataLoader workers) as copies, so updates made in one process "
+                       "are not seen by the others")
+
+
+def is_shared(self):
+    """False: plugflow tensors are never in memory shared between processes."""
+    return False
+
+
+def _device_predicate(device_type):
+    return property(lambda self: self.device.type == device_type,
+                    doc=f"Whether the tensor is on a {device_type!r} device.")
+
+
+# Layouts and kinds of tensor plugflow does not have: every tensor is dense, strided and not quantized.
+_ALWAYS_FALSE = ("is_sparse", "is_sparse_csr", "is_mkldnn", "is_quantized", "is_nested")
+
+
 def _install():
     Tensor.__repr__ = _repr
     Tensor.__format__ = _format
     Tensor.__deepcopy__ = __deepcopy__
     Tensor.__reduce_ex__ = __reduce_ex__
     Tensor.__module__ = "plugflow"
-    for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor):
+    for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor, share_memory_, is_shared, unsqueeze_, squeeze_,
+               transpose_, t_):
         setattr(Tensor, fn.__name__, fn)
+    Tensor.type = tensor_type
+    # PyTorch's device predicates for device types other than cpu and cuda (which _C defines): a
+    # plugin may register any of them ("xpu" for a vendor's accelerator).
+    for device_type in ("xpu", "ipu", "mps", "meta", "vulkan", "ort"):
+        setattr(Tensor, "is_" + device_type, _device_predicate(device_type))
+    for name in _ALWAYS_FALSE:
+        setattr(Tensor, name, property(lambda self: False))
     _C.dtype.__module__ = "plugflow"
     _C.device.__module__ = "plugflow"
 

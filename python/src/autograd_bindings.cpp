@@ -133,6 +133,7 @@ void bind_autograd(py::module_& m) {
   m.def("is_grad_enabled", &ag::is_grad_enabled);
   m.def("_set_grad_enabled", &ag::set_grad_enabled);
   m.def("is_inference_mode_enabled", &ag::is_inference_mode);
+  m.def("_is_checkpoint_valid", &ag::is_checkpoint_valid);
   m.def("_set_inference_mode", &ag::set_inference_mode);
 
   m.def(

@@ -246,6 +246,12 @@ void bind_runtime(py::module_& m) {
       py::arg("n"));
   m.def("get_num_threads", &get_num_threads);
   m.def("version", &version);
+
+  // ---- torch._C names that libraries written for PyTorch call ------------------------------------
+  // PyTorch reports API usage to its telemetry hook; plugflow has none, so there is nothing to log.
+  m.def("_log_api_usage_once", [](const std::string&) {}, py::arg("event"));
+  // PyTorch's TorchScript tracer state; plugflow never traces (torch.jit.is_tracing() is False).
+  m.def("_get_tracing_state", []() { return py::none(); });
 }
 
 }  // namespace plugflow::python

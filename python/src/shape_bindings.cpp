@@ -249,11 +249,25 @@ void bind_shape(py::module_& m) {
                                               py::arg("split_sizes"), py::arg("dim") = 0));
   function("split_with_sizes", py::cpp_function(split_sizes, py::name("split_with_sizes"), py::arg("input"),
                                                 py::arg("split_sizes"), py::arg("dim") = 0));
-  const auto tensor_split = [](const Tensor& t, py::handle spec, int64_t dim) { return tensor_split_impl(t, spec, dim); };
+  // PyTorch's three overloads: indices_or_sections, or by name indices (a list) or sections (an int).
+  const auto tensor_split = [](const Tensor& t, py::object spec, int64_t dim, py::object indices, py::object sections) {
+    PF_CHECK_T(spec.is_none() + indices.is_none() + sections.is_none() == 2, TypeError,
+               "tensor_split() takes exactly one of indices_or_sections, indices and sections");
+    if (!indices.is_none())
+      PF_CHECK_T(PyTuple_Check(indices.ptr()) || PyList_Check(indices.ptr()), TypeError,
+                 "tensor_split(): argument 'indices' must be a tuple of ints");
+    if (!sections.is_none())
+      PF_CHECK_T(!PyTuple_Check(sections.ptr()) && !PyList_Check(sections.ptr()), TypeError,
+                 "tensor_split(): argument 'sections' must be an int");
+    return tensor_split_impl(t, !spec.is_none() ? spec : !indices.is_none() ? indices : sections, dim);
+  };
   method("tensor_split", py::cpp_function(tensor_split, py::name("tensor_split"), py::is_method(cls),
-                                          py::arg("indices_or_sections"), py::arg("dim") = 0));
+                                          py::arg("indices_or_sections") = py::none(), py::arg("dim") = 0, py::kw_only(),
+                                          py::arg("indices") = py::none(), py::arg("sections") = py::none()));
   function("tensor_split", py::cpp_function(tensor_split, py::name("tensor_split"), py::arg("input"),
-                                            py::arg("indices_or_sections"), py::arg("dim") = 0));
+                                            py::arg("indices_or_sections") = py::none(), py::arg("dim") = 0,
+                                            py::kw_only(), py::arg("indices") = py::none(),
+                                            py::arg("sections") = py::none()));
   const auto chunk = [](const Tensor& t, int64_t chunks, int64_t dim) { return tensor_tuple(ops::chunk(t, chunks, dim)); };
   method("chunk", py::cpp_function(chunk, py::name("chunk"), py::is_method(cls), py::arg("chunks"), py::arg("dim") = 0));
   function("chunk",

@@ -1276,3 +1276,15 @@ def test_inplace_into_overlapping_memory_raises_like_torch():
     x = pf.zeros(3, 1)
     x.expand(3, 4).fill_(2.0)
     assert x.flatten().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_backward_on_a_leaf_accumulates_into_it_like_torch():
+    # An identity layer (torchvision's StochasticDepth in eval mode) returns its input, so the
+    # caller's backward starts at a leaf: its accumulator must live through the pass.
+    for fw in (pf, torch):
+        x = fw.ones(2, requires_grad=True)
+        x.backward(fw.tensor([3.0, 4.0]))
+        x.backward(fw.tensor([1.0, 1.0]))
+        assert x.grad.tolist() == [4.0, 5.0]
+        s = fw.tensor(2.0, requires_grad=True)
+        assert [g.item() for g in fw.autograd.grad(s, [s])] == [1.0]

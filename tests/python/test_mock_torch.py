@@ -113,7 +113,7 @@ def test_missing_submodules_fail_without_loading_real_torch(tmp_path):
         import plugflow.mock_torch as mock_torch
 
         mock_torch.enable()
-        for name in ("torch.jit", "torch.nn.no_such_module"):
+        for name in ("torch.distributions", "torch.nn.no_such_module"):
             try:
                 __import__(name)
             except ModuleNotFoundError as e:

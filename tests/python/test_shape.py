@@ -244,11 +244,18 @@ def test_split_chunk_unbind(seed):
         same_parts(pf.chunk(p, chunks, dim), torch.chunk(t, chunks, dim))
         same_parts(pf.tensor_split(p, chunks, dim), torch.tensor_split(t, chunks, dim))
     same_parts(p.tensor_split([1, n - 1, n + 3], dim), t.tensor_split([1, n - 1, n + 3], dim))
+    # PyTorch's overloads by name (torchvision's MViT calls tensor_split(x, indices=(1,), dim=2)).
+    same_parts(pf.tensor_split(p, indices=(1, n - 1), dim=dim), torch.tensor_split(t, indices=(1, n - 1), dim=dim))
+    same_parts(p.tensor_split(sections=2, dim=dim), t.tensor_split(sections=2, dim=dim))
     same_parts(p.unbind(dim), t.unbind(dim))
     same_parts(pf.unbind(p, dim), torch.unbind(t, dim))
 
 
 def test_split_edge_cases_and_errors():
+    for kwargs in ({}, {"indices": 2}, {"sections": [1]}):
+        for fw in (pf, torch):
+            with pytest.raises(TypeError):
+                fw.tensor_split(fw.zeros(4), **kwargs)
     raises_like(lambda: pf.zeros(5, 3).split(0), lambda: torch.zeros(5, 3).split(0),
                 "split_size can only be 0 if dimension size is 0, but got dimension size of 5")
     same_parts(pf.zeros(0, 3).split(0), torch.zeros(0, 3).split(0))

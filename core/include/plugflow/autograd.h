@@ -224,5 +224,10 @@ PF_API void backward(const std::vector<Tensor>& tensors, const std::vector<Tenso
 PF_API std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                 const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
                                 bool allow_unused);
+// False while this thread runs a backward restricted to some inputs (autograd.grad, or
+// backward(inputs=...)): a node that itself runs a full backward (reentrant activation
+// checkpointing) would then accumulate into .grad outside that restriction. PyTorch's
+// torch.autograd._is_checkpoint_valid.
+PF_API bool is_checkpoint_valid();
 
 }  // namespace plugflow::autograd

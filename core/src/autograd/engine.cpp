@@ -29,6 +29,9 @@ struct GraphTask {
   std::unordered_set<Node*> needed;  // when restricted to some inputs: nodes that lead to them
   bool restricted = false;
   std::vector<Tensor> captured;
+  // The root nodes, kept alive until the task ends: a leaf's accumulator is held only weakly by the
+  // leaf, so backward called on a leaf itself (`x.backward()`) would otherwise free it at once.
+  std::vector<std::shared_ptr<Node>> roots;
 };
 
 // Whether `shape` broadcasts to `target` (PyTorch's is_expandable_to).
@@ -98,15 +101,21 @@ void run_pre_hooks(Node* n, std::vector<Tensor>& grads) {
   }
 }
 
+// The innermost graph task running on this thread (backward may run inside a node's backward).
+thread_local const GraphTask* t_current_task = nullptr;
+
 void execute(GraphTask& task, const std::vector<Node*>& roots) {
+  struct CurrentTask {
+    const GraphTask* outer = t_current_task;
+    explicit CurrentTask(const GraphTask* task) { t_current_task = task; }
+    ~CurrentTask() { t_current_task = outer; }
+  } current(&task);
   count_dependencies(task, roots);
   std::priority_queue<Node*, std::vector<Node*>, CompareSeq> ready;
   std::unordered_set<Node*> queued;
   for (Node* r : roots)
     if (task.dependencies[r] == 0 && queued.insert(r).second) ready.push(r);
-  // Keep every node alive while it may still run (edges hold them, but roots may be temporaries).
-  std::vector<std::shared_ptr<Node>> keep;
-  for (Node* r : roots) keep.push_back(r->shared_from_this());
+  // Every node stays alive while it may still run: task.roots holds the roots, edges the rest.
 
   GradModeGuard mode(task.create_graph);
   while (!ready.empty()) {
@@ -162,6 +171,7 @@ std::vector<Node*> seed_roots(GraphTask& task, const std::vector<Tensor>& tensor
     }
     accumulate(task, e.fn.get(), e.input_nr, g, nullptr);
     roots.push_back(e.fn.get());
+    task.roots.push_back(e.fn);
   }
   return roots;
 }
@@ -193,6 +203,8 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   }
   execute(task, roots);
 }
+
+bool is_checkpoint_valid() { return t_current_task == nullptr || !t_current_task->restricted; }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,

@@ -6,9 +6,10 @@
 The flags are stored and read back; they change nothing in plugflow yet. In particular
 `cudnn.benchmark = True` does not start an algorithm search: how convolution algorithms are
 chosen is set by the config's `optimizations.conv_algo_search`. `cudnn.is_available()` and
-`mkldnn.is_available()` say whether the loaded plugins provide such a library.
+`mkldnn.is_available()` say whether the loaded plugins provide such a library; `mps.is_available()`
+is False (no plugin provides Apple's Metal).
 """
 
-from . import cudnn, mkldnn, cuda  # noqa: F401
+from . import cudnn, mkldnn, cuda, mps  # noqa: F401
 
-__all__ = ["cudnn", "mkldnn", "cuda"]
+__all__ = ["cudnn", "mkldnn", "cuda", "mps"]

@@ -1,7 +1,10 @@
 """plugflow.cuda: CUDA devices, as torch.cuda. Available when the CUDA plugin is loaded (it is
 in the default config) and found a GPU; `python -m plugflow.info` says why not otherwise."""
 
+import importlib
+
 from .. import _C
+from .._tensortype import legacy_types
 
 __all__ = ["is_available", "device_count", "current_device", "synchronize", "memory_allocated",
            "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "memory_stats", "get_rng_state",
@@ -124,3 +127,12 @@ def initial_seed():
     """The default generator's seed."""
     _check_device(None)
     return _C.default_generator.initial_seed()
+
+
+globals().update(legacy_types("cuda"))  # torch.cuda.FloatTensor, ...: constructors and isinstance tests
+
+
+def __getattr__(name):
+    if name == "amp":  # plugflow.cuda.amp (GradScaler, autocast), loaded on first use
+        return importlib.import_module(".amp", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

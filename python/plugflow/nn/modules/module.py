@@ -817,8 +817,10 @@ class Module:
                 grad.zero_()
 
     def share_memory(self):
-        """No-op: plugflow tensors are not shared across processes this way."""
-        return self
+        """Raises NotImplementedError when the module holds tensors (Tensor.share_memory_): plugflow
+        tensors reach other processes as copies, so several processes cannot train one model's
+        parameters in place (Hogwild)."""
+        return self._apply(lambda t: t.share_memory_())
 
     # ---- printing --------------------------------------------------------------------------
 

@@ -12,20 +12,25 @@ or scoped:
     with plugflow.mock_torch.enable():
         third_party_training_script.main()   # its `import torch` gets plugflow
 
-What is mapped: after enable(), an import of `torch` anywhere in the process (your code, third-
-party modules, importlib.import_module) returns the plugflow module, and `torch.X.Y` returns
-`plugflow.X.Y`: torch.nn, torch.nn.functional, torch.optim, torch.autograd, torch.cuda,
-torch.distributed, torch.utils, torch.utils.data and whatever else plugflow has. Attributes come
-along (torch.Tensor is plugflow.Tensor, torch.float32 is plugflow.float32, torch.save is
-plugflow.save). Real torch modules that were imported before enable() are set aside (code that
-already holds them keeps using them) and put back by disable().
+or for a whole script, unedited:
 
-What is not mapped: a torch submodule plugflow does not have (torch.jit, torch.fx, torch.onnx,
-...) raises ModuleNotFoundError naming it rather than loading real torch next to plugflow, and a
-function plugflow lacks raises AttributeError. Packages that are built against PyTorch's C++ API
-or import its internals (torchvision's compiled ops, torch extensions) are not redirected and will
-not work on plugflow. Modules' `__name__` stays `plugflow...`. disable() cannot reach into
-modules that imported torch while enabled: they keep plugflow.
+    python -m plugflow.mock_torch train.py --epochs 3
+
+What is mapped: after enable(), an import of `torch` anywhere in the process (your code, third-
+party modules such as torchvision, importlib.import_module) returns the plugflow module, and
+`torch.X.Y` returns `plugflow.X.Y`: torch.nn, torch.nn.functional, torch.optim, torch.autograd,
+torch.cuda, torch.distributed, torch.utils.data, torch.hub, torch.jit, torch.fx, torch.onnx,
+torch.multiprocessing, torch.utils.checkpoint, ... (docs/compat.md lists them, with what each does
+and what it refuses). Attributes come along (torch.Tensor is plugflow.Tensor, torch.float32 is
+plugflow.float32, torch.save is plugflow.save). Real torch modules that were imported before
+enable() are set aside (code that already holds them keeps using them) and put back by disable().
+
+What is not mapped: a torch submodule plugflow does not have (torch.distributions, ...) raises
+ModuleNotFoundError naming it rather than loading real torch next to plugflow, and a function
+plugflow lacks raises AttributeError. Compiled PyTorch extensions (torchvision's C++ operators)
+cannot load: torch.ops.load_library raises OSError, which torchvision handles by running without
+them. Modules' `__name__` stays `plugflow...`. disable() cannot reach into modules that imported
+torch while enabled: they keep plugflow.
 
 Processes: forked children (DataLoader workers by default) inherit the hook; spawned ones start
 without it, so call enable() at the top of the main script, which spawn re-runs in each child.

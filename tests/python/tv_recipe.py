@@ -1,0 +1,119 @@
+"""A torchvision training recipe written for PyTorch, and run unmodified by both frameworks:
+test_torchvision_models.py runs it with PyTorch in the pytest process and, in a subprocess under
+plugflow.mock_torch (where `import torch` is plugflow), with plugflow on the same weights and data.
+
+Every classification model of torchvision 0.14 is listed with a small input size: the smallest
+at which its last batch norms still see more than one value per sample and channel (64 x 64 for
+the networks that downsample 32x; at 32 x 32 their last stage is 1 x 1, and a batch norm over two
+values makes the gradients upstream pure rounding noise, in PyTorch as in plugflow), or the
+smallest the model accepts when it has no such layer. Randomness inside the forward (dropout,
+stochastic depth) cannot draw the same numbers in two frameworks, so those layers get p = 0;
+everything else runs as written.
+"""
+
+import copy
+
+import torch
+import torchvision
+from torchvision import models
+
+# name -> (input size, constructor keyword arguments). FAST: the smallest model of each family,
+# run by `make test`.
+FAST = {
+    "alexnet": (63, {}),
+    "resnet18": (64, {}),
+    "resnext50_32x4d": (64, {}),
+    "wide_resnet50_2": (64, {}),
+    "vgg11_bn": (32, {}),
+    "densenet121": (64, {"memory_efficient": True}),  # also runs torch.utils.checkpoint
+    "squeezenet1_0": (32, {}),
+    "squeezenet1_1": (32, {}),
+    "mobilenet_v2": (64, {}),
+    "mobilenet_v3_small": (64, {}),
+    "shufflenet_v2_x0_5": (64, {}),
+    "efficientnet_b0": (64, {}),
+    "efficientnet_v2_s": (64, {}),
+    "regnet_x_400mf": (64, {}),
+    "regnet_y_400mf": (64, {}),
+    "googlenet": (64, {}),
+    "inception_v3": (139, {"aux_logits": False}),  # the auxiliary head needs 299 x 299 (SLOW)
+    "mnasnet0_5": (64, {}),
+    "convnext_tiny": (64, {}),
+    "swin_t": (32, {}),
+    "swin_v2_t": (32, {}),
+    "vit_b_32": (64, {"image_size": 64}),
+    "maxvit_t": (224, {}),  # its 7 x 7 partitions need 224 x 224
+}
+
+# The rest, opt-in (PLUGFLOW_SLOW_TESTS=1): the larger variants, inception_v3 with its auxiliary
+# head (which needs 299 x 299), and vgg11 (vgg11_bn, in FAST, holds every layer it has; each
+# takes minutes, mostly in their 100M-parameter classifier).
+SLOW = {name: (FAST.get(name, (32, {}))[0], {}) for name in models.list_models(module=models)
+        if name not in FAST or name == "inception_v3"}
+SLOW.update({"inception_v3": (299, {}), "vit_b_16": (64, {"image_size": 64}), "vit_l_16": (64, {"image_size": 64}),
+             "vit_l_32": (64, {"image_size": 64}), "vit_h_14": (56, {"image_size": 56})})
+
+NUM_CLASSES = 10
+STEPS = 3
+SAMPLE = 65536  # larger gradients and weights are recorded at this many evenly spaced elements
+
+
+def build(name, kwargs):
+    """The model (float32), with dropout and stochastic depth at p = 0."""
+    model = models.get_model(name, weights=None, num_classes=NUM_CLASSES, **kwargs)
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
+            module.p = 0.0
+    return model
+
+
+def cast_state(state, dtype):
+    """A copy of a state dict with its floating-point tensors in dtype (and its metadata, which
+    some models' loading reads)."""
+    cast = copy.copy(state)
+    for k, v in state.items():
+        cast[k] = v.to(dtype) if v.is_floating_point() else v.clone()
+    return cast
+
+
+def loss_of(model, output, target):
+    """Cross-entropy of the logits, plus 0.4x that of GoogLeNet's and Inception's auxiliary heads."""
+    criterion = torch.nn.CrossEntropyLoss()
+    if isinstance(output, torch.Tensor):
+        return criterion(output, target), output
+    aux = [a for a in output[1:] if a is not None]
+    return criterion(output[0], target) + 0.4 * sum(criterion(a, target) for a in aux), output[0]
+
+
+def sample(t):
+    """A copy of t's elements (zero_grad and the optimizer write in place), flattened; at most
+    SAMPLE of them, evenly spaced, so that records of 100M-parameter models stay small."""
+    flat = t.detach().reshape(-1)
+    return flat[::max(1, flat.numel() // SAMPLE)][:SAMPLE].clone()
+
+
+def train(model, state, x, target):
+    """STEPS steps of SGD with momentum from the weights in state, in x's dtype. Returns the
+    losses, the first step's logits and gradients, and the parameters and buffers after the last
+    step (those two as sample()s)."""
+    model.to(x.dtype)
+    model.load_state_dict(state)
+    model.train()
+    if isinstance(model, models.GoogLeNet) and model.aux1 is not None:
+        # The auxiliary heads apply F.dropout(p=0.7) unconditionally in training mode: run them in
+        # eval mode (their batch norms then use running statistics), the rest in training mode.
+        model.aux1.eval()
+        model.aux2.eval()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    record = {"losses": []}
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        loss, logits = loss_of(model, model(x), target)
+        loss.backward()
+        record["losses"].append(loss.item())
+        if step == 0:
+            record["logits"] = logits.detach().clone()
+            record["grads"] = {n: sample(p.grad) for n, p in model.named_parameters() if p.grad is not None}
+        optimizer.step()
+    record["final"] = {k: sample(v) for k, v in model.state_dict().items()}
+    return record
