@@ -709,13 +709,6 @@ Tensor operand_tensor(const Tensor& self, py::handle other, const char* op) {
   bad_operand(op, other);
 }
 
-// PyTorch's canCast: no float -> integral, no non-bool -> bool.
-bool can_cast(DType from, DType to) {
-  if (is_floating(from) && is_integral(to, /*include_bool=*/true)) return false;
-  if (from != DType::Bool && to == DType::Bool) return false;
-  return true;
-}
-
 Scalar alpha_scalar(py::handle alpha) {
   Scalar a;
   if (!to_scalar(alpha, a)) PF_THROW(TypeError, "alpha must be a Number, not ", type_name(alpha));

@@ -3,13 +3,14 @@ operands (transposed, strided slices, expanded), Python scalars, operators and i
 
 import math
 import operator
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, from_torch, make_pair, random_shape, to_torch
+from helpers import assert_matches, assert_same_outcome, from_torch, make_pair, random_shape, to_torch
 
 SEEDS = range(6)
 
@@ -275,3 +276,34 @@ def test_functional_only_activations():
 def test_from_torch_roundtrip_helper_sanity():
     t = torch.arange(6.0).reshape(2, 3).t()
     assert_matches(from_torch(t), t)
+
+
+# Found by the fuzzer (fuzz_harness.py). PyTorch's out= rules: the unary ops that keep their
+# dtype (and clamp, addcmul, pow with a number exponent) need out of the result's dtype; an out
+# whose elements share memory is refused before any resize; stack/hstack cast like cat.
+OUT_CASES = [
+    "lib.neg(lib.tensor([1, 2]), out=lib.zeros(2))",
+    "lib.abs(lib.tensor([1., 2.]), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.floor(lib.tensor([1.5, 2.]), out=lib.zeros(2))",
+    "lib.square(lib.tensor([True, False]), out=lib.zeros(2, dtype=lib.int64))",
+    "lib.bitwise_not(lib.tensor([1, 2], dtype=lib.int8), out=lib.zeros(2, dtype=lib.int16))",
+    "lib.clamp(lib.tensor([1., 2.]), 0, 1, out=lib.zeros(2, dtype=lib.float64))",
+    "lib.clamp_min(lib.tensor([1., 2.]), lib.tensor(0.), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.addcmul(lib.ones(2), lib.ones(2), lib.ones(2), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.pow(lib.tensor([1, 2]), 2, out=lib.zeros(2, dtype=lib.int32))",
+    "lib.pow(lib.tensor([1, 2]), lib.tensor(2), out=lib.zeros(2, dtype=lib.int32))",
+    "lib.sin(lib.tensor([1., 2.]), out=lib.zeros(1).expand(2))",
+    "lib.add(lib.ones(2), 1, out=lib.zeros(1, 1).expand(2, 1))",
+    "lib.sin(lib.tensor([1., 2.]), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.stack([lib.tensor([1.]), lib.tensor([2.])], out=lib.zeros(2, dtype=lib.int16))",
+    "lib.hstack([lib.tensor([1]), lib.tensor([True])], out=lib.zeros(2, dtype=lib.bool))",
+    "lib.stack([lib.tensor([1]), lib.tensor([2])], out=lib.zeros(2, 1, dtype=lib.float64))",
+]
+
+
+@pytest.mark.parametrize("code", OUT_CASES)
+def test_out_dtype_and_shared_memory_rules_match_torch(code):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "An output with one or more elements was resized"
+        assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+

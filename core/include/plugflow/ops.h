@@ -41,6 +41,10 @@ PF_API Tensor& normal_(Tensor& t, double mean, double std, Generator* gen = null
 // ---- copies and conversion ----------------------------------------------------------------
 // Copies src into dst (broadcasting src to dst's shape, any dtypes, any devices, any strides).
 PF_API Tensor& copy_(Tensor& dst, const Tensor& src);
+// PyTorch's check on a tensor about to be written (an in-place op's self, an out= argument):
+// several elements sharing one memory location (a dim of stride 0 and size > 1) would make the
+// result order-dependent, so it raises.
+PF_API void check_no_internal_overlap(const Tensor& t);
 PF_API Tensor& fill_(Tensor& t, Scalar value);
 PF_API Tensor& zero_(Tensor& t);
 // PyTorch's resize_ (also what out= arguments get): t takes `sizes` with contiguous strides,

@@ -43,6 +43,8 @@ void copy_data(Tensor& dst, const Tensor& src_in);
 
 }  // namespace
 
+void check_no_internal_overlap(const Tensor& t) { autograd::check_no_internal_overlap(t); }
+
 Tensor& copy_(Tensor& dst, const Tensor& src_in) {
   PF_CHECK(dst.defined() && src_in.defined(), "copy_: undefined tensor");
   autograd::check_no_internal_overlap(dst);

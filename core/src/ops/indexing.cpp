@@ -23,7 +23,6 @@ namespace plugflow::ops {
 namespace {
 
 namespace ag = plugflow::autograd;
-using ag::check_no_internal_overlap;
 using Tensors = std::vector<Tensor>;
 
 // The kernels take their operands through one strided layout: the output, the data, then

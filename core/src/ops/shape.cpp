@@ -37,13 +37,6 @@ int64_t item_int(const Tensor& t) {
   return *c.data<int64_t>();
 }
 
-// PyTorch's canCast: no float -> integral, no non-bool -> bool.
-bool can_cast(DType from, DType to) {
-  if (is_floating(from) && !is_floating(to)) return false;
-  if (from != DType::Bool && to == DType::Bool) return false;
-  return true;
-}
-
 bool records(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
   return is_floating(out.dtype()) && autograd::any_requires_grad(inputs);
 }
