@@ -674,12 +674,18 @@ py::object binary_operator(const std::string& name, const Tensor& self, py::hand
   return py::reinterpret_borrow<py::object>(Py_NotImplemented);
 }
 
-// other (op) self, for reflected operators (2 - t).
+// other (op) self, for reflected operators (2 - t). A number divided by a tensor and a number
+// raised to a tensor are PyTorch's Tensor.__rtruediv__ and __rpow__: reciprocal(t) * number
+// (so 1e-30 / subnormal is inf there too), and tensor(number, dtype=result_type) ** t (so the
+// number must fit that dtype).
 py::object reflected_operator(const std::string& name, const Tensor& self, py::handle other) {
   if (const Tensor* o = as_tensor(other)) return py::cast(ops::binary(name, *o, self));
   Scalar s;
-  if (to_scalar(other, s)) return py::cast(ops::binary(name, s, self));
-  return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (!to_scalar(other, s)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (name == kDiv) return py::cast(ops::binary(kMul, ops::unary("reciprocal", self), s));
+  if (name == kPow)
+    return py::cast(ops::binary(kPow, ops::scalar_tensor(s, ops::result_type(self, s), self.device()), self));
+  return py::cast(ops::binary(name, s, self));
 }
 
 // self (op)= other; returns self (the same Python object), or NotImplemented for operators.
@@ -721,7 +727,7 @@ bool is_one(const Scalar& s) { return s.is_floating() ? s.to_double() == 1.0 : s
 Tensor add_sub(const std::string& name, const Tensor& self, py::handle other, py::handle alpha) {
   if (alpha.is_none()) return binary_method(name, self, other);
   const Scalar a = alpha_scalar(alpha);
-  if (is_one(a) && !a.is_floating()) return binary_method(name, self, other);
+  if (is_one(a) && a.is_integral()) return binary_method(name, self, other);
   Tensor b = operand_tensor(self, other, name.c_str());
   return name == kAdd ? ops::add(self, b, a) : ops::sub(self, b, a);
 }
@@ -729,7 +735,7 @@ Tensor add_sub(const std::string& name, const Tensor& self, py::handle other, py
 py::object add_sub_(const std::string& name, py::object self, py::handle other, py::handle alpha) {
   if (alpha.is_none()) return inplace_binary(name, std::move(self), other, /*is_operator=*/false);
   const Scalar a = alpha_scalar(alpha);
-  if (is_one(a) && !a.is_floating()) return inplace_binary(name, std::move(self), other, /*is_operator=*/false);
+  if (is_one(a) && a.is_integral()) return inplace_binary(name, std::move(self), other, /*is_operator=*/false);
   Tensor& t = tensor_ref(self);
   const Tensor r = add_sub(name, t, other, alpha);
   PF_CHECK(can_cast(r.dtype(), t.dtype()), "result type ", dtype_name(r.dtype()),

@@ -307,3 +307,34 @@ def test_out_dtype_and_shared_memory_rules_match_torch(code):
         warnings.simplefilter("ignore")  # "An output with one or more elements was resized"
         assert_same_outcome(lambda lib: eval(code))  # noqa: S307
 
+
+# A bool alpha needs a bool result; pow(tensor, number) refuses negative integer powers of
+# integers and converts the exponent to a 16-bit float or integral dtype with overflow checks
+# (past the 0 and 1 shortcuts); `number / t` is reciprocal(t) * number and `number ** t` is
+# tensor(number, dtype=result_type) ** t, as PyTorch's Tensor.__rtruediv__ and __rpow__.
+SCALAR_OPERAND_CASES = [
+    "lib.zeros(2, dtype=lib.int8).add(lib.ones(2, dtype=lib.int8), alpha=True)",
+    "lib.zeros(2, dtype=lib.int8).sub_(lib.ones(2, dtype=lib.int8), alpha=True)",
+    "lib.zeros(2, dtype=lib.bool).add(lib.ones(2, dtype=lib.bool), alpha=True)",
+    "lib.tensor([1, 2], dtype=lib.int8).pow(300)",
+    "lib.tensor([1, 2], dtype=lib.int8) ** 0",
+    "lib.tensor([1, 2], dtype=lib.int8).pow(1)",
+    "lib.tensor([1., 2.], dtype=lib.float16).pow(1e5)",
+    "lib.tensor([1., 2.], dtype=lib.bfloat16).pow(3.4e38)",
+    "lib.tensor([1., 2.]).pow(1e40)",
+    "lib.tensor([2, 3]).pow_(-1)",
+    "lib.tensor([True]).pow(-2)",
+    "lib.tensor([2, 3]).pow(lib.tensor(-1))",
+    "lib.tensor([2., 3.]).pow(-1)",
+    "65536 ** lib.zeros(2, dtype=lib.int8)",
+    "2 ** lib.tensor([1, 2], dtype=lib.int8)",
+    "2.5 ** lib.tensor([1, 2])",
+    "1e-30 / lib.tensor([1e-40, 2.0])",
+    "3 / lib.tensor([2, 0])",
+    "1 / lib.tensor([0.0, -0.0])",
+]
+
+
+@pytest.mark.parametrize("code", SCALAR_OPERAND_CASES)
+def test_scalar_operand_rules_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
