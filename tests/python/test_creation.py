@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import DTYPE_NAMES, assert_matches, dtype_name, pf_dtype, to_torch, torch_dtype
+from helpers import DTYPE_NAMES, assert_matches, assert_same_outcome, dtype_name, pf_dtype, to_torch, torch_dtype
 
 
 @pytest.mark.parametrize("fn", ["zeros", "ones", "empty", "rand", "randn"])
@@ -247,3 +247,22 @@ def test_empty_numpy_arrays_are_contiguous():
     t = pf.from_numpy(np.zeros((0, 3), dtype=np.float32))
     assert t.is_contiguous() == torch.from_numpy(np.zeros((0, 3), dtype=np.float32)).is_contiguous()
     assert pf.empty(3, 0).t().is_contiguous()
+
+
+# Found by the fuzzer: PyTorch converts arange's bounds to the accumulate type first (int64 for
+# integral dtypes, truncating; float for the 16-bit floats), checking that they fit, and counts
+# the elements in double except for int64.
+@pytest.mark.parametrize("code", [
+    "lib.arange(3.7, dtype=lib.int64)",
+    "lib.arange(0, 3.5, 1, dtype=lib.int32)",
+    "lib.arange(-3, 5, 0.5, dtype=lib.int64)",
+    "lib.arange(0.5, 10, 2.7, dtype=lib.uint8)",
+    "lib.arange(5, dtype=lib.bool)",
+    "lib.arange(1e40, dtype=lib.float16)",
+    "lib.arange(0, 1e40)",
+    "lib.arange(float('nan'))",
+    "lib.arange(2**62, dtype=lib.int32)",
+    "lib.arange(-2.5, 2.5, 0.5, dtype=lib.float16)",
+])
+def test_arange_bounds_are_converted_like_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
