@@ -374,3 +374,12 @@ def test_transformer_decoder(rng):
     assert_matches(mask_p, mask_t)
     compare(rng, model_p(src_p, tgt_p, tgt_mask=mask_p), model_t(src_t, tgt_t, tgt_mask=mask_t),
             [(src_p, src_t), (tgt_p, tgt_t)], model_p, model_t)
+
+
+def test_embedding_checks_indices_of_an_empty_embedding():
+    # Found by the fuzzer: with no columns no kernel runs, but the indices are still checked.
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.embedding(torch.tensor([-1]), torch.zeros(3, 0))
+    with pytest.raises(RuntimeError):
+        pf.nn.functional.embedding(pf.tensor([-1]), pf.zeros(3, 0))
+    assert pf.nn.functional.embedding(pf.tensor([[2, 0]]), pf.zeros(3, 0)).shape == (1, 2, 0)
