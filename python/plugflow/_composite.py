@@ -618,7 +618,9 @@ def bincount(input, weights=None, minlength=0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != input.shape[0]):
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    size = builtins.max(int(input.max().item()) + 1 if input.numel() else 0, minlength)
+    if input.numel() == 0:  # PyTorch: int64 zeros, weights or not
+        return _creation.zeros(minlength, dtype=_C.int64, device=input.device)
+    size = builtins.max(int(input.max().item()) + 1, minlength)
     idx = input.to(_C.int64)
     if weights is None:
         src = _creation.ones(input.shape[0], dtype=_C.int64, device=input.device)
@@ -715,6 +717,8 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     if input.dim() == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
     dim = _wrap_dim(dim, input.dim())
+    if n == 0:  # PyTorch ignores prepend and append then
+        return input.clone()
     parts = [t for t in (prepend, input, append) if t is not None]
     x = _C.cat(parts, dim) if len(parts) > 1 else input
     for _ in range(n):

@@ -308,3 +308,12 @@ def test_searchsorted_matches_torch_on_random_ties_nans_and_batches():
     v = rng.standard_normal((200, 500)).astype(np.float32)
     np.testing.assert_array_equal(pf.searchsorted(pf.from_numpy(b), pf.from_numpy(v)).numpy(),
                                   torch.searchsorted(torch.from_numpy(b), torch.from_numpy(v)).numpy())
+
+
+def test_diff_of_order_zero_and_bincount_of_nothing_match_torch():
+    # Found by the fuzzer: n=0 ignores prepend/append; an empty bincount is int64 even with weights.
+    for lib in (torch, pf):
+        r = lib.diff(lib.ones(2, 3, dtype=lib.int8), n=0, prepend=lib.ones(2, 2, dtype=lib.float16))
+        assert r.dtype == lib.int8 and tuple(r.shape) == (2, 3)
+        r = lib.bincount(lib.zeros(0, dtype=lib.int64), weights=lib.zeros(0), minlength=3)
+        assert r.dtype == lib.int64 and r.tolist() == [0, 0, 0]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import plugflow as pf
-from helpers import assert_matches, from_torch, make_pair, random_shape, to_torch
+from helpers import assert_matches, assert_same_outcome, from_torch, make_pair, random_shape, to_torch
 
 SEEDS = range(6)
 
@@ -756,3 +756,20 @@ def test_nn_functional_exports():
     assert_matches(PF.pad(p, (1, 2), mode="reflect"), F.pad(t, (1, 2), mode="reflect"))
     assert_matches(PF.pad(p, (1, 1), value=3.0), F.pad(t, (1, 1), value=3.0))
     assert_matches(PF.one_hot(pf.tensor([0, 2]), 4), F.one_hot(torch.tensor([0, 2]), 4))
+
+
+# Found by the fuzzer: with some padding to add, every padded dim must come out non-empty (a
+# crop-only pad may empty it); repeat_interleave along a dim of a 0-d tensor is an IndexError.
+@pytest.mark.parametrize("code", [
+    "F.pad(lib.zeros(0, 4, 6), (0, 3, 2, 3, 0, 0))",
+    "F.pad(lib.zeros(2, 1, 1), (-1, 1, 0, -1, 0, -1))",
+    "F.pad(lib.zeros(5, 1, 4), (2, 2, 0, -1, 2, -1))",
+    "F.pad(lib.zeros(3, 5, 5, 0), (0, 0, 0, 3, 2, 1))",
+    "F.pad(lib.zeros(2, 3), (-1, -2))",
+    "F.pad(lib.zeros(2, 3), (-3, 0))",
+    "lib.repeat_interleave(lib.tensor(3), 2, dim=0)",
+    "lib.repeat_interleave(lib.tensor(3.0), lib.tensor([2]), 0)",
+    "lib.repeat_interleave(lib.tensor(3), 2)",
+])
+def test_pad_and_repeat_edge_cases_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code, {"lib": lib, "F": lib.nn.functional}))  # noqa: S307

@@ -503,7 +503,15 @@ Tensor tile(const Tensor& t, const Shape& reps) {
   return repeat(t, r);
 }
 
+namespace {
+// repeat_interleave along a dim of a 0-d tensor: PyTorch's size(dim) refuses it.
+void check_repeat_dim(const Tensor& t, std::optional<int64_t> dim) {
+  PF_CHECK_T(!(dim && t.dim() == 0), IndexError, "Dimension specified as ", *dim, " but tensor has no dimensions");
+}
+}  // namespace
+
 Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim) {
+  check_repeat_dim(t, dim);
   PF_CHECK(repeats >= 0, "repeats can not be negative");
   const Tensor x = dim ? t : flatten(t);
   const int64_t d = dim ? wrap_dim(*dim, x.dim()) : 0;
@@ -544,7 +552,8 @@ Tensor repeat_interleave(const Tensor& repeats) {
 Tensor repeat_interleave(const Tensor& t, const Tensor& repeats, std::optional<int64_t> dim) {
   PF_CHECK(repeats.dim() <= 1, "repeats must be 0-dim or 1-dim tensor");
   PF_CHECK(!is_floating(repeats.dtype()) && repeats.dtype() != DType::Bool, "repeats has to be Long or Int tensor");
-  const Tensor x = dim ? (t.dim() == 0 ? reshape(t, {1}) : t) : flatten(t);
+  check_repeat_dim(t, dim);
+  const Tensor x = dim ? t : flatten(t);
   const int64_t d = dim ? wrap_dim(*dim, x.dim()) : 0;
   if (repeats.numel() == 1) return repeat_interleave(t, item_int(repeats), dim);
   PF_CHECK(repeats.numel() == x.sizes()[d], "repeats must have the same size as input along dim");
@@ -843,6 +852,13 @@ Tensor constant_pad_nd(const Tensor& t, const Shape& pad, Scalar value) {
     any_positive = any_positive || before > 0 || after > 0;
   }
   if (!any_positive) return clone(src);
+  // With some padding to add, PyTorch requires every padded dim to come out non-empty.
+  for (int64_t d = t.dim() - npad; d < t.dim(); ++d) {
+    const int64_t i = t.dim() - 1 - d;
+    PF_CHECK(out_shape[d] > 0, "The input size ", t.sizes()[d], ", plus negative padding ", pad[2 * i], " and ",
+             pad[2 * i + 1], " resulted in a negative output size, which is invalid. Check dimension ", d,
+             " of your input.");
+  }
   Tensor out = full(out_shape, value, t.dtype(), t.device());
   {
     autograd::GradModeGuard no_grad(false);
