@@ -773,3 +773,19 @@ def test_nn_functional_exports():
 ])
 def test_pad_and_repeat_edge_cases_match_torch(code):
     assert_same_outcome(lambda lib: eval(code, {"lib": lib, "F": lib.nn.functional}))  # noqa: S307
+
+
+@pytest.mark.parametrize("size, stride, offset, numel", [((2, 3), (1, 0), 0, 3), ((4,), (0,), 0, 3),
+                                                        ((3, 3), (1, 1), 1, 6), ((2, 2), (2, 1), 0, 4)])
+@pytest.mark.parametrize("base_kind", ["plain", "expanded"])
+def test_as_strided_gradient_over_shared_elements_matches_torch(size, stride, offset, numel, base_kind):
+    # Found by the fuzzer: view elements sharing a storage location add their gradients there
+    # (it raised), and base elements sharing one split it, as PyTorch's as_strided_backward.
+    grads = []
+    for lib in (torch, pf):
+        b = lib.arange(float(numel)).requires_grad_()
+        base = b if base_kind == "plain" else b[:1].expand(numel)
+        v = base.as_strided(size, stride, offset)
+        (v * (lib.arange(float(v.numel())).view(size) + 1)).sum().backward()
+        grads.append(b.grad)
+    assert_matches(grads[1], grads[0])
