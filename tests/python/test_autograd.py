@@ -1276,3 +1276,14 @@ def test_inplace_into_overlapping_memory_raises_like_torch():
     x = pf.zeros(3, 1)
     x.expand(3, 4).fill_(2.0)
     assert x.flatten().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_backward_from_a_leaf_accumulates_into_it():
+    # Found by the fuzzer: the root node of leaf.backward() (its gradient accumulator) had no
+    # owner while the engine ran (a dangling pointer: "bad_weak_ptr").
+    for lib in (torch, pf):
+        x = lib.ones(3, requires_grad=True)
+        x.contiguous().backward(lib.tensor([1.0, 2.0, 3.0]))
+        x.backward(lib.ones(3))
+        (g,) = lib.autograd.grad(x, x, lib.ones(3))
+        assert x.grad.tolist() == [2.0, 3.0, 4.0] and g.tolist() == [1.0, 1.0, 1.0]

@@ -104,9 +104,6 @@ void execute(GraphTask& task, const std::vector<Node*>& roots) {
   std::unordered_set<Node*> queued;
   for (Node* r : roots)
     if (task.dependencies[r] == 0 && queued.insert(r).second) ready.push(r);
-  // Keep every node alive while it may still run (edges hold them, but roots may be temporaries).
-  std::vector<std::shared_ptr<Node>> keep;
-  for (Node* r : roots) keep.push_back(r->shared_from_this());
 
   GradModeGuard mode(task.create_graph);
   while (!ready.empty()) {
@@ -143,8 +140,10 @@ void execute(GraphTask& task, const std::vector<Node*>& roots) {
   }
 }
 
-// Root edges and their initial gradients; PyTorch's checks and messages.
-std::vector<Node*> seed_roots(GraphTask& task, const std::vector<Tensor>& tensors, const std::vector<Tensor>& grads) {
+// Root edges and their initial gradients; PyTorch's checks and messages. `keep` owns the root
+// nodes: a leaf's accumulator may have no other owner (leaf.backward()).
+std::vector<Node*> seed_roots(GraphTask& task, const std::vector<Tensor>& tensors, const std::vector<Tensor>& grads,
+                              std::vector<std::shared_ptr<Node>>& keep) {
   PF_CHECK(grads.empty() || grads.size() == tensors.size(), "grad can be implicitly created only for scalar outputs; "
            "got ", grads.size(), " gradients for ", tensors.size(), " tensors");
   std::vector<Node*> roots;
@@ -162,6 +161,7 @@ std::vector<Node*> seed_roots(GraphTask& task, const std::vector<Tensor>& tensor
     }
     accumulate(task, e.fn.get(), e.input_nr, g, nullptr);
     roots.push_back(e.fn.get());
+    keep.push_back(e.fn);
   }
   return roots;
 }
@@ -174,7 +174,7 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   task.retain_graph = retain_graph || create_graph;
   task.create_graph = create_graph;
   std::vector<std::shared_ptr<Node>> keep;
-  std::vector<Node*> roots = seed_roots(task, tensors, grad_tensors);
+  std::vector<Node*> roots = seed_roots(task, tensors, grad_tensors, keep);
   if (!inputs.empty()) {
     // backward(inputs=...): accumulate only into these tensors' .grad.
     task.restricted = true;
@@ -211,7 +211,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     keep.push_back(e.fn);
     task.captures[e.fn.get()].emplace_back(e.input_nr, i);
   }
-  std::vector<Node*> roots = seed_roots(task, outputs, grad_outputs);
+  std::vector<Node*> roots = seed_roots(task, outputs, grad_outputs, keep);
   std::unordered_map<Node*, bool> memo;
   for (Node* r : roots) mark_needed(task, r, memo);
   execute(task, roots);
