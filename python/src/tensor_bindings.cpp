@@ -635,10 +635,7 @@ void set_index(Tensor& self, py::handle index, py::handle value) {
     return;
   }
   const Tensor* v = as_tensor(value);
-  Tensor src = v ? *v : tensor_from_data(value, view.dtype(), view.device());
-  // As PyTorch: leading size-1 dims of the value are dropped, so t[0] = row[None] works.
-  while (src.dim() > 0 && src.sizes()[0] == 1) src = ops::squeeze(src, 0);
-  ops::copy_(view, src);
+  copy_to(view, v ? *v : tensor_from_data(value, view.dtype(), view.device()));
 }
 
 // ============================================================================================
@@ -993,6 +990,19 @@ void bind_generator(py::module_& m) {
 }
 
 }  // namespace
+
+// PyTorch's copy_to: a 0-d value of another shape fills the view as a number would (so it must
+// fit the view's dtype); otherwise its leading size-1 dims are dropped (t[0] = row[None]
+// works) and it broadcasts.
+void copy_to(Tensor& dst, Tensor src) {
+  if (src.dim() == 0 && dst.dim() != 0 && src.device().is_cpu()) {
+    Scalar s;
+    to_scalar(item(src), s);
+    check_scalar_fits(s, dst.dtype());
+  }
+  while (src.dim() > 0 && src.sizes()[0] == 1) src = ops::squeeze(src, 0);
+  ops::copy_(dst, src);
+}
 
 void bind_tensor(py::module_& m) {
   // Importing submodules of the (still initializing) plugflow package is fine: they depend on
