@@ -1111,14 +1111,14 @@ void bind_tensor(py::module_& m) {
           "size",
           [](const Tensor& t, py::handle dim) -> py::object {
             if (dim.is_none()) return make_size(t.sizes());
-            return py::int_(t.size(to_int(dim, "dim")));
+            return py::int_(t.size(ops::wrap_dim_no_scalar(to_int(dim, "dim"), t.dim())));
           },
           py::arg("dim") = py::none())
       .def(
           "stride",
           [](const Tensor& t, py::handle dim) -> py::object {
             if (dim.is_none()) return py::tuple(py::cast(t.strides()));
-            return py::int_(t.stride(to_int(dim, "dim")));
+            return py::int_(t.stride(ops::wrap_dim_no_scalar(to_int(dim, "dim"), t.dim())));
           },
           py::arg("dim") = py::none())
       .def("dim", &Tensor::dim)

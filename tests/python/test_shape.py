@@ -789,3 +789,12 @@ def test_as_strided_gradient_over_shared_elements_matches_torch(size, stride, of
         (v * (lib.arange(float(v.numel())).view(size) + 1)).sum().backward()
         grads.append(b.grad)
     assert_matches(grads[1], grads[0])
+
+
+
+@pytest.mark.parametrize("code", ["lib.tensor(3).size(0)", "lib.tensor(3).stride(-1)", "lib.unique(lib.tensor(3), dim=0)",
+                                  "lib.unique_consecutive(lib.tensor(3.), dim=-1)", "lib.roll(lib.tensor(3.), 1, 0)",
+                                  "lib.unbind(lib.tensor(3.), 0)", "lib.tensor(3).size(-1)"])
+def test_dims_of_a_0d_tensor_are_index_errors(code):
+    # Found by the fuzzer: PyTorch's wrap_scalar=false ops refuse any dim of a 0-d tensor.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

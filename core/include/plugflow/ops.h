@@ -71,6 +71,10 @@ PF_API Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length
 
 // ---- shape helpers ---------------------------------------------------------------------------
 PF_API int64_t wrap_dim(int64_t dim, int64_t ndim);  // IndexError naming the valid range
+// wrap_dim where a 0-d tensor has no dim at all (PyTorch's wrap_scalar=false: size(0), unbind,
+// roll, unique and repeat_interleave along a dim): IndexError "Dimension specified as 0 but
+// tensor has no dimensions".
+PF_API int64_t wrap_dim_no_scalar(int64_t dim, int64_t ndim);
 PF_API Shape broadcast_shapes(const Shape& a, const Shape& b);  // ValueError... as PyTorch: RuntimeError
 // torch.result_type for two operands; a Scalar counts as a "wrapped number".
 PF_API DType result_type(const Tensor& a, const Tensor& b);

@@ -370,8 +370,7 @@ std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
 }
 
 std::vector<Tensor> unbind(const Tensor& t, int64_t dim) {
-  PF_CHECK_T(t.dim() > 0, IndexError, "Dimension specified as ", dim, " but tensor has no dimensions");
-  const int64_t d = wrap_dim(dim, t.dim());
+  const int64_t d = wrap_dim_no_scalar(dim, t.dim());
   std::vector<Tensor> out;
   out.reserve(t.sizes()[d]);
   for (int64_t i = 0; i < t.sizes()[d]; ++i) out.push_back(select(t, d, i));
@@ -425,11 +424,10 @@ Tensor roll(const Tensor& t, const Shape& shifts, const Shape& dims_in) {
   }
   PF_CHECK(shifts.size() == dims_in.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
            ", dims:", dims_in.size());
-  PF_CHECK_T(t.dim() > 0, IndexError, "Dimension specified as ", dims_in[0], " but tensor has no dimensions");
   // Net shift per dim (a dim named twice rolls twice).
   Shape shift(t.dim(), 0);
   for (size_t i = 0; i < dims_in.size(); ++i) {
-    const int64_t d = wrap_dim(dims_in[i], t.dim());
+    const int64_t d = wrap_dim_no_scalar(dims_in[i], t.dim());
     const int64_t n = t.sizes()[d];
     if (n > 0) shift[d] = ((shift[d] + shifts[i]) % n + n) % n;
   }
@@ -503,18 +501,10 @@ Tensor tile(const Tensor& t, const Shape& reps) {
   return repeat(t, r);
 }
 
-namespace {
-// repeat_interleave along a dim of a 0-d tensor: PyTorch's size(dim) refuses it.
-void check_repeat_dim(const Tensor& t, std::optional<int64_t> dim) {
-  PF_CHECK_T(!(dim && t.dim() == 0), IndexError, "Dimension specified as ", *dim, " but tensor has no dimensions");
-}
-}  // namespace
-
 Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim) {
-  check_repeat_dim(t, dim);
+  const int64_t d = dim ? wrap_dim_no_scalar(*dim, t.dim()) : 0;
   PF_CHECK(repeats >= 0, "repeats can not be negative");
   const Tensor x = dim ? t : flatten(t);
-  const int64_t d = dim ? wrap_dim(*dim, x.dim()) : 0;
   if (x.dim() == 0) return repeat_interleave(reshape(x, {1}), repeats, 0);
   Shape expanded = x.sizes();
   expanded.insert(expanded.begin() + d + 1, repeats);
@@ -552,9 +542,8 @@ Tensor repeat_interleave(const Tensor& repeats) {
 Tensor repeat_interleave(const Tensor& t, const Tensor& repeats, std::optional<int64_t> dim) {
   PF_CHECK(repeats.dim() <= 1, "repeats must be 0-dim or 1-dim tensor");
   PF_CHECK(!is_floating(repeats.dtype()) && repeats.dtype() != DType::Bool, "repeats has to be Long or Int tensor");
-  check_repeat_dim(t, dim);
+  const int64_t d = dim ? wrap_dim_no_scalar(*dim, t.dim()) : 0;
   const Tensor x = dim ? t : flatten(t);
-  const int64_t d = dim ? wrap_dim(*dim, x.dim()) : 0;
   if (repeats.numel() == 1) return repeat_interleave(t, item_int(repeats), dim);
   PF_CHECK(repeats.numel() == x.sizes()[d], "repeats must have the same size as input along dim");
   const Tensor idx = repeat_index(repeats, x.device());
@@ -800,19 +789,18 @@ UniqueResult unique_impl(const Tensor& t, bool consecutive, std::optional<int64_
     r.counts = clone(narrow(outs[2], 0, 0, k));
     return r;
   }
-  const int64_t d = wrap_dim(*dim_opt, t.dim());
-  const Tensor a = t.dim() == 0 ? reshape(t, {1}) : t;
-  const int64_t n = a.sizes()[d];
-  PF_CHECK(!(a.numel() == 0 && n != 0),
+  const int64_t d = wrap_dim_no_scalar(*dim_opt, t.dim());
+  const int64_t n = t.sizes()[d];
+  PF_CHECK(!(t.numel() == 0 && n != 0),
            "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
   if (n == 0) {
-    r.values = clone(a);
+    r.values = clone(t);
     r.inverse = Tensor::empty({0}, DType::Int64, t.device());
     r.counts = Tensor::empty({0}, DType::Int64, t.device());
     return r;
   }
-  const Tensor moved = movedim(a, {d}, {0});
-  const int64_t m = a.numel() / n;
+  const Tensor moved = movedim(t, {d}, {0});
+  const int64_t m = t.numel() / n;
   const Tensor in[] = {contiguous(reshape(moved, {n, m}))};
   auto outs = call_op(op, in, Attrs{{"consecutive", consecutive}});
   const int64_t k = item_int(outs[3]);

@@ -79,6 +79,11 @@ int64_t wrap_dim(int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + n : dim;
 }
 
+int64_t wrap_dim_no_scalar(int64_t dim, int64_t ndim) {
+  PF_CHECK_T(ndim > 0, IndexError, "Dimension specified as ", dim, " but tensor has no dimensions");
+  return wrap_dim(dim, ndim);
+}
+
 Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
   PF_CHECK_T(sizes.size() == strides.size(), ValueError, "as_strided: mismatch in length of strides and shape");
   for (size_t i = 0; i < sizes.size(); ++i) {
