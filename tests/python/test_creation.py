@@ -266,3 +266,13 @@ def test_empty_numpy_arrays_are_contiguous():
 ])
 def test_arange_bounds_are_converted_like_torch(code):
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+
+@pytest.mark.parametrize("code", ["lib.linspace(1e10, 1, 17, dtype=lib.uint8)", "lib.linspace(1e10, 1, 1, dtype=lib.uint8)",
+                                  "lib.linspace(1e10, 1, 0, dtype=lib.uint8)", "lib.linspace(-1.5, 1, 1, dtype=lib.bool)",
+                                  "lib.linspace(-1.5, 1, 2, dtype=lib.bool)", "lib.linspace(0, 1e5, 3, dtype=lib.float16)",
+                                  "lib.linspace(2.5, -3, 4, dtype=lib.int8)"])
+def test_linspace_converts_its_ends_like_torch(code):
+    # Found by the fuzzer: one step fills with start; more convert both ends to the dtype, checked.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

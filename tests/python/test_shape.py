@@ -770,6 +770,8 @@ def test_nn_functional_exports():
     "lib.repeat_interleave(lib.tensor(3), 2, dim=0)",
     "lib.repeat_interleave(lib.tensor(3.0), lib.tensor([2]), 0)",
     "lib.repeat_interleave(lib.tensor(3), 2)",
+    "F.pad(lib.zeros(6, dtype=lib.int64), (-1, -1), value=float('nan'))",  # a crop stores no value
+    "F.pad(lib.zeros(6, dtype=lib.int64), (-1, 1), value=float('nan'))",
 ])
 def test_pad_and_repeat_edge_cases_match_torch(code):
     assert_same_outcome(lambda lib: eval(code, {"lib": lib, "F": lib.nn.functional}))  # noqa: S307

@@ -69,6 +69,13 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype_
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
   PF_CHECK(steps >= 0, "number of steps must be non-negative");
+  // As PyTorch: one step is fill_(start); more convert both ends to the dtype, checked.
+  if (steps == 1) return full({1}, Scalar(start), dtype, device);
+  if (steps > 1) {
+    PF_CHECK(dtype != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
+    check_scalar_fits(Scalar(start), dtype);
+    check_scalar_fits(Scalar(end), dtype);
+  }
   Tensor out = Tensor::empty({steps}, dtype, device);
   static const OpDef& op = find_op("linspace");
   Tensor outs[] = {out};

@@ -945,8 +945,10 @@ Tensor pad(const Tensor& t, const Shape& pad_arg, const std::string& mode, std::
   if (mode == "constant") {
     const double v = value.value_or(0.0);
     // The value is a float (as in PyTorch: -1 into uint8 raises, like fill_(-1.0)); an integral
-    // one then stays exact for integer tensors.
-    check_scalar_fits(Scalar(v), t.dtype());
+    // one then stays exact for integer tensors. Only a pad that adds elements stores it (a
+    // crop-only pad takes any value, as PyTorch).
+    if (std::any_of(pad_arg.begin(), pad_arg.end(), [](int64_t p) { return p > 0; }))
+      check_scalar_fits(Scalar(v), t.dtype());
     const Scalar s = std::abs(v) < 9e15 && v == std::trunc(v) ? Scalar(static_cast<int64_t>(v)) : Scalar(v);
     return constant_pad_nd(t, pad_arg, s);
   }
