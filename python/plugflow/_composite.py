@@ -225,8 +225,11 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
 
 
 def nan_to_num_(input, nan=0.0, posinf=None, neginf=None):
-    """nan_to_num in place."""
+    """nan_to_num in place (integer and bool tensors are left as they are, unwritten)."""
     from . import autograd
+    _check_tensor(input, "nan_to_num_")
+    if input.dtype not in _FLOATS:
+        return input
     with autograd.no_grad():
         return input.copy_(nan_to_num(input, nan, posinf, neginf))
 
@@ -457,7 +460,8 @@ def mode(input, dim=-1, keepdim=False, *, out=None):
     sorted_vals = _C.sort(_C.where(cand, x, x.amax(-1, keepdim=True)), dim=-1)[0]
     value = sorted_vals.narrow(-1, 0, 1)                         # smallest value among the most frequent
     pos = _creation.arange(n, dtype=_C.int64, device=x.device)
-    last = _C.where(x == value, pos, pos * 0 - 1).amax(-1)
+    # (a row of NaN only has no value equal to itself: its first element, as PyTorch)
+    last = _C.where(x == value, pos, pos * 0 - 1).amax(-1).clamp_min(0)
     v = input.movedim(dim, -1).gather(-1, last.unsqueeze(-1)).squeeze(-1)
     if keepdim:
         v, last = v.unsqueeze(dim), last.unsqueeze(dim)
@@ -583,6 +587,9 @@ def index_fill_(input, dim, index, value):
         if value.dim() != 0:
             raise RuntimeError("index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value.dim()} dimension(s).")
+        # As PyTorch (which fills with value.item()): any dtype that fits; the cast keeps autograd.
+        _C._check_scalar_fits(value.item(), input.dtype)
+        value = value.to(input.dtype)
     else:
         _C._check_scalar_fits(value, input.dtype)
     d = _wrap_dim(dim, input.dim())
@@ -742,6 +749,8 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         raise RuntimeError(f"cdist only supports floating-point dtypes, X1 got: {_type_name(x1.dtype)}")
     if x2.dtype not in _FLOATS:
         raise RuntimeError(f"cdist only supports floating-point dtypes, X2 got: {_type_name(x2.dtype)}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(x1.dtype)} but found {_type_name(x2.dtype)}")
     if x1.shape[-1] != x2.shape[-1]:
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
     if p < 0:
@@ -972,12 +981,19 @@ def heaviside(input, values, *, out=None):
     return _C.where(input == 0, values.to(input.dtype), ones)
 
 
+def _heaviside_(self, values):
+    """heaviside in place."""
+    return self.copy_(heaviside(self, values))
+
+
 def logaddexp(input, other, *, out=None):
     """log(exp(input) + exp(other)) without overflow."""
     _check_tensor(input, "logaddexp")
-    for t in (input, other):
-        if isinstance(t, Tensor) and t.dtype not in _FLOATS:
-            raise RuntimeError(f"\"logaddexp_cpu\" not implemented for '{_type_name(t.dtype)}'")
+    _check_tensor(other, "logaddexp", "other")
+    common = _C.result_type(input, other)  # an integer operand promotes (int8 and bfloat16: bfloat16)
+    if common not in _FLOATS:
+        raise RuntimeError(f"\"logaddexp_cpu\" not implemented for '{_type_name(common)}'")
+    input, other = input.to(common), other.to(common)
     m = _C.maximum(input, other)
     safe = _C.where(m.isinf(), _creation.zeros((), dtype=m.dtype, device=m.device), m.detach())
     result = safe + ((input - safe).exp() + (other - safe).exp()).log()
@@ -1033,7 +1049,7 @@ def _install():
                "median": median, "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile,
                "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
-               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "logaddexp": logaddexp,
+               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "heaviside_": _heaviside_, "logaddexp": logaddexp,
                "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):

@@ -7,6 +7,7 @@ import torch
 
 import plugflow as pf
 
+from helpers import assert_same_outcome
 from test_api_extras import check_grad, close, pair
 
 
@@ -317,3 +318,24 @@ def test_diff_of_order_zero_and_bincount_of_nothing_match_torch():
         assert r.dtype == lib.int8 and tuple(r.shape) == (2, 3)
         r = lib.bincount(lib.zeros(0, dtype=lib.int64), weights=lib.zeros(0), minlength=3)
         assert r.dtype == lib.int64 and r.tolist() == [0, 0, 0]
+
+
+
+# Found by the fuzzer: mode of an all-NaN row; nan_to_num_ leaves integer tensors unwritten (an
+# expanded one included); index_fill takes a 0-d tensor value of another dtype as its item;
+# cdist needs one dtype; logaddexp promotes an integer operand; heaviside_ exists.
+@pytest.mark.parametrize("code", [
+    "lib.mode(lib.tensor([float('nan')] * 3))",
+    "lib.mode(lib.tensor([[float('nan'), float('nan')], [1., 2.]]), 1)",
+    "lib.zeros(1, dtype=lib.int8).expand(3).nan_to_num_()",
+    "lib.zeros(3, dtype=lib.int8).index_fill(0, lib.tensor([1]), lib.tensor(2.5))",
+    "lib.zeros(3, dtype=lib.int8).index_fill_(0, lib.tensor([1]), lib.tensor(300.))",
+    "lib.zeros(3, dtype=lib.float16).index_fill(0, lib.tensor([1]), lib.tensor(True))",
+    "lib.cdist(lib.zeros(2, 3), lib.zeros(2, 3, dtype=lib.float64))",
+    "lib.logaddexp(lib.tensor([1, 2], dtype=lib.int8), lib.tensor([1., 0.5]))",
+    "lib.logaddexp(lib.tensor([1]), lib.tensor([1]))",
+    "lib.tensor([-1., 0., 2.]).heaviside_(lib.tensor([5.]))",
+    "lib.tensor([-1., 0., 2.]).heaviside_(lib.tensor([5.], dtype=lib.float64))",
+])
+def test_composite_edge_cases_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
