@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, backward_both, check_double_backward, from_torch, random_dims, random_pair, tensor_pair
+from helpers import assert_matches, assert_same_outcome, backward_both, check_double_backward, from_torch, random_dims, random_pair, tensor_pair
 
 SEEDS = range(6)
 
@@ -520,3 +520,13 @@ def test_nn_functional_softmax_family():
             warnings.simplefilter("ignore")
             close(fp(p), ft(t), "float32")  # PyTorch's implicit dim (0 for 3-d inputs)
             close(fp(p[0]), ft(t[0]), "float32")  # and 1 for 2-d
+
+
+
+@pytest.mark.parametrize("code", ["lib.norm(lib.ones(2, 2, 2), p='fro', dim=(0, 1, 2))", "lib.ones(2, 2, 2).norm('fro', (0, 2))",
+                                  "lib.ones(3, dtype=lib.int32).cumsum_(0, dtype=lib.int64)",
+                                  "lib.ones(3, dtype=lib.float16).cumprod_(0, dtype=lib.float64)",
+                                  "lib.ones(3, dtype=lib.int32).cumsum_(0, dtype=lib.int32)"])
+def test_frobenius_dims_and_inplace_scan_dtype_match_torch(code):
+    # Found by the fuzzer: p='fro' takes at most 2 dims; an in-place scan keeps self's dtype.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
