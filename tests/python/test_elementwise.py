@@ -338,3 +338,15 @@ SCALAR_OPERAND_CASES = [
 @pytest.mark.parametrize("code", SCALAR_OPERAND_CASES)
 def test_scalar_operand_rules_match_torch(code):
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("code", [
+    "lib.zeros(1).expand(3).clamp_(0, 1)", "lib.zeros(1).expand(3).clamp_(lib.zeros(3))",
+    "lib.zeros(1).expand(3).lerp_(lib.ones(3), 0.5)", "lib.zeros(1).expand(3).addcmul_(lib.ones(3), lib.ones(3))",
+    "lib.nn.functional.hardtanh(lib.zeros(1).expand(3), inplace=True)",
+    "lib.nn.functional.elu(lib.zeros(1).expand(3), inplace=True)",
+    "lib.nn.functional.leaky_relu_(lib.zeros(1).expand(3))",
+])
+def test_inplace_ops_refuse_a_self_with_shared_elements(code):
+    # Found by the fuzzer: these in-place ops wrote through an expanded self (order-dependent).
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

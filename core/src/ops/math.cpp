@@ -276,6 +276,7 @@ Tensor& clamp_(Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) 
   const DType dt = Promotion().add(a).add(min).add(max).result();
   check_clamp_dtype(dt, true);
   check_inplace_result(dt, a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   // Clamping in a's dtype selects the same values as clamping in the promoted one.
   const DType st = a.dtype();
@@ -297,6 +298,7 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) {
   check_inplace_result(dt, a);
   const Shape shape = broadcast_all({&a, &min, &max});
   check_inplace_shape(shape, a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const DType st = a.dtype();
   const Tensor lo = unalias(prepare(min, st, shape), a), hi = unalias(prepare(max, st, shape), a);
@@ -354,6 +356,7 @@ Tensor hardtanh(const Tensor& a, Scalar min_val, Scalar max_val) {
 
 Tensor& hardtanh_(Tensor& a, Scalar min_val, Scalar max_val) {
   check_hardtanh(a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const DType dt = a.dtype();
   const Tensor lo = expand(scalar_tensor(min_val, dt, a.device()), a.sizes());
@@ -444,6 +447,7 @@ Tensor& lerp_impl_(Tensor& a, const Tensor& end, const Tensor& weight, std::opti
   check_lerp(a, end, weight);
   const Shape shape = broadcast_all({&a, &end, &weight});
   check_inplace_shape(shape, a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const DType dt = a.dtype();
   const Tensor e = unalias(prepare(end, dt, shape), a);
@@ -574,6 +578,7 @@ Tensor& addc_(bool is_div, Tensor& self, const Tensor& t1, const Tensor& t2, Sca
   check_inplace_result(dt, self);
   const Shape shape = broadcast_all({&self, &t1, &t2});
   check_inplace_shape(shape, self);
+  check_no_internal_overlap(self);
   if (dt != self.dtype()) {  // computed in the wider dtype, then cast back (as PyTorch)
     copy_(self, addc(is_div, self, t1, t2, value));
     return self;
@@ -690,6 +695,7 @@ Tensor& activation_(const std::string& name, Tensor& a, const Attrs& attrs) {
   check_activation(name, a);
   if (!is_param_activation(name)) return unary_(name, a);
   const Attrs full = activation_attrs(name, attrs);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const bool grad = ag::any_requires_grad({&a});
   const Tensor before = grad && internal::unary_needs_self_before(name) ? clone(ag::detach(a)) : Tensor();
