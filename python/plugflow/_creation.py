@@ -26,8 +26,11 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
-def _sizes(size, kwargs):
-    """The positional sizes, or PyTorch's keyword form f(size=(2, 3))."""
+def _sizes(size, kwargs, fn):
+    """The positional sizes, or PyTorch's keyword form f(size=(2, 3)); one of them is required
+    (f() is not a 0-d tensor: f(()) is)."""
+    if not size and not kwargs:
+        raise TypeError(f'{fn}() missing 1 required positional arguments: "size"')
     if kwargs:
         if set(kwargs) != {"size"} or size:
             bad = next(k for k in kwargs if k != "size") if set(kwargs) != {"size"} else "size"
@@ -80,17 +83,20 @@ def as_tensor(data, dtype=None, device=None):
 
 def empty(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     """An uninitialized tensor."""
-    return _finish(_C._empty(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    sizes = _sizes(size, kwargs, "empty")
+    return _finish(_C._empty(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     """A tensor filled with 0."""
-    return _finish(_C._zeros(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    sizes = _sizes(size, kwargs, "zeros")
+    return _finish(_C._zeros(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     """A tensor filled with 1."""
-    return _finish(_C._ones(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    sizes = _sizes(size, kwargs, "ones")
+    return _finish(_C._ones(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
@@ -120,13 +126,13 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Uniform samples from [0, 1)."""
-    return _finish(_C._rand(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device), generator),
+    return _finish(_C._rand(_sizes(size, kwargs, "rand"), dtype or get_default_dtype(), _device(device), generator),
                    requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Standard normal samples."""
-    return _finish(_C._randn(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device), generator),
+    return _finish(_C._randn(_sizes(size, kwargs, "randn"), dtype or get_default_dtype(), _device(device), generator),
                    requires_grad)
 
 

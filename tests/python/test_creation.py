@@ -17,7 +17,7 @@ def test_size_forms(fn):
         assert t.dtype is pf.float32
         assert t.device == pf.device("cpu")
     assert f(size=(2, 3)).shape == (2, 3)
-    assert f().shape == ()
+    assert f(()).shape == ()  # f() alone raises, as in PyTorch (test_a_size_is_required)
     assert f(0).shape == (0,)
     assert f(np.int64(4)).shape == (4,)
 
@@ -276,3 +276,14 @@ def test_arange_bounds_are_converted_like_torch(code):
 def test_linspace_converts_its_ends_like_torch(code):
     # Found by the fuzzer: one step fills with start; more convert both ends to the dtype, checked.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("fn", ["zeros", "ones", "empty", "rand", "randn"])
+def test_a_size_is_required(fn):
+    # Found by the fuzzer: f() made a 0-d tensor; PyTorch requires a size (f(()) is 0-d).
+    for lib in (torch, pf):
+        with pytest.raises(TypeError):
+            getattr(lib, fn)()
+        with pytest.raises(TypeError):
+            getattr(lib, fn)(dtype=lib.float64)
+        assert getattr(lib, fn)(()).shape == ()
