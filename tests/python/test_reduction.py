@@ -530,3 +530,30 @@ def test_nn_functional_softmax_family():
 def test_frobenius_dims_and_inplace_scan_dtype_match_torch(code):
     # Found by the fuzzer: p='fro' takes at most 2 dims; an in-place scan keeps self's dtype.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("values", [[2.0, 3.0, 4.0], [0.0, 3.0, 4.0], [0.0, float("nan"), 2.0], [0.0, 0.0, float("nan")],
+                                    [float("inf"), 0.0, 1.0], [0.0, 3.0, 0.0, float("inf")]])
+@pytest.mark.parametrize("dim", [None, 0])
+def test_prod_gradient_with_zeros_and_non_finite_values_matches_torch(values, dim):
+    # Found by the fuzzer: with two zeros and a NaN the gradient was NaN where PyTorch's is 0;
+    # the products of the other elements now propagate exactly as PyTorch's.
+    grads = []
+    for lib in (torch, pf):
+        x = lib.tensor(values, dtype=lib.float64, requires_grad=True)
+        (x.prod() if dim is None else x.prod(dim)).backward()
+        grads.append(x.grad)
+    assert_matches(grads[1], grads[0])
+
+
+def test_prod_gradient_along_a_dim_with_zeros_matches_torch():
+    rng = np.random.default_rng(0)
+    data = rng.integers(-2, 3, size=(4, 5)).astype("float64")
+    for dim in (0, 1):
+        xt = torch.tensor(data, requires_grad=True)
+        xp = pf.tensor(data, requires_grad=True)
+        w = rng.uniform(-1, 1, size=data.shape[1 - dim])
+        (xt.prod(dim) * torch.tensor(w)).sum().backward()
+        (xp.prod(dim) * pf.tensor(w)).sum().backward()
+        assert_matches(xp.grad, xt.grad)
+    check_double_backward(lambda z: z.prod(1), -2, 2, seed=1)
