@@ -770,8 +770,8 @@ def _cdist_values(x1, x2, p, use_mm):
         d2 = sq1 - 2 * x1.matmul(x2.transpose(-1, -2)) + sq2.transpose(-1, -2)
         return d2.clamp_min(0).sqrt()
     diff_ = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
-    if p == 0:
-        return (diff_ != 0).to(x1.dtype).sum(-1)
+    if p == 0:  # PyTorch's min(ceil(|d|), 1): a NaN difference makes the distance NaN
+        return diff_.ceil().clamp_max(1).sum(-1)
     if math.isinf(p):
         return diff_.amax(-1)
     if p == 1:

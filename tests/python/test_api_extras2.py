@@ -339,3 +339,16 @@ def test_diff_of_order_zero_and_bincount_of_nothing_match_torch():
 ])
 def test_composite_edge_cases_match_torch(code):
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("code", [
+    "lib.cdist(lib.tensor([[0., float('nan')], [1., 2.]]), lib.tensor([[0., 1.]]), p=0)",
+    "lib.cdist(lib.tensor([[0., float('inf')], [1., 2.]]), lib.tensor([[0., 1.]]), p=0)",
+    "lib.nn.functional.hardshrink(lib.tensor([1, 2, 3]))",
+    "lib.nn.functional.softshrink(lib.tensor([1, 2, 3]), 1.5)",
+    "lib.nn.functional.hardshrink(lib.tensor([-1.0, 0.25, 3.0]))",
+])
+def test_cdist_p0_nan_and_shrink_dtypes_match_torch(code):
+    # Found by the fuzzer: cdist p=0 counted a NaN difference as 1 (PyTorch: NaN);
+    # hard/softshrink of integers computed (wrapping abs) where PyTorch has no kernel.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
