@@ -154,8 +154,20 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
     low, high = operator.index(_number(low)), operator.index(_number(high))
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
-    return _finish(_C._randint(low, high, (size,), dtype or _C.int64, _device(device), generator),
-                   requires_grad)
+    dtype = dtype or _C.int64
+    name = repr(dtype).rpartition(".")[2]
+    if name in _INT_RANGES:  # PyTorch's check_from_to_in_range for integral dtypes
+        lo, hi = _INT_RANGES[name]
+        for value, what in ((low, "from"), (high - 1, "to - 1")):
+            if not lo <= value <= hi:
+                raise RuntimeError(f"{what} is out of bounds for {name}")
+    if dtype is _C.bool:  # drawn as uint8 0/1 (the kernels have no bool), as PyTorch allows
+        return _finish(_C._randint(low, high, (size,), _C.uint8, _device(device), generator).bool(), requires_grad)
+    return _finish(_C._randint(low, high, (size,), dtype, _device(device), generator), requires_grad)
+
+
+_INT_RANGES = {"bool": (0, 1), "uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
+               "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):

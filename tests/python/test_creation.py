@@ -287,3 +287,14 @@ def test_a_size_is_required(fn):
         with pytest.raises(TypeError):
             getattr(lib, fn)(dtype=lib.float64)
         assert getattr(lib, fn)(()).shape == ()
+
+
+@pytest.mark.parametrize("code", ["lib.randint(-2**63, 2**63 - 1, (3,), dtype=lib.int8).shape",
+                                  "lib.randint(0, 257, (3,), dtype=lib.uint8).shape",
+                                  "lib.randint(-1, 2, (3,), dtype=lib.uint8).shape",
+                                  "lib.randint(0, 256, (3,), dtype=lib.uint8).shape",
+                                  "lib.randint(0, 3, (3,), dtype=lib.bool).shape",
+                                  "lib.randint(0, 2, (3,), dtype=lib.bool).shape"])
+def test_randint_bounds_must_fit_the_dtype(code):
+    # Found by the fuzzer: PyTorch refuses a from or to - 1 outside the dtype's range.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
