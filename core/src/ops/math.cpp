@@ -716,10 +716,17 @@ namespace {
 Scalar coeff(Scalar s, DType dt) { return is_floating(dt) ? Scalar(s.to_double()) : Scalar(s.to_int()); }
 
 // prod (fresh, owned) = beta * self + alpha * prod, with self broadcastable to prod. No autograd.
+// As BLAS (and PyTorch): a zero alpha ignores the product and a zero beta ignores self, NaN
+// and infinities included; an integral product converts alpha and beta with overflow checks.
 Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha) {
   ag::GradModeGuard no_grad(false);
   const DType dt = prod.dtype();
-  if (!is_one(coeff(alpha, dt))) binary_("mul", prod, coeff(alpha, dt));
+  if (is_integral(dt, false)) {
+    check_scalar_fits(alpha, dt);
+    check_scalar_fits(beta, dt);
+  }
+  if (is_zero(coeff(alpha, dt))) fill_(prod, Scalar(int64_t{0}));
+  else if (!is_one(coeff(alpha, dt))) binary_("mul", prod, coeff(alpha, dt));
   if (!is_zero(coeff(beta, dt))) binary_("add", prod, is_one(coeff(beta, dt)) ? self : mul(self, coeff(beta, dt)));
   return prod;
 }
