@@ -915,3 +915,12 @@ def test_gather_of_an_empty_index_keeps_the_graph():
     assert y.shape == (2, 0) and y.requires_grad
     y.sum().backward()
     assert x.grad.tolist() == [[0.0] * 3] * 2
+
+
+
+def test_masked_fill_with_a_tensor_value_checks_that_it_fits():
+    # Found by the fuzzer: PyTorch fills with value.item(), converted with overflow checks.
+    assert_same_outcome(lambda lib: lib.zeros(3, dtype=lib.uint8).masked_fill_(lib.tensor([True, False, True]),
+                                                                            lib.tensor(300., dtype=lib.bfloat16)))
+    assert_same_outcome(lambda lib: lib.zeros(3, dtype=lib.uint8).masked_fill(lib.tensor([True, False, True]),
+                                                                           lib.tensor(3., dtype=lib.bfloat16)))

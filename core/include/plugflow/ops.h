@@ -46,6 +46,8 @@ PF_API Tensor& copy_(Tensor& dst, const Tensor& src);
 // result order-dependent, so it raises.
 PF_API void check_no_internal_overlap(const Tensor& t);
 PF_API Tensor& fill_(Tensor& t, Scalar value);
+// The one element of `t` as a number of its kind (PyTorch's Tensor::item()).
+PF_API Scalar item(const Tensor& t);
 PF_API Tensor& zero_(Tensor& t);
 // PyTorch's resize_ (also what out= arguments get): t takes `sizes` with contiguous strides,
 // keeping its storage when that holds them past t's offset, else on a fresh storage. Contents

@@ -86,13 +86,6 @@ int64_t read_int(const Tensor& t) {
   return c.data<int64_t>()[0];
 }
 
-// The one element of `t` as a number of its kind (PyTorch's Tensor::item()).
-Scalar read_scalar(const Tensor& t) {
-  if (is_floating(t.dtype())) return Scalar(to(t, Device{DeviceType::CPU, 0}, DType::Float64, true).data<double>()[0]);
-  if (t.dtype() == DType::Bool) return Scalar(to(t, Device{DeviceType::CPU, 0}, DType::Bool, true).data<bool>()[0]);
-  return Scalar(read_int(t));
-}
-
 // The indices of a 1-d index outside [0, size): index_select / index_add into an empty tensor
 // read none of them, but PyTorch still checks each.
 Tensor out_of_range(const Tensor& index1, int64_t size) {
@@ -522,7 +515,7 @@ namespace {
 
 // PyTorch's index_put_ without accumulate sends a one-element value and exactly one boolean
 // (or uint8) mask among the indices to masked_fill_ (canDispatchToMaskedFill), which takes a
-// value of any dtype (checked to fit) where the general path requires self's dtype.
+// value of any dtype (its item, checked to fit) where the general path requires self's dtype.
 // Autograd records that masked fill of the value as a 0-d tensor, which gives index_put_'s
 // gradients.
 bool put_by_mask(Tensor& self, const Tensors& indices, const Tensor& values) {
@@ -549,7 +542,6 @@ bool put_by_mask(Tensor& self, const Tensors& indices, const Tensor& values) {
   }
   if (!mask.defined()) return false;
   for (int64_t d = pos; d < self.dim(); ++d) mask = unsqueeze(mask, -1);
-  check_scalar_fits(read_scalar(values), self.dtype());
   masked_fill_(self, mask, values.dim() == 0 ? values : reshape(values, {}));
   return true;
 }
@@ -829,6 +821,7 @@ Tensor& masked_fill_(Tensor& self, const Tensor& mask, Scalar value) {
 Tensor& masked_fill_(Tensor& self, const Tensor& mask, const Tensor& value) {
   PF_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
            value.dim(), " dimension(s).");
+  check_scalar_fits(item(value), self.dtype());  // PyTorch fills with value.item()
   masked_fill_impl(self, mask, value, value);
   return self;
 }
