@@ -173,10 +173,9 @@ void bind_reduction(py::module_& m) {
   both(
       "logsumexp",
       [](const Tensor& t, py::handle dim, bool keepdim) {
-        const Shape dims = dims_arg(dim, "logsumexp");
-        PF_CHECK(!dim.is_none() && !(dims.empty() && t.dim() > 0), "logsumexp(): expected a dim (or a non-empty tuple "
-                                                                   "of dims) to reduce over");
-        return ops::logsumexp(t, dims, keepdim);
+        // dim=() reduces every dim, as PyTorch's
+        PF_CHECK_T(!dim.is_none(), TypeError, "logsumexp(): argument 'dim' must be tuple of ints, not NoneType");
+        return ops::logsumexp(t, dims_arg(dim, "logsumexp"), keepdim);
       },
       py::arg("dim"), py::arg("keepdim") = false);
   cls.attr("norm") = py::cpp_function(

@@ -557,3 +557,15 @@ def test_prod_gradient_along_a_dim_with_zeros_matches_torch():
         (xp.prod(dim) * pf.tensor(w)).sum().backward()
         assert_matches(xp.grad, xt.grad)
     check_double_backward(lambda z: z.prod(1), -2, 2, seed=1)
+
+
+
+@pytest.mark.parametrize("code", ["lib.mean(lib.tensor(1.), (0, 0))", "lib.var_mean(lib.tensor(1., dtype=lib.float64), (0, 0))",
+                                  "lib.sum(lib.tensor(1.), (0, -1))", "lib.logsumexp(lib.ones(2, 3, dtype=lib.int16), (), keepdim=True)",
+                                  "lib.cumsum(lib.tensor(float('inf'), dtype=lib.float64), -1, dtype=lib.int64)",
+                                  "lib.cumsum(lib.tensor(2.5, dtype=lib.float64), 0, dtype=lib.int64)",
+                                  "lib.cumprod(lib.tensor(300), 0, dtype=lib.uint8)"])
+def test_0d_reduction_dims_logsumexp_over_no_dims_and_0d_scans_match_torch(code):
+    # Found by the fuzzer: a repeated dim of a 0-d tensor raises; logsumexp(dim=()) reduces
+    # every dim; a 0-d scan fills its result with the value, converted with overflow checks.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

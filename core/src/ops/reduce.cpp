@@ -75,8 +75,7 @@ Tensor prod_backward(const Tensor& g, const Tensor& a, const Tensor& out, const 
   if (a.dim() == 0) return g;
   const Shape& shape = a.sizes();
   const Tensor ge = expand_back(g, shape, dims, keepdim);
-  const Tensor zeros_in_a = reduce("sum", binary("eq", a, Scalar(int64_t{0})), {}, false);
-  const int64_t zeros_count = to(zeros_in_a, Device{DeviceType::CPU, 0}, DType::Int64, true).data<int64_t>()[0];
+  const int64_t zeros_count = item(reduce("sum", binary("eq", a, Scalar(int64_t{0})), {}, false)).to_int();
   if (zeros_count == 0)
     return binary("mul", ge, binary("div", expand(keepdim ? out : expand_back(out, shape, dims, false), shape), a));
   if (all_dims) {
@@ -151,8 +150,7 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
              "unknown reduction '", name, "'");
   // A 0-d tensor reduces like a 1-element 1-d one, then drops the dim again.
   const Tensor a = a_in.dim() == 0 ? reshape(a_in, {1}) : a_in;
-  if (a_in.dim() == 0)
-    for (int64_t d : dims_in) wrap_dim(d, 0);
+  if (a_in.dim() == 0) normalize_dims(a_in, dims_in);  // the dims are still checked (range, repeats)
   const Shape dims = a_in.dim() == 0 ? Shape{0} : normalize_dims(a, dims_in);
   const bool keep = a_in.dim() == 0 ? false : keepdim;
 
