@@ -216,8 +216,8 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
     posinf = info.max if posinf is None else posinf
     neginf = info.min if neginf is None else neginf
 
-    def fill(v):
-        return _creation.full((), v, dtype=input.dtype, device=input.device)
+    def fill(v):  # PyTorch casts the replacements unchecked (3.4e38 into float16 is inf)
+        return _creation.full((), float(v), dtype=_C.float64, device=input.device).to(input.dtype)
 
     result = _C.where(input.isnan(), fill(nan), input)
     result = _C.where(input == math.inf, fill(posinf), result)
@@ -446,9 +446,9 @@ def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
 def mode(input, dim=-1, keepdim=False, *, out=None):
     """The most frequent value along dim (smallest among ties) and the last index it occurs at."""
     _check_tensor(input, "mode")
+    dim = _wrap_dim(dim, input.dim())
     if input.dim() == 0:
         return _return_types.mode((input.clone(), _creation.zeros((), dtype=_C.int64, device=input.device)))
-    dim = _wrap_dim(dim, input.dim())
     x = input.detach().movedim(dim, -1)
     n = x.shape[-1]
     # Occurrences of each element: its run in the sorted row, found by two binary searches

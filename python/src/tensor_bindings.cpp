@@ -722,7 +722,8 @@ bool is_one(const Scalar& s) { return s.is_floating() ? s.to_double() == 1.0 : s
 
 // add/sub with alpha: self + alpha * other.
 Tensor add_sub(const std::string& name, const Tensor& self, py::handle other, py::handle alpha) {
-  if (alpha.is_none()) return binary_method(name, self, other);
+  // (a bool number subtracted raises there, as PyTorch, which the wrapped 0-d tensor below hides)
+  if (alpha.is_none() || (name == kSub && PyBool_Check(other.ptr()))) return binary_method(name, self, other);
   const Scalar a = alpha_scalar(alpha);
   if (is_one(a) && a.is_integral()) return binary_method(name, self, other);
   Tensor b = operand_tensor(self, other, name.c_str());

@@ -336,6 +336,8 @@ def test_diff_of_order_zero_and_bincount_of_nothing_match_torch():
     "lib.logaddexp(lib.tensor([1]), lib.tensor([1]))",
     "lib.tensor([-1., 0., 2.]).heaviside_(lib.tensor([5.]))",
     "lib.tensor([-1., 0., 2.]).heaviside_(lib.tensor([5.], dtype=lib.float64))",
+    "lib.tensor([float('nan'), float('inf')], dtype=lib.bfloat16).nan_to_num(nan=3.4e38, posinf=1e5)",
+    "lib.tensor([float('nan'), -float('inf')], dtype=lib.float16).nan_to_num_(nan=65520., neginf=-1e40)",
 ])
 def test_composite_edge_cases_match_torch(code):
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307

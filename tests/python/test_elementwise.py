@@ -316,6 +316,8 @@ SCALAR_OPERAND_CASES = [
     "lib.zeros(2, dtype=lib.int8).add(lib.ones(2, dtype=lib.int8), alpha=True)",
     "lib.zeros(2, dtype=lib.int8).sub_(lib.ones(2, dtype=lib.int8), alpha=True)",
     "lib.zeros(2, dtype=lib.bool).add(lib.ones(2, dtype=lib.bool), alpha=True)",
+    "lib.sub(lib.ones(2), False, alpha=-1)",
+    "lib.ones(2).sub_(True, alpha=2)",
     "lib.tensor([1, 2], dtype=lib.int8).pow(300)",
     "lib.tensor([1, 2], dtype=lib.int8) ** 0",
     "lib.tensor([1, 2], dtype=lib.int8).pow(1)",

@@ -796,7 +796,8 @@ def test_as_strided_gradient_over_shared_elements_matches_torch(size, stride, of
 
 @pytest.mark.parametrize("code", ["lib.tensor(3).size(0)", "lib.tensor(3).stride(-1)", "lib.unique(lib.tensor(3), dim=0)",
                                   "lib.unique_consecutive(lib.tensor(3.), dim=-1)", "lib.roll(lib.tensor(3.), 1, 0)",
-                                  "lib.unbind(lib.tensor(3.), 0)", "lib.tensor(3).size(-1)"])
+                                  "lib.unbind(lib.tensor(3.), 0)", "lib.tensor(3).size(-1)",
+                                  "lib.tensor(1.).unflatten(0, (1,))", "lib.mode(lib.tensor(True), 64)"])
 def test_dims_of_a_0d_tensor_are_index_errors(code):
     # Found by the fuzzer: PyTorch's wrap_scalar=false ops refuse any dim of a 0-d tensor.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307

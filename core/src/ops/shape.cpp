@@ -588,9 +588,9 @@ Tensor movedim(const Tensor& t, const Shape& source, const Shape& destination) {
 }
 
 Tensor unflatten(const Tensor& t, int64_t dim, const Shape& sizes) {
-  const int64_t d = wrap_dim(dim, t.dim());
+  const int64_t d = wrap_dim_no_scalar(dim, t.dim());
   PF_CHECK(!sizes.empty(), "unflatten: sizes must be non-empty");
-  const int64_t n = t.dim() == 0 ? 1 : t.sizes()[d];
+  const int64_t n = t.sizes()[d];
   Shape inferred = sizes;
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -604,9 +604,9 @@ Tensor unflatten(const Tensor& t, int64_t dim, const Shape& sizes) {
   if (infer >= 0 && known != 0 && n % known == 0) inferred[infer] = n / known;
   PF_CHECK(shape_numel(inferred) == n && (infer < 0 || (known != 0 && n % known == 0)), "unflatten: Provided sizes ",
            shape_str(sizes), " don't multiply up to the size of dim ", d, " (", n, ") in the input tensor");
-  Shape shape(t.sizes().begin(), t.sizes().begin() + (t.dim() == 0 ? 0 : d));
+  Shape shape(t.sizes().begin(), t.sizes().begin() + d);
   shape.insert(shape.end(), inferred.begin(), inferred.end());
-  if (t.dim() > 0) shape.insert(shape.end(), t.sizes().begin() + d + 1, t.sizes().end());
+  shape.insert(shape.end(), t.sizes().begin() + d + 1, t.sizes().end());
   return view(t, shape);
 }
 
