@@ -716,16 +716,17 @@ namespace {
 Scalar coeff(Scalar s, DType dt) { return is_floating(dt) ? Scalar(s.to_double()) : Scalar(s.to_int()); }
 
 // prod (fresh, owned) = beta * self + alpha * prod, with self broadcastable to prod. No autograd.
-// As BLAS (and PyTorch): a zero alpha ignores the product and a zero beta ignores self, NaN
-// and infinities included; an integral product converts alpha and beta with overflow checks.
-Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha) {
+// As PyTorch: a zero beta ignores self (NaN and infinities included), and so does a zero alpha
+// the product for addmv only (BLAS gemv's rule; addmm and the batched ones multiply it by 0);
+// an integral product converts alpha and beta with overflow checks.
+Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha, bool zero_alpha_ignores_product) {
   ag::GradModeGuard no_grad(false);
   const DType dt = prod.dtype();
   if (is_integral(dt, false)) {
     check_scalar_fits(alpha, dt);
     check_scalar_fits(beta, dt);
   }
-  if (is_zero(coeff(alpha, dt))) fill_(prod, Scalar(int64_t{0}));
+  if (zero_alpha_ignores_product && is_zero(coeff(alpha, dt))) fill_(prod, Scalar(int64_t{0}));
   else if (!is_one(coeff(alpha, dt))) binary_("mul", prod, coeff(alpha, dt));
   if (!is_zero(coeff(beta, dt))) binary_("add", prod, is_one(coeff(beta, dt)) ? self : mul(self, coeff(beta, dt)));
   return prod;
@@ -734,13 +735,13 @@ Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha) {
 // beta * self + alpha * (a @ b) for matrices (mm) or batches (bmm); self already checked to
 // broadcast to the product's shape. Records PyTorch's AddmmBackward0 / BaddbmmBackward0.
 Tensor add_product(const char* name, const Tensor& self, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha,
-                   bool batched) {
+                   bool batched, bool zero_alpha_ignores_product = false) {
   Tensor prod;
   {
     ag::GradModeGuard no_grad(false);
     prod = batched ? bmm(a, b) : mm(a, b);  // a fresh tensor, scaled in place below
   }
-  Tensor out = scale_add(prod, self, beta, alpha);
+  Tensor out = scale_add(prod, self, beta, alpha, zero_alpha_ignores_product);
   if (is_floating(out.dtype()) && ag::any_requires_grad({&self, &a, &b})) {
     const auto need = needs_grad({&self, &a, &b});
     const double be = beta.to_double(), al = alpha.to_double();
@@ -797,7 +798,7 @@ Tensor addmv(const Tensor& self, const Tensor& mat, const Tensor& vec, Scalar be
   if (mat.dtype() != vec.dtype()) scalar_type_mismatch(mat.dtype(), vec.dtype());
   const Tensor s = to(self, std::nullopt, mat.dtype());  // PyTorch computes in mat's dtype
   const Tensor s2 = s.dim() == 1 ? unsqueeze(s, 1) : s;
-  return squeeze(add_product("AddmvBackward0", s2, mat, unsqueeze(vec, 1), beta, alpha, false), 1);
+  return squeeze(add_product("AddmvBackward0", s2, mat, unsqueeze(vec, 1), beta, alpha, false, true), 1);
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
