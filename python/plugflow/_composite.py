@@ -847,23 +847,19 @@ def cross(input, other, dim=None, *, out=None):
 
 
 def diagonal(input, offset=0, dim1=0, dim2=1):
-    """The diagonal (offset above/below the main one) of the dim1 x dim2 planes, as the last dim.
-    A copy, not a view."""
+    """The diagonal (offset above/below the main one) of the dim1 x dim2 planes, as the last dim:
+    a view of input, as PyTorch's (one stride steps along both dims)."""
     _check_tensor(input, "diagonal")
     d1, d2 = _wrap_dim(dim1, input.dim(), False), _wrap_dim(dim2, input.dim(), False)
     if d1 == d2:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
-    x = input.movedim((d1, d2), (-2, -1))
-    rows, cols = x.shape[-2], x.shape[-1]
+    rows, cols = input.shape[d1], input.shape[d2]
     n = builtins.max(0, builtins.min(rows, cols - offset) if offset >= 0 else builtins.min(rows + offset, cols))
-    r0, c0 = builtins.max(-offset, 0), builtins.max(offset, 0)
-    if n == 0:
-        return _creation.zeros(tuple(x.shape[:-2]) + (0,), dtype=input.dtype, device=input.device)
-    r = _creation.arange(r0, r0 + n, dtype=_C.int64, device=input.device)
-    c = _creation.arange(c0, c0 + n, dtype=_C.int64, device=input.device)
-    y = x.index_select(-2, r)                                          # (..., n, cols)
-    idx = c.reshape(n, 1).expand(tuple(y.shape[:-1]) + (1,))
-    return y.gather(-1, idx).squeeze(-1)
+    stride = input.stride()
+    start = builtins.max(-offset, 0) * stride[d1] + builtins.max(offset, 0) * stride[d2] if n else 0
+    others = [i for i in range(input.dim()) if i not in (d1, d2)]
+    return input.as_strided([input.shape[i] for i in others] + [n], [stride[i] for i in others] +
+                            [stride[d1] + stride[d2]], input.storage_offset() + start)
 
 
 def diag_embed(input, offset=0, dim1=-2, dim2=-1):

@@ -7,7 +7,7 @@ import torch
 
 import plugflow as pf
 
-from helpers import assert_same_outcome
+from helpers import assert_matches, assert_same_outcome
 from test_api_extras import check_grad, close, pair
 
 
@@ -354,3 +354,20 @@ def test_cdist_p0_nan_and_shrink_dtypes_match_torch(code):
     # Found by the fuzzer: cdist p=0 counted a NaN difference as 1 (PyTorch: NaN);
     # hard/softshrink of integers computed (wrapping abs) where PyTorch has no kernel.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+def test_diagonal_is_a_view_as_in_torch():
+    # Found by the fuzzer: diagonal was a copy (writes through it were lost, an empty one had
+    # no gradient, a huge stride-0 input ran out of memory); it is now a strided view.
+    for lib in (torch, pf):
+        x = lib.arange(24.).view(2, 3, 4)
+        x.diagonal(1, 0, 2).zero_()
+        x.diagonal(-1, 2, 1).fill_(-1.0)
+        if lib is torch:
+            expected = x
+    assert_matches(x, expected)
+    huge = pf.ones(1).expand(2, 2**20, 2**40)
+    assert huge.diagonal(-3, 1, 0).shape == (2**40, 2) == torch.ones(1).expand(2, 2**20, 2**40).diagonal(-3, 1, 0).shape
+    leaf = pf.ones(3, 7, 1, 2, 2, requires_grad=True)
+    empty = leaf.diagonal(offset=3, dim1=2, dim2=4)
+    assert empty.shape == (3, 7, 2, 0) and empty.requires_grad
