@@ -924,3 +924,11 @@ def test_masked_fill_with_a_tensor_value_checks_that_it_fits():
                                                                             lib.tensor(300., dtype=lib.bfloat16)))
     assert_same_outcome(lambda lib: lib.zeros(3, dtype=lib.uint8).masked_fill(lib.tensor([True, False, True]),
                                                                            lib.tensor(3., dtype=lib.bfloat16)))
+
+
+@pytest.mark.parametrize("code", ["lib.zeros(7, dtype=lib.float16).index_add(0, lib.tensor([1]), lib.ones(1, dtype=lib.float16), alpha=1e40)",
+                                  "lib.zeros(3, dtype=lib.uint8).index_add(0, lib.tensor([1]), lib.ones(1, dtype=lib.uint8), alpha=-1)",
+                                  "lib.zeros(3, dtype=lib.int32).index_add(0, lib.tensor([1]), lib.ones(1, dtype=lib.int32), alpha=2.5)"])
+def test_index_add_alpha_must_fit_the_dtype(code):
+    # Found by the fuzzer: PyTorch's kernel converts alpha with overflow checks.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

@@ -726,6 +726,7 @@ Tensor& index_add_(Tensor& self, int64_t dim_in, const Tensor& index_in, const T
   for (int64_t d = 0; same && d < nd1(self); ++d) same = d == dim || size1(source, d) == size1(self, d);
   PF_CHECK(same, "index_add_(): source ", shape_str(source.sizes()), " must have the shape of self ",
            shape_str(self.sizes()), " apart from dimension ", dim);
+  check_scalar_fits(alpha, self.dtype());  // PyTorch's kernel converts alpha with overflow checks
   ag::check_inplace(self);
   check_no_internal_overlap(self);
   const Tensor index1 = vector_index(index_in, self.device());
