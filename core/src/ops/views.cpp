@@ -59,13 +59,15 @@ auto as_strided_back(const Tensor& base, const Tensor& view) {
         return off;
       };
       const int64_t hi = std::max(last(sizes, bstrides, boff), last(vsizes, vstrides, voff));
-      Tensor total = zeros({hi + 1}, dtype, dev);
-      index_add_(total, 0, storage_positions(vsizes, vstrides, voff, dev), reshape(g[0], {-1}), Scalar(int64_t{1}));
+      // Summed in double: a stride-0 view may put many gradients on one location.
+      Tensor total = zeros({hi + 1}, DType::Float64, dev);
+      index_add_(total, 0, storage_positions(vsizes, vstrides, voff, dev), to(reshape(g[0], {-1}), dev, DType::Float64),
+                 Scalar(int64_t{1}));
       const Tensor base_pos = storage_positions(sizes, bstrides, boff, dev);
-      Tensor count = zeros({hi + 1}, dtype, dev);
-      index_add_(count, 0, base_pos, ones({base_pos.numel()}, dtype, dev), Scalar(int64_t{1}));
+      Tensor count = zeros({hi + 1}, DType::Float64, dev);
+      index_add_(count, 0, base_pos, ones({base_pos.numel()}, DType::Float64, dev), Scalar(int64_t{1}));
       total = where(binary("gt", count, Scalar(int64_t{1})), binary("div", total, count), total);
-      return {reshape(index_select(total, 0, base_pos), sizes)};
+      return {to(reshape(index_select(total, 0, base_pos), sizes), dev, dtype)};
     };
   };
 }
