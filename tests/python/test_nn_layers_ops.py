@@ -383,3 +383,16 @@ def test_embedding_checks_indices_of_an_empty_embedding():
     with pytest.raises(RuntimeError):
         pf.nn.functional.embedding(pf.tensor([-1]), pf.zeros(3, 0))
     assert pf.nn.functional.embedding(pf.tensor([[2, 0]]), pf.zeros(3, 0)).shape == (1, 2, 0)
+
+
+@pytest.mark.parametrize("fn, kwargs", [("elu", {}), ("celu", {"alpha": 0.5}), ("selu", {}), ("elu", {"alpha": 2.0})])
+def test_elu_family_gradient_of_large_and_nan_inputs_matches_torch(fn, kwargs):
+    # Found by the fuzzer: the exponential branch's exp(x) was multiplied by 0 for large x
+    # (inf * 0 = NaN); PyTorch picks the branch (x <= 0), a NaN input taking the linear one.
+    x = [1e300, 800.0, 0.0, -3.0, float("nan"), -1e300]
+    grads = []
+    for lib in (torch, pf):
+        xt = lib.tensor(x, dtype=lib.float64, requires_grad=True)
+        getattr(lib.nn.functional, fn)(xt, **kwargs).sum().backward()
+        grads.append(xt.grad)
+    assert_matches(grads[1], grads[0])
