@@ -668,8 +668,8 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     rows = seq.reshape(1, -1) if seq.dim() <= 1 else seq.reshape(-1, seq.shape[-1])
     vals = values.reshape(1, -1) if seq.dim() <= 1 else values.reshape(rows.shape[0], -1)
     n, m = rows.shape[1], vals.shape[1]
-    vals = vals.to(_C.promote_types(vals.dtype, rows.dtype))
-    rows = rows.to(vals.dtype)
+    common = _C.result_type(seq, values)  # PyTorch's rule: a 0-d value takes the boundaries' dtype
+    vals, rows = vals.to(common), rows.to(common)
     r = rows.shape[0]
     zeros_v = _creation.zeros((r, m), dtype=_C.int64, device=values.device)
     ones_b = _creation.ones((r, n), dtype=_C.int64, device=values.device)
@@ -711,7 +711,8 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002
     if math.isinf(lo) or math.isinf(hi) or math.isnan(lo) or math.isnan(hi):
         raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
     inside = (x >= lo) & (x <= hi)
-    pos = ((x - lo) * bins / (hi - lo)).floor().to(_C.int64).clamp(0, bins - 1)
+    # The bin in double, as PyTorch: (x - lo) / (hi - lo) * bins (in bfloat16 0.898 * 10 is 9.0).
+    pos = ((x.double() - lo) / (hi - lo) * bins).floor().to(_C.int64).clamp(0, bins - 1)
     counts = _creation.zeros(bins, dtype=input.dtype, device=input.device)
     return counts.scatter_add(0, pos, inside.to(input.dtype))
 

@@ -371,3 +371,15 @@ def test_diagonal_is_a_view_as_in_torch():
     leaf = pf.ones(3, 7, 1, 2, 2, requires_grad=True)
     empty = leaf.diagonal(offset=3, dim1=2, dim2=4)
     assert empty.shape == (3, 7, 2, 0) and empty.requires_grad
+
+
+@pytest.mark.parametrize("code", ["lib.histc(lib.tensor([0.8984375, 1.203125, 4.5], dtype=lib.bfloat16), 10, 0, 3)",
+                                  "lib.histc(lib.tensor([0.3, 0.6, 0.9, 2.7, 3.0]), 10, 0, 3)",
+                                  "lib.bucketize(lib.tensor(9223372036854775806), lib.tensor([0], dtype=lib.int32))",
+                                  "lib.searchsorted(lib.tensor([0, 5], dtype=lib.int8), lib.tensor([300, -1]))",
+                                  "lib.bucketize(lib.tensor([2.5]), lib.tensor([1, 2, 3]))"])
+def test_histc_bins_and_search_dtypes_match_torch(code):
+    # Found by the fuzzer: histc's bin was computed in the input's dtype (bfloat16 rounds
+    # 0.898 * 10 to 9); searchsorted converts to PyTorch's result_type (a 0-d input takes the
+    # boundaries' dtype and wraps).
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
