@@ -124,6 +124,12 @@ DType dtype_from_name(std::string_view name) {
            "' (expected one of bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)");
 }
 
+bool can_cast(DType from, DType to) {
+  if (is_floating(from) && !is_floating(to)) return false;
+  if (from != DType::Bool && to == DType::Bool) return false;
+  return true;
+}
+
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
   if (a == DType::Bool) return b;

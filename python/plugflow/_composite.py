@@ -216,8 +216,8 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
     posinf = info.max if posinf is None else posinf
     neginf = info.min if neginf is None else neginf
 
-    def fill(v):
-        return _creation.full((), v, dtype=input.dtype, device=input.device)
+    def fill(v):  # PyTorch casts the replacements unchecked (3.4e38 into float16 is inf)
+        return _creation.full((), float(v), dtype=_C.float64, device=input.device).to(input.dtype)
 
     result = _C.where(input.isnan(), fill(nan), input)
     result = _C.where(input == math.inf, fill(posinf), result)
@@ -225,8 +225,11 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
 
 
 def nan_to_num_(input, nan=0.0, posinf=None, neginf=None):
-    """nan_to_num in place."""
+    """nan_to_num in place (integer and bool tensors are left as they are, unwritten)."""
     from . import autograd
+    _check_tensor(input, "nan_to_num_")
+    if input.dtype not in _FLOATS:
+        return input
     with autograd.no_grad():
         return input.copy_(nan_to_num(input, nan, posinf, neginf))
 
@@ -451,9 +454,9 @@ def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
 def mode(input, dim=-1, keepdim=False, *, out=None):
     """The most frequent value along dim (smallest among ties) and the last index it occurs at."""
     _check_tensor(input, "mode")
+    dim = _wrap_dim(dim, input.dim())
     if input.dim() == 0:
         return _return_types.mode((input.clone(), _creation.zeros((), dtype=_C.int64, device=input.device)))
-    dim = _wrap_dim(dim, input.dim())
     x = input.detach().movedim(dim, -1)
     n = x.shape[-1]
     # Occurrences of each element: its run in the sorted row, found by two binary searches
@@ -465,7 +468,8 @@ def mode(input, dim=-1, keepdim=False, *, out=None):
     sorted_vals = _C.sort(_C.where(cand, x, x.amax(-1, keepdim=True)), dim=-1)[0]
     value = sorted_vals.narrow(-1, 0, 1)                         # smallest value among the most frequent
     pos = _creation.arange(n, dtype=_C.int64, device=x.device)
-    last = _C.where(x == value, pos, pos * 0 - 1).amax(-1)
+    # (a row of NaN only has no value equal to itself: its first element, as PyTorch)
+    last = _C.where(x == value, pos, pos * 0 - 1).amax(-1).clamp_min(0)
     v = input.movedim(dim, -1).gather(-1, last.unsqueeze(-1)).squeeze(-1)
     if keepdim:
         v, last = v.unsqueeze(dim), last.unsqueeze(dim)
@@ -591,6 +595,9 @@ def index_fill_(input, dim, index, value):
         if value.dim() != 0:
             raise RuntimeError("index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value.dim()} dimension(s).")
+        # As PyTorch (which fills with value.item()): any dtype that fits; the cast keeps autograd.
+        _C._check_scalar_fits(value.item(), input.dtype)
+        value = value.to(input.dtype)
     else:
         _C._check_scalar_fits(value, input.dtype)
     d = _wrap_dim(dim, input.dim())
@@ -626,7 +633,9 @@ def bincount(input, weights=None, minlength=0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != input.shape[0]):
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    size = builtins.max(int(input.max().item()) + 1 if input.numel() else 0, minlength)
+    if input.numel() == 0:  # PyTorch: int64 zeros, weights or not
+        return _creation.zeros(minlength, dtype=_C.int64, device=input.device)
+    size = builtins.max(int(input.max().item()) + 1, minlength)
     idx = input.to(_C.int64)
     if weights is None:
         src = _creation.ones(input.shape[0], dtype=_C.int64, device=input.device)
@@ -667,8 +676,8 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
     rows = seq.reshape(1, -1) if seq.dim() <= 1 else seq.reshape(-1, seq.shape[-1])
     vals = values.reshape(1, -1) if seq.dim() <= 1 else values.reshape(rows.shape[0], -1)
     n, m = rows.shape[1], vals.shape[1]
-    vals = vals.to(_C.promote_types(vals.dtype, rows.dtype))
-    rows = rows.to(vals.dtype)
+    common = _C.result_type(seq, values)  # PyTorch's rule: a 0-d value takes the boundaries' dtype
+    vals, rows = vals.to(common), rows.to(common)
     r = rows.shape[0]
     zeros_v = _creation.zeros((r, m), dtype=_C.int64, device=values.device)
     ones_b = _creation.ones((r, n), dtype=_C.int64, device=values.device)
@@ -710,7 +719,8 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002
     if math.isinf(lo) or math.isinf(hi) or math.isnan(lo) or math.isnan(hi):
         raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
     inside = (x >= lo) & (x <= hi)
-    pos = ((x - lo) * bins / (hi - lo)).floor().to(_C.int64).clamp(0, bins - 1)
+    # The bin in double, as PyTorch: (x - lo) / (hi - lo) * bins (in bfloat16 0.898 * 10 is 9.0).
+    pos = ((x.double() - lo) / (hi - lo) * bins).floor().to(_C.int64).clamp(0, bins - 1)
     counts = _creation.zeros(bins, dtype=input.dtype, device=input.device)
     return counts.scatter_add(0, pos, inside.to(input.dtype))
 
@@ -723,6 +733,8 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     if input.dim() == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
     dim = _wrap_dim(dim, input.dim())
+    if n == 0:  # PyTorch ignores prepend and append then
+        return input.clone()
     parts = [t for t in (prepend, input, append) if t is not None]
     x = _C.cat(parts, dim) if len(parts) > 1 else input
     for _ in range(n):
@@ -746,6 +758,8 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         raise RuntimeError(f"cdist only supports floating-point dtypes, X1 got: {_type_name(x1.dtype)}")
     if x2.dtype not in _FLOATS:
         raise RuntimeError(f"cdist only supports floating-point dtypes, X2 got: {_type_name(x2.dtype)}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(x1.dtype)} but found {_type_name(x2.dtype)}")
     if x1.shape[-1] != x2.shape[-1]:
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
     if p < 0:
@@ -765,8 +779,8 @@ def _cdist_values(x1, x2, p, use_mm):
         d2 = sq1 - 2 * x1.matmul(x2.transpose(-1, -2)) + sq2.transpose(-1, -2)
         return d2.clamp_min(0).sqrt()
     diff_ = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
-    if p == 0:
-        return (diff_ != 0).to(x1.dtype).sum(-1)
+    if p == 0:  # PyTorch's min(ceil(|d|), 1): a NaN difference makes the distance NaN
+        return diff_.ceil().clamp_max(1).sum(-1)
     if math.isinf(p):
         return diff_.amax(-1)
     if p == 1:
@@ -842,23 +856,19 @@ def cross(input, other, dim=None, *, out=None):
 
 
 def diagonal(input, offset=0, dim1=0, dim2=1):
-    """The diagonal (offset above/below the main one) of the dim1 x dim2 planes, as the last dim.
-    A copy, not a view."""
+    """The diagonal (offset above/below the main one) of the dim1 x dim2 planes, as the last dim:
+    a view of input, as PyTorch's (one stride steps along both dims)."""
     _check_tensor(input, "diagonal")
     d1, d2 = _wrap_dim(dim1, input.dim(), False), _wrap_dim(dim2, input.dim(), False)
     if d1 == d2:
         raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
-    x = input.movedim((d1, d2), (-2, -1))
-    rows, cols = x.shape[-2], x.shape[-1]
+    rows, cols = input.shape[d1], input.shape[d2]
     n = builtins.max(0, builtins.min(rows, cols - offset) if offset >= 0 else builtins.min(rows + offset, cols))
-    r0, c0 = builtins.max(-offset, 0), builtins.max(offset, 0)
-    if n == 0:
-        return _creation.zeros(tuple(x.shape[:-2]) + (0,), dtype=input.dtype, device=input.device)
-    r = _creation.arange(r0, r0 + n, dtype=_C.int64, device=input.device)
-    c = _creation.arange(c0, c0 + n, dtype=_C.int64, device=input.device)
-    y = x.index_select(-2, r)                                          # (..., n, cols)
-    idx = c.reshape(n, 1).expand(tuple(y.shape[:-1]) + (1,))
-    return y.gather(-1, idx).squeeze(-1)
+    stride = input.stride()
+    start = builtins.max(-offset, 0) * stride[d1] + builtins.max(offset, 0) * stride[d2] if n else 0
+    others = [i for i in range(input.dim()) if i not in (d1, d2)]
+    return input.as_strided([input.shape[i] for i in others] + [n], [stride[i] for i in others] +
+                            [stride[d1] + stride[d2]], input.storage_offset() + start)
 
 
 def diag_embed(input, offset=0, dim1=-2, dim2=-1):
@@ -976,12 +986,19 @@ def heaviside(input, values, *, out=None):
     return _C.where(input == 0, values.to(input.dtype), ones)
 
 
+def _heaviside_(self, values):
+    """heaviside in place."""
+    return self.copy_(heaviside(self, values))
+
+
 def logaddexp(input, other, *, out=None):
     """log(exp(input) + exp(other)) without overflow."""
     _check_tensor(input, "logaddexp")
-    for t in (input, other):
-        if isinstance(t, Tensor) and t.dtype not in _FLOATS:
-            raise RuntimeError(f"\"logaddexp_cpu\" not implemented for '{_type_name(t.dtype)}'")
+    _check_tensor(other, "logaddexp", "other")
+    common = _C.result_type(input, other)  # an integer operand promotes (int8 and bfloat16: bfloat16)
+    if common not in _FLOATS:
+        raise RuntimeError(f"\"logaddexp_cpu\" not implemented for '{_type_name(common)}'")
+    input, other = input.to(common), other.to(common)
     m = _C.maximum(input, other)
     safe = _C.where(m.isinf(), _creation.zeros((), dtype=m.dtype, device=m.device), m.detach())
     result = safe + ((input - safe).exp() + (other - safe).exp()).log()
@@ -1042,7 +1059,7 @@ def _install():
                "median": median, "nanmedian": nanmedian, "quantile": quantile, "nanquantile": nanquantile,
                "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
-               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "logaddexp": logaddexp,
+               "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "heaviside_": _heaviside_, "logaddexp": logaddexp,
                "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):

@@ -26,8 +26,11 @@ def is_tensor(obj):
     return isinstance(obj, Tensor)
 
 
-def _sizes(size, kwargs):
-    """The positional sizes, or PyTorch's keyword form f(size=(2, 3))."""
+def _sizes(size, kwargs, fn):
+    """The positional sizes, or PyTorch's keyword form f(size=(2, 3)); one of them is required
+    (f() is not a 0-d tensor: f(()) is)."""
+    if not size and not kwargs:
+        raise TypeError(f'{fn}() missing 1 required positional arguments: "size"')
     if kwargs:
         if set(kwargs) != {"size"} or size:
             bad = next(k for k in kwargs if k != "size") if set(kwargs) != {"size"} else "size"
@@ -108,17 +111,20 @@ def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
 
 def empty(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     """An uninitialized tensor."""
-    return _finish(_C._empty(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    sizes = _sizes(size, kwargs, "empty")
+    return _finish(_C._empty(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     """A tensor filled with 0."""
-    return _finish(_C._zeros(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    sizes = _sizes(size, kwargs, "zeros")
+    return _finish(_C._zeros(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     """A tensor filled with 1."""
-    return _finish(_C._ones(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device)), requires_grad)
+    sizes = _sizes(size, kwargs, "ones")
+    return _finish(_C._ones(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
@@ -148,13 +154,13 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Uniform samples from [0, 1)."""
-    return _finish(_C._rand(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device), generator),
+    return _finish(_C._rand(_sizes(size, kwargs, "rand"), dtype or get_default_dtype(), _device(device), generator),
                    requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Standard normal samples."""
-    return _finish(_C._randn(_sizes(size, kwargs), dtype or get_default_dtype(), _device(device), generator),
+    return _finish(_C._randn(_sizes(size, kwargs, "randn"), dtype or get_default_dtype(), _device(device), generator),
                    requires_grad)
 
 
@@ -176,8 +182,20 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
     low, high = operator.index(_number(low)), operator.index(_number(high))
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
-    return _finish(_C._randint(low, high, (size,), dtype or _C.int64, _device(device), generator),
-                   requires_grad)
+    dtype = dtype or _C.int64
+    name = repr(dtype).rpartition(".")[2]
+    if name in _INT_RANGES:  # PyTorch's check_from_to_in_range for integral dtypes
+        lo, hi = _INT_RANGES[name]
+        for value, what in ((low, "from"), (high - 1, "to - 1")):
+            if not lo <= value <= hi:
+                raise RuntimeError(f"{what} is out of bounds for {name}")
+    if dtype is _C.bool:  # drawn as uint8 0/1 (the kernels have no bool), as PyTorch allows
+        return _finish(_C._randint(low, high, (size,), _C.uint8, _device(device), generator).bool(), requires_grad)
+    return _finish(_C._randint(low, high, (size,), dtype, _device(device), generator), requires_grad)
+
+
+_INT_RANGES = {"bool": (0, 1), "uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
+               "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):

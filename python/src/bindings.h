@@ -25,5 +25,7 @@ namespace python {
 bool is_advanced_index(pybind11::handle index);
 Tensor advanced_getitem(const Tensor& self, pybind11::handle index);
 void advanced_setitem(Tensor& self, pybind11::handle index, pybind11::handle value);
+// t[index] = tensor onto the view the index selects (tensor_bindings.cpp), PyTorch's copy_to.
+void copy_to(Tensor& dst, Tensor src);
 }  // namespace python
 }  // namespace plugflow

@@ -348,22 +348,29 @@ Tensor advanced_getitem(const Tensor& self, py::handle index) {
 }
 
 void advanced_setitem(Tensor& self, py::handle index, py::handle value) {
-  if (index.ptr() == Py_False) return;  // selects nothing (PyTorch's shortcut)
-  Sliced s = apply_slicing(self, index);
+  // The value becomes a tensor first, so a number must fit self's dtype even where the index
+  // selects nothing (PyTorch's valueToTensor).
   Tensor v;
   Scalar number;
   if (const Tensor* t = as_tensor(value)) v = *t;
   else if (to_scalar(value, number)) v = ops::scalar_tensor(number, self.dtype(), self.device());
   else v = py::handle(g_tensor_from_data)(value, self.dtype(), self.device()).cast<Tensor>();
+  if (index.ptr() == Py_False) return;  // selects nothing (PyTorch's shortcut)
+  if (index.ptr() == Py_True) {  // a lone True writes self[None] (a view), as PyTorch
+    Tensor view = ops::unsqueeze(self, 0);
+    copy_to(view, v);
+    return;
+  }
+  Sliced s = apply_slicing(self, index);
+  if (!any_defined(s.indices)) {
+    copy_to(s.view, v);
+    return;
+  }
   // As PyTorch: leading size-1 dims of the value are dropped (t[idx] = row[None] works).
   Shape vs = v.sizes();
   size_t lead = 0;
   while (lead < vs.size() && vs[lead] == 1) ++lead;
   if (lead > 0) v = ops::view(v, Shape(vs.begin() + static_cast<std::ptrdiff_t>(lead), vs.end()));
-  if (!any_defined(s.indices)) {
-    ops::copy_(s.view, v);
-    return;
-  }
   ops::index_put_(s.view, s.indices, v, /*accumulate=*/false);
 }
 

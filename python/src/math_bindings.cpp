@@ -63,6 +63,8 @@ void resize_out(const Tensor& out, const Shape& shape) {
 // How a function treats out's dtype.
 enum class OutKind {
   Cast,        // the result is cast to out's dtype when PyTorch's can_cast allows (elementwise)
+  SameDtype,   // out must have the result's dtype (PyTorch's unary ops that keep their dtype)
+  SameDtypeForNumber,  // SameDtype when the second operand is a number, else Cast (pow, clamp_min)
   Exact,       // out must have the result's dtype (matrix products)
   SameAsInput, // amax/amin: out must have the input's dtype
   Accumulate,  // sum/prod: computed in out's dtype (the dtype argument defaults to it)
@@ -76,7 +78,11 @@ void write_out(const std::string& fn, const Tensor& out, const Tensor& result, O
            "requires grad.");
   PF_CHECK(out.device() == result.device(), "Expected out tensor to have device ", result.device().str(),
            ", but got ", out.device().str(), " instead");
-  if (kind == OutKind::Exact)
+  ops::check_no_internal_overlap(out);  // before any resize, as PyTorch's TensorIterator
+  if (kind == OutKind::SameDtype)
+    PF_CHECK(out.dtype() == result.dtype(), "Found dtype ", scalar_type_name(out.dtype()), " but expected ",
+             scalar_type_name(result.dtype()));
+  else if (kind == OutKind::Exact)
     PF_CHECK(out.dtype() == result.dtype(), "Expected out tensor to have dtype ", cpp_type_name(result.dtype()),
              ", but got ", cpp_type_name(out.dtype()), " instead");
   else if (kind == OutKind::SameAsInput)
@@ -108,7 +114,14 @@ py::cpp_function out_path(py::object orig, std::string fn, OutKind kind) {
         py::object result = py::reinterpret_steal<py::object>(r);
         if (out.is_none()) return result;
         if (!out_t) PF_THROW(TypeError, fn, "(): argument 'out' must be Tensor, not ", type_name(out));
-        write_out(fn, *out_t, result.cast<const Tensor&>(), kind);
+        OutKind k = kind;
+        if (k == OutKind::SameDtypeForNumber) {
+          py::handle second = args.size() > 1 ? args[1] : py::handle();
+          for (const char* name : {"exponent", "other", "min", "max"})
+            if (!second && rest.contains(name)) second = rest[name];
+          k = second && as_tensor(second) ? OutKind::Cast : OutKind::SameDtype;
+        }
+        write_out(fn, *out_t, result.cast<const Tensor&>(), k);
         return out;
       },
       py::name(fn.c_str()));
@@ -535,15 +548,18 @@ void bind_math(py::module_& m) {
 
   // ---- out= --------------------------------------------------------------------------------------------
   for (const char* name :
-       {"add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "pow", "remainder", "fmod",
+       {"add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "remainder", "fmod",
         "floor_divide", "atan2", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and",
         "logical_or", "logical_xor", "eq", "ne", "lt", "le", "gt", "ge", "exp", "exp2", "expm1", "log", "log2",
         "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-        "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "reciprocal", "neg", "negative", "abs",
-        "absolute", "square", "sign", "floor", "ceil", "round", "trunc", "frac", "logical_not", "bitwise_not",
-        "isnan", "isinf", "isfinite", "clamp", "clip", "clamp_min", "clamp_max", "lerp", "addcmul", "addcdiv",
-        "outer", "ger", "tensordot"})
+        "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "reciprocal", "logical_not", "isnan", "isinf",
+        "isfinite", "lerp", "outer", "ger", "tensordot"})
     add_out_param(m, name, OutKind::Cast);
+  // PyTorch builds these as unary ops of one dtype (addcmul/addcdiv cannot cast into out either).
+  for (const char* name : {"neg", "negative", "abs", "absolute", "square", "sign", "floor", "ceil", "round", "trunc",
+                           "frac", "bitwise_not", "clamp", "clip", "addcmul", "addcdiv"})
+    add_out_param(m, name, OutKind::SameDtype);
+  for (const char* name : {"pow", "clamp_min", "clamp_max"}) add_out_param(m, name, OutKind::SameDtypeForNumber);
   for (const char* name : {"matmul", "mm", "bmm", "addmm", "addmv", "mv", "baddbmm", "addbmm", "dot", "vdot"})
     add_out_param(m, name, OutKind::Exact);
   for (const char* name : {"sum", "prod", "nansum"}) add_out_param(m, name, OutKind::Accumulate);

@@ -107,6 +107,14 @@ double norm_p(py::handle p, py::handle dtype) {
   return v;
 }
 
+// p='fro' is PyTorch's frobenius_norm over at most 2 dims.
+void check_frobenius_dims(py::handle p, py::handle dim) {
+  if (!PyUnicode_Check(p.ptr()) || p.cast<std::string>() != "fro") return;
+  if (!PyTuple_Check(dim.ptr()) && !PyList_Check(dim.ptr())) return;
+  const auto n = static_cast<int64_t>(py::len(dim));
+  PF_CHECK(n <= 2, "Expected at most 2 dimensions, but got ", n, " dimensions instead.");
+}
+
 py::object pair(std::pair<Tensor, Tensor> r) {
   return py::make_tuple(py::cast(std::move(r.first)), py::cast(std::move(r.second)));
 }
@@ -165,14 +173,14 @@ void bind_reduction(py::module_& m) {
   both(
       "logsumexp",
       [](const Tensor& t, py::handle dim, bool keepdim) {
-        const Shape dims = dims_arg(dim, "logsumexp");
-        PF_CHECK(!dim.is_none() && !(dims.empty() && t.dim() > 0), "logsumexp(): expected a dim (or a non-empty tuple "
-                                                                   "of dims) to reduce over");
-        return ops::logsumexp(t, dims, keepdim);
+        // dim=() reduces every dim, as PyTorch's
+        PF_CHECK_T(!dim.is_none(), TypeError, "logsumexp(): argument 'dim' must be tuple of ints, not NoneType");
+        return ops::logsumexp(t, dims_arg(dim, "logsumexp"), keepdim);
       },
       py::arg("dim"), py::arg("keepdim") = false);
   cls.attr("norm") = py::cpp_function(
       [](const Tensor& t, py::handle p, py::handle dim, bool keepdim, py::handle dtype) {
+        check_frobenius_dims(p, dim);
         return ops::norm(t, norm_p(p, dtype), dims_arg(dim, "norm"), keepdim, dtype_arg(dtype, "norm"));
       },
       py::name("norm"), py::is_method(cls), py::arg("p") = "fro", py::arg("dim") = py::none(),
@@ -180,6 +188,7 @@ void bind_reduction(py::module_& m) {
   function(
       "norm",
       [](const Tensor& t, py::handle p, py::handle dim, bool keepdim, py::handle out, py::handle dtype) -> py::object {
+        check_frobenius_dims(p, dim);
         Tensor r = ops::norm(t, norm_p(p, dtype), dims_arg(dim, "norm"), keepdim, dtype_arg(dtype, "norm"));
         if (out.is_none()) return py::cast(std::move(r));
         Tensor& o = out.cast<Tensor&>();
@@ -207,6 +216,9 @@ void bind_reduction(py::module_& m) {
         [is_sum, name](py::object self, py::handle dim, py::handle dtype) {
           Tensor& t = self.cast<Tensor&>();
           const int64_t d = to_int(dim, name, "dim");
+          const auto dt = dtype_arg(dtype, name);
+          PF_CHECK(!dt || *dt == t.dtype(), "Bad in-place call: input tensor dtype ", cpp_type_name(t.dtype()),
+                   " and output tensor dtype ", cpp_type_name(*dt), " should match");
           const Tensor r = is_sum ? ops::cumsum(t, d, dtype_arg(dtype, name)) : ops::cumprod(t, d, dtype_arg(dtype, name));
           PF_CHECK(!is_floating(r.dtype()) || is_floating(t.dtype()), "result type ", dtype_name(r.dtype()),
                    " can't be cast to the desired output type ", dtype_name(t.dtype()));

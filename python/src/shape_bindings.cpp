@@ -94,9 +94,13 @@ std::optional<int64_t> opt_dim(py::handle dim, const char* fn) {
   return to_int(dim, fn, "dim");
 }
 
-// Copies a result into an out= tensor (resized when its shape differs, as PyTorch does).
+// Copies a joined result (stack, hstack, ...) into an out= tensor with cat's rules: the dtype
+// must be castable, no shared elements; resized when its shape differs, as PyTorch does.
 py::object write_out(py::object out, const Tensor& r) {
   Tensor& o = out.cast<Tensor&>();
+  PF_CHECK(can_cast(r.dtype(), o.dtype()), "torch.cat(): input types can't be cast to the desired output type ",
+           scalar_type_name(o.dtype()));
+  ops::check_no_internal_overlap(o);
   ops::resize_(o, r.sizes());
   ops::copy_(o, r);
   return out;

@@ -639,10 +639,7 @@ void set_index(Tensor& self, py::handle index, py::handle value) {
     return;
   }
   const Tensor* v = as_tensor(value);
-  Tensor src = v ? *v : tensor_from_data(value, view.dtype(), view.device());
-  // As PyTorch: leading size-1 dims of the value are dropped, so t[0] = row[None] works.
-  while (src.dim() > 0 && src.sizes()[0] == 1) src = ops::squeeze(src, 0);
-  ops::copy_(view, src);
+  copy_to(view, v ? *v : tensor_from_data(value, view.dtype(), view.device()));
 }
 
 // ============================================================================================
@@ -678,12 +675,18 @@ py::object binary_operator(const std::string& name, const Tensor& self, py::hand
   return py::reinterpret_borrow<py::object>(Py_NotImplemented);
 }
 
-// other (op) self, for reflected operators (2 - t).
+// other (op) self, for reflected operators (2 - t). A number divided by a tensor and a number
+// raised to a tensor are PyTorch's Tensor.__rtruediv__ and __rpow__: reciprocal(t) * number
+// (so 1e-30 / subnormal is inf there too), and tensor(number, dtype=result_type) ** t (so the
+// number must fit that dtype).
 py::object reflected_operator(const std::string& name, const Tensor& self, py::handle other) {
   if (const Tensor* o = as_tensor(other)) return py::cast(ops::binary(name, *o, self));
   Scalar s;
-  if (to_scalar(other, s)) return py::cast(ops::binary(name, s, self));
-  return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (!to_scalar(other, s)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  if (name == kDiv) return py::cast(ops::binary(kMul, ops::unary("reciprocal", self), s));
+  if (name == kPow)
+    return py::cast(ops::binary(kPow, ops::scalar_tensor(s, ops::result_type(self, s), self.device()), self));
+  return py::cast(ops::binary(name, s, self));
 }
 
 // self (op)= other; returns self (the same Python object), or NotImplemented for operators.
@@ -713,13 +716,6 @@ Tensor operand_tensor(const Tensor& self, py::handle other, const char* op) {
   bad_operand(op, other);
 }
 
-// PyTorch's canCast: no float -> integral, no non-bool -> bool.
-bool can_cast(DType from, DType to) {
-  if (is_floating(from) && is_integral(to, /*include_bool=*/true)) return false;
-  if (from != DType::Bool && to == DType::Bool) return false;
-  return true;
-}
-
 Scalar alpha_scalar(py::handle alpha) {
   Scalar a;
   if (!to_scalar(alpha, a)) PF_THROW(TypeError, "alpha must be a Number, not ", type_name(alpha));
@@ -730,9 +726,10 @@ bool is_one(const Scalar& s) { return s.is_floating() ? s.to_double() == 1.0 : s
 
 // add/sub with alpha: self + alpha * other.
 Tensor add_sub(const std::string& name, const Tensor& self, py::handle other, py::handle alpha) {
-  if (alpha.is_none()) return binary_method(name, self, other);
+  // (a bool number subtracted raises there, as PyTorch, which the wrapped 0-d tensor below hides)
+  if (alpha.is_none() || (name == kSub && PyBool_Check(other.ptr()))) return binary_method(name, self, other);
   const Scalar a = alpha_scalar(alpha);
-  if (is_one(a) && !a.is_floating()) return binary_method(name, self, other);
+  if (is_one(a) && a.is_integral()) return binary_method(name, self, other);
   Tensor b = operand_tensor(self, other, name.c_str());
   return name == kAdd ? ops::add(self, b, a) : ops::sub(self, b, a);
 }
@@ -740,7 +737,7 @@ Tensor add_sub(const std::string& name, const Tensor& self, py::handle other, py
 py::object add_sub_(const std::string& name, py::object self, py::handle other, py::handle alpha) {
   if (alpha.is_none()) return inplace_binary(name, std::move(self), other, /*is_operator=*/false);
   const Scalar a = alpha_scalar(alpha);
-  if (is_one(a) && !a.is_floating()) return inplace_binary(name, std::move(self), other, /*is_operator=*/false);
+  if (is_one(a) && a.is_integral()) return inplace_binary(name, std::move(self), other, /*is_operator=*/false);
   Tensor& t = tensor_ref(self);
   const Tensor r = add_sub(name, t, other, alpha);
   PF_CHECK(can_cast(r.dtype(), t.dtype()), "result type ", dtype_name(r.dtype()),
@@ -999,6 +996,19 @@ void bind_generator(py::module_& m) {
 
 }  // namespace
 
+// PyTorch's copy_to: a 0-d value of another shape fills the view as a number would (so it must
+// fit the view's dtype); otherwise its leading size-1 dims are dropped (t[0] = row[None]
+// works) and it broadcasts.
+void copy_to(Tensor& dst, Tensor src) {
+  if (src.dim() == 0 && dst.dim() != 0 && src.device().is_cpu()) {
+    Scalar s;
+    to_scalar(item(src), s);
+    check_scalar_fits(s, dst.dtype());
+  }
+  while (src.dim() > 0 && src.sizes()[0] == 1) src = ops::squeeze(src, 0);
+  ops::copy_(dst, src);
+}
+
 void bind_tensor(py::module_& m) {
   // Importing submodules of the (still initializing) plugflow package is fine: they depend on
   // nothing but the standard library. Kept for the process's life.
@@ -1106,14 +1116,14 @@ void bind_tensor(py::module_& m) {
           "size",
           [](const Tensor& t, py::handle dim) -> py::object {
             if (dim.is_none()) return make_size(t.sizes());
-            return py::int_(t.size(to_int(dim, "dim")));
+            return py::int_(t.size(ops::wrap_dim_no_scalar(to_int(dim, "dim"), t.dim())));
           },
           py::arg("dim") = py::none())
       .def(
           "stride",
           [](const Tensor& t, py::handle dim) -> py::object {
             if (dim.is_none()) return py::tuple(py::cast(t.strides()));
-            return py::int_(t.stride(to_int(dim, "dim")));
+            return py::int_(t.stride(ops::wrap_dim_no_scalar(to_int(dim, "dim"), t.dim())));
           },
           py::arg("dim") = py::none())
       .def("dim", &Tensor::dim)

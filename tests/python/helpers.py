@@ -6,6 +6,7 @@ import os
 from collections import OrderedDict
 
 import numpy as np
+import pytest
 import torch
 
 import plugflow as pf
@@ -63,6 +64,25 @@ def assert_matches(actual, expected, rtol=None, atol=None):
                                    atol=default_atol if atol is None else atol)
     else:
         assert torch.equal(a, expected), f"\n{a}\n!=\n{expected}"
+
+
+def assert_same_outcome(fn, rtol=None, atol=None):
+    """fn(lib) with lib = torch and plugflow: both raise the same exception class, or both return
+    matching tensors (assert_matches; tuples item by item) or equal other values."""
+    try:
+        expected = fn(torch)
+    except Exception as e:  # noqa: BLE001 - any exception class is compared
+        with pytest.raises(Exception) as got:
+            fn(pf)
+        assert type(got.value).__name__ == type(e).__name__, (got.value, e)
+        return
+    actual = fn(pf)
+    pairs = zip(actual, expected) if isinstance(expected, tuple) else [(actual, expected)]
+    for a, e in pairs:
+        if isinstance(e, torch.Tensor):
+            assert_matches(a, e, rtol, atol)
+        else:
+            assert a == e, (a, e)
 
 
 def random_data(rng, shape, dtype_name_, low=-5, high=5):

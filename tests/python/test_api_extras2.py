@@ -7,6 +7,7 @@ import torch
 
 import plugflow as pf
 
+from helpers import assert_matches, assert_same_outcome
 from test_api_extras import check_grad, close, pair
 
 
@@ -308,3 +309,77 @@ def test_searchsorted_matches_torch_on_random_ties_nans_and_batches():
     v = rng.standard_normal((200, 500)).astype(np.float32)
     np.testing.assert_array_equal(pf.searchsorted(pf.from_numpy(b), pf.from_numpy(v)).numpy(),
                                   torch.searchsorted(torch.from_numpy(b), torch.from_numpy(v)).numpy())
+
+
+def test_diff_of_order_zero_and_bincount_of_nothing_match_torch():
+    # Found by the fuzzer: n=0 ignores prepend/append; an empty bincount is int64 even with weights.
+    for lib in (torch, pf):
+        r = lib.diff(lib.ones(2, 3, dtype=lib.int8), n=0, prepend=lib.ones(2, 2, dtype=lib.float16))
+        assert r.dtype == lib.int8 and tuple(r.shape) == (2, 3)
+        r = lib.bincount(lib.zeros(0, dtype=lib.int64), weights=lib.zeros(0), minlength=3)
+        assert r.dtype == lib.int64 and r.tolist() == [0, 0, 0]
+
+
+
+# Found by the fuzzer: mode of an all-NaN row; nan_to_num_ leaves integer tensors unwritten (an
+# expanded one included); index_fill takes a 0-d tensor value of another dtype as its item;
+# cdist needs one dtype; logaddexp promotes an integer operand; heaviside_ exists.
+@pytest.mark.parametrize("code", [
+    "lib.mode(lib.tensor([float('nan')] * 3))",
+    "lib.mode(lib.tensor([[float('nan'), float('nan')], [1., 2.]]), 1)",
+    "lib.zeros(1, dtype=lib.int8).expand(3).nan_to_num_()",
+    "lib.zeros(3, dtype=lib.int8).index_fill(0, lib.tensor([1]), lib.tensor(2.5))",
+    "lib.zeros(3, dtype=lib.int8).index_fill_(0, lib.tensor([1]), lib.tensor(300.))",
+    "lib.zeros(3, dtype=lib.float16).index_fill(0, lib.tensor([1]), lib.tensor(True))",
+    "lib.cdist(lib.zeros(2, 3), lib.zeros(2, 3, dtype=lib.float64))",
+    "lib.logaddexp(lib.tensor([1, 2], dtype=lib.int8), lib.tensor([1., 0.5]))",
+    "lib.logaddexp(lib.tensor([1]), lib.tensor([1]))",
+    "lib.tensor([-1., 0., 2.]).heaviside_(lib.tensor([5.]))",
+    "lib.tensor([-1., 0., 2.]).heaviside_(lib.tensor([5.], dtype=lib.float64))",
+    "lib.tensor([float('nan'), float('inf')], dtype=lib.bfloat16).nan_to_num(nan=3.4e38, posinf=1e5)",
+    "lib.tensor([float('nan'), -float('inf')], dtype=lib.float16).nan_to_num_(nan=65520., neginf=-1e40)",
+])
+def test_composite_edge_cases_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("code", [
+    "lib.cdist(lib.tensor([[0., float('nan')], [1., 2.]]), lib.tensor([[0., 1.]]), p=0)",
+    "lib.cdist(lib.tensor([[0., float('inf')], [1., 2.]]), lib.tensor([[0., 1.]]), p=0)",
+    "lib.nn.functional.hardshrink(lib.tensor([1, 2, 3]))",
+    "lib.nn.functional.softshrink(lib.tensor([1, 2, 3]), 1.5)",
+    "lib.nn.functional.hardshrink(lib.tensor([-1.0, 0.25, 3.0]))",
+])
+def test_cdist_p0_nan_and_shrink_dtypes_match_torch(code):
+    # Found by the fuzzer: cdist p=0 counted a NaN difference as 1 (PyTorch: NaN);
+    # hard/softshrink of integers computed (wrapping abs) where PyTorch has no kernel.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+def test_diagonal_is_a_view_as_in_torch():
+    # Found by the fuzzer: diagonal was a copy (writes through it were lost, an empty one had
+    # no gradient, a huge stride-0 input ran out of memory); it is now a strided view.
+    for lib in (torch, pf):
+        x = lib.arange(24.).view(2, 3, 4)
+        x.diagonal(1, 0, 2).zero_()
+        x.diagonal(-1, 2, 1).fill_(-1.0)
+        if lib is torch:
+            expected = x
+    assert_matches(x, expected)
+    huge = pf.ones(1).expand(2, 2**20, 2**40)
+    assert huge.diagonal(-3, 1, 0).shape == (2**40, 2) == torch.ones(1).expand(2, 2**20, 2**40).diagonal(-3, 1, 0).shape
+    leaf = pf.ones(3, 7, 1, 2, 2, requires_grad=True)
+    empty = leaf.diagonal(offset=3, dim1=2, dim2=4)
+    assert empty.shape == (3, 7, 2, 0) and empty.requires_grad
+
+
+@pytest.mark.parametrize("code", ["lib.histc(lib.tensor([0.8984375, 1.203125, 4.5], dtype=lib.bfloat16), 10, 0, 3)",
+                                  "lib.histc(lib.tensor([0.3, 0.6, 0.9, 2.7, 3.0]), 10, 0, 3)",
+                                  "lib.bucketize(lib.tensor(9223372036854775806), lib.tensor([0], dtype=lib.int32))",
+                                  "lib.searchsorted(lib.tensor([0, 5], dtype=lib.int8), lib.tensor([300, -1]))",
+                                  "lib.bucketize(lib.tensor([2.5]), lib.tensor([1, 2, 3]))"])
+def test_histc_bins_and_search_dtypes_match_torch(code):
+    # Found by the fuzzer: histc's bin was computed in the input's dtype (bfloat16 rounds
+    # 0.898 * 10 to 9); searchsorted converts to PyTorch's result_type (a 0-d input takes the
+    # boundaries' dtype and wraps).
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

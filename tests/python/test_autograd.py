@@ -1288,3 +1288,4 @@ def test_backward_on_a_leaf_accumulates_into_it_like_torch():
         assert x.grad.tolist() == [4.0, 5.0]
         s = fw.tensor(2.0, requires_grad=True)
         assert [g.item() for g in fw.autograd.grad(s, [s])] == [1.0]
+

@@ -167,3 +167,20 @@ def test_double_backward(rng, training):
         close(xp.grad, xt.grad, "float64")
     else:
         assert xp.grad is None and xt.grad is None
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (2, 3, 5)])
+def test_eval_gradient_of_an_infinite_input_is_finite(shape):
+    # Found by the fuzzer: eval mode's input gradient is grad * w / sqrt(running_var + eps);
+    # the kernel added (x - mean) * 0, NaN for an infinite x.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape)
+    x[0, 1] = np.inf
+    mean, var, w = rng.standard_normal(shape[1]), rng.uniform(0.5, 2, shape[1]), rng.standard_normal(shape[1])
+    grads = []
+    for lib in (torch, pf):
+        xt = lib.tensor(x, requires_grad=True)
+        lib.nn.functional.batch_norm(xt, lib.tensor(mean), lib.tensor(var), lib.tensor(w), None, False).sum().backward()
+        grads.append(xt.grad)
+    assert np.isfinite(grads[1].numpy()).all()
+    assert_matches(grads[1], grads[0])

@@ -555,3 +555,15 @@ POOL_ERRORS = [
 @pytest.mark.parametrize("name,fn,match", POOL_ERRORS, ids=[c[0] for c in POOL_ERRORS])
 def test_pool_errors(name, fn, match):
     raises_like_torch(lambda: fn(_Plugflow()), lambda: fn(_Torch()), match)
+
+
+@pytest.mark.parametrize("size, stride", [((1, 1, 7, 7), (0, 0, 1, 1)), ((2, 3, 5, 5), (1, 1, 1, 1)),
+                                          ((1, 2, 7, 3), (2, 2, 3, 1))])
+def test_conv2d_of_an_input_whose_elements_share_memory(size, stride):
+    # Found by the fuzzer: oneDNN refused overlapping strides ("could not construct a memory
+    # descriptor using strides"); such an input is copied dense first.
+    buf = torch.randn(200)
+    w = torch.randn(3, size[1], 2, 1)
+    x = buf.as_strided(size, stride).requires_grad_(False)
+    xp = pf.from_numpy(buf.numpy().copy()).as_strided(size, stride)
+    assert_matches(pf.nn.functional.conv2d(xp, pf.from_numpy(w.numpy().copy())), torch.nn.functional.conv2d(x, w))

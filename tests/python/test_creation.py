@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import DTYPE_NAMES, assert_matches, dtype_name, pf_dtype, to_torch, torch_dtype
+from helpers import DTYPE_NAMES, assert_matches, assert_same_outcome, dtype_name, pf_dtype, to_torch, torch_dtype
 
 
 @pytest.mark.parametrize("fn", ["zeros", "ones", "empty", "rand", "randn"])
@@ -17,7 +17,7 @@ def test_size_forms(fn):
         assert t.dtype is pf.float32
         assert t.device == pf.device("cpu")
     assert f(size=(2, 3)).shape == (2, 3)
-    assert f().shape == ()
+    assert f(()).shape == ()  # f() alone raises, as in PyTorch (test_a_size_is_required)
     assert f(0).shape == (0,)
     assert f(np.int64(4)).shape == (4,)
 
@@ -247,3 +247,54 @@ def test_empty_numpy_arrays_are_contiguous():
     t = pf.from_numpy(np.zeros((0, 3), dtype=np.float32))
     assert t.is_contiguous() == torch.from_numpy(np.zeros((0, 3), dtype=np.float32)).is_contiguous()
     assert pf.empty(3, 0).t().is_contiguous()
+
+
+# Found by the fuzzer: PyTorch converts arange's bounds to the accumulate type first (int64 for
+# integral dtypes, truncating; float for the 16-bit floats), checking that they fit, and counts
+# the elements in double except for int64.
+@pytest.mark.parametrize("code", [
+    "lib.arange(3.7, dtype=lib.int64)",
+    "lib.arange(0, 3.5, 1, dtype=lib.int32)",
+    "lib.arange(-3, 5, 0.5, dtype=lib.int64)",
+    "lib.arange(0.5, 10, 2.7, dtype=lib.uint8)",
+    "lib.arange(5, dtype=lib.bool)",
+    "lib.arange(1e40, dtype=lib.float16)",
+    "lib.arange(0, 1e40)",
+    "lib.arange(float('nan'))",
+    "lib.arange(2**62, dtype=lib.int32)",
+    "lib.arange(-2.5, 2.5, 0.5, dtype=lib.float16)",
+])
+def test_arange_bounds_are_converted_like_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+
+@pytest.mark.parametrize("code", ["lib.linspace(1e10, 1, 17, dtype=lib.uint8)", "lib.linspace(1e10, 1, 1, dtype=lib.uint8)",
+                                  "lib.linspace(1e10, 1, 0, dtype=lib.uint8)", "lib.linspace(-1.5, 1, 1, dtype=lib.bool)",
+                                  "lib.linspace(-1.5, 1, 2, dtype=lib.bool)", "lib.linspace(0, 1e5, 3, dtype=lib.float16)",
+                                  "lib.linspace(2.5, -3, 4, dtype=lib.int8)"])
+def test_linspace_converts_its_ends_like_torch(code):
+    # Found by the fuzzer: one step fills with start; more convert both ends to the dtype, checked.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("fn", ["zeros", "ones", "empty", "rand", "randn"])
+def test_a_size_is_required(fn):
+    # Found by the fuzzer: f() made a 0-d tensor; PyTorch requires a size (f(()) is 0-d).
+    for lib in (torch, pf):
+        with pytest.raises(TypeError):
+            getattr(lib, fn)()
+        with pytest.raises(TypeError):
+            getattr(lib, fn)(dtype=lib.float64)
+        assert getattr(lib, fn)(()).shape == ()
+
+
+@pytest.mark.parametrize("code", ["lib.randint(-2**63, 2**63 - 1, (3,), dtype=lib.int8).shape",
+                                  "lib.randint(0, 257, (3,), dtype=lib.uint8).shape",
+                                  "lib.randint(-1, 2, (3,), dtype=lib.uint8).shape",
+                                  "lib.randint(0, 256, (3,), dtype=lib.uint8).shape",
+                                  "lib.randint(0, 3, (3,), dtype=lib.bool).shape",
+                                  "lib.randint(0, 2, (3,), dtype=lib.bool).shape"])
+def test_randint_bounds_must_fit_the_dtype(code):
+    # Found by the fuzzer: PyTorch refuses a from or to - 1 outside the dtype's range.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

@@ -3,13 +3,14 @@ operands (transposed, strided slices, expanded), Python scalars, operators and i
 
 import math
 import operator
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, from_torch, make_pair, random_shape, to_torch
+from helpers import assert_matches, assert_same_outcome, from_torch, make_pair, random_shape, to_torch
 
 SEEDS = range(6)
 
@@ -275,3 +276,79 @@ def test_functional_only_activations():
 def test_from_torch_roundtrip_helper_sanity():
     t = torch.arange(6.0).reshape(2, 3).t()
     assert_matches(from_torch(t), t)
+
+
+# Found by the fuzzer (fuzz_harness.py). PyTorch's out= rules: the unary ops that keep their
+# dtype (and clamp, addcmul, pow with a number exponent) need out of the result's dtype; an out
+# whose elements share memory is refused before any resize; stack/hstack cast like cat.
+OUT_CASES = [
+    "lib.neg(lib.tensor([1, 2]), out=lib.zeros(2))",
+    "lib.abs(lib.tensor([1., 2.]), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.floor(lib.tensor([1.5, 2.]), out=lib.zeros(2))",
+    "lib.square(lib.tensor([True, False]), out=lib.zeros(2, dtype=lib.int64))",
+    "lib.bitwise_not(lib.tensor([1, 2], dtype=lib.int8), out=lib.zeros(2, dtype=lib.int16))",
+    "lib.clamp(lib.tensor([1., 2.]), 0, 1, out=lib.zeros(2, dtype=lib.float64))",
+    "lib.clamp_min(lib.tensor([1., 2.]), lib.tensor(0.), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.addcmul(lib.ones(2), lib.ones(2), lib.ones(2), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.pow(lib.tensor([1, 2]), 2, out=lib.zeros(2, dtype=lib.int32))",
+    "lib.pow(lib.tensor([1, 2]), lib.tensor(2), out=lib.zeros(2, dtype=lib.int32))",
+    "lib.sin(lib.tensor([1., 2.]), out=lib.zeros(1).expand(2))",
+    "lib.add(lib.ones(2), 1, out=lib.zeros(1, 1).expand(2, 1))",
+    "lib.sin(lib.tensor([1., 2.]), out=lib.zeros(2, dtype=lib.float64))",
+    "lib.stack([lib.tensor([1.]), lib.tensor([2.])], out=lib.zeros(2, dtype=lib.int16))",
+    "lib.hstack([lib.tensor([1]), lib.tensor([True])], out=lib.zeros(2, dtype=lib.bool))",
+    "lib.stack([lib.tensor([1]), lib.tensor([2])], out=lib.zeros(2, 1, dtype=lib.float64))",
+]
+
+
+@pytest.mark.parametrize("code", OUT_CASES)
+def test_out_dtype_and_shared_memory_rules_match_torch(code):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "An output with one or more elements was resized"
+        assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+# A bool alpha needs a bool result; pow(tensor, number) refuses negative integer powers of
+# integers and converts the exponent to a 16-bit float or integral dtype with overflow checks
+# (past the 0 and 1 shortcuts); `number / t` is reciprocal(t) * number and `number ** t` is
+# tensor(number, dtype=result_type) ** t, as PyTorch's Tensor.__rtruediv__ and __rpow__.
+SCALAR_OPERAND_CASES = [
+    "lib.zeros(2, dtype=lib.int8).add(lib.ones(2, dtype=lib.int8), alpha=True)",
+    "lib.zeros(2, dtype=lib.int8).sub_(lib.ones(2, dtype=lib.int8), alpha=True)",
+    "lib.zeros(2, dtype=lib.bool).add(lib.ones(2, dtype=lib.bool), alpha=True)",
+    "lib.sub(lib.ones(2), False, alpha=-1)",
+    "lib.ones(2).sub_(True, alpha=2)",
+    "lib.tensor([1, 2], dtype=lib.int8).pow(300)",
+    "lib.tensor([1, 2], dtype=lib.int8) ** 0",
+    "lib.tensor([1, 2], dtype=lib.int8).pow(1)",
+    "lib.tensor([1., 2.], dtype=lib.float16).pow(1e5)",
+    "lib.tensor([1., 2.], dtype=lib.bfloat16).pow(3.4e38)",
+    "lib.tensor([1., 2.]).pow(1e40)",
+    "lib.tensor([2, 3]).pow_(-1)",
+    "lib.tensor([True]).pow(-2)",
+    "lib.tensor([2, 3]).pow(lib.tensor(-1))",
+    "lib.tensor([2., 3.]).pow(-1)",
+    "65536 ** lib.zeros(2, dtype=lib.int8)",
+    "2 ** lib.tensor([1, 2], dtype=lib.int8)",
+    "2.5 ** lib.tensor([1, 2])",
+    "1e-30 / lib.tensor([1e-40, 2.0])",
+    "3 / lib.tensor([2, 0])",
+    "1 / lib.tensor([0.0, -0.0])",
+]
+
+
+@pytest.mark.parametrize("code", SCALAR_OPERAND_CASES)
+def test_scalar_operand_rules_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("code", [
+    "lib.zeros(1).expand(3).clamp_(0, 1)", "lib.zeros(1).expand(3).clamp_(lib.zeros(3))",
+    "lib.zeros(1).expand(3).lerp_(lib.ones(3), 0.5)", "lib.zeros(1).expand(3).addcmul_(lib.ones(3), lib.ones(3))",
+    "lib.nn.functional.hardtanh(lib.zeros(1).expand(3), inplace=True)",
+    "lib.nn.functional.elu(lib.zeros(1).expand(3), inplace=True)",
+    "lib.nn.functional.leaky_relu_(lib.zeros(1).expand(3))",
+])
+def test_inplace_ops_refuse_a_self_with_shared_elements(code):
+    # Found by the fuzzer: these in-place ops wrote through an expanded self (order-dependent).
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, make_pair, random_shape, to_torch
+from helpers import assert_matches, assert_same_outcome, make_pair, random_shape, to_torch
 
 
 def random_index(rng, shape):
@@ -238,3 +238,37 @@ def test_shape_size_stride():
     assert isinstance(t.shape + (5,), pf.Size)
     with pytest.raises(IndexError):
         t.size(3)
+
+
+# Found by the fuzzer: PyTorch's THPVariable_setitem converts the value first (a number must fit
+# even where False selects nothing), writes a lone True through self[None], and its copy_to
+# fills with a 0-d tensor as with a number (it must fit) when the shapes differ.
+@pytest.mark.parametrize("code", [
+    "t = lib.zeros(2, 3, dtype=lib.int32); t[True] = lib.tensor(5., dtype=lib.float64)",
+    "t = lib.zeros(2, 2); t[True, 0] = lib.tensor(3., dtype=lib.float64)",
+    "t = lib.zeros(8, dtype=lib.int32); t[-7:] = lib.tensor(2**40)",
+    "t = lib.zeros(3, dtype=lib.uint8); t[None] = lib.tensor(1e10)",
+    "t = lib.zeros(3, dtype=lib.uint8); t[1:] = lib.tensor([1e10, 1.])",
+    "t = lib.zeros(3, dtype=lib.uint8); t[False] = -2147483649",
+    "t = lib.zeros(3, dtype=lib.uint8); t[False] = -1",
+    "t = lib.zeros(()); t[...] = lib.tensor(3.)",
+    "t = lib.zeros(3, dtype=lib.int8); t[lib.tensor([0, 2])] = lib.tensor(1.5)",
+])
+def test_setitem_value_conversion_matches_torch(code):
+    def run(lib):
+        env = {"lib": lib}
+        exec(code, env)  # noqa: S102
+        return env["t"]
+    assert_same_outcome(run)
+
+
+def test_setitem_of_a_0d_tensor_value_keeps_its_gradient():
+    grads = []
+    for lib in (torch, pf):
+        x = lib.zeros(3, requires_grad=True)
+        v = lib.tensor(2.0, requires_grad=True)
+        y = x * 1
+        y[1:] = v
+        y.sum().backward()
+        grads.append(v.grad.item())
+    assert grads == [2.0, 2.0]

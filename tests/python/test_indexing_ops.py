@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, make_pair, random_data
+from helpers import assert_matches, assert_same_outcome, make_pair, random_data
 
 SEEDS = range(30)
 
@@ -847,6 +847,13 @@ ERROR_CASES = {
     "masked_select shape": lambda lib: lib.ones(2, 3).masked_select(lib.tensor([True, False])),
     "where condition dtype": lambda lib: lib.where(lib.tensor([1, 0, 1]), lib.ones(3), lib.ones(3)),
     "where shapes": lambda lib: lib.where(lib.tensor([True, False]), lib.ones(2, 3), lib.ones(2, 3)),
+    # Found by the fuzzer: indices are checked even where the result is empty.
+    "index_select empty axis": lambda lib: lib.zeros(3, 0).index_select(1, lib.tensor([0])),
+    "index_select empty self": lambda lib: lib.zeros(2, 0).index_select(0, lib.tensor([-1])),
+    "index_select empty 1-d": lambda lib: lib.zeros(0).index_select(0, lib.tensor([0])),
+    "index_add empty self": lambda lib: lib.zeros(0, 3).index_add_(1, lib.tensor([5]), lib.zeros(0, 1)),
+    "masked_fill uint8 mask values": lambda lib: lib.zeros(3).masked_fill(lib.tensor([2, 0, 1], dtype=lib.uint8), 1),
+    "setitem uint8 mask values": lambda lib: lib.zeros(3).__setitem__(lib.tensor([2, 0, 1], dtype=lib.uint8), 1),
 }
 
 
@@ -868,3 +875,60 @@ def test_error_types_plugflow_specific():
         pf.zeros(1, 3).expand(2, 3).index_put_((pf.tensor([0]),), pf.tensor(1.0))
     with pytest.raises(IndexError, match="only integers, slices"):
         pf.ones(3)[{0: 1}]
+
+
+# Found by the fuzzer. PyTorch's index_put_ (t[mask] = v included) sends one boolean or uint8
+# mask with a one-element value of any dtype to masked_fill_; an empty index skips gather's and
+# scatter's index checks (not src's dtype, nor an in-place self's shared elements).
+@pytest.mark.parametrize("code", [
+    "lib.zeros(3, dtype=lib.int8).index_put((lib.tensor([True, False, True]),), lib.tensor(2.0))",
+    "lib.zeros(3, 2, dtype=lib.float16).index_put((lib.tensor([True, False, True]),), lib.tensor([7]))",
+    "lib.zeros(3, dtype=lib.int8).index_put((lib.tensor([True, False, True]),), lib.tensor(300.0))",
+    "lib.zeros(3, dtype=lib.int8).index_put((lib.tensor([0, 2]),), lib.tensor(2.0))",
+    "lib.zeros(3, dtype=lib.int8).index_put((lib.tensor([True, False, True]),), lib.tensor([1., 2.]))",
+    "lib.zeros(2, 3, dtype=lib.int32).index_put((lib.tensor([True, True]), lib.tensor([0, 1])), lib.tensor(5.0))",
+    "lib.gather(lib.zeros(2, 3), 0, lib.zeros(0, dtype=lib.int32))",
+    "lib.gather(lib.zeros(2, 3), 1, lib.zeros(0, 5, 7, dtype=lib.int64))",
+    "lib.zeros(2, 3).scatter_(0, lib.zeros(0, 5, dtype=lib.int32), 1.0)",
+    "lib.zeros(2, 3).scatter(0, lib.zeros(0, dtype=lib.int64), lib.zeros(1, dtype=lib.float64))",
+    "lib.zeros(1, 3).expand(2, 3).scatter_(0, lib.zeros(0, 3, dtype=lib.int64), 1.0)",
+])
+def test_mask_put_and_empty_index_rules_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+def test_setitem_value_of_another_dtype_through_a_mask():
+    for lib in (torch, pf):
+        t = lib.zeros(2, 3, dtype=lib.int32)
+        t[lib.tensor([True, False]), 1] = lib.tensor(4.0, dtype=lib.float16)
+        t[:, lib.tensor([False, True, True])] = lib.tensor([True])
+        if lib is torch:
+            expected = t
+    assert_matches(t, expected)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        pf.zeros(2, dtype=pf.uint8)[pf.tensor([True, False])] = pf.tensor(300.0)
+
+
+def test_gather_of_an_empty_index_keeps_the_graph():
+    x = pf.ones(2, 3, requires_grad=True)
+    y = x.gather(1, pf.zeros(2, 0, dtype=pf.int64))
+    assert y.shape == (2, 0) and y.requires_grad
+    y.sum().backward()
+    assert x.grad.tolist() == [[0.0] * 3] * 2
+
+
+
+def test_masked_fill_with_a_tensor_value_checks_that_it_fits():
+    # Found by the fuzzer: PyTorch fills with value.item(), converted with overflow checks.
+    assert_same_outcome(lambda lib: lib.zeros(3, dtype=lib.uint8).masked_fill_(lib.tensor([True, False, True]),
+                                                                            lib.tensor(300., dtype=lib.bfloat16)))
+    assert_same_outcome(lambda lib: lib.zeros(3, dtype=lib.uint8).masked_fill(lib.tensor([True, False, True]),
+                                                                           lib.tensor(3., dtype=lib.bfloat16)))
+
+
+@pytest.mark.parametrize("code", ["lib.zeros(7, dtype=lib.float16).index_add(0, lib.tensor([1]), lib.ones(1, dtype=lib.float16), alpha=1e40)",
+                                  "lib.zeros(3, dtype=lib.uint8).index_add(0, lib.tensor([1]), lib.ones(1, dtype=lib.uint8), alpha=-1)",
+                                  "lib.zeros(3, dtype=lib.int32).index_add(0, lib.tensor([1]), lib.ones(1, dtype=lib.int32), alpha=2.5)"])
+def test_index_add_alpha_must_fit_the_dtype(code):
+    # Found by the fuzzer: PyTorch's kernel converts alpha with overflow checks.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

@@ -5,6 +5,7 @@ nll_loss, mse/l1/smooth_l1/huber, binary_cross_entropy (weight), binary_cross_en
 inputs (the seed is printed on failure) with odd sizes, empty batches, non-contiguous layouts,
 and PyTorch's exceptions and messages for bad shapes, targets and options."""
 
+import math
 import warnings
 
 import numpy as np
@@ -434,3 +435,20 @@ def test_loss_module_weight_follows_to():
     loss.double()
     assert loss.weight.dtype is pf.float64
     assert loss.reduction == "mean" and loss.ignore_index == -100 and loss.label_smoothing == 0.0
+
+
+@pytest.mark.parametrize("pos_weight", [None, [2.0, 0.5, 1.0, 3.0]])
+def test_bce_with_logits_of_infinite_logits_matches_torch(pos_weight):
+    # Found by the fuzzer: PyTorch's arrangement m + log(exp(-m) + exp(-x - m)) gives NaN for
+    # x = -inf where softplus(-x) gave inf.
+    x = [-math.inf, math.inf, -1000.0, 3.0]
+    t = [0.3, 1.0, 2.5, 0.0]
+    for reduction in ("none", "sum"):
+        out = []
+        for lib in (torch, pf):
+            xl = lib.tensor(x, dtype=lib.float64, requires_grad=True)
+            kw = {} if pos_weight is None else {"pos_weight": lib.tensor(pos_weight, dtype=lib.float64)}
+            loss = lib.nn.functional.binary_cross_entropy_with_logits(xl, lib.tensor(t, dtype=lib.float64),
+                                                                       reduction=reduction, **kw)
+            out.append(loss)
+        assert_matches(out[1].detach(), out[0].detach())

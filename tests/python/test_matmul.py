@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, make_pair
+from helpers import assert_matches, assert_same_outcome, make_pair
 
 MATMUL_SHAPES = [
     ((4,), (4,)),            # dot
@@ -95,3 +95,18 @@ def test_matmul_errors():
         pf.matmul(pf.ones(()), pf.ones(2))
     with pytest.raises(TypeError):
         pf.ones(2, 2) @ [[1, 0], [0, 1]]
+
+
+@pytest.mark.parametrize("code", [
+    "lib.addmv(lib.zeros(2), lib.tensor([[float('nan'), 1.], [1., 1.]]), lib.ones(2), alpha=0)",
+    "lib.addmm(lib.ones(2, 2), lib.tensor([[float('inf')], [1.]]), lib.zeros(1, 2), beta=2, alpha=0)",
+    "lib.addmm(lib.zeros(2, 2), lib.tensor([[float('nan'), 1.], [1., 1.]]), lib.ones(2, 2), alpha=0)",
+    "lib.baddbmm(lib.zeros(1, 2, 2), lib.tensor([[[float('nan'), 1.], [1., 1.]]]), lib.ones(1, 2, 2), alpha=0)",
+    "lib.addmv(lib.zeros(1, dtype=lib.uint8), lib.ones(1, 3, dtype=lib.uint8), lib.ones(3, dtype=lib.uint8), alpha=-1.5)",
+    "lib.addmm(lib.zeros(1, 1, dtype=lib.int64), lib.ones(1, 3, dtype=lib.int64), lib.ones(3, 1, dtype=lib.int64), alpha=2.5)",
+    "lib.baddbmm(lib.zeros(1, 1, 1, dtype=lib.int8), lib.ones(1, 1, 2, dtype=lib.int8), lib.ones(1, 2, 1, dtype=lib.int8), beta=300)",
+])
+def test_alpha_and_beta_of_matrix_products_match_torch(code):
+    # Found by the fuzzer: a zero alpha ignores the product's NaN in addmv (BLAS gemv), not in
+    # addmm and baddbmm; integral products convert alpha and beta with overflow checks.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

@@ -374,3 +374,25 @@ def test_transformer_decoder(rng):
     assert_matches(mask_p, mask_t)
     compare(rng, model_p(src_p, tgt_p, tgt_mask=mask_p), model_t(src_t, tgt_t, tgt_mask=mask_t),
             [(src_p, src_t), (tgt_p, tgt_t)], model_p, model_t)
+
+
+def test_embedding_checks_indices_of_an_empty_embedding():
+    # Found by the fuzzer: with no columns no kernel runs, but the indices are still checked.
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.embedding(torch.tensor([-1]), torch.zeros(3, 0))
+    with pytest.raises(RuntimeError):
+        pf.nn.functional.embedding(pf.tensor([-1]), pf.zeros(3, 0))
+    assert pf.nn.functional.embedding(pf.tensor([[2, 0]]), pf.zeros(3, 0)).shape == (1, 2, 0)
+
+
+@pytest.mark.parametrize("fn, kwargs", [("elu", {}), ("celu", {"alpha": 0.5}), ("selu", {}), ("elu", {"alpha": 2.0})])
+def test_elu_family_gradient_of_large_and_nan_inputs_matches_torch(fn, kwargs):
+    # Found by the fuzzer: the exponential branch's exp(x) was multiplied by 0 for large x
+    # (inf * 0 = NaN); PyTorch picks the branch (x <= 0), a NaN input taking the linear one.
+    x = [1e300, 800.0, 0.0, -3.0, float("nan"), -1e300]
+    grads = []
+    for lib in (torch, pf):
+        xt = lib.tensor(x, dtype=lib.float64, requires_grad=True)
+        getattr(lib.nn.functional, fn)(xt, **kwargs).sum().backward()
+        grads.append(xt.grad)
+    assert_matches(grads[1], grads[0])

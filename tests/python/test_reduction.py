@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, backward_both, check_double_backward, from_torch, random_dims, random_pair, tensor_pair
+from helpers import assert_matches, assert_same_outcome, backward_both, check_double_backward, from_torch, random_dims, random_pair, tensor_pair
 
 SEEDS = range(6)
 
@@ -520,3 +520,52 @@ def test_nn_functional_softmax_family():
             warnings.simplefilter("ignore")
             close(fp(p), ft(t), "float32")  # PyTorch's implicit dim (0 for 3-d inputs)
             close(fp(p[0]), ft(t[0]), "float32")  # and 1 for 2-d
+
+
+
+@pytest.mark.parametrize("code", ["lib.norm(lib.ones(2, 2, 2), p='fro', dim=(0, 1, 2))", "lib.ones(2, 2, 2).norm('fro', (0, 2))",
+                                  "lib.ones(3, dtype=lib.int32).cumsum_(0, dtype=lib.int64)",
+                                  "lib.ones(3, dtype=lib.float16).cumprod_(0, dtype=lib.float64)",
+                                  "lib.ones(3, dtype=lib.int32).cumsum_(0, dtype=lib.int32)"])
+def test_frobenius_dims_and_inplace_scan_dtype_match_torch(code):
+    # Found by the fuzzer: p='fro' takes at most 2 dims; an in-place scan keeps self's dtype.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("values", [[2.0, 3.0, 4.0], [0.0, 3.0, 4.0], [0.0, float("nan"), 2.0], [0.0, 0.0, float("nan")],
+                                    [float("inf"), 0.0, 1.0], [0.0, 3.0, 0.0, float("inf")]])
+@pytest.mark.parametrize("dim", [None, 0])
+def test_prod_gradient_with_zeros_and_non_finite_values_matches_torch(values, dim):
+    # Found by the fuzzer: with two zeros and a NaN the gradient was NaN where PyTorch's is 0;
+    # the products of the other elements now propagate exactly as PyTorch's.
+    grads = []
+    for lib in (torch, pf):
+        x = lib.tensor(values, dtype=lib.float64, requires_grad=True)
+        (x.prod() if dim is None else x.prod(dim)).backward()
+        grads.append(x.grad)
+    assert_matches(grads[1], grads[0])
+
+
+def test_prod_gradient_along_a_dim_with_zeros_matches_torch():
+    rng = np.random.default_rng(0)
+    data = rng.integers(-2, 3, size=(4, 5)).astype("float64")
+    for dim in (0, 1):
+        xt = torch.tensor(data, requires_grad=True)
+        xp = pf.tensor(data, requires_grad=True)
+        w = rng.uniform(-1, 1, size=data.shape[1 - dim])
+        (xt.prod(dim) * torch.tensor(w)).sum().backward()
+        (xp.prod(dim) * pf.tensor(w)).sum().backward()
+        assert_matches(xp.grad, xt.grad)
+    check_double_backward(lambda z: z.prod(1), -2, 2, seed=1)
+
+
+
+@pytest.mark.parametrize("code", ["lib.mean(lib.tensor(1.), (0, 0))", "lib.var_mean(lib.tensor(1., dtype=lib.float64), (0, 0))",
+                                  "lib.sum(lib.tensor(1.), (0, -1))", "lib.logsumexp(lib.ones(2, 3, dtype=lib.int16), (), keepdim=True)",
+                                  "lib.cumsum(lib.tensor(float('inf'), dtype=lib.float64), -1, dtype=lib.int64)",
+                                  "lib.cumsum(lib.tensor(2.5, dtype=lib.float64), 0, dtype=lib.int64)",
+                                  "lib.cumprod(lib.tensor(300), 0, dtype=lib.uint8)"])
+def test_0d_reduction_dims_logsumexp_over_no_dims_and_0d_scans_match_torch(code):
+    # Found by the fuzzer: a repeated dim of a 0-d tensor raises; logsumexp(dim=()) reduces
+    # every dim; a 0-d scan fills its result with the value, converted with overflow checks.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import plugflow as pf
-from helpers import assert_matches, from_torch, make_pair, random_shape, to_torch
+from helpers import assert_matches, assert_same_outcome, from_torch, make_pair, random_shape, to_torch
 
 SEEDS = range(6)
 
@@ -763,3 +763,48 @@ def test_nn_functional_exports():
     assert_matches(PF.pad(p, (1, 2), mode="reflect"), F.pad(t, (1, 2), mode="reflect"))
     assert_matches(PF.pad(p, (1, 1), value=3.0), F.pad(t, (1, 1), value=3.0))
     assert_matches(PF.one_hot(pf.tensor([0, 2]), 4), F.one_hot(torch.tensor([0, 2]), 4))
+
+
+# Found by the fuzzer: with some padding to add, every padded dim must come out non-empty (a
+# crop-only pad may empty it); repeat_interleave along a dim of a 0-d tensor is an IndexError.
+@pytest.mark.parametrize("code", [
+    "F.pad(lib.zeros(0, 4, 6), (0, 3, 2, 3, 0, 0))",
+    "F.pad(lib.zeros(2, 1, 1), (-1, 1, 0, -1, 0, -1))",
+    "F.pad(lib.zeros(5, 1, 4), (2, 2, 0, -1, 2, -1))",
+    "F.pad(lib.zeros(3, 5, 5, 0), (0, 0, 0, 3, 2, 1))",
+    "F.pad(lib.zeros(2, 3), (-1, -2))",
+    "F.pad(lib.zeros(2, 3), (-3, 0))",
+    "lib.repeat_interleave(lib.tensor(3), 2, dim=0)",
+    "lib.repeat_interleave(lib.tensor(3.0), lib.tensor([2]), 0)",
+    "lib.repeat_interleave(lib.tensor(3), 2)",
+    "F.pad(lib.zeros(6, dtype=lib.int64), (-1, -1), value=float('nan'))",  # a crop stores no value
+    "F.pad(lib.zeros(6, dtype=lib.int64), (-1, 1), value=float('nan'))",
+])
+def test_pad_and_repeat_edge_cases_match_torch(code):
+    assert_same_outcome(lambda lib: eval(code, {"lib": lib, "F": lib.nn.functional}))  # noqa: S307
+
+
+@pytest.mark.parametrize("size, stride, offset, numel", [((2, 3), (1, 0), 0, 3), ((4,), (0,), 0, 3),
+                                                        ((3, 3), (1, 1), 1, 6), ((2, 2), (2, 1), 0, 4)])
+@pytest.mark.parametrize("base_kind", ["plain", "expanded"])
+def test_as_strided_gradient_over_shared_elements_matches_torch(size, stride, offset, numel, base_kind):
+    # Found by the fuzzer: view elements sharing a storage location add their gradients there
+    # (it raised), and base elements sharing one split it, as PyTorch's as_strided_backward.
+    grads = []
+    for lib in (torch, pf):
+        b = lib.arange(float(numel)).requires_grad_()
+        base = b if base_kind == "plain" else b[:1].expand(numel)
+        v = base.as_strided(size, stride, offset)
+        (v * (lib.arange(float(v.numel())).view(size) + 1)).sum().backward()
+        grads.append(b.grad)
+    assert_matches(grads[1], grads[0])
+
+
+
+@pytest.mark.parametrize("code", ["lib.tensor(3).size(0)", "lib.tensor(3).stride(-1)", "lib.unique(lib.tensor(3), dim=0)",
+                                  "lib.unique_consecutive(lib.tensor(3.), dim=-1)", "lib.roll(lib.tensor(3.), 1, 0)",
+                                  "lib.unbind(lib.tensor(3.), 0)", "lib.tensor(3).size(-1)",
+                                  "lib.tensor(1.).unflatten(0, (1,))", "lib.mode(lib.tensor(True), 64)"])
+def test_dims_of_a_0d_tensor_are_index_errors(code):
+    # Found by the fuzzer: PyTorch's wrap_scalar=false ops refuse any dim of a 0-d tensor.
+    assert_same_outcome(lambda lib: eval(code))  # noqa: S307

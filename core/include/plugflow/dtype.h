@@ -124,6 +124,8 @@ constexpr bool is_integral(DType t, bool include_bool) {
 
 // PyTorch's torch.promote_types.
 PF_API DType promote_types(DType a, DType b);
+// PyTorch's torch.can_cast (canCast): no floating -> integral or bool, no non-bool -> bool.
+PF_API bool can_cast(DType from, DType to);
 
 // C++ type <-> DType.
 template <DType> struct dtype_cpp;

@@ -41,7 +41,13 @@ PF_API Tensor& normal_(Tensor& t, double mean, double std, Generator* gen = null
 // ---- copies and conversion ----------------------------------------------------------------
 // Copies src into dst (broadcasting src to dst's shape, any dtypes, any devices, any strides).
 PF_API Tensor& copy_(Tensor& dst, const Tensor& src);
+// PyTorch's check on a tensor about to be written (an in-place op's self, an out= argument):
+// several elements sharing one memory location (a dim of stride 0 and size > 1) would make the
+// result order-dependent, so it raises.
+PF_API void check_no_internal_overlap(const Tensor& t);
 PF_API Tensor& fill_(Tensor& t, Scalar value);
+// The one element of `t` as a number of its kind (PyTorch's Tensor::item()).
+PF_API Scalar item(const Tensor& t);
 PF_API Tensor& zero_(Tensor& t);
 // PyTorch's resize_ (also what out= arguments get): t takes `sizes` with contiguous strides,
 // keeping its storage when that holds them past t's offset, else on a fresh storage. Contents
@@ -67,6 +73,10 @@ PF_API Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length
 
 // ---- shape helpers ---------------------------------------------------------------------------
 PF_API int64_t wrap_dim(int64_t dim, int64_t ndim);  // IndexError naming the valid range
+// wrap_dim where a 0-d tensor has no dim at all (PyTorch's wrap_scalar=false: size(0), unbind,
+// roll, unique and repeat_interleave along a dim): IndexError "Dimension specified as 0 but
+// tensor has no dimensions".
+PF_API int64_t wrap_dim_no_scalar(int64_t dim, int64_t ndim);
 PF_API Shape broadcast_shapes(const Shape& a, const Shape& b);  // ValueError... as PyTorch: RuntimeError
 // torch.result_type for two operands; a Scalar counts as a "wrapped number".
 PF_API DType result_type(const Tensor& a, const Tensor& b);

@@ -44,6 +44,16 @@ void copy_data(Tensor& dst, const Tensor& src_in);
 
 }  // namespace
 
+void check_no_internal_overlap(const Tensor& t) { autograd::check_no_internal_overlap(t); }
+
+Scalar item(const Tensor& t) {
+  PF_CHECK(t.numel() == 1, "a Tensor with ", t.numel(), " elements cannot be converted to Scalar");
+  const Device cpu{DeviceType::CPU, 0};
+  if (is_floating(t.dtype())) return Scalar(to(t, cpu, DType::Float64, true).data<double>()[0]);
+  if (t.dtype() == DType::Bool) return Scalar(to(t, cpu, DType::Bool, true).data<bool>()[0]);
+  return Scalar(to(t, cpu, DType::Int64, true).data<int64_t>()[0]);
+}
+
 Tensor& copy_(Tensor& dst, const Tensor& src_in) {
   PF_CHECK(dst.defined() && src_in.defined(), "copy_: undefined tensor");
   autograd::check_no_internal_overlap(dst);

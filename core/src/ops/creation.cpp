@@ -36,17 +36,27 @@ Tensor scalar_tensor(Scalar value, DType dtype, Device device) { return full({},
 Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype_opt, Device device) {
   const bool any_float = start.is_floating() || end.is_floating() || step.is_floating();
   const DType dtype = dtype_opt.value_or(any_float ? DType::Float32 : DType::Int64);
-  const double s = start.to_double(), e = end.to_double(), st = step.to_double();
-  PF_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
+  PF_CHECK(dtype != DType::Bool, "\"arange_cpu\" not implemented for 'Bool'");
+  // PyTorch converts the bounds to the accumulate type first (checked): int64 for integral
+  // dtypes, which truncates (arange(0, 3, 0.5, dtype=int32) has a zero step), float for the
+  // 16-bit floats, double otherwise.
+  const bool integral = is_integral(dtype, false);
+  const DType acc = integral ? DType::Int64
+                  : (dtype == DType::Float16 || dtype == DType::BFloat16) ? DType::Float32
+                                                                           : DType::Float64;
+  for (const Scalar* v : {&start, &end, &step}) check_scalar_fits(*v, acc);
+  auto acc_value = [&](Scalar v) { return integral ? static_cast<double>(v.to_int()) : v.to_double(); };
+  const double s = acc_value(start), e = acc_value(end), st = acc_value(step);
   PF_CHECK(st != 0.0, "step must be nonzero");
+  PF_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
   PF_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
   double n_double;
-  if (!any_float) {  // exact integer arithmetic, as PyTorch does for integral arguments
-    // In 128 bits: end - start + step overflows int64 for ranges near its limits.
+  if (dtype == DType::Int64) {  // exact integer arithmetic, as PyTorch's int64 case
+    // In 128 bits: end - start overflows int64 for ranges near its limits.
     const __int128 a = start.to_int(), b = end.to_int(), c = step.to_int();
     n_double = static_cast<double>((b - a + c + (c > 0 ? -1 : 1)) / c);
-  } else {
-    n_double = std::ceil((e - s) / st);
+  } else {  // the unconverted bounds in double, as PyTorch
+    n_double = std::ceil((end.to_double() - start.to_double()) / step.to_double());
   }
   PF_CHECK(n_double >= 0 && n_double < 9.2e18, "invalid size, possible overflow?");
   const auto n = static_cast<int64_t>(n_double);
@@ -59,6 +69,13 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype_
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
   PF_CHECK(steps >= 0, "number of steps must be non-negative");
+  // As PyTorch: one step is fill_(start); more convert both ends to the dtype, checked.
+  if (steps == 1) return full({1}, Scalar(start), dtype, device);
+  if (steps > 1) {
+    PF_CHECK(dtype != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
+    check_scalar_fits(Scalar(start), dtype);
+    check_scalar_fits(Scalar(end), dtype);
+  }
   Tensor out = Tensor::empty({steps}, dtype, device);
   static const OpDef& op = find_op("linspace");
   Tensor outs[] = {out};

@@ -106,6 +106,7 @@ Tensor run_binary(const BinaryInfo& info, const Tensor& a, const Tensor& b, DTyp
   check_bool_arith(info, dt);
   if (attrs.has("alpha")) {
     const Scalar& alpha = attrs.get<Scalar>("alpha");
+    PF_CHECK(!alpha.is_bool() || dt == DType::Bool, "Boolean alpha only supported for Boolean results.");
     PF_CHECK(!(alpha.is_floating() && !is_floating(dt)),
              "For integral input tensors, argument alpha must not be a floating point number.");
     check_scalar_fits(alpha, dt);
@@ -186,10 +187,28 @@ Tensor binary(const std::string& name, const Tensor& a, const Tensor& b) {
   return run_binary(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), ""));
 }
 
+namespace {
+
+// PyTorch's pow(Tensor, Scalar): no negative integer power of integers, and (past the 0 and 1
+// shortcuts) the exponent is converted to a half, bfloat16 or integral compute dtype with
+// overflow checks, so pow(int8 tensor, 300) raises where pow(int8 tensor, int8 tensor) wraps.
+void check_pow_exponent(const BinaryInfo& info, const Tensor& base, Scalar exponent, DType common) {
+  if (info.name != "pow") return;
+  PF_CHECK(!(is_integral(base.dtype(), true) && !exponent.is_floating() && exponent.to_int() < 0),
+           "Integers to negative integer powers are not allowed.");
+  const double e = exponent.to_double();
+  if (e == 0.0 || e == 1.0) return;
+  if (common == DType::Float16 || common == DType::BFloat16 || is_integral(common, false))
+    check_scalar_fits(exponent, common);
+}
+
+}  // namespace
+
 Tensor binary(const std::string& name, const Tensor& a, Scalar b) {
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
+  check_pow_exponent(info, a, b, common);
   const Attrs attrs = binary_attrs(info, Scalar(int64_t{1}), "");
   return run_binary(info, a, wrapped_scalar_tensor(b, compute_dtype(info, common, attrs), a.device()), common, attrs);
 }
@@ -213,6 +232,7 @@ Tensor& binary_(const std::string& name, Tensor& a, Scalar b) {
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
+  check_pow_exponent(info, a, b, common);
   const Attrs attrs = binary_attrs(info, Scalar(int64_t{1}), "");
   run_binary_inplace(info, a, wrapped_scalar_tensor(b, compute_dtype(info, common, attrs), a.device()), common, attrs);
   return a;

@@ -197,9 +197,10 @@ const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
       {"elu", {[](auto& g, auto& a, auto&, const Attrs& at) {
          const double alpha = at.get<double>("alpha"), scale = at.get<double>("scale"),
                       input_scale = at.get<double>("input_scale");
-         Tensor pos = mask_as(cmp("gt", a, Scalar(0)), g.dtype());
+         // PyTorch's elu_backward: x <= 0 takes the exponential branch, anything else (NaN
+         // included) the linear one; a branch not taken never enters (exp(x) of a large x is inf).
          Tensor negd = mul(un("exp", mul(a, Scalar(input_scale))), Scalar(alpha * scale * input_scale));
-         return mul(g, add(mul(pos, Scalar(scale)), mul(one_minus(pos), negd)));
+         return mul(g, ops::where(cmp("le", a, Scalar(0)), negd, ops::full({}, Scalar(scale), g.dtype(), g.device())));
        }, "a"}},
   };
   return table;

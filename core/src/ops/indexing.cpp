@@ -24,7 +24,6 @@ namespace plugflow::ops {
 namespace {
 
 namespace ag = plugflow::autograd;
-using ag::check_no_internal_overlap;
 using Tensors = std::vector<Tensor>;
 
 // The kernels take their operands through one strided layout: the output, the data, then
@@ -87,6 +86,13 @@ int64_t read_int(const Tensor& t) {
   graph::check_host_read("an index value or a count of selected elements");
   const Tensor c = to(t, Device{DeviceType::CPU, 0}, DType::Int64, /*copy=*/true);
   return c.data<int64_t>()[0];
+}
+
+// The indices of a 1-d index outside [0, size): index_select / index_add into an empty tensor
+// read none of them, but PyTorch still checks each.
+Tensor out_of_range(const Tensor& index1, int64_t size) {
+  return masked_select(index1, binary("logical_or", binary("lt", index1, Scalar(int64_t{0})),
+                                      binary("ge", index1, Scalar(size))));
 }
 
 // A private copy of `t` when it shares memory with the tensor being written.
@@ -320,14 +326,16 @@ void scatter_impl(Tensor& self, int64_t dim_in, const Tensor& index_in, const Te
                   ScatterKind kind) {
   const int64_t dim = wrap_dim(dim_in, self.dim());
   const bool has_src = kind != ScatterKind::Value;
-  PF_CHECK(index_in.dtype() == DType::Int64, "scatter(): Expected dtype int64 for index");
+  // As PyTorch: an empty index skips the index checks, not src's dtype or self's overlap.
   if (has_src)
     PF_CHECK(src_in.dtype() == self.dtype(), "scatter(): Expected self.dtype to be equal to src.dtype");
+  check_no_internal_overlap(self);
+  ag::check_inplace(self);
+  if (index_in.numel() == 0) return;
+  PF_CHECK(index_in.dtype() == DType::Int64, "scatter(): Expected dtype int64 for index");
   PF_CHECK(nd1(index_in) == nd1(self), "Index tensor must have the same number of dimensions as self tensor");
   if (has_src)
     PF_CHECK(nd1(index_in) == nd1(src_in), "Index tensor must have the same number of dimensions as src tensor");
-  ag::check_inplace(self);
-  if (index_in.numel() == 0) return;
   for (int64_t d = 0; d < nd1(self); ++d) {
     const bool ok = (d == dim || size1(index_in, d) <= size1(self, d)) && (!has_src || size1(index_in, d) <= size1(src_in, d));
     if (ok) continue;
@@ -338,7 +346,6 @@ void scatter_impl(Tensor& self, int64_t dim_in, const Tensor& index_in, const Te
     PF_THROW(Error, "Expected index ", shape_str(index_in.sizes()), " to be smaller than self ", shape_str(self.sizes()),
              " apart from dimension ", dim);
   }
-  check_no_internal_overlap(self);
   const bool grad = is_floating(self.dtype()) && ag::any_requires_grad({&self, &src_in});
   const Tensor index = on_device(index_in, self.device());
   {
@@ -414,6 +421,9 @@ void run_where(const Tensor& a, const Tensor& b, const Tensor& cond, Tensor& out
 
 void masked_fill_impl(Tensor& self, const Tensor& mask, const Tensor& value0d, const Tensor& value_for_grad) {
   check_mask_dtype(mask, "masked_fill_");
+  // PyTorch's kernel for a (deprecated) uint8 mask reads it as 0/1 only.
+  if (mask.dtype() == DType::UInt8 && mask.numel() > 0)
+    PF_CHECK(read_int(reduce("amax", mask, {}, false)) <= 1, "Mask tensor can take 0 and 1 values only");
   const Shape shape = broadcast_shapes(mask.sizes(), self.sizes());
   PF_CHECK(shape == self.sizes(), "output with shape ", shape_str(self.sizes()), " doesn't match the broadcast shape ",
            shape_str(shape));
@@ -503,7 +513,45 @@ Tensor index(const Tensor& self, const Tensors& indices) {
   return out;
 }
 
+namespace {
+
+// PyTorch's index_put_ without accumulate sends a one-element value and exactly one boolean
+// (or uint8) mask among the indices to masked_fill_ (canDispatchToMaskedFill), which takes a
+// value of any dtype (its item, checked to fit) where the general path requires self's dtype.
+// Autograd records that masked fill of the value as a 0-d tensor, which gives index_put_'s
+// gradients.
+bool put_by_mask(Tensor& self, const Tensors& indices, const Tensor& values) {
+  if (values.numel() != 1 || !values.device().is_cpu()) return false;
+  PF_CHECK_T(static_cast<int64_t>(indices.size()) <= self.dim(), IndexError, "too many indices for tensor of dimension ",
+             self.dim(), " (got ", indices.size(), ")");
+  int64_t pos = 0;
+  Tensor mask;
+  for (const Tensor& index : indices) {
+    if (!index.defined()) {
+      ++pos;
+      continue;
+    }
+    if ((index.dtype() != DType::Bool && index.dtype() != DType::UInt8) || index.device() != self.device() ||
+        mask.defined())
+      return false;
+    mask = index;
+    PF_CHECK_T(pos + mask.dim() <= self.dim(), IndexError, "too many indices for tensor of dimension ", self.dim());
+    for (int64_t j = 0; j < mask.dim(); ++j)
+      PF_CHECK_T(mask.sizes()[j] == self.sizes()[pos + j], IndexError, "The shape of the mask ",
+                 shape_str(mask.sizes()), " at index ", j, " does not match the shape of the indexed tensor ",
+                 shape_str(self.sizes()), " at index ", pos + j);
+    pos += mask.dim();
+  }
+  if (!mask.defined()) return false;
+  for (int64_t d = pos; d < self.dim(); ++d) mask = unsqueeze(mask, -1);
+  masked_fill_(self, mask, values.dim() == 0 ? values : reshape(values, {}));
+  return true;
+}
+
+}  // namespace
+
 Tensor& index_put_(Tensor& self, const Tensors& indices, const Tensor& values_in, bool accumulate) {
+  if (!accumulate && put_by_mask(self, indices, values_in)) return self;
   PF_CHECK(values_in.dtype() == self.dtype(), "Index put requires the source and destination dtypes match, got ",
            scalar_type_name(self.dtype()), " for the destination and ", scalar_type_name(values_in.dtype()),
            " for the source.");
@@ -555,13 +603,15 @@ Tensor index_put(const Tensor& self, const Tensors& indices, const Tensor& value
 
 Tensor gather(const Tensor& self, int64_t dim_in, const Tensor& index_in) {
   const int64_t dim = wrap_dim(dim_in, self.dim());
+  // As PyTorch: an empty index is not checked (the result is empty, whatever its dtype); an
+  // empty view of self keeps the autograd connection.
+  if (index_in.numel() == 0) return as_strided(self, index_in.sizes(), Shape(index_in.sizes().size(), 0), self.offset());
   PF_CHECK(index_in.dtype() == DType::Int64, "gather(): Expected dtype int64 for index");
   PF_CHECK(nd1(index_in) == nd1(self), "Index tensor must have the same number of dimensions as input tensor");
-  if (index_in.numel() > 0)
-    for (int64_t d = 0; d < nd1(self); ++d)
-      PF_CHECK(d == dim || size1(index_in, d) <= size1(self, d), "Size does not match at dimension ", d,
-               " expected index ", shape_str(index_in.sizes()), " to be smaller than self ", shape_str(self.sizes()),
-               " apart from dimension ", dim);
+  for (int64_t d = 0; d < nd1(self); ++d)
+    PF_CHECK(d == dim || size1(index_in, d) <= size1(self, d), "Size does not match at dimension ", d,
+             " expected index ", shape_str(index_in.sizes()), " to be smaller than self ", shape_str(self.sizes()),
+             " apart from dimension ", dim);
   const Tensor index = on_device(index_in, self.device());
   Tensor out;
   {
@@ -629,6 +679,13 @@ Tensor index_select(const Tensor& self, int64_t dim_in, const Tensor& index_in) 
     PF_CHECK_T(index_in.numel() == 1, IndexError, "index_select(): Index to scalar can have only 1 value, got ",
                index_in.numel(), " value(s)");
   const Tensor index1 = vector_index(index_in, self.device());
+  if (self.numel() == 0 && index1.numel() > 0) {
+    PF_CHECK_T(self.dim() > 1 || out_of_range(index1, 0).numel() == 0, IndexError, "index out of range in self");
+    PF_CHECK(self.sizes()[dim] > 0, "index_select(): self indexing axis dim should be positive");
+    const Tensor bad = out_of_range(index1, self.sizes()[dim]);
+    PF_CHECK(bad.numel() == 0, "INDICES element is out of DATA bounds, id=", read_int(bad), " axis_dim=",
+             self.sizes()[dim]);
+  }
   Tensor out;
   {
     ag::GradModeGuard no_grad(false);
@@ -671,9 +728,12 @@ Tensor& index_add_(Tensor& self, int64_t dim_in, const Tensor& index_in, const T
   for (int64_t d = 0; same && d < nd1(self); ++d) same = d == dim || size1(source, d) == size1(self, d);
   PF_CHECK(same, "index_add_(): source ", shape_str(source.sizes()), " must have the shape of self ",
            shape_str(self.sizes()), " apart from dimension ", dim);
+  check_scalar_fits(alpha, self.dtype());  // PyTorch's kernel converts alpha with overflow checks
   ag::check_inplace(self);
   check_no_internal_overlap(self);
   const Tensor index1 = vector_index(index_in, self.device());
+  if (self.numel() == 0)
+    PF_CHECK_T(out_of_range(index1, size1(self, dim)).numel() == 0, IndexError, "index out of range in self");
   const bool grad = is_floating(self.dtype()) && ag::any_requires_grad({&self, &source});
   {
     ag::GradModeGuard no_grad(false);
@@ -764,6 +824,7 @@ Tensor& masked_fill_(Tensor& self, const Tensor& mask, Scalar value) {
 Tensor& masked_fill_(Tensor& self, const Tensor& mask, const Tensor& value) {
   PF_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
            value.dim(), " dimension(s).");
+  check_scalar_fits(item(value), self.dtype());  // PyTorch fills with value.item()
   masked_fill_impl(self, mask, value, value);
   return self;
 }

@@ -276,6 +276,7 @@ Tensor& clamp_(Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) 
   const DType dt = Promotion().add(a).add(min).add(max).result();
   check_clamp_dtype(dt, true);
   check_inplace_result(dt, a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   // Clamping in a's dtype selects the same values as clamping in the promoted one.
   const DType st = a.dtype();
@@ -297,6 +298,7 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) {
   check_inplace_result(dt, a);
   const Shape shape = broadcast_all({&a, &min, &max});
   check_inplace_shape(shape, a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const DType st = a.dtype();
   const Tensor lo = unalias(prepare(min, st, shape), a), hi = unalias(prepare(max, st, shape), a);
@@ -354,6 +356,7 @@ Tensor hardtanh(const Tensor& a, Scalar min_val, Scalar max_val) {
 
 Tensor& hardtanh_(Tensor& a, Scalar min_val, Scalar max_val) {
   check_hardtanh(a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const DType dt = a.dtype();
   const Tensor lo = expand(scalar_tensor(min_val, dt, a.device()), a.sizes());
@@ -444,6 +447,7 @@ Tensor& lerp_impl_(Tensor& a, const Tensor& end, const Tensor& weight, std::opti
   check_lerp(a, end, weight);
   const Shape shape = broadcast_all({&a, &end, &weight});
   check_inplace_shape(shape, a);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const DType dt = a.dtype();
   const Tensor e = unalias(prepare(end, dt, shape), a);
@@ -574,6 +578,7 @@ Tensor& addc_(bool is_div, Tensor& self, const Tensor& t1, const Tensor& t2, Sca
   check_inplace_result(dt, self);
   const Shape shape = broadcast_all({&self, &t1, &t2});
   check_inplace_shape(shape, self);
+  check_no_internal_overlap(self);
   if (dt != self.dtype()) {  // computed in the wider dtype, then cast back (as PyTorch)
     copy_(self, addc(is_div, self, t1, t2, value));
     return self;
@@ -690,6 +695,7 @@ Tensor& activation_(const std::string& name, Tensor& a, const Attrs& attrs) {
   check_activation(name, a);
   if (!is_param_activation(name)) return unary_(name, a);
   const Attrs full = activation_attrs(name, attrs);
+  check_no_internal_overlap(a);
   ag::check_inplace(a);
   const bool grad = ag::any_requires_grad({&a});
   const Tensor before = grad && internal::unary_needs_self_before(name) ? clone(ag::detach(a)) : Tensor();
@@ -710,10 +716,18 @@ namespace {
 Scalar coeff(Scalar s, DType dt) { return is_floating(dt) ? Scalar(s.to_double()) : Scalar(s.to_int()); }
 
 // prod (fresh, owned) = beta * self + alpha * prod, with self broadcastable to prod. No autograd.
-Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha) {
+// As PyTorch: a zero beta ignores self (NaN and infinities included), and so does a zero alpha
+// the product for addmv only (BLAS gemv's rule; addmm and the batched ones multiply it by 0);
+// an integral product converts alpha and beta with overflow checks.
+Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha, bool zero_alpha_ignores_product) {
   ag::GradModeGuard no_grad(false);
   const DType dt = prod.dtype();
-  if (!is_one(coeff(alpha, dt))) binary_("mul", prod, coeff(alpha, dt));
+  if (is_integral(dt, false)) {
+    check_scalar_fits(alpha, dt);
+    check_scalar_fits(beta, dt);
+  }
+  if (zero_alpha_ignores_product && is_zero(coeff(alpha, dt))) fill_(prod, Scalar(int64_t{0}));
+  else if (!is_one(coeff(alpha, dt))) binary_("mul", prod, coeff(alpha, dt));
   if (!is_zero(coeff(beta, dt))) binary_("add", prod, is_one(coeff(beta, dt)) ? self : mul(self, coeff(beta, dt)));
   return prod;
 }
@@ -721,13 +735,13 @@ Tensor scale_add(Tensor prod, const Tensor& self, Scalar beta, Scalar alpha) {
 // beta * self + alpha * (a @ b) for matrices (mm) or batches (bmm); self already checked to
 // broadcast to the product's shape. Records PyTorch's AddmmBackward0 / BaddbmmBackward0.
 Tensor add_product(const char* name, const Tensor& self, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha,
-                   bool batched) {
+                   bool batched, bool zero_alpha_ignores_product = false) {
   Tensor prod;
   {
     ag::GradModeGuard no_grad(false);
     prod = batched ? bmm(a, b) : mm(a, b);  // a fresh tensor, scaled in place below
   }
-  Tensor out = scale_add(prod, self, beta, alpha);
+  Tensor out = scale_add(prod, self, beta, alpha, zero_alpha_ignores_product);
   if (is_floating(out.dtype()) && ag::any_requires_grad({&self, &a, &b})) {
     const auto need = needs_grad({&self, &a, &b});
     const double be = beta.to_double(), al = alpha.to_double();
@@ -784,7 +798,7 @@ Tensor addmv(const Tensor& self, const Tensor& mat, const Tensor& vec, Scalar be
   if (mat.dtype() != vec.dtype()) scalar_type_mismatch(mat.dtype(), vec.dtype());
   const Tensor s = to(self, std::nullopt, mat.dtype());  // PyTorch computes in mat's dtype
   const Tensor s2 = s.dim() == 1 ? unsqueeze(s, 1) : s;
-  return squeeze(add_product("AddmvBackward0", s2, mat, unsqueeze(vec, 1), beta, alpha, false), 1);
+  return squeeze(add_product("AddmvBackward0", s2, mat, unsqueeze(vec, 1), beta, alpha, false, true), 1);
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {

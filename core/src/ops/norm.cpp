@@ -576,6 +576,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   const Tensor flat = embedding_indices(indices);
   Shape out_shape = indices.sizes();
   out_shape.push_back(weight.sizes()[1]);
+  if (weight.sizes()[1] == 0) {  // no kernel runs for an empty result: index_select checks the indices
+    autograd::GradModeGuard no_grad(false);
+    index_select(weight, 0, flat);
+  }
   static const OpDef& op = find_op("embedding");
   const Tensor in[] = {weight, flat};
   Tensor out = result_as(call_op(op, in)[0], out_shape);

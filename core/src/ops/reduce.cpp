@@ -54,6 +54,37 @@ Tensor expand_back(const Tensor& g, const Shape& in_shape, const Shape& dims, bo
 
 using Tensors = std::vector<Tensor>;
 
+// PyTorch's prod_safe_zeros_backward along dim: each element's gradient is the product of the
+// others, as the product of the elements before it times that of the elements after it.
+Tensor prod_others(const Tensor& a, int64_t dim) {
+  if (a.numel() == 0) return a;
+  Shape ones_shape = a.sizes();
+  ones_shape[dim] = 1;
+  const Tensor ones_slice = ones(ones_shape, a.dtype(), a.device());
+  const int64_t n = a.sizes()[dim];
+  const Tensor before = cumprod(cat({ones_slice, narrow(a, dim, 0, n - 1)}, dim), dim);
+  const Tensor after = flip(cumprod(cat({ones_slice, flip(narrow(a, dim, 1, n - 1), {dim})}, dim), dim), {dim});
+  return binary("mul", before, after);
+}
+
+// PyTorch's prod_backward: grad * prod / x without a zero; with zeros, the products of the
+// others (zeros everywhere for a full reduction with two zeros or more, outside double
+// backward), so a NaN or infinity elsewhere propagates exactly as in PyTorch.
+Tensor prod_backward(const Tensor& g, const Tensor& a, const Tensor& out, const Shape& dims, bool keepdim,
+                     bool all_dims) {
+  if (a.dim() == 0) return g;
+  const Shape& shape = a.sizes();
+  const Tensor ge = expand_back(g, shape, dims, keepdim);
+  const int64_t zeros_count = item(reduce("sum", binary("eq", a, Scalar(int64_t{0})), {}, false)).to_int();
+  if (zeros_count == 0)
+    return binary("mul", ge, binary("div", expand(keepdim ? out : expand_back(out, shape, dims, false), shape), a));
+  if (all_dims) {
+    if (zeros_count > 1 && !autograd::is_grad_enabled()) return zeros(shape, a.dtype(), a.device());
+    return binary("mul", ge, reshape(prod_others(reshape(a, {-1}), 0), shape));
+  }
+  return binary("mul", ge, prod_others(a, dims[0]));
+}
+
 // `all_dims`: the user reduced everything (no dim argument): PyTorch's "...Backward0" nodes.
 void record_reduce(const std::string& name, const Tensor& in, const Tensor& out, const Shape& dims, bool keepdim,
                    bool all_dims) {
@@ -71,20 +102,8 @@ void record_reduce(const std::string& name, const Tensor& in, const Tensor& out,
       return {binary("div", expand_back(g[0], shape, dims, keepdim), Scalar(n))};
     });
   } else if (name == "prod") {
-    // Zero-safe: with no zero in a slice, d/dx_i = prod / x_i; with exactly one zero, only
-    // that element gets the product of the others; with more, everything is 0.
     node = autograd::make_node(all_dims ? "ProdBackward0" : "ProdBackward1", [=](const Tensors& g, const Tensors& s) -> Tensors {
-      const Tensor &a = s[0], &out = s[1];
-      const Tensor is_zero = autograd::mask_as(binary("eq", a, Scalar(0)), a.dtype());
-      const Tensor safe = binary("add", a, is_zero);  // zeros replaced by ones
-      const Tensor zero_count = reduce("sum", is_zero, dims, true);
-      const Tensor prod_others = reduce("prod", safe, dims, true);
-      const Tensor ge = expand_back(g[0], shape, dims, keepdim);
-      const Tensor no_zero = binary("div", binary("mul", ge, expand(keepdim ? out : expand_back(out, shape, dims, false), shape)), safe);
-      const Tensor one_zero =
-          autograd::mul(autograd::mul(ge, expand(prod_others, shape)),
-                        autograd::mul(is_zero, autograd::mask_as(binary("eq", expand(zero_count, shape), Scalar(1)), a.dtype())));
-      return {binary("add", autograd::mul(no_zero, binary("sub", Scalar(1), is_zero)), one_zero)};
+      return {prod_backward(g[0], s[0], s[1], dims, keepdim, all_dims)};
     });
     node->save(in);
     node->save_output(out, 0);
@@ -131,8 +150,7 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
              "unknown reduction '", name, "'");
   // A 0-d tensor reduces like a 1-element 1-d one, then drops the dim again.
   const Tensor a = a_in.dim() == 0 ? reshape(a_in, {1}) : a_in;
-  if (a_in.dim() == 0)
-    for (int64_t d : dims_in) wrap_dim(d, 0);
+  if (a_in.dim() == 0) normalize_dims(a_in, dims_in);  // the dims are still checked (range, repeats)
   const Shape dims = a_in.dim() == 0 ? Shape{0} : normalize_dims(a, dims_in);
   const bool keep = a_in.dim() == 0 ? false : keepdim;
 

@@ -120,18 +120,17 @@ struct Reduction {
 
 Reduction prepare(const Tensor& a_in, const Shape& dims_in, bool keepdim) {
   Reduction r;
+  std::vector<bool> seen(std::max<int64_t>(a_in.dim(), 1), false);  // (a 0-d tensor takes dim 0 / -1 once)
+  for (int64_t d : dims_in) {
+    const int64_t w = wrap_dim(d, a_in.dim());
+    PF_CHECK(!seen[w], "dim ", w, " appears multiple times in the list of dims");
+    seen[w] = true;
+  }
   if (a_in.dim() == 0) {
-    for (int64_t d : dims_in) wrap_dim(d, 0);
     r.a = reshape(a_in, {1});
     r.dims = {0};
   } else {
     r.a = a_in;
-    std::vector<bool> seen(a_in.dim(), false);
-    for (int64_t d : dims_in) {
-      const int64_t w = wrap_dim(d, a_in.dim());
-      PF_CHECK(!seen[w], "dim ", w, " appears multiple times in the list of dims");
-      seen[w] = true;
-    }
     for (int64_t d = 0; d < a_in.dim(); ++d)
       if (dims_in.empty() || seen[d]) r.dims.push_back(d);
     r.keepdim = keepdim;
@@ -265,6 +264,8 @@ Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool revers
 Tensor scan(const std::string& op, const Tensor& a, int64_t dim, std::optional<DType> dtype) {
   const int64_t d = wrap_dim(dim, a.dim());
   const DType out_dtype = dtype.value_or(is_floating(a.dtype()) ? a.dtype() : DType::Int64);
+  // PyTorch fills a 0-d result with the value: converted with overflow checks.
+  if (a.dim() == 0 && a.dtype() != out_dtype) check_scalar_fits(item(a), out_dtype);
   const Tensor x = to(a.dim() == 0 ? reshape(a, {1}) : a, std::nullopt, out_dtype);
   const Tensor out = run_scan(op, x, d, false);
   return a.dim() == 0 ? reshape(out, {}) : out;

@@ -39,13 +39,6 @@ int64_t item_int(const Tensor& t) {
   return *c.data<int64_t>();
 }
 
-// PyTorch's canCast: no float -> integral, no non-bool -> bool.
-bool can_cast(DType from, DType to) {
-  if (is_floating(from) && !is_floating(to)) return false;
-  if (from != DType::Bool && to == DType::Bool) return false;
-  return true;
-}
-
 bool records(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
   return is_floating(out.dtype()) && autograd::any_requires_grad(inputs);
 }
@@ -379,8 +372,7 @@ std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
 }
 
 std::vector<Tensor> unbind(const Tensor& t, int64_t dim) {
-  PF_CHECK_T(t.dim() > 0, IndexError, "Dimension specified as ", dim, " but tensor has no dimensions");
-  const int64_t d = wrap_dim(dim, t.dim());
+  const int64_t d = wrap_dim_no_scalar(dim, t.dim());
   std::vector<Tensor> out;
   out.reserve(t.sizes()[d]);
   for (int64_t i = 0; i < t.sizes()[d]; ++i) out.push_back(select(t, d, i));
@@ -434,11 +426,10 @@ Tensor roll(const Tensor& t, const Shape& shifts, const Shape& dims_in) {
   }
   PF_CHECK(shifts.size() == dims_in.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
            ", dims:", dims_in.size());
-  PF_CHECK_T(t.dim() > 0, IndexError, "Dimension specified as ", dims_in[0], " but tensor has no dimensions");
   // Net shift per dim (a dim named twice rolls twice).
   Shape shift(t.dim(), 0);
   for (size_t i = 0; i < dims_in.size(); ++i) {
-    const int64_t d = wrap_dim(dims_in[i], t.dim());
+    const int64_t d = wrap_dim_no_scalar(dims_in[i], t.dim());
     const int64_t n = t.sizes()[d];
     if (n > 0) shift[d] = ((shift[d] + shifts[i]) % n + n) % n;
   }
@@ -513,9 +504,9 @@ Tensor tile(const Tensor& t, const Shape& reps) {
 }
 
 Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim) {
+  const int64_t d = dim ? wrap_dim_no_scalar(*dim, t.dim()) : 0;
   PF_CHECK(repeats >= 0, "repeats can not be negative");
   const Tensor x = dim ? t : flatten(t);
-  const int64_t d = dim ? wrap_dim(*dim, x.dim()) : 0;
   if (x.dim() == 0) return repeat_interleave(reshape(x, {1}), repeats, 0);
   Shape expanded = x.sizes();
   expanded.insert(expanded.begin() + d + 1, repeats);
@@ -554,8 +545,8 @@ Tensor repeat_interleave(const Tensor& repeats) {
 Tensor repeat_interleave(const Tensor& t, const Tensor& repeats, std::optional<int64_t> dim) {
   PF_CHECK(repeats.dim() <= 1, "repeats must be 0-dim or 1-dim tensor");
   PF_CHECK(!is_floating(repeats.dtype()) && repeats.dtype() != DType::Bool, "repeats has to be Long or Int tensor");
-  const Tensor x = dim ? (t.dim() == 0 ? reshape(t, {1}) : t) : flatten(t);
-  const int64_t d = dim ? wrap_dim(*dim, x.dim()) : 0;
+  const int64_t d = dim ? wrap_dim_no_scalar(*dim, t.dim()) : 0;
+  const Tensor x = dim ? t : flatten(t);
   if (repeats.numel() == 1) return repeat_interleave(t, item_int(repeats), dim);
   PF_CHECK(repeats.numel() == x.sizes()[d], "repeats must have the same size as input along dim");
   const Tensor idx = repeat_index(repeats, x.device());
@@ -600,9 +591,9 @@ Tensor movedim(const Tensor& t, const Shape& source, const Shape& destination) {
 }
 
 Tensor unflatten(const Tensor& t, int64_t dim, const Shape& sizes) {
-  const int64_t d = wrap_dim(dim, t.dim());
+  const int64_t d = wrap_dim_no_scalar(dim, t.dim());
   PF_CHECK(!sizes.empty(), "unflatten: sizes must be non-empty");
-  const int64_t n = t.dim() == 0 ? 1 : t.sizes()[d];
+  const int64_t n = t.sizes()[d];
   Shape inferred = sizes;
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -616,9 +607,9 @@ Tensor unflatten(const Tensor& t, int64_t dim, const Shape& sizes) {
   if (infer >= 0 && known != 0 && n % known == 0) inferred[infer] = n / known;
   PF_CHECK(shape_numel(inferred) == n && (infer < 0 || (known != 0 && n % known == 0)), "unflatten: Provided sizes ",
            shape_str(sizes), " don't multiply up to the size of dim ", d, " (", n, ") in the input tensor");
-  Shape shape(t.sizes().begin(), t.sizes().begin() + (t.dim() == 0 ? 0 : d));
+  Shape shape(t.sizes().begin(), t.sizes().begin() + d);
   shape.insert(shape.end(), inferred.begin(), inferred.end());
-  if (t.dim() > 0) shape.insert(shape.end(), t.sizes().begin() + d + 1, t.sizes().end());
+  shape.insert(shape.end(), t.sizes().begin() + d + 1, t.sizes().end());
   return view(t, shape);
 }
 
@@ -801,19 +792,18 @@ UniqueResult unique_impl(const Tensor& t, bool consecutive, std::optional<int64_
     r.counts = clone(narrow(outs[2], 0, 0, k));
     return r;
   }
-  const int64_t d = wrap_dim(*dim_opt, t.dim());
-  const Tensor a = t.dim() == 0 ? reshape(t, {1}) : t;
-  const int64_t n = a.sizes()[d];
-  PF_CHECK(!(a.numel() == 0 && n != 0),
+  const int64_t d = wrap_dim_no_scalar(*dim_opt, t.dim());
+  const int64_t n = t.sizes()[d];
+  PF_CHECK(!(t.numel() == 0 && n != 0),
            "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
   if (n == 0) {
-    r.values = clone(a);
+    r.values = clone(t);
     r.inverse = Tensor::empty({0}, DType::Int64, t.device());
     r.counts = Tensor::empty({0}, DType::Int64, t.device());
     return r;
   }
-  const Tensor moved = movedim(a, {d}, {0});
-  const int64_t m = a.numel() / n;
+  const Tensor moved = movedim(t, {d}, {0});
+  const int64_t m = t.numel() / n;
   const Tensor in[] = {contiguous(reshape(moved, {n, m}))};
   auto outs = call_op(op, in, Attrs{{"consecutive", consecutive}});
   const int64_t k = item_int(outs[3]);
@@ -853,6 +843,13 @@ Tensor constant_pad_nd(const Tensor& t, const Shape& pad, Scalar value) {
     any_positive = any_positive || before > 0 || after > 0;
   }
   if (!any_positive) return clone(src);
+  // With some padding to add, PyTorch requires every padded dim to come out non-empty.
+  for (int64_t d = t.dim() - npad; d < t.dim(); ++d) {
+    const int64_t i = t.dim() - 1 - d;
+    PF_CHECK(out_shape[d] > 0, "The input size ", t.sizes()[d], ", plus negative padding ", pad[2 * i], " and ",
+             pad[2 * i + 1], " resulted in a negative output size, which is invalid. Check dimension ", d,
+             " of your input.");
+  }
   Tensor out = full(out_shape, value, t.dtype(), t.device());
   {
     autograd::GradModeGuard no_grad(false);
@@ -951,8 +948,10 @@ Tensor pad(const Tensor& t, const Shape& pad_arg, const std::string& mode, std::
   if (mode == "constant") {
     const double v = value.value_or(0.0);
     // The value is a float (as in PyTorch: -1 into uint8 raises, like fill_(-1.0)); an integral
-    // one then stays exact for integer tensors.
-    check_scalar_fits(Scalar(v), t.dtype());
+    // one then stays exact for integer tensors. Only a pad that adds elements stores it (a
+    // crop-only pad takes any value, as PyTorch).
+    if (std::any_of(pad_arg.begin(), pad_arg.end(), [](int64_t p) { return p > 0; }))
+      check_scalar_fits(Scalar(v), t.dtype());
     const Scalar s = std::abs(v) < 9e15 && v == std::trunc(v) ? Scalar(static_cast<int64_t>(v)) : Scalar(v);
     return constant_pad_nd(t, pad_arg, s);
   }

@@ -5,6 +5,7 @@
 #include "../autograd/grad_utils.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
+#include "plugflow/ops_indexing.h"
 
 namespace plugflow::ops {
 namespace {
@@ -29,15 +30,27 @@ auto reshape_back(const Tensor& base) {
   };
 }
 
-// Backward of views that pick a region: scatter the gradient into zeros of the base's shape,
-// through the same view geometry relative to a fresh dense buffer.
-auto region_back(const Tensor& base, const Tensor& view) {
+// The storage position of each element of a (sizes, strides, offset) geometry, flattened.
+Tensor storage_positions(const Shape& sizes, const Shape& strides, int64_t offset, Device dev) {
+  Tensor pos = full({}, Scalar(offset), DType::Int64, dev);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    Shape along(sizes.size(), 1);
+    along[d] = sizes[d];
+    const Tensor index = arange(Scalar(int64_t{0}), Scalar(sizes[d]), Scalar(int64_t{1}), DType::Int64, dev);
+    pos = binary("add", pos, reshape(binary("mul", index, Scalar(strides[d])), along));
+  }
+  return reshape(pos, {-1});
+}
+
+// Backward of as_strided, PyTorch's as_strided_backward: each view element's gradient adds
+// into the storage location it reads (elements that share a location add up), and each base
+// element takes its location's total, divided among the base elements sharing that location.
+auto as_strided_back(const Tensor& base, const Tensor& view) {
   return [&base, &view] {
     return [sizes = base.sizes(), dtype = base.dtype(), dev = base.device(), bstrides = base.strides(),
             boff = base.offset(), vsizes = view.sizes(), vstrides = view.strides(),
             voff = view.offset()](const Tensors& g, const Tensors&) -> Tensors {
-      // The last element either geometry touches (a view may reach past its base's extent
-      // through as_strided).
+      // The last element either geometry touches (a view may reach past its base's extent).
       auto last = [](const Shape& sz, const Shape& st, int64_t off) {
         for (size_t d = 0; d < sz.size(); ++d) {
           if (sz[d] == 0) return off;
@@ -46,10 +59,15 @@ auto region_back(const Tensor& base, const Tensor& view) {
         return off;
       };
       const int64_t hi = std::max(last(sizes, bstrides, boff), last(vsizes, vstrides, voff));
-      Tensor buffer = zeros({hi + 1}, dtype, dev);
-      Tensor gv = as_strided(buffer, vsizes, vstrides, voff);
-      copy_(gv, g[0]);
-      return {as_strided(buffer, sizes, bstrides, boff)};
+      // Summed in double: a stride-0 view may put many gradients on one location.
+      Tensor total = zeros({hi + 1}, DType::Float64, dev);
+      index_add_(total, 0, storage_positions(vsizes, vstrides, voff, dev), to(reshape(g[0], {-1}), dev, DType::Float64),
+                 Scalar(int64_t{1}));
+      const Tensor base_pos = storage_positions(sizes, bstrides, boff, dev);
+      Tensor count = zeros({hi + 1}, DType::Float64, dev);
+      index_add_(count, 0, base_pos, ones({base_pos.numel()}, DType::Float64, dev), Scalar(int64_t{1}));
+      total = where(binary("gt", count, Scalar(int64_t{1})), binary("div", total, count), total);
+      return {to(reshape(index_select(total, 0, base_pos), sizes), dev, dtype)};
     };
   };
 }
@@ -63,6 +81,11 @@ int64_t wrap_dim(int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + n : dim;
 }
 
+int64_t wrap_dim_no_scalar(int64_t dim, int64_t ndim) {
+  PF_CHECK_T(ndim > 0, IndexError, "Dimension specified as ", dim, " but tensor has no dimensions");
+  return wrap_dim(dim, ndim);
+}
+
 Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset) {
   PF_CHECK_T(sizes.size() == strides.size(), ValueError, "as_strided: mismatch in length of strides and shape");
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -72,7 +95,7 @@ Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int
   PF_CHECK_T(offset >= 0, ValueError, "as_strided: negative storage offset ", offset);
   // view_of checks that the view stays inside the storage.
   Tensor v = Tensor::view_of(t.storage(), sizes, strides, offset, t.dtype());
-  return finish_view(t, v, "AsStridedBackward0", region_back(t, v));
+  return finish_view(t, v, "AsStridedBackward0", as_strided_back(t, v));
 }
 
 // Infers one -1 in a requested shape. PyTorch's messages.

@@ -427,9 +427,10 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                        const T* g = gp + i * c + c0;
                        const T* xr = xp + i * c + c0;
                        T* out = gxp + i * c + c0;
+                       // (eval: the input does not enter, so an infinite one gives no NaN, as PyTorch)
 #pragma omp simd
                        for (int64_t j = 0; j < nc; ++j)
-                         out[j] = g[j] * ca[j] + ((xr[j] - mh[j]) - ml[j]) * cb[j] + cc[j];
+                         out[j] = training ? g[j] * ca[j] + ((xr[j] - mh[j]) - ml[j]) * cb[j] + cc[j] : g[j] * ca[j];
                      }
                    }
                  });
@@ -446,7 +447,11 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
       const SplitMean<T> split(mean);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * l;
-        grad_affine_run(gp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
+        if (training) {
+          grad_affine_run(gp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
+        } else {  // gx = g * w * invstd: the input does not enter (an infinite one gives no NaN)
+          for (int64_t e = 0; e < l; ++e) gxp[off + e] = gp[off + e] * k.a;
+        }
       }
     }
   });

@@ -10,6 +10,7 @@ import math
 import warnings
 
 from .. import _C, _creation
+from ._functional_loss import _require_float
 
 __all__ = ["linear", "bilinear", "multi_head_attention_forward", "glu", "hardshrink", "softshrink", "prelu", "rrelu",
            "rrelu_", "cosine_similarity", "pairwise_distance", "normalize", "pixel_shuffle", "pixel_unshuffle"]
@@ -280,7 +281,8 @@ def glu(input, dim=-1):
 
 
 def hardshrink(input, lambd=0.5):
-    """input where |input| > lambd, else 0."""
+    """input where |input| > lambd, else 0 (floating inputs, as PyTorch's kernel)."""
+    _require_float(input.dtype, "hardshrink_cpu")
     return input.masked_fill(input.abs() <= lambd, 0)
 
 
@@ -288,6 +290,7 @@ def softshrink(input, lambd=0.5):
     """input - lambd above lambd, input + lambd below -lambd, 0 in between."""
     if lambd < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd:g}.")
+    _require_float(input.dtype, "softshrink_cpu")
     return input - input.clamp(-lambd, lambd)  # x - lambd, x + lambd or 0
 
 

@@ -272,16 +272,17 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
-    """binary_cross_entropy(sigmoid(input), target) computed stably from logits:
-    (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x), times weight."""
+    """binary_cross_entropy(sigmoid(input), target) computed stably from logits, in PyTorch's
+    arrangement: (1 - t) x + (1 + (pos_weight - 1) t) (m + log(exp(-m) + exp(-x - m))) with
+    m = max(-x, 0), times weight (so an input of -inf gives NaN there too)."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
     if target.shape != input.shape:
         raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
     if not target.is_floating_point():
         raise RuntimeError(f"result type {_type_name(input.dtype)} can't be cast to the desired output type "
                            f"{_type_name(target.dtype)}")
-    from .functional import softplus
-    log_one_plus_exp = softplus(-input)  # log(1 + exp(-x)), stable for large |x|
+    max_val = (-input).clamp_min(0)
+    log_one_plus_exp = ((-max_val).exp() + (-input - max_val).exp()).log() + max_val  # log(1 + exp(-x))
     if pos_weight is not None:
         log_one_plus_exp = log_one_plus_exp * ((pos_weight - 1) * target + 1)
     loss = (1 - target) * input + log_one_plus_exp

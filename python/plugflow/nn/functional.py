@@ -6,14 +6,7 @@ tanhshrink) are composed the same way here. `inplace=True` modifies and returns 
 """
 
 from .. import _C
-
-
-def _check_float(input, kernel):
-    if not input.is_floating_point():
-        names = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int",
-                 "int64": "Long"}
-        dt = repr(input.dtype).split(".")[-1]
-        raise RuntimeError(f'"{kernel}" not implemented for \'{names.get(dt, dt)}\'')
+from ._functional_loss import _require_float
 
 
 # ---- activations ---------------------------------------------------------------------------
@@ -109,7 +102,7 @@ def relu6(input, inplace=False):
 
 
 def logsigmoid(input):
-    _check_float(input, "log_sigmoid_cpu")
+    _require_float(input.dtype, "log_sigmoid_cpu")
     return -_C._softplus(-input, 1.0, 20.0)
 
 

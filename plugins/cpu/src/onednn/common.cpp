@@ -1,9 +1,30 @@
 #include "common.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace plugflow::cpu::onednn {
+
+namespace {
+
+// True when two elements share memory: with the dims of size > 1 ordered by stride, some
+// stride does not step past everything the smaller ones reach (stride 0 included).
+bool overlapping(const Dims& dims, const Dims& strides) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i] > 1) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t reach = 0;  // the largest offset the smaller-stride dims address
+  for (size_t i : order) {
+    if (strides[i] <= reach) return true;
+    reach += (dims[i] - 1) * strides[i];
+  }
+  return false;
+}
+
+}  // namespace
 
 Operand operand(const Tensor& t, const Dims& dims) {
   Operand op{dims, Dims(t.strides().begin(), t.strides().end())};
@@ -11,10 +32,10 @@ Operand operand(const Tensor& t, const Dims& dims) {
     const Dims& s = op.strides;
     op.strides = {s[0] * dims[1], s[0], s[1], s[2], s[3]};
   }
+  op.copy = overlapping(op.dims, op.strides);
   int64_t dense = 1;
   for (size_t i = op.dims.size(); i-- > 0;) {
     if (op.dims[i] == 1) op.strides[i] = dense;
-    else if (op.strides[i] <= 0) op.copy = true;
     dense *= op.dims[i];
   }
   if (op.copy) {

@@ -56,8 +56,9 @@ class OmpThreads {
 
 // A tensor operand as oneDNN sees it: its dims and strides in elements. oneDNN wants positive,
 // non-overlapping strides; a size-1 dim's stride is never used to address, so it gets the dense
-// one. An expanded (stride-0) operand, such as the upstream gradient of sum(), is described as
-// dense and copied dense first (`copy`).
+// one. An operand whose elements share memory (an expanded one, such as the upstream gradient
+// of sum(), or an overlapping as_strided view) is described as dense and copied dense first
+// (`copy`).
 struct Operand {
   Dims dims, strides;
   bool copy = false;
