@@ -15,6 +15,7 @@
 //  - Registration is all-or-nothing (internal::register_provider): the plugin fills a staging
 //    Registrar, committed only when its register function succeeds.
 #include <dlfcn.h>
+#include <link.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -44,9 +45,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The ABI 1.0 entry ends with register_plugin; a plugin built for 1.0 must provide all of it.
+// The ABI 2.0 entry ends with register_plugin; a plugin built for 2.0 must provide all of it.
 // Fields added by later minors go after it and are read only when struct_size covers them.
-constexpr size_t kEntrySizeV1_0 = offsetof(PlugflowPluginEntry, register_plugin) + sizeof(void*);
+constexpr size_t kEntrySizeV2_0 = offsetof(PlugflowPluginEntry, register_plugin) + sizeof(void*);
 // struct_size, abi_major and abi_minor come first in every ABI version, so they can be read
 // before the rest of the layout is known to match.
 constexpr size_t kEntryHeaderSize = offsetof(PlugflowPluginEntry, name);
@@ -101,6 +102,70 @@ std::string canonical_or_same(const std::string& path) {
 }
 
 std::string version_str(unsigned major, unsigned minor) { return std::to_string(major) + "." + std::to_string(minor); }
+
+const char* compiler_name(uint32_t family) {
+  switch (family) {
+    case PLUGFLOW_COMPILER_GCC: return "GCC";
+    case PLUGFLOW_COMPILER_CLANG: return "Clang";
+    default: return "an unknown compiler";
+  }
+}
+
+const char* stdlib_name(uint32_t family) {
+  switch (family) {
+    case PLUGFLOW_STDLIB_LIBSTDCXX: return "libstdc++";
+    case PLUGFLOW_STDLIB_LIBCXX: return "libc++";
+    default: return "an unknown C++ standard library";
+  }
+}
+
+// What differs between a plugin's build and the core's, or "" when they can share C++ types.
+// The rules: the same standard library (its types' layouts) with the same dual ABI, a
+// standard-library release no newer than the core's (the process has the core's library), an
+// Itanium-ABI compiler (GCC or Clang: their objects mix) in C++20 or later, and the same sizes
+// of the types both sides lay out (a plugin built against another plugflow's headers).
+std::string fingerprint_mismatch(const PlugflowBuildFingerprint& plugin) {
+  const PlugflowBuildFingerprint core = build_fingerprint();
+  if (plugin.struct_size < sizeof(PlugflowBuildFingerprint))
+    return "its build fingerprint has " + std::to_string(plugin.struct_size) + " bytes, this core's " +
+           std::to_string(sizeof(PlugflowBuildFingerprint));
+  std::vector<std::string> diffs;
+  auto built_with = [](uint32_t family, uint32_t major, uint32_t minor) {
+    return std::string(compiler_name(family)) + " " + std::to_string(major) + "." + std::to_string(minor);
+  };
+  if (plugin.compiler_family != PLUGFLOW_COMPILER_GCC && plugin.compiler_family != PLUGFLOW_COMPILER_CLANG)
+    diffs.push_back("the plugin was compiled with " + built_with(plugin.compiler_family, plugin.compiler_major,
+                                                                 plugin.compiler_minor) +
+                    ", the core with " + built_with(core.compiler_family, core.compiler_major, core.compiler_minor) +
+                    " (GCC or Clang are supported)");
+  if (plugin.stdlib_family != core.stdlib_family)
+    diffs.push_back(std::string("the plugin uses ") + stdlib_name(plugin.stdlib_family) + ", the core " +
+                    stdlib_name(core.stdlib_family));
+  else if (plugin.stdlib_release > core.stdlib_release)
+    diffs.push_back(std::string("the plugin was built with ") + stdlib_name(plugin.stdlib_family) + " release " +
+                    std::to_string(plugin.stdlib_release) + ", newer than the core's " +
+                    std::to_string(core.stdlib_release));
+  if (plugin.cxx11_abi != core.cxx11_abi)
+    diffs.push_back("the plugin was built with _GLIBCXX_USE_CXX11_ABI=" + std::to_string(plugin.cxx11_abi) +
+                    ", the core with " + std::to_string(core.cxx11_abi));
+  if (plugin.cplusplus < 2020)
+    diffs.push_back("the plugin was built as C++ " + std::to_string(plugin.cplusplus) + " (C++20 is needed)");
+  auto size = [&](const char* what, uint32_t p, uint32_t c) {
+    if (p != c)
+      diffs.push_back(std::string("sizeof(") + what + ") is " + std::to_string(p) + " in the plugin, " +
+                      std::to_string(c) + " in the core");
+  };
+  size("TensorImpl", plugin.sizeof_tensor_impl, core.sizeof_tensor_impl);
+  size("KernelContext", plugin.sizeof_kernel_context, core.sizeof_kernel_context);
+  size("Attrs", plugin.sizeof_attrs, core.sizeof_attrs);
+  size("AttrValue", plugin.sizeof_attr_value, core.sizeof_attr_value);
+  size("Registrar", plugin.sizeof_registrar, core.sizeof_registrar);
+  size("std::string", plugin.sizeof_std_string, core.sizeof_std_string);
+  size("std::shared_ptr", plugin.sizeof_shared_ptr, core.sizeof_shared_ptr);
+  std::string out;
+  for (const auto& d : diffs) out += (out.empty() ? "" : "; ") + d;
+  return out;
+}
 
 // Every load error names the plugin, the file and the reason.
 [[noreturn]] void fail(const std::string& plugin, const std::string& file, const std::string& reason) {
@@ -177,10 +242,20 @@ LoadedPlugin load_locked(const std::string& name_or_path, const std::vector<std:
          "'; is it a plugflow plugin? A plugin defines its entry with "
          "PLUGFLOW_PLUGIN(name, version) { ... } from <plugflow/plugin.h>");
 
-  // The alias is a pointer variable holding the address of the entry function.
-  using EntryFn = PlugflowPluginEntry*();
-  EntryFn* entry_fn = lib.get<EntryFn*>(PLUGFLOW_ENTRY_SYMBOL);
-  if (entry_fn == nullptr) fail(plugin, file, "the entry symbol '" PLUGFLOW_ENTRY_SYMBOL "' is null");
+  // ABI 2 exports the entry function itself. ABI 1 plugins exported a Boost.DLL alias: a data
+  // symbol holding the function's address. Calling data would crash, so the symbol's ELF type
+  // decides; an ABI 1 entry still starts with its version, refused below with the usual message.
+  using EntryFn = const PlugflowPluginEntry*();
+  void* symbol = &lib.get<char>(PLUGFLOW_ENTRY_SYMBOL);
+  if (symbol == nullptr) fail(plugin, file, "the entry symbol '" PLUGFLOW_ENTRY_SYMBOL "' is null");
+  EntryFn* entry_fn = reinterpret_cast<EntryFn*>(symbol);
+  Dl_info info{};
+  void* elf_symbol = nullptr;  // the symbol's ElfW(Sym)
+  if (dladdr1(symbol, &info, &elf_symbol, RTLD_DL_SYMENT) != 0 && elf_symbol != nullptr &&
+      ELF64_ST_TYPE(static_cast<const ElfW(Sym)*>(elf_symbol)->st_info) == STT_OBJECT) {
+    entry_fn = *reinterpret_cast<EntryFn**>(symbol);
+    if (entry_fn == nullptr) fail(plugin, file, "the entry symbol '" PLUGFLOW_ENTRY_SYMBOL "' is null");
+  }
   const PlugflowPluginEntry* entry = nullptr;
   try {
     entry = entry_fn();
@@ -207,12 +282,19 @@ LoadedPlugin load_locked(const std::string& name_or_path, const std::vector<std:
              core_abi +
              "; it may use features this core lacks: upgrade plugflow or rebuild the plugin against "
              "this plugflow's SDK");
-  if (entry->struct_size < kEntrySizeV1_0)
+  if (entry->struct_size < kEntrySizeV2_0)
     fail(plugin, file,
          "entry struct_size " + std::to_string(entry->struct_size) + " is too small: ABI " + plugin_abi +
-             " needs at least " + std::to_string(kEntrySizeV1_0) +
+             " needs at least " + std::to_string(kEntrySizeV2_0) +
              " bytes; the entry was not built from "
              "<plugflow/plugin.h>");
+  if (entry->fingerprint == nullptr) fail(plugin, file, "its entry has no build fingerprint");
+  if (std::string why = fingerprint_mismatch(*entry->fingerprint); !why.empty())
+    fail(plugin, file,
+         "it was built differently from this plugflow core: " + why +
+             ". Kernels and registrations cross the plugin boundary as C++ types, so a plugin must be "
+             "built with the same standard library and plugflow SDK as the core (see docs/plugins.md, "
+             "\"Building a plugin\"); rebuild it against this plugflow's SDK");
   if (entry->name == nullptr || entry->name[0] == '\0') fail(plugin, file, "its entry has no plugin name");
   if (entry->register_plugin == nullptr) fail(plugin, file, "its entry has no register function");
 

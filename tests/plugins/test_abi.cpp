@@ -1,6 +1,7 @@
-// Hand-written entries with a wrong ABI version or a truncated struct; the loader must refuse
-// each before calling register_plugin. TEST_ABI_MAJOR / TEST_ABI_MINOR / TEST_STRUCT_SIZE
-// come from tests/plugins/meson.build.
+// Hand-written entries with a wrong ABI version, a truncated struct or a build fingerprint that
+// differs from the core's; the loader must refuse each before calling register_plugin.
+// TEST_ABI_MAJOR / TEST_ABI_MINOR / TEST_STRUCT_SIZE and, optionally, TEST_FINGERPRINT_EDIT (a
+// statement on `f`) come from tests/plugins/meson.build.
 #include <plugflow/plugin.h>
 
 namespace {
@@ -12,10 +13,20 @@ int register_must_not_run(void*, char* err, size_t err_len) noexcept {
   return 1;
 }
 
-PlugflowPluginEntry entry = {TEST_STRUCT_SIZE, TEST_ABI_MAJOR, TEST_ABI_MINOR, TEST_PLUGIN_NAME, "0.0.1",
-                             &register_must_not_run};
+PlugflowBuildFingerprint fingerprint() {
+  PlugflowBuildFingerprint f = plugflow::build_fingerprint();
+#ifdef TEST_FINGERPRINT_EDIT
+  TEST_FINGERPRINT_EDIT;
+#endif
+  return f;
+}
+
+const PlugflowBuildFingerprint fp = fingerprint();
+const PlugflowPluginEntry entry = {TEST_STRUCT_SIZE, TEST_ABI_MAJOR, TEST_ABI_MINOR, TEST_PLUGIN_NAME, "0.0.1", &fp,
+                                   &register_must_not_run};
 
 }  // namespace
 
-extern "C" PlugflowPluginEntry* test_abi_entry() { return &entry; }
-BOOST_DLL_ALIAS(test_abi_entry, plugflow_plugin_entry)
+extern "C" __attribute__((visibility("default"))) const PlugflowPluginEntry* plugflow_plugin_entry() noexcept {
+  return &entry;
+}

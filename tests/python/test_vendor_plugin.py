@@ -70,7 +70,7 @@ def test_pkg_config_file_is_usable():
     pc = subprocess.run(["pkg-config", "--cflags", "--libs", "plugflow"], env=env, capture_output=True, text=True)
     assert pc.returncode == 0, pc.stderr
     flags = pc.stdout.split()
-    assert "-DBOOST_DLL_USE_STD_FS" in flags
+    assert not any("BOOST" in f for f in flags), flags  # the SDK headers need no Boost
     inc = [f[2:] for f in flags if f.startswith("-I")]
     assert any((Path(d) / "plugflow" / "plugin.h").is_file() for d in inc), flags
     libdirs = [f[2:] for f in flags if f.startswith("-L")]

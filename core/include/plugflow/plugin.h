@@ -1,6 +1,6 @@
 // The plugin ABI. A plugin is a shared library exporting one extern "C" symbol,
-// `plugflow_plugin_entry` (through Boost.DLL's alias macro), that returns a PluginEntry.
-// The loader checks the ABI, then calls `register_plugin` with a Registrar. Registration is
+// `plugflow_plugin_entry`, a function that returns its PlugflowPluginEntry. The loader checks
+// the ABI version and the build fingerprint, then calls `register_plugin` with a Registrar. Registration is
 // all-or-nothing: the Registrar only collects (and validates) what the plugin registers, and
 // the core commits all of it to the live registries once `register_plugin` returns success;
 // a plugin that fails or throws halfway leaves nothing behind. Nothing may throw across this
@@ -16,8 +16,6 @@
 #include <memory>
 #include <string>
 
-#include <boost/dll/alias.hpp>
-
 #include "plugflow/communicator.h"
 #include "plugflow/device.h"
 #include "plugflow/export.h"
@@ -25,9 +23,44 @@
 
 // Bumped on incompatible changes (major) or additions a plugin may rely on (minor).
 // 1.1: Registrar::communicator takes the device type its communicator serves.
-#define PLUGFLOW_ABI_MAJOR 1
-#define PLUGFLOW_ABI_MINOR 1
+// 2.0: the entry carries the build fingerprint; the entry symbol is a plain C function.
+#define PLUGFLOW_ABI_MAJOR 2
+#define PLUGFLOW_ABI_MINOR 0
 #define PLUGFLOW_ENTRY_SYMBOL "plugflow_plugin_entry"
+
+// The build fingerprint. Kernels, registrations and tensors cross between the core and a
+// plugin as C++ types (std::string, std::function, std::shared_ptr, TensorImpl, ...), so both
+// sides must agree on the standard library, its dual ABI and the layout of those types; a
+// version number cannot tell. Each side computes the fingerprint with its own compiler and
+// flags (build_fingerprint() is inline: the core's copy is compiled into the core, the
+// plugin's into the plugin) and the loader compares the two before it calls anything else.
+extern "C" {
+struct PlugflowBuildFingerprint {
+  uint32_t struct_size;      // sizeof(PlugflowBuildFingerprint) as the plugin saw it
+  uint32_t compiler_family;  // PLUGFLOW_COMPILER_*
+  uint32_t compiler_major;
+  uint32_t compiler_minor;
+  uint32_t stdlib_family;    // PLUGFLOW_STDLIB_*
+  uint32_t stdlib_release;   // libstdc++'s _GLIBCXX_RELEASE, libc++'s _LIBCPP_VERSION
+  uint32_t cxx11_abi;        // _GLIBCXX_USE_CXX11_ABI (std::string and std::list layouts)
+  uint32_t cplusplus;        // __cplusplus / 100 (202002 -> 2020)
+  // Sizes of what crosses the boundary by value or is laid out by both sides.
+  uint32_t sizeof_tensor_impl;
+  uint32_t sizeof_kernel_context;
+  uint32_t sizeof_attrs;
+  uint32_t sizeof_attr_value;
+  uint32_t sizeof_registrar;
+  uint32_t sizeof_std_string;
+  uint32_t sizeof_shared_ptr;
+};
+}
+
+#define PLUGFLOW_COMPILER_OTHER 0
+#define PLUGFLOW_COMPILER_GCC 1
+#define PLUGFLOW_COMPILER_CLANG 2
+#define PLUGFLOW_STDLIB_OTHER 0
+#define PLUGFLOW_STDLIB_LIBSTDCXX 1
+#define PLUGFLOW_STDLIB_LIBCXX 2
 
 extern "C" {
 struct PlugflowPluginEntry {
@@ -36,6 +69,8 @@ struct PlugflowPluginEntry {
   uint32_t abi_minor;
   const char* name;     // provider name, e.g. "cpu"
   const char* version;  // the plugin's own version string
+  // The plugin's build; checked before register_plugin is called.
+  const PlugflowBuildFingerprint* fingerprint;
   // Returns 0 on success; otherwise writes a message into err (NUL-terminated, <= err_len).
   int (*register_plugin)(void* registrar, char* err, size_t err_len);
 };
@@ -73,6 +108,42 @@ class PF_API Registrar {
   internal::StagedRegistration& staged_;
 };
 
+// The fingerprint of the translation unit that calls it.
+inline PlugflowBuildFingerprint build_fingerprint() {
+  PlugflowBuildFingerprint f{};
+  f.struct_size = sizeof(PlugflowBuildFingerprint);
+#if defined(__clang__)
+  f.compiler_family = PLUGFLOW_COMPILER_CLANG;
+  f.compiler_major = __clang_major__;
+  f.compiler_minor = __clang_minor__;
+#elif defined(__GNUC__)
+  f.compiler_family = PLUGFLOW_COMPILER_GCC;
+  f.compiler_major = __GNUC__;
+  f.compiler_minor = __GNUC_MINOR__;
+#else
+  f.compiler_family = PLUGFLOW_COMPILER_OTHER;
+#endif
+#if defined(_LIBCPP_VERSION)
+  f.stdlib_family = PLUGFLOW_STDLIB_LIBCXX;
+  f.stdlib_release = _LIBCPP_VERSION;
+#elif defined(__GLIBCXX__)
+  f.stdlib_family = PLUGFLOW_STDLIB_LIBSTDCXX;
+  f.stdlib_release = _GLIBCXX_RELEASE;
+  f.cxx11_abi = _GLIBCXX_USE_CXX11_ABI;
+#else
+  f.stdlib_family = PLUGFLOW_STDLIB_OTHER;
+#endif
+  f.cplusplus = static_cast<uint32_t>(__cplusplus / 100);
+  f.sizeof_tensor_impl = sizeof(TensorImpl);
+  f.sizeof_kernel_context = sizeof(KernelContext);
+  f.sizeof_attrs = sizeof(Attrs);
+  f.sizeof_attr_value = sizeof(AttrValue);
+  f.sizeof_registrar = sizeof(Registrar);
+  f.sizeof_std_string = sizeof(std::string);
+  f.sizeof_shared_ptr = sizeof(std::shared_ptr<int>);
+  return f;
+}
+
 }  // namespace plugflow
 
 // Defines the entry point. Usage, in one .cpp of the plugin:
@@ -96,9 +167,11 @@ class PF_API Registrar {
     }                                                                                         \
     return 1;                                                                                 \
   }                                                                                           \
-  static PlugflowPluginEntry plugflow_plugin_entry_value = {                                  \
-      sizeof(PlugflowPluginEntry), PLUGFLOW_ABI_MAJOR, PLUGFLOW_ABI_MINOR, NAME, VERSION,     \
-      &plugflow_plugin_register};                                                             \
-  extern "C" PlugflowPluginEntry* plugflow_plugin_entry_fn() { return &plugflow_plugin_entry_value; } \
-  BOOST_DLL_ALIAS(plugflow_plugin_entry_fn, plugflow_plugin_entry)                            \
+  extern "C" __attribute__((visibility("default"))) const PlugflowPluginEntry* plugflow_plugin_entry() noexcept { \
+    static const PlugflowBuildFingerprint fingerprint = ::plugflow::build_fingerprint();    \
+    static const PlugflowPluginEntry entry = {sizeof(PlugflowPluginEntry), PLUGFLOW_ABI_MAJOR, \
+                                              PLUGFLOW_ABI_MINOR, NAME, VERSION, &fingerprint, \
+                                              &plugflow_plugin_register};                  \
+    return &entry;                                                                            \
+  }                                                                                           \
   static void plugflow_plugin_register_body(::plugflow::Registrar& reg)

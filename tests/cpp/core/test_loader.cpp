@@ -135,6 +135,43 @@ TEST(Loader, RefusesATruncatedEntryStruct) {
   EXPECT_CONTAINS(msg, std::to_string(sizeof(PlugflowPluginEntry)) + " bytes");
 }
 
+TEST(Loader, RefusesAnAbi1PluginWithoutCallingItsAliasAsCode) {
+  const std::string msg = load_error(plugin_file("test_abi1_alias"));
+  EXPECT_CONTAINS(msg, "built for plugflow plugin ABI 1.1 but this core implements ABI " +
+                           abi_str(PLUGFLOW_ABI_MAJOR, PLUGFLOW_ABI_MINOR));
+  EXPECT_NOT_CONTAINS(msg, "register_plugin of an ABI 1 plugin was called");
+  EXPECT_EQ(count_loaded("test_abi1_alias"), 0u);
+}
+
+TEST(Loader, RefusesAPluginBuiltAgainstOtherLayouts) {
+  const std::string msg = load_error(plugin_file("test_other_layout"));
+  EXPECT_CONTAINS(msg, "cannot load plugin 'test_other_layout' from " + canonical(plugin_file("test_other_layout")));
+  EXPECT_CONTAINS(msg, "it was built differently from this plugflow core");
+  EXPECT_CONTAINS(msg, "sizeof(TensorImpl) is " + std::to_string(sizeof(plugflow::TensorImpl) + 8) +
+                           " in the plugin, " + std::to_string(sizeof(plugflow::TensorImpl)) + " in the core");
+  EXPECT_NOT_CONTAINS(msg, "register_plugin of a plugin with a refused ABI was called");
+  EXPECT_EQ(count_loaded("test_other_layout"), 0u);
+}
+
+TEST(Loader, RefusesAPluginBuiltWithTheOldStringAbi) {
+  const std::string msg = load_error(plugin_file("test_old_string_abi"));
+  EXPECT_CONTAINS(msg, "cannot load plugin 'test_old_string_abi'");
+  EXPECT_CONTAINS(msg, "_GLIBCXX_USE_CXX11_ABI=0, the core with 1");
+  EXPECT_CONTAINS(msg, "sizeof(std::string) is 8 in the plugin, 32 in the core");
+  EXPECT_EQ(count_loaded("test_old_string_abi"), 0u);
+}
+
+TEST(Loader, TheCoreAndItsPluginsShareOneFingerprint) {
+  // The plugins built here (test_good) were accepted, so their fingerprint matched; the
+  // fingerprint itself must describe this build.
+  const PlugflowBuildFingerprint f = plugflow::build_fingerprint();
+  EXPECT_EQ(f.struct_size, sizeof(PlugflowBuildFingerprint));
+  EXPECT_EQ(f.cxx11_abi, 1u);
+  EXPECT_EQ(f.sizeof_std_string, sizeof(std::string));
+  EXPECT_GE(f.cplusplus, 2020u);
+  EXPECT_NO_THROW(plugflow::load_plugin(plugin_file("test_good")));
+}
+
 TEST(Loader, ReportsALibraryWithoutTheEntrySymbol) {
   const std::string msg = load_error(plugin_file("test_no_entry"));
   EXPECT_CONTAINS(msg, "cannot load plugin 'test_no_entry' from " + canonical(plugin_file("test_no_entry")));
