@@ -4,6 +4,7 @@
 #include <map>
 
 #include "plugflow/graph.h"
+#include "plugflow/profiler.h"
 #include "registry_internal.h"
 
 namespace plugflow {
@@ -74,7 +75,7 @@ Device common_device(const OpDef& op, std::span<const Tensor> inputs) {
 }
 
 void run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<Tensor> outputs,
-                Device device) {
+                Device device, bool fresh_outputs) {
   bool all_empty = !outputs.empty();
   for (const auto& o : outputs) all_empty = all_empty && o.numel() == 0;
   if (all_empty) return;
@@ -85,7 +86,17 @@ void run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
     return;
   }
   KernelContext ctx{op, inputs, outputs, attrs, device, device_backend(device).current_stream(device.index)};
+  if (!profiler::enabled()) {
+    fn(ctx);
+    return;
+  }
+  const int64_t start = profiler::now_ns();
   fn(ctx);
+  const int64_t end = profiler::now_ns();
+  int64_t allocated = 0;
+  if (fresh_outputs)
+    for (const auto& o : outputs) allocated += static_cast<int64_t>(o.storage()->nbytes());
+  profiler::record_kernel(profiler::EventKind::Kernel, op, device, key, inputs, allocated, start, end);
 }
 
 }  // namespace
@@ -98,7 +109,7 @@ std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, con
   outputs.reserve(metas.size());
   for (const auto& m : metas) outputs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
   const Device device = inputs.empty() ? metas.at(0).device : inputs[0].device();
-  run_kernel(op, inputs, attrs, outputs, device);
+  run_kernel(op, inputs, attrs, outputs, device, /*fresh_outputs=*/true);
   return outputs;
 }
 
@@ -120,7 +131,7 @@ void call_op_out(const OpDef& op, std::span<const Tensor> inputs, const Attrs& a
   const Device device = inputs.empty() ? outputs[0].device() : inputs[0].device();
   for (const auto& o : outputs)
     PF_CHECK(o.device() == device, "op '", op.name, "': output on ", o.device().str(), " but inputs on ", device.str());
-  run_kernel(op, inputs, attrs, outputs, device);
+  run_kernel(op, inputs, attrs, outputs, device, /*fresh_outputs=*/false);
   for (auto& o : outputs) o.storage()->bump_version();
 }
 

@@ -104,7 +104,7 @@ def _assert(condition, message):
 # Submodules that `import torch` loads and plugflow loads on first use, so that code reaching
 # them through the package (torch.jit.is_scripting(), torch.hub.load_state_dict_from_url) works
 # without importing them itself.
-_LAZY_SUBMODULES = ("hub", "jit", "onnx", "fx", "multiprocessing", "ao", "_six")
+_LAZY_SUBMODULES = ("hub", "jit", "onnx", "fx", "multiprocessing", "ao", "_six", "profiler")
 
 
 def __getattr__(name):

@@ -11,6 +11,7 @@
 #include "plugflow/error.h"
 #include "plugflow/kernel.h"
 #include "plugflow/op.h"
+#include "plugflow/profiler.h"
 #include "plugflow/runtime.h"
 
 namespace py = pybind11;
@@ -95,6 +96,24 @@ DeviceBackend& backend_for(const std::string& type, int index) {
 }  // namespace
 
 void bind_runtime(py::module_& m) {
+  // The profiler's recording (python/plugflow/profiler builds the tables and traces).
+  m.def("_profiler_start", &profiler::start, py::arg("record_shapes"));
+  m.def("_profiler_stop", [] {
+    py::list out;
+    for (const auto& e : profiler::stop()) {
+      const char* kind = e.kind == profiler::EventKind::Kernel        ? "kernel"
+                         : e.kind == profiler::EventKind::GraphKernel ? "graph_kernel"
+                                                                      : "range";
+      py::list shapes;
+      for (const auto& s : e.input_shapes) shapes.append(py::cast(s));
+      out.append(py::make_tuple(kind, e.name, e.provider, e.device, e.start_ns, e.end_ns, e.thread, shapes,
+                                e.allocated_bytes));
+    }
+    return out;
+  });
+  m.def("_profiler_enabled", &profiler::enabled);
+  m.def("_profiler_range_begin", &profiler::range_begin);
+  m.def("_profiler_range_end", &profiler::range_end, py::arg("name"), py::arg("handle"));
   py::class_<LoadedPlugin>(m, "LoadedPlugin", "A plugin library the runtime loaded.")
       .def_readonly("name", &LoadedPlugin::name)
       .def_readonly("version", &LoadedPlugin::version)

@@ -42,3 +42,5 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     if retain_graph is None:
         retain_graph = create_graph
     return _C._autograd_grad(outputs, inputs_list, grads, bool(retain_graph), bool(create_graph), bool(allow_unused))
+
+from . import profiler  # noqa: E402,F401  (torch.autograd.profiler)
