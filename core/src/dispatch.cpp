@@ -92,6 +92,7 @@ void run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
   }
   const int64_t start = profiler::now_ns();
   fn(ctx);
+  if (!device.is_cpu()) device_backend(device).synchronize(device.index);  // the kernel's own time
   const int64_t end = profiler::now_ns();
   int64_t allocated = 0;
   if (fresh_outputs)

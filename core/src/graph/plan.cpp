@@ -268,6 +268,7 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<dou
       } else {  // the arena's buffers are not allocations of the call: allocated 0
         const int64_t t0 = profiler::now_ns();
         s.fn(ctx);
+        if (!s.device.is_cpu()) device_backend(s.device).synchronize(s.device.index);
         const DType key = s.in.empty() ? s.out[0].dtype() : s.in[0].dtype();
         profiler::record_kernel(profiler::EventKind::GraphKernel, *n.op, s.device, key, s.in, 0, t0,
                                 profiler::now_ns());
