@@ -1289,3 +1289,25 @@ def test_backward_on_a_leaf_accumulates_into_it_like_torch():
         s = fw.tensor(2.0, requires_grad=True)
         assert [g.item() for g in fw.autograd.grad(s, [s])] == [1.0]
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_relu_backward_as_pytorch_threshold_backward(dtype, layout):
+    # relu's backward is one fused kernel: zero where the result is <= 0, the gradient where it
+    # is positive or NaN (PyTorch's threshold_backward), any layout.
+    x = np.random.randn(33, 17).astype(dtype)
+    x.flat[:3] = [np.nan, 0.0, -0.0]
+    g = np.random.randn(17, 33).astype(dtype) if layout == "transposed" else np.random.randn(33, 17).astype(dtype)
+    grads = []
+    for lib in (torch, pf):
+        t = lib.tensor(x, requires_grad=True)
+        y = lib.relu(t.t()) if layout == "transposed" else lib.relu(t)
+        y.backward(lib.tensor(g))
+        grads.append(t.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+    for lib in (torch, pf):  # double backward: linear in the incoming gradient
+        t = lib.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        (d,) = lib.autograd.grad(lib.relu(t).sum(), t, create_graph=True)
+        grads.append(d.tolist())
+    assert grads[2] == grads[3]

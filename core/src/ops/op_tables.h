@@ -27,6 +27,9 @@ inline constexpr BinaryInfo kBinaryOps[] = {
     {"atan2", BinaryKind::Arithmetic, false, true},
     {"bitwise_and", BinaryKind::Arithmetic, true}, {"bitwise_or", BinaryKind::Arithmetic, true},
     {"bitwise_xor", BinaryKind::Arithmetic, true},
+    // relu_backward(grad, result): grad where result > 0, else 0 (PyTorch's threshold_backward
+    // at 0: a NaN result passes the gradient). One pass instead of gt + where.
+    {"relu_backward", BinaryKind::Arithmetic},
     {"logical_and", BinaryKind::Logical},     {"logical_or", BinaryKind::Logical},
     {"logical_xor", BinaryKind::Logical},
     {"eq", BinaryKind::Compare}, {"ne", BinaryKind::Compare}, {"lt", BinaryKind::Compare},

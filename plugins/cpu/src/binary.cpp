@@ -216,6 +216,14 @@ struct MaximumOp : OpBase<T> {
 };
 
 template <typename T>
+struct ReluBackwardOp : OpBase<T> {  // (grad, result): PyTorch's threshold_backward at 0
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = !std::is_same_v<T, bool>;
+  C operator()(C g, C result) const { return result <= C(0) ? C(0) : g; }
+};
+
+template <typename T>
 struct MinimumOp : OpBase<T> {
   using OpBase<T>::OpBase;
   using C = opmath_t<T>;
@@ -393,6 +401,7 @@ void register_binary_kernels(Registrar& reg) {
   register_supported<PowOp>(reg, "pow", pow_kernel);
   register_supported<MaximumOp>(reg, "maximum", binary_kernel<MaximumOp>);
   register_supported<MinimumOp>(reg, "minimum", binary_kernel<MinimumOp>);
+  register_supported<ReluBackwardOp>(reg, "relu_backward", binary_kernel<ReluBackwardOp>);
   register_supported<RemainderOp>(reg, "remainder", binary_kernel<RemainderOp>);
   register_supported<FmodOp>(reg, "fmod", binary_kernel<FmodOp>);
   register_supported<DivFloorOp>(reg, "floor_divide", binary_kernel<DivFloorOp>);

@@ -131,6 +131,9 @@ struct MaximumFn {  // NaN propagates
     return a > b ? a : b;
   }
 };
+struct ReluBackwardFn {  // (grad, result): PyTorch's threshold_backward at 0
+  template <typename C> PF_DEVICE C operator()(C g, C result) const { return result <= C(0) ? C(0) : g; }
+};
 struct MinimumFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const {
     if (dm::isnan(a)) return a;
@@ -263,6 +266,7 @@ std::vector<KernelDef> binary_kernels() {
       def<Stateless<PowFn, NumericTypes>>("pow"),
       def<Stateless<MaximumFn, AllTypes>>("maximum"),
       def<Stateless<MinimumFn, AllTypes>>("minimum"),
+      def<Stateless<ReluBackwardFn, NumericTypes>>("relu_backward"),
       def<Stateless<RemainderFn, NumericTypes>>("remainder"),
       def<Stateless<FmodFn, NumericTypes>>("fmod"),
       def<Stateless<FloorDivideFn, NumericTypes>>("floor_divide"),

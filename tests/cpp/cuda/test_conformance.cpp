@@ -40,7 +40,7 @@ namespace ops = plugflow::ops;
 const std::vector<std::string> kBinaryOps = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
                                              "fmod", "floor_divide", "atan2", "bitwise_and", "bitwise_or",
                                              "bitwise_xor", "logical_and", "logical_or", "logical_xor", "eq", "ne",
-                                             "lt", "le", "gt", "ge"};
+                                             "lt", "le", "gt", "ge", "relu_backward"};
 const std::vector<std::string> kUnaryOps = {
     "exp",   "exp2",  "expm1", "log",     "log2",  "log10", "log1p",      "sqrt",  "rsqrt",      "sin",
     "cos",   "tan",   "asin",  "acos",    "atan",  "sinh",  "cosh",       "tanh",  "asinh",      "acosh",
