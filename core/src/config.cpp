@@ -300,9 +300,13 @@ class SchemaReader {
                        for (auto& dir : read_string_list(v, key, m, "directories"))
                          c.plugin_path.push_back(internal::expand_user(dir));
                      } else if (key == "kernels") {
-                       for_each_field(v, key, m, {"prefer"},
+                       for_each_field(v, key, m, {"prefer", "cpu_fallback"},
                                       [&](const std::string& k, const YAML::Mark& km, const YAML::Node& kv) {
                                         if (kv.IsNull()) return;
+                                        if (k == "kernels.cpu_fallback") {
+                                          c.kernel_cpu_fallback = read_string_list(kv, k, km, "device type names", true);
+                                          return;
+                                        }
                                         sets_prefer = true;
                                         c.kernel_prefer = read_string_list(kv, k, km, "provider names", true);
                                       });

@@ -11,12 +11,55 @@
 
 namespace plugflow {
 
+namespace {
+// Names are written once, under the mutex, before the count that publishes them grows; readers
+// (every Device::str) read without the lock.
+struct DeviceTypeNames {
+  std::mutex mutex;
+  std::array<std::string, kMaxDeviceTypes> names{"cpu", "cuda"};
+  std::atomic<int> count{2};
+};
+DeviceTypeNames& type_names() {
+  static DeviceTypeNames* n = new DeviceTypeNames();  // never destroyed: tensors may outlive statics
+  return *n;
+}
+
+bool valid_type_name(std::string_view name) {
+  if (name.empty() || name.size() > 32 || !(name[0] >= 'a' && name[0] <= 'z')) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+}  // namespace
+
 std::string_view device_type_name(DeviceType t) {
-  switch (t) {
-    case DeviceType::CPU: return "cpu";
-    case DeviceType::CUDA: return "cuda";
-  }
-  return "unknown";
+  const auto i = static_cast<int>(t);
+  if (i >= type_names().count.load(std::memory_order_acquire)) return "unknown";
+  return type_names().names[i];
+}
+
+int num_device_types() { return type_names().count.load(std::memory_order_acquire); }
+
+std::optional<DeviceType> find_device_type(std::string_view name) {
+  DeviceTypeNames& n = type_names();
+  const int count = n.count.load(std::memory_order_acquire);
+  for (int i = 0; i < count; ++i)
+    if (n.names[i] == name) return static_cast<DeviceType>(i);
+  return std::nullopt;
+}
+
+DeviceType claim_device_type(std::string_view name) {
+  PF_CHECK_T(valid_type_name(name), ValueError, "a device type name is a lowercase identifier of at most 32 "
+             "characters (letters, digits, '_'), got '", name, "'");
+  DeviceTypeNames& n = type_names();
+  std::lock_guard<std::mutex> lock(n.mutex);
+  if (auto t = find_device_type(name)) return *t;
+  const int count = n.count.load(std::memory_order_relaxed);
+  PF_CHECK_T(count < kMaxDeviceTypes, PluginError, "cannot add device type '", name, "': all ", kMaxDeviceTypes,
+             " device type ids are taken");
+  n.names[count] = std::string(name);
+  n.count.store(count + 1, std::memory_order_release);
+  return static_cast<DeviceType>(count);
 }
 
 std::string Device::str() const {
@@ -30,12 +73,13 @@ Device Device::parse(std::string_view s) {
   const auto colon = s.find(':');
   const std::string_view type_str = s.substr(0, colon);
   Device d;
-  if (type_str == "cpu") {
-    d.type = DeviceType::CPU;
-  } else if (type_str == "cuda") {
-    d.type = DeviceType::CUDA;
+  if (auto t = find_device_type(type_str)) {
+    d.type = *t;
   } else {
-    PF_THROW(ValueError, "Expected one of cpu, cuda device type at start of device string: ", s);
+    std::string known;
+    for (int i = 0; i < num_device_types(); ++i)
+      known += (i ? ", " : "") + std::string(device_type_name(static_cast<DeviceType>(i)));
+    PF_THROW(ValueError, "Expected one of ", known, " device type at start of device string: ", s);
   }
   if (colon == std::string_view::npos) {
     d.index = d.type == DeviceType::CPU ? 0 : -1;
@@ -61,8 +105,8 @@ struct BackendSlot {
   std::atomic<DeviceBackend*> ptr{nullptr};
   std::string provider;
 };
-std::array<BackendSlot, kNumDeviceTypes>& slots() {
-  static std::array<BackendSlot, kNumDeviceTypes> s;
+std::array<BackendSlot, kMaxDeviceTypes>& slots() {
+  static std::array<BackendSlot, kMaxDeviceTypes> s;
   return s;
 }
 std::mutex& slots_mutex() {

@@ -1,7 +1,9 @@
 #include "plugflow/dispatch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
 
 #include "plugflow/graph.h"
 #include "plugflow/profiler.h"
@@ -64,6 +66,63 @@ std::string chosen_provider(const OpDef& op, DeviceType device, DType dtype) {
 
 namespace {
 
+std::atomic<uint32_t> cpu_fallback_mask{0};  // bit t: device type t falls back to the CPU
+
+struct FallbackCounters {
+  std::mutex mutex;
+  std::map<std::string, CpuFallbackStats> by_op;
+};
+FallbackCounters& fallback_counters() {
+  static FallbackCounters* c = new FallbackCounters();  // never destroyed: kernels run in static dtors
+  return *c;
+}
+
+// Runs an op that has no kernel on `device` on the CPU: every storage the call touches is
+// mirrored whole into host memory (views keep their offsets and strides, aliases stay aliases,
+// and no kernel of the device is needed to move the bytes), the CPU kernel runs on the
+// mirrors, and the storages of the outputs and of the inputs the op mutates are written back.
+void run_on_cpu(const OpDef& op, std::span<const Tensor> inputs, const Attrs& attrs, std::span<Tensor> outputs,
+                Device device) {
+  PF_CHECK_T(!graph::internal::active(), NotImplementedError, "op '", op.name, "' has no kernel on device type '",
+             device_type_name(device.type), "': its CPU fallback cannot be captured in an nn.Graph");
+  const Device cpu{DeviceType::CPU, 0};
+  DeviceBackend& backend = device_backend(device);
+  CpuFallbackStats stats;
+  stats.calls = 1;
+  std::map<Storage*, std::shared_ptr<Storage>> mirrors;
+  auto mirror = [&](const Tensor& t) {
+    auto [it, fresh] = mirrors.emplace(t.storage().get(), nullptr);
+    if (fresh) {
+      const size_t n = t.storage()->nbytes();
+      it->second = std::make_shared<Storage>(cpu, n);
+      if (n > 0) backend.copy_to_host(device.index, it->second->data(), t.storage()->data(), n);
+      stats.bytes_to_cpu += static_cast<int64_t>(n);
+    }
+    return Tensor::view_of(it->second, t.sizes(), t.strides(), t.offset(), t.dtype());
+  };
+  std::vector<Tensor> in, out;
+  for (const auto& t : inputs) in.push_back(mirror(t));
+  for (const auto& t : outputs) out.push_back(mirror(t));
+  const DType key = inputs.empty() ? outputs[0].dtype() : inputs[0].dtype();
+  KernelFn fn = find_kernel(op, DeviceType::CPU, key);
+  KernelContext ctx{op, in, out, attrs, cpu, nullptr};
+  fn(ctx);
+  std::map<Storage*, bool> written;
+  for (const auto& t : outputs) written[t.storage().get()] = true;
+  for (int i : op.mutated_inputs) written[inputs[i].storage().get()] = true;
+  for (const auto& [dev_storage, _] : written) {
+    const size_t n = dev_storage->nbytes();
+    if (n > 0) backend.copy_from_host(device.index, dev_storage->data(), mirrors.at(dev_storage)->data(), n);
+    stats.bytes_from_cpu += static_cast<int64_t>(n);
+  }
+  FallbackCounters& c = fallback_counters();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  CpuFallbackStats& s = c.by_op[op.name];
+  s.calls += stats.calls;
+  s.bytes_to_cpu += stats.bytes_to_cpu;
+  s.bytes_from_cpu += stats.bytes_from_cpu;
+}
+
 Device common_device(const OpDef& op, std::span<const Tensor> inputs) {
   const Device d = inputs[0].device();
   for (size_t i = 1; i < inputs.size(); ++i) {
@@ -80,7 +139,17 @@ void run_kernel(const OpDef& op, std::span<const Tensor> inputs, const Attrs& at
   for (const auto& o : outputs) all_empty = all_empty && o.numel() == 0;
   if (all_empty) return;
   const DType key = inputs.empty() ? outputs[0].dtype() : inputs[0].dtype();
-  KernelFn fn = find_kernel(op, device.type, key);
+  KernelFn fn = nullptr;
+  if (cpu_fallback_mask.load(std::memory_order_relaxed) & (1u << static_cast<int>(device.type))) {
+    try {
+      fn = find_kernel(op, device.type, key);
+    } catch (const NotImplementedError&) {
+      run_on_cpu(op, inputs, attrs, outputs, device);
+      return;
+    }
+  } else {
+    fn = find_kernel(op, device.type, key);
+  }
   if (graph::internal::active()) {  // an nn.Graph captures: record the call instead of running it
     graph::internal::record_kernel(op, inputs, attrs, outputs);
     return;
@@ -134,6 +203,24 @@ void call_op_out(const OpDef& op, std::span<const Tensor> inputs, const Attrs& a
     PF_CHECK(o.device() == device, "op '", op.name, "': output on ", o.device().str(), " but inputs on ", device.str());
   run_kernel(op, inputs, attrs, outputs, device, /*fresh_outputs=*/false);
   for (auto& o : outputs) o.storage()->bump_version();
+}
+
+void internal::set_cpu_fallback(const std::vector<DeviceType>& types) {
+  uint32_t mask = 0;
+  for (DeviceType t : types) mask |= 1u << static_cast<int>(t);
+  cpu_fallback_mask.store(mask, std::memory_order_relaxed);
+}
+
+std::map<std::string, CpuFallbackStats> cpu_fallback_stats() {
+  FallbackCounters& c = fallback_counters();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.by_op;
+}
+
+void reset_cpu_fallback_stats() {
+  FallbackCounters& c = fallback_counters();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.by_op.clear();
 }
 
 }  // namespace plugflow

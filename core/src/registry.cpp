@@ -48,11 +48,11 @@ Provider* find_provider(Registry& r, const std::string& name) {
   return nullptr;
 }
 
-bool valid_device_type(DeviceType t) { return static_cast<int>(t) < kNumDeviceTypes; }
+bool valid_device_type(DeviceType t) { return static_cast<int>(t) < num_device_types(); }
 
 std::string device_types_list() {
   std::string out;
-  for (int i = 0; i < kNumDeviceTypes; ++i)
+  for (int i = 0; i < num_device_types(); ++i)
     out += (i ? ", " : "") + std::string(device_type_name(static_cast<DeviceType>(i)));
   return out;
 }
@@ -98,6 +98,14 @@ void Registrar::kernel(const std::string& op, DeviceType device, std::initialize
                  " for ", dtype_name(t), " twice with priority ", priority_name(priority),
                  " (the dispatcher could not tell them apart)");
     staged_.kernels.push_back(KernelRecord{op, device, t, provider_, priority, fn});
+  }
+}
+
+DeviceType Registrar::device_type(const std::string& name) {
+  try {
+    return claim_device_type(name);
+  } catch (const Error& e) {
+    PF_THROW(PluginError, "plugin '", provider_, "': ", e.what());
   }
 }
 

@@ -52,6 +52,8 @@ PF_API std::vector<std::string> kernel_providers();
 // Replaces the dispatcher's provider order and invalidates every cached kernel choice.
 PF_API void set_kernel_preference(std::vector<std::string> providers);
 PF_API std::vector<std::string> kernel_preference();
+// Device types whose ops without a kernel run on the CPU (config kernels.cpu_fallback).
+PF_API void set_cpu_fallback(const std::vector<DeviceType>& types);
 // Calls every hook registered with Registrar::on_set_num_threads.
 PF_API void run_thread_hooks(int n);
 // Bumped whenever the selectable kernels or the preference change; dispatch caches compare it.

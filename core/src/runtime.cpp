@@ -186,6 +186,29 @@ void check_collective(const Config& config, const LoadResult& loaded, DeviceType
   internal::config_key_error(config, key, problem);
 }
 
+// Every kernels.cpu_fallback name must be a device type other than cpu that a plugin of the
+// config registered (the device types exist only once their plugins loaded).
+std::vector<DeviceType> check_cpu_fallback(const Config& config) {
+  std::vector<DeviceType> out;
+  for (size_t i = 0; i < config.kernel_cpu_fallback.size(); ++i) {
+    const std::string& name = config.kernel_cpu_fallback[i];
+    const auto type = find_device_type(name);
+    std::vector<std::string> known;
+    for (int t = 1; t < num_device_types(); ++t) known.emplace_back(device_type_name(static_cast<DeviceType>(t)));
+    if (name == "cpu")
+      internal::config_key_error(config, "kernels.cpu_fallback[" + std::to_string(i) + "]",
+                                 "cpu cannot fall back to itself");
+    if (!type) {
+      std::string problem = "no loaded plugin registers a device type '" + name + "' (device types: cpu, " +
+                            list_or_none(known) + ")";
+      if (auto hint = internal::closest_match(name, known)) problem += "; did you mean '" + *hint + "'?";
+      internal::config_key_error(config, "kernels.cpu_fallback[" + std::to_string(i) + "]", problem);
+    }
+    out.push_back(*type);
+  }
+  return out;
+}
+
 // Makes exactly the plugins in `active` selectable; providers registered in process (not by a
 // plugin) stay as they are.
 void set_active_plugins(const std::vector<std::string>& active) {
@@ -218,11 +241,13 @@ void init_from_config(const Config& config) {
   for (const auto& p : loaded_plugins())
     if (p.active) was_active.push_back(p.name);
   LoadResult loaded;
+  std::vector<DeviceType> fallback;
   try {
     loaded = load_config_plugins(config);
     check_kernel_preference(config, loaded);
     check_collective(config, loaded, DeviceType::CPU, config.collective_cpu);
     check_collective(config, loaded, DeviceType::CUDA, config.collective_cuda);
+    fallback = check_cpu_fallback(config);
   } catch (...) {
     set_active_plugins(was_active);  // loading reactivated reused plugins and added new ones
     throw;
@@ -233,6 +258,7 @@ void init_from_config(const Config& config) {
   // Without kernels.prefer, providers rank in the order the config lists the plugins.
   if (applied.kernel_prefer.empty()) applied.kernel_prefer = loaded.providers;
   internal::set_kernel_preference(applied.kernel_prefer);
+  internal::set_cpu_fallback(fallback);
   set_num_threads(config.threads > 0 ? config.threads : machine_threads());
 
   st.config = std::move(applied);

@@ -61,6 +61,15 @@ def report(out=sys.stdout, kernels=False, algos=False):
         else:
             reason = info["unavailable_reason"] or "no device found"
             _write(out, f"  {info['type']}: none ({reason})")
+    fallback = config["kernels"]["cpu_fallback"]
+    if fallback:
+        stats = _C.cpu_fallback_stats()
+        _write(out, f"  ops without a kernel on {', '.join(fallback)} run on the CPU (kernels.cpu_fallback); "
+                    f"so far: {len(stats)} ops, {sum(s['calls'] for s in stats.values())} calls, "
+                    f"{sum(s['bytes_to_cpu'] + s['bytes_from_cpu'] for s in stats.values())} bytes copied")
+        for op, s in sorted(stats.items()):
+            _write(out, f"    {op}: {s['calls']} calls, {s['bytes_to_cpu']} bytes to the CPU, "
+                        f"{s['bytes_from_cpu']} back")
 
     collectives = config["collectives"]
     _write(out)

@@ -20,11 +20,11 @@ namespace plugflow::python {
 namespace {
 
 DeviceType parse_device_type(const std::string& name) {
-  for (int i = 0; i < kNumDeviceTypes; ++i) {
-    const auto t = static_cast<DeviceType>(i);
-    if (device_type_name(t) == name) return t;
-  }
-  PF_THROW(ValueError, "unknown device type '", name, "' (expected 'cpu' or 'cuda')");
+  if (auto t = find_device_type(name)) return *t;
+  std::string known;
+  for (int i = 0; i < num_device_types(); ++i)
+    known += (i ? "', '" : "'") + std::string(device_type_name(static_cast<DeviceType>(i))) + "'";
+  PF_THROW(ValueError, "unknown device type '", name, "' (known: ", known, ")");
 }
 
 // The config as a dict shaped like the YAML file it came from.
@@ -38,6 +38,7 @@ py::dict config_dict(const Config& c) {
   }
   py::dict kernels;
   kernels["prefer"] = c.kernel_prefer;
+  kernels["cpu_fallback"] = c.kernel_cpu_fallback;
 
   const Optimizations& o = c.optimizations;
   py::dict opt;
@@ -112,6 +113,18 @@ void bind_runtime(py::module_& m) {
     return out;
   });
   m.def("_profiler_enabled", &profiler::enabled);
+
+  m.def(
+      "cpu_fallback_stats",
+      [] {
+        py::dict out;
+        for (const auto& [op, s] : cpu_fallback_stats())
+          out[py::str(op)] = py::dict(py::arg("calls") = s.calls, py::arg("bytes_to_cpu") = s.bytes_to_cpu,
+                                      py::arg("bytes_from_cpu") = s.bytes_from_cpu);
+        return out;
+      },
+      "Per op that ran on the CPU for a device listed in kernels.cpu_fallback: calls and bytes copied.");
+  m.def("reset_cpu_fallback_stats", &reset_cpu_fallback_stats);
   m.def("_profiler_range_begin", &profiler::range_begin);
   m.def("_profiler_range_end", &profiler::range_end, py::arg("name"), py::arg("handle"));
   py::class_<LoadedPlugin>(m, "LoadedPlugin", "A plugin library the runtime loaded.")
@@ -218,7 +231,7 @@ void bind_runtime(py::module_& m) {
       "device_info",
       [] {
         py::list out;
-        for (int i = 0; i < kNumDeviceTypes; ++i) out.append(device_type_info(static_cast<DeviceType>(i)));
+        for (int i = 0; i < num_device_types(); ++i) out.append(device_type_info(static_cast<DeviceType>(i)));
         return out;
       },
       "Per device type: plugin_loaded, device_count and, without devices, unavailable_reason.");

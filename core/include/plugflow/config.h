@@ -37,6 +37,8 @@ struct Config {
   std::vector<PluginSpec> plugins;
   std::vector<std::string> plugin_path;   // extra directories searched first
   std::vector<std::string> kernel_prefer;  // provider order; empty: the loaded plugins in order
+  // Device types whose ops without a kernel run on the CPU (inputs copied there, results back).
+  std::vector<std::string> kernel_cpu_fallback;
   int threads = 0;                         // 0: the machine's core count
   Optimizations optimizations;
   std::string collective_cpu = "gloo";

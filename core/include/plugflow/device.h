@@ -1,9 +1,12 @@
-// Devices. A device type is backed by a DeviceBackend that a plugin registers (the CPU
-// plugin registers "cpu", the CUDA plugin "cuda"); the core never names a vendor API.
+// Devices. A device type is a name ("cpu", "cuda", a vendor's "xpu") with a small id, backed by
+// a DeviceBackend that a plugin registers; the core never names a vendor API. "cpu" and "cuda"
+// have fixed ids (code in the core and plugins names them); a plugin claims any other name with
+// Registrar::device_type("xpu"), which gives it the next free id.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,9 +15,18 @@
 namespace plugflow {
 
 enum class DeviceType : uint8_t { CPU = 0, CUDA = 1 };
-inline constexpr int kNumDeviceTypes = 2;
+// Ids are below this (per-op kernel caches are arrays of it).
+inline constexpr int kMaxDeviceTypes = 8;
 
 PF_API std::string_view device_type_name(DeviceType t);
+// The device types named so far (cpu, cuda, then plugins' in the order they were claimed).
+PF_API int num_device_types();
+// The type of a name, or nullopt.
+PF_API std::optional<DeviceType> find_device_type(std::string_view name);
+// The type of a name, claiming the next id for a new one: a lowercase identifier of at most 32
+// characters. Claiming an existing name returns its id. Throws ValueError for a bad name and
+// PluginError when all kMaxDeviceTypes ids are taken.
+PF_API DeviceType claim_device_type(std::string_view name);
 
 struct Device {
   DeviceType type = DeviceType::CPU;
@@ -23,7 +35,7 @@ struct Device {
   bool operator==(const Device&) const = default;
   bool is_cpu() const { return type == DeviceType::CPU; }
   PF_API std::string str() const;           // "cpu", "cuda:0"
-  PF_API static Device parse(std::string_view s);  // "cpu", "cuda", "cuda:1"; ValueError otherwise
+  PF_API static Device parse(std::string_view s);  // "cpu", "cuda:1", "xpu"; ValueError otherwise
 };
 
 // What a plugin implements for a device type. All pointers are device pointers of this

@@ -74,7 +74,7 @@ struct OpDef {
   std::vector<int> mutated_inputs;
   // Kernel choice cache, [device type][dtype]; filled by the dispatcher, cleared when the
   // registry or the preference changes (generation mismatch).
-  mutable std::atomic<KernelFn> cache[kNumDeviceTypes][kNumDTypes] = {};
+  mutable std::atomic<KernelFn> cache[kMaxDeviceTypes][kNumDTypes] = {};
   mutable std::atomic<uint64_t> cache_generation{0};
 };
 

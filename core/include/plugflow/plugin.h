@@ -96,6 +96,10 @@ class PF_API Registrar {
   // second kernel for the same (op, device, dtype, priority).
   void kernel(const std::string& op, DeviceType device, std::initializer_list<DType> dtypes, KernelFn fn,
               Priority priority = Priority::Default);
+  // The id of a device type name, claimed for this process if new ("xpu"); a plugin that adds a
+  // device calls it first and returns the id from its backend's type(). The claim itself is
+  // not rolled back if the registration fails later (the name stays known, with no backend).
+  DeviceType device_type(const std::string& name);
   // The backend of one device type; each type has one provider in the process.
   void device(std::shared_ptr<DeviceBackend> backend);
   // A communicator backend (the name configs use in `collectives`) for tensors of one device type.

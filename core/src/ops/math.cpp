@@ -61,7 +61,7 @@ const OpDef& op_named(const char* name) { return find_op(name); }
 // composite runs. A miss is remembered until the kernel registry changes (a plugin loads), so
 // devices without the fused kernels pay no failed lookup per call.
 bool has_kernel(const OpDef& op, Device device, DType dtype) {
-  static std::atomic<uint64_t> missing[4][kNumDeviceTypes][kNumDTypes] = {};  // registry generation + 1
+  static std::atomic<uint64_t> missing[4][kMaxDeviceTypes][kNumDTypes] = {};  // registry generation + 1
   const int slot = op.name == "clamp" ? 0 : op.name == "lerp" ? 1 : op.name == "addcmul" ? 2 : 3;
   auto& miss = missing[slot][static_cast<int>(device.type)][static_cast<int>(dtype)];
   const uint64_t gen = internal::registry_generation();

@@ -86,7 +86,7 @@ plugins:
   - name: cuda
     optional: yes
 plugin_path: [~/plugins, /opt/plugflow]
-kernels: {prefer: [vendor, cpu]}
+kernels: {prefer: [vendor, cpu], cpu_fallback: [xpu]}
 threads: 3
 optimizations:
   conv_algo_search: exhaustive
@@ -105,6 +105,7 @@ collectives: {cpu: gloo, cuda: vendor_ccl, timeout_s: 2.5}
   EXPECT_TRUE(c.plugins[2].optional);
   EXPECT_EQ(c.plugin_path, (std::vector<std::string>{"/home/tester/plugins", "/opt/plugflow"}));
   EXPECT_EQ(c.kernel_prefer, (std::vector<std::string>{"vendor", "cpu"}));
+  EXPECT_EQ(c.kernel_cpu_fallback, std::vector<std::string>{"xpu"});
   EXPECT_EQ(c.threads, 3);
   EXPECT_EQ(c.optimizations.conv_algo_search, "exhaustive");
   EXPECT_EQ(c.optimizations.algo_cache, "/tmp/algos.yaml");
@@ -243,7 +244,7 @@ TEST(Config, WrongTypes) {
   EXPECT_CONTAINS(config_error("threads: 1.5"), "key 'threads': expected an integer");
   EXPECT_CONTAINS(config_error("plugins: cpu"), "key 'plugins': expected a list of plugin names");
   EXPECT_CONTAINS(config_error("plugin_path: /opt"), "key 'plugin_path': expected a list of directories");
-  EXPECT_CONTAINS(config_error("kernels: [cpu]"), "key 'kernels': expected a map with keys prefer, got a list");
+  EXPECT_CONTAINS(config_error("kernels: [cpu]"), "key 'kernels': expected a map with keys prefer, cpu_fallback, got a list");
   EXPECT_CONTAINS(config_error("kernels: {prefer: {cpu: 1}}"), "key 'kernels.prefer': expected a list");
   EXPECT_CONTAINS(config_error("optimizations:\n  fuse_conv_bn: maybe\n"),
                   "test.yaml:2: key 'optimizations.fuse_conv_bn': expected true or false, got 'maybe'");

@@ -220,3 +220,34 @@ TEST(Registration, ACommitMakesEverythingLiveWithOneGenerationBump) {
   const Tensor ins[] = {x};
   EXPECT_EQ(call_op(find_op("neg"), ins)[0].data<float>()[3], 1.0f);  // the committed kernel runs
 }
+
+TEST(DeviceTypes, PluginsClaimNamesWithIdsAfterCpuAndCuda) {
+  EXPECT_EQ(device_type_name(DeviceType::CPU), "cpu");
+  EXPECT_EQ(device_type_name(DeviceType::CUDA), "cuda");
+  EXPECT_EQ(claim_device_type("cuda"), DeviceType::CUDA);  // fixed ids: claiming returns them
+  const DeviceType xpu = claim_device_type("test_xpu");
+  EXPECT_GE(static_cast<int>(xpu), 2);
+  EXPECT_EQ(claim_device_type("test_xpu"), xpu);  // idempotent
+  EXPECT_EQ(device_type_name(xpu), "test_xpu");
+  EXPECT_EQ(find_device_type("test_xpu"), xpu);
+  EXPECT_FALSE(find_device_type("test_nosuch").has_value());
+  const Device d = Device::parse("test_xpu:1");
+  EXPECT_EQ(d.type, xpu);
+  EXPECT_EQ(d.index, 1);
+  EXPECT_EQ(d.str(), "test_xpu:1");
+  for (const char* bad : {"", "Xpu", "1xpu", "x-pu", "a_name_that_is_much_longer_than_32_chars"})
+    EXPECT_THROW(claim_device_type(bad), ValueError) << bad;
+  EXPECT_THROW(Device::parse("test_nosuch"), ValueError);
+  // Ids run out at kMaxDeviceTypes, with a clear error, never an out-of-range id.
+  bool exhausted = false;
+  for (int i = 0; i < kMaxDeviceTypes && !exhausted; ++i) {
+    try {
+      const DeviceType t = claim_device_type("test_fill_" + std::to_string(i));
+      EXPECT_LT(static_cast<int>(t), kMaxDeviceTypes);
+    } catch (const PluginError& e) {
+      exhausted = std::string(e.what()).find("device type ids are taken") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(exhausted);
+  EXPECT_EQ(num_device_types(), kMaxDeviceTypes);
+}
