@@ -388,7 +388,8 @@ py::object item(const Tensor& t) {
 PyObject* tolist_rec(const char* p, const Tensor& t, size_t dim, int64_t isz) {
   if (dim == t.sizes().size()) return element_to_py(p, t.dtype());
   const int64_t n = t.sizes()[dim];
-  const int64_t step = t.strides()[dim] * isz;
+  // A size-1 dim's stride is never used and may be anything (a valid view need not bound it).
+  const int64_t step = n > 1 ? t.strides()[dim] * isz : 0;
   PyObject* list = PyList_New(n);
   if (list == nullptr) throw py::error_already_set();
   for (int64_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, tolist_rec(p + i * step, t, dim + 1, isz));

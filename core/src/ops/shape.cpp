@@ -482,7 +482,7 @@ Tensor repeat(const Tensor& t, const Shape& repeats) {
   Shape padded(lead, 1);
   padded.insert(padded.end(), t.sizes().begin(), t.sizes().end());
   Shape target(repeats.size());
-  for (size_t i = 0; i < repeats.size(); ++i) target[i] = repeats[i] * padded[i];
+  for (size_t i = 0; i < repeats.size(); ++i) target[i] = checked_size_mul(repeats[i], padded[i], "repeat");
   for (int64_t s : target)
     PF_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", shape_str(target));
   // Each dim of size s becomes a (r, s) pair: a broadcast repeat dim and the data dim, which
