@@ -1,17 +1,26 @@
 // plugflow._C distributed bindings: the communicator behind plugflow.distributed.
 //
 // Python's process-group logic (env:// parsing, the default group, ReduceOp on the PyTorch
-// names) lives in plugflow/distributed.py; this file exposes one `_Communicator` per
+// names) lives in plugflow/distributed/; this file exposes one `_Communicator` per
 // process group. Every blocking call releases the GIL, so other Python threads (a data
 // loader, a heartbeat) keep running while a rank waits for its peers.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bindings.h"
@@ -52,13 +61,58 @@ void ensure_backend(const std::string& backend) {
   }
 }
 
-// Holds the communicator so that close() can drop it with the GIL released: a destructor may
-// wait on the peers (NCCL flushes outstanding work), and Python's GC must not hold the GIL
-// through that. Each call keeps its own reference, so close() from another thread cannot
-// destroy a communicator under a running operation.
+// The handle of a submitted operation (Python's Work): done once the worker ran it.
+class Work {
+ public:
+  void finish(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::move(error);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until the operation ran; rethrows its exception. TimeoutError after `timeout_s`
+  // seconds when given (the operation itself is bounded by the group's timeout anyway).
+  void wait(std::optional<double> timeout_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (timeout_s) {
+      const auto limit = timeout_from_seconds(*timeout_s);
+      PF_CHECK_T(cv_.wait_for(lock, limit, [&] { return done_; }), TimeoutError, "Work.wait: the operation did not "
+                 "complete within ", *timeout_s, " s");
+    } else {
+      cv_.wait(lock, [&] { return done_; });
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool completed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  bool succeeded() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_ && !error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+// Holds the communicator and runs its operations, in submission order, on one worker thread:
+// every rank submits the same sequence, so the sequences match on the wire, and a caller that
+// does not wait (async_op=True, DistributedDataParallel's buckets) keeps computing meanwhile.
+// Blocking calls submit and wait. close() drops the communicator with the GIL released: a
+// destructor may wait on the peers (NCCL flushes outstanding work), and Python's GC must not
+// hold the GIL through that.
 class PyCommunicator {
  public:
-  explicit PyCommunicator(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {}
+  using Job = std::function<void(Communicator&)>;
+
+  explicit PyCommunicator(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)), owner_pid_(::getpid()) {}
+  ~PyCommunicator() { close(); }
 
   std::shared_ptr<Communicator> get() const {
     std::shared_ptr<Communicator> c = std::atomic_load(&comm_);
@@ -66,12 +120,92 @@ class PyCommunicator {
                            "init_process_group");
     return c;
   }
-  void close() { std::atomic_store(&comm_, std::shared_ptr<Communicator>()); }
+
+  std::shared_ptr<Work> submit(Job job) {
+    std::shared_ptr<Communicator> comm = get();
+    auto work = std::make_shared<Work>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PF_CHECK(!stopping_, "this process group was destroyed (destroy_process_group)");
+      if (!worker_.joinable()) worker_ = std::thread([this] { serve(); });
+      queue_.push_back({std::move(comm), std::move(job), work});
+    }
+    cv_.notify_one();
+    return work;
+  }
+
+  // Waits for the operation running now; operations not started yet fail.
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (worker_.joinable()) {
+      if (::getpid() == owner_pid_) {
+        worker_.join();
+      } else {
+        // A forked child (a DataLoader worker) has no copy of the thread: nothing to join.
+        new std::thread(std::move(worker_));  // leaked on purpose: its destructor would abort
+      }
+    }
+    std::atomic_store(&comm_, std::shared_ptr<Communicator>());
+  }
   bool closed() const { return std::atomic_load(&comm_) == nullptr; }
 
  private:
+  struct Pending {
+    std::shared_ptr<Communicator> comm;
+    Job job;
+    std::shared_ptr<Work> work;
+  };
+
+  void serve() {
+    for (;;) {
+      Pending next;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+        if (stopping_) {
+          lock.unlock();
+          next.work->finish(std::make_exception_ptr(
+              Error("the process group was destroyed (destroy_process_group) before this operation ran")));
+          continue;
+        }
+      }
+      std::exception_ptr error;
+      try {
+        next.job(*next.comm);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      next.work->finish(std::move(error));
+    }
+  }
+
   std::shared_ptr<Communicator> comm_;
+  const pid_t owner_pid_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
 };
+
+// Runs `job` on the communicator's worker: returns its Work with async_op, else waits for it
+// (GIL released) and returns None.
+py::object run(PyCommunicator& c, bool async_op, PyCommunicator::Job job) {
+  std::shared_ptr<Work> work = c.submit(std::move(job));
+  if (async_op) return py::cast(work);
+  {
+    py::gil_scoped_release nogil;
+    work->wait(std::nullopt);
+  }
+  return py::none();
+}
 
 }  // namespace
 
@@ -89,10 +223,17 @@ void bind_distributed(py::module_& m) {
       },
       "Names of the registered communicator backends (after loading the config's plugins).");
 
+  py::class_<Work, std::shared_ptr<Work>>(m, "_Work", "A submitted communicator operation.")
+      .def("wait", &Work::wait, py::arg("timeout_s") = py::none(), py::call_guard<py::gil_scoped_release>(),
+           "Block until the operation ran; raise its error if it failed.")
+      .def("is_completed", &Work::completed)
+      .def("is_success", &Work::succeeded);
+
   py::class_<PyCommunicator>(m, "_Communicator",
                              "One process group's communicator. Every operation is collective (send/recv: "
-                             "between two ranks), in place, and complete when it returns; TimeoutError when a "
-                             "peer does not answer within the timeout.")
+                             "between two ranks) and in place; operations run in call order on the "
+                             "communicator's thread, and each returns when complete, or at once with a _Work "
+                             "when async_op=True. TimeoutError when a peer does not answer within the timeout.")
       .def(py::init([](const std::string& backend, const std::string& master_addr, int master_port,
                        const std::string& store_path, int rank, int world_size, double timeout_s,
                        const std::string& run_id) {
@@ -124,20 +265,26 @@ void bind_distributed(py::module_& m) {
       .def_property_readonly("closed", &PyCommunicator::closed)
       .def("close", &PyCommunicator::close, py::call_guard<py::gil_scoped_release>(),
            "Destroy the communicator now (later calls raise RuntimeError).")
-      .def("all_reduce", [](PyCommunicator& c, Tensor& t, ReduceOp op) { c.get()->all_reduce(t, op); },
-           py::arg("tensor"), py::arg("op") = ReduceOp::Sum, py::call_guard<py::gil_scoped_release>())
-      .def("broadcast", [](PyCommunicator& c, Tensor& t, int src) { c.get()->broadcast(t, src); }, py::arg("tensor"),
-           py::arg("src"), py::call_guard<py::gil_scoped_release>())
+      .def("all_reduce",
+           [](PyCommunicator& c, Tensor t, ReduceOp op, bool async_op) {
+             return run(c, async_op, [t, op](Communicator& comm) mutable { comm.all_reduce(t, op); });
+           },
+           py::arg("tensor"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false)
+      .def("broadcast",
+           [](PyCommunicator& c, Tensor t, int src, bool async_op) {
+             return run(c, async_op, [t, src](Communicator& comm) mutable { comm.broadcast(t, src); });
+           },
+           py::arg("tensor"), py::arg("src"), py::arg("async_op") = false)
       .def("all_gather",
-           [](PyCommunicator& c, std::vector<Tensor> out, const Tensor& in) { c.get()->all_gather(out, in); },
-           py::arg("tensor_list"), py::arg("tensor"), py::call_guard<py::gil_scoped_release>(),
+           [](PyCommunicator& c, std::vector<Tensor> out, const Tensor& in, bool async_op) {
+             return run(c, async_op, [out, in](Communicator& comm) mutable { comm.all_gather(out, in); });
+           },
+           py::arg("tensor_list"), py::arg("tensor"), py::arg("async_op") = false,
            "tensor_list[i] receives rank i's tensor; the tensors of the list are written in place.")
       .def("all_gather_into_tensor",
-           [](PyCommunicator& c, Tensor& out, const Tensor& in) {
-             const std::shared_ptr<Communicator> keep = c.get();
-             Communicator& comm = *keep;
+           [](PyCommunicator& c, Tensor& out, const Tensor& in, bool async_op) {
              const int64_t n = in.numel();
-             const int ws = comm.world_size();
+             const int ws = c.get()->world_size();
              PF_CHECK_T(out.numel() == n * ws, ValueError, "all_gather_into_tensor: the output has ", out.numel(),
                         " elements; it needs world_size x input = ", ws, " x ", n);
              PF_CHECK_T(out.is_contiguous(), ValueError, "all_gather_into_tensor: the output must be contiguous");
@@ -147,15 +294,13 @@ void bind_distributed(py::module_& m) {
              const Tensor flat = ops::view(out, {n * ws});
              std::vector<Tensor> chunks;
              for (int r = 0; r < ws; ++r) chunks.push_back(ops::view(ops::narrow(flat, 0, n * r, n), in.sizes()));
-             comm.all_gather(chunks, in);
+             return run(c, async_op, [chunks, in](Communicator& comm) mutable { comm.all_gather(chunks, in); });
            },
-           py::arg("output_tensor"), py::arg("input_tensor"), py::call_guard<py::gil_scoped_release>(),
+           py::arg("output_tensor"), py::arg("input_tensor"), py::arg("async_op") = false,
            "output (world_size x input elements, contiguous) receives every rank's input in rank order.")
       .def("reduce_scatter",
-           [](PyCommunicator& c, Tensor& out, std::vector<Tensor> inputs, ReduceOp op) {
-             const std::shared_ptr<Communicator> keep = c.get();
-             Communicator& comm = *keep;
-             const int ws = comm.world_size();
+           [](PyCommunicator& c, Tensor& out, std::vector<Tensor> inputs, ReduceOp op, bool async_op) {
+             const int ws = c.get()->world_size();
              PF_CHECK_T(static_cast<int>(inputs.size()) == ws, ValueError, "reduce_scatter: input_list has ",
                         inputs.size(), " tensors; it needs one per rank (", ws, ")");
              // Stack the list into one [world_size, *out.shape] tensor, the form the
@@ -173,20 +318,30 @@ void bind_distributed(py::module_& m) {
                Tensor slot = ops::select(stacked, 0, r);
                ops::copy_(slot, inputs[r]);
              }
-             comm.reduce_scatter(out, stacked, op);
+             return run(c, async_op,
+                        [out, stacked, op](Communicator& comm) mutable { comm.reduce_scatter(out, stacked, op); });
            },
-           py::arg("output"), py::arg("input_list"), py::arg("op") = ReduceOp::Sum,
-           py::call_guard<py::gil_scoped_release>(),
+           py::arg("output"), py::arg("input_list"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false,
            "output receives the reduction over ranks of input_list[rank].")
       .def("reduce_scatter_tensor",
-           [](PyCommunicator& c, Tensor& out, const Tensor& in, ReduceOp op) { c.get()->reduce_scatter(out, in, op); },
-           py::arg("output"), py::arg("input"), py::arg("op") = ReduceOp::Sum, py::call_guard<py::gil_scoped_release>(),
+           [](PyCommunicator& c, Tensor out, const Tensor& in, ReduceOp op, bool async_op) {
+             return run(c, async_op, [out, in, op](Communicator& comm) mutable { comm.reduce_scatter(out, in, op); });
+           },
+           py::arg("output"), py::arg("input"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false,
            "input is split on dim 0 into world_size chunks; output receives the reduction of chunk `rank`.")
-      .def("barrier", [](PyCommunicator& c) { c.get()->barrier(); }, py::call_guard<py::gil_scoped_release>())
-      .def("send", [](PyCommunicator& c, const Tensor& t, int dst, int tag) { c.get()->send(t, dst, tag); },
-           py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>())
-      .def("recv", [](PyCommunicator& c, Tensor& t, int src, int tag) { c.get()->recv(t, src, tag); },
-           py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, py::call_guard<py::gil_scoped_release>())
+      .def("barrier",
+           [](PyCommunicator& c, bool async_op) { return run(c, async_op, [](Communicator& comm) { comm.barrier(); }); },
+           py::arg("async_op") = false)
+      .def("send",
+           [](PyCommunicator& c, const Tensor& t, int dst, int tag, bool async_op) {
+             return run(c, async_op, [t, dst, tag](Communicator& comm) { comm.send(t, dst, tag); });
+           },
+           py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, py::arg("async_op") = false)
+      .def("recv",
+           [](PyCommunicator& c, Tensor t, int src, int tag, bool async_op) {
+             return run(c, async_op, [t, src, tag](Communicator& comm) mutable { comm.recv(t, src, tag); });
+           },
+           py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, py::arg("async_op") = false)
       .def("__repr__", [](const PyCommunicator& c) {
         if (c.closed()) return std::string("<plugflow._C._Communicator (destroyed)>");
         const std::shared_ptr<Communicator> comm = c.get();

@@ -37,7 +37,7 @@ def collectives():
 
     t = pf.tensor([float(rank)], dtype=pf.float64)
     work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True)
-    out["avg_work_completed"] = work.is_completed() and work.wait()
+    out["avg_work_completed"] = work.wait() and work.is_completed()
     out["avg"] = t.tolist()
 
     t = pf.tensor([10 * rank, 10 * rank + 1], dtype=pf.int32)

@@ -5,10 +5,11 @@ communicator plugins (gloo for CPU tensors, nccl for CUDA tensors).
     dist.init_process_group("gloo")          # MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
 
-There is one process group, the default (WORLD) one. Every collective is complete when it
-returns (``async_op=True`` hands back an already-completed ``Work``), and raises
-``TimeoutError`` when a peer does not take part within the group's timeout; after such a
-failure the group is unusable: destroy it and create a new one.
+Collectives run in call order on the group's communicator thread. Each returns when it is
+complete, or at once with ``async_op=True``, handing back a ``Work`` whose ``wait()`` blocks until
+it is (and raises its error). A collective raises ``TimeoutError`` when a peer does not take
+part within the group's timeout; after such a failure the group is unusable: destroy it and
+create a new one. ``python -m plugflow.distributed.run`` starts a job's processes (torchrun).
 
 A job is its world size and run id (``PLUGFLOW_RUN_ID``, else torchrun's
 ``TORCHELASTIC_RUN_ID``): the rendezvous refuses processes of another job.
@@ -18,17 +19,20 @@ collective first check that all ranks called it alike, and name the ranks that d
 
 import datetime
 import os
+import pickle
+import socket
 import urllib.parse
 
-from . import _C
-from ._C import PluginError, Tensor, device
-from ._creation import empty, tensor as _tensor
+from .. import _C
+from .._C import PluginError, Tensor, device
+from .._creation import empty, tensor as _tensor
 
 __all__ = [
     "Backend", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
-    "all_reduce", "barrier", "broadcast", "default_pg_timeout", "destroy_process_group", "get_backend", "get_rank",
+    "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single", "barrier", "broadcast",
+    "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "get_backend", "get_rank",
     "get_world_size", "group", "init_process_group", "is_available", "is_gloo_available", "is_initialized",
-    "is_nccl_available", "recv", "reduce_scatter", "reduce_scatter_tensor", "send",
+    "is_nccl_available", "new_group", "recv", "reduce_scatter", "reduce_scatter_tensor", "send",
 ]
 
 ReduceOp = _C._ReduceOp  # SUM, AVG, PRODUCT, MIN, MAX
@@ -52,10 +56,12 @@ class Backend(str):
 
 
 class ProcessGroup:
-    """A group of ranks sharing a communicator. Made by init_process_group."""
+    """A group of ranks sharing a communicator. Made by init_process_group and new_group.
+    `ranks` are its members' ranks in the default group (the group's rank i is ranks[i])."""
 
-    def __init__(self, comm, debug=False):
+    def __init__(self, comm, debug=False, ranks=None):
         self._comm = comm
+        self._ranks = list(range(comm.world_size)) if ranks is None else ranks
         # PLUGFLOW_DISTRIBUTED_DEBUG: collectives exchange their calls first (_check_same_call),
         # through tensors on the device the backend takes.
         self._debug = debug
@@ -70,43 +76,67 @@ class ProcessGroup:
     def name(self):
         return self._comm.backend
 
+    def _group_rank(self, global_rank, fn, arg):
+        """The rank in this group of the default group's rank `global_rank` (collectives take
+        default-group ranks for src and dst, as in PyTorch)."""
+        if self is _default_pg:
+            return global_rank
+        if global_rank not in self._ranks:
+            raise ValueError(f"{fn}: {arg} {global_rank} is not a member of this group (ranks {self._ranks})")
+        return self._ranks.index(global_rank)
+
     def __repr__(self):
         return f"<plugflow.distributed.ProcessGroup backend={self.name()!r} rank={self.rank()} size={self.size()}>"
 
 
 class GroupMember:
-    """``GroupMember.WORLD`` (alias ``group.WORLD``) is the default group once initialized."""
+    """``GroupMember.WORLD`` (alias ``group.WORLD``) is the default group once initialized;
+    ``GroupMember.NON_GROUP_MEMBER`` is what new_group returns to ranks outside the group (a
+    collective on it does nothing and returns None, as in PyTorch)."""
 
     WORLD = None
+    NON_GROUP_MEMBER = object()
 
 
 group = GroupMember
 
 
 class Work:
-    """What a collective returns with ``async_op=True``. plugflow's collectives finish before
-    they return (or raise), so the work is complete when you get it."""
+    """What a collective returns with ``async_op=True``: ``wait()`` blocks until the operation
+    is complete and raises its error, if any; ``result()`` is the list of output tensors."""
 
-    def __init__(self, result=None):
-        self._result = [] if result is None else result
+    def __init__(self, handle, result):
+        self._handle = handle
+        self._result = result
 
     def wait(self, timeout=None):
+        """Blocks until the operation is complete (TimeoutError after `timeout`, a
+        datetime.timedelta, when given); raises the operation's error."""
+        self._handle.wait(None if timeout is None else timeout.total_seconds())
         return True
 
     def is_completed(self):
-        return True
+        return self._handle.is_completed()
 
     def is_success(self):
-        return True
+        return self._handle.is_success()
 
     def exception(self):
+        """The operation's error once it is complete and failed, else None."""
+        if not self._handle.is_completed() or self._handle.is_success():
+            return None
+        try:
+            self._handle.wait()
+        except Exception as e:  # noqa: BLE001 (the error is the value asked for)
+            return e
         return None
 
     def result(self):
         return self._result
 
     def __repr__(self):
-        return "<plugflow.distributed.Work (completed)>"
+        state = "completed" if self.is_completed() else "pending"
+        return f"<plugflow.distributed.Work ({state})>"
 
 
 _default_pg = None
@@ -149,18 +179,28 @@ def _get_default_group():
 
 
 def _resolve_group(grp):
+    """The ProcessGroup `grp` names (None: the default one); None for NON_GROUP_MEMBER."""
     pg = _get_default_group()
     if grp is None or grp is pg:
         return pg
-    raise ValueError(f"plugflow.distributed has only the default (WORLD) process group; got {grp!r}")
+    if grp is GroupMember.NON_GROUP_MEMBER:
+        return None
+    if isinstance(grp, ProcessGroup):
+        return grp
+    raise ValueError(f"group must be a ProcessGroup of plugflow.distributed (the default one or one from new_group); "
+                     f"got {grp!r}")
 
 
 def get_rank(group=None):
-    return _resolve_group(group).rank()
+    """This process's rank in `group`; -1 when it is not a member."""
+    pg = _resolve_group(group)
+    return -1 if pg is None else pg.rank()
 
 
 def get_world_size(group=None):
-    return _resolve_group(group).size()
+    """The size of `group`; -1 when this process is not a member."""
+    pg = _resolve_group(group)
+    return -1 if pg is None else pg.size()
 
 
 def get_backend(group=None):
@@ -305,16 +345,89 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     addr, port, store_path, rank, world_size = _parse_init_method(init_method, rank, world_size)
     comm = _C._Communicator(str(backend), addr, port, store_path, rank, world_size, timeout_s, _run_id())
     _default_pg = ProcessGroup(comm, debug)
+    # What new_group needs: the timeout, and where the groups' leaders are reached from.
+    _default_pg._timeout_s, _default_pg._master_addr, _default_pg._master_port = timeout_s, addr, port
+    _default_pg._store_path = store_path
     GroupMember.WORLD = _default_pg
 
 
 def destroy_process_group(group=None):
-    """Leave the default group and release its communicator (and rank 0's port)."""
+    """Leave `group` and release its communicator (and its leader's port); without a group,
+    leave the default group and every group made by new_group."""
     global _default_pg
     pg = _resolve_group(group)
+    if pg is None:
+        return
+    if pg is not _default_pg:
+        pg._comm.close()
+        _subgroups.remove(pg)
+        return
+    for sub in _subgroups:
+        sub._comm.close()
+    _subgroups.clear()
     pg._comm.close()
     _default_pg = None
     GroupMember.WORLD = None
+
+
+_subgroups = []
+_groups_made = 0  # new_group calls so far: the same count on every rank, part of a group's run id
+
+
+def _address_towards(host, port):
+    """This host's address on the route to host:port (what peers on other machines reach)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, port))  # UDP: picks the route, sends nothing
+            return s.getsockname()[0]
+        except OSError:
+            return "127.0.0.1"
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None):
+    """A process group of the default group's `ranks` (default: all). Every rank of the default
+    group must call it, in the same order as the other new_group calls; members get the group,
+    the others GroupMember.NON_GROUP_MEMBER. The group's lowest rank serves its rendezvous on
+    a free port of its own address, which the default group broadcasts (with a file:// default
+    group: a subdirectory of its store); the group's run id is the job's plus the group's
+    number, so its store admits only its members."""
+    global _groups_made
+    world = _get_default_group()
+    if pg_options is not None:
+        raise ValueError("pg_options is not supported by plugflow.distributed")
+    members = list(range(world.size())) if ranks is None else sorted(set(int(r) for r in ranks))
+    if not members or members[0] < 0 or members[-1] >= world.size():
+        raise ValueError(f"new_group: ranks must be ranks of the default group (0 .. {world.size() - 1}), got {ranks!r}")
+    if timeout is None:
+        timeout_s = world._timeout_s
+    elif isinstance(timeout, datetime.timedelta):
+        timeout_s = timeout.total_seconds()
+    else:
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
+    backend = Backend(backend or world.name())
+    _groups_made += 1
+    me = world.rank()
+    leader = [None]
+    if me == members[0]:
+        leader = [(_address_towards(world._master_addr, world._master_port), _free_port())]
+    broadcast_object_list(leader, src=members[0])
+    if me not in members:
+        return GroupMember.NON_GROUP_MEMBER
+    addr, port = leader[0]
+    # A file store's groups rendezvous in a directory of their own inside it.
+    store_path = os.path.join(world._store_path, f"group{_groups_made}") if world._store_path else ""
+    comm = _C._Communicator(str(backend), addr, port, store_path, members.index(me), len(members), timeout_s,
+                            f"{_run_id()}/group{_groups_made}")
+    pg = ProcessGroup(comm, world._debug, members)
+    pg._timeout_s, pg._master_addr, pg._master_port, pg._store_path = timeout_s, addr, port, store_path
+    _subgroups.append(pg)
+    return pg
 
 
 # ---- collectives --------------------------------------------------------------------------
@@ -336,8 +449,9 @@ def _check_op(op, fn):
         raise TypeError(f"{fn}: op must be a plugflow.distributed.ReduceOp, got {op!r}")
 
 
-def _done(async_op, result=None):
-    return Work(result) if async_op else None
+def _done(handle, result=None):
+    """A collective's return value: its Work when it ran asynchronously, else None."""
+    return None if handle is None else Work(handle, [] if result is None else result)
 
 
 # ---- PLUGFLOW_DISTRIBUTED_DEBUG -----------------------------------------------------------
@@ -395,93 +509,235 @@ def _check_same_call(pg, fn, t=None, op=None, src=None):
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce `tensor` over all ranks, in place on every rank."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor(tensor, "all_reduce")
     _check_op(op, "all_reduce")
     if pg._debug:
         _check_same_call(pg, "all_reduce", tensor, op=op)
-    pg._comm.all_reduce(tensor, op)
-    return _done(async_op, [tensor])
+    return _done(pg._comm.all_reduce(tensor, op, async_op), [tensor])
 
 
 def broadcast(tensor, src, group=None, async_op=False):
     """Copy rank `src`'s `tensor` into `tensor` on every rank."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor(tensor, "broadcast")
+    root = pg._group_rank(src, "broadcast", "src")
     if pg._debug:
-        _check_same_call(pg, "broadcast", tensor, src=src)
-    pg._comm.broadcast(tensor, src)
-    return _done(async_op, [tensor])
+        _check_same_call(pg, "broadcast", tensor, src=root)
+    return _done(pg._comm.broadcast(tensor, root, async_op), [tensor])
 
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """tensor_list[i] receives rank i's `tensor` (one tensor of the same shape per rank)."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor_list(tensor_list, "all_gather", "tensor_list")
     _check_tensor(tensor, "all_gather")
     if pg._debug:
         _check_same_call(pg, "all_gather", tensor)
-    pg._comm.all_gather(list(tensor_list), tensor)
-    return _done(async_op, list(tensor_list))
+    return _done(pg._comm.all_gather(list(tensor_list), tensor, async_op), list(tensor_list))
 
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """output_tensor (world_size times input_tensor's elements) receives every rank's input in
     rank order."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor(output_tensor, "all_gather_into_tensor", "output_tensor")
     _check_tensor(input_tensor, "all_gather_into_tensor", "input_tensor")
     if pg._debug:
         _check_same_call(pg, "all_gather_into_tensor", input_tensor)
-    pg._comm.all_gather_into_tensor(output_tensor, input_tensor)
-    return _done(async_op, [output_tensor])
+    return _done(pg._comm.all_gather_into_tensor(output_tensor, input_tensor, async_op), [output_tensor])
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """`output` receives the reduction over all ranks of input_list[rank]."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor(output, "reduce_scatter", "output")
     _check_tensor_list(input_list, "reduce_scatter", "input_list")
     _check_op(op, "reduce_scatter")
     if pg._debug:
         _check_same_call(pg, "reduce_scatter", output, op=op)
-    pg._comm.reduce_scatter(output, list(input_list), op)
-    return _done(async_op, [output])
+    return _done(pg._comm.reduce_scatter(output, list(input_list), op, async_op), [output])
 
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A002
     """`input` is split on dim 0 into world_size chunks; `output` receives the reduction of
     chunk `rank` over all ranks."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor(output, "reduce_scatter_tensor", "output")
     _check_tensor(input, "reduce_scatter_tensor", "input")
     _check_op(op, "reduce_scatter_tensor")
     if pg._debug:
         _check_same_call(pg, "reduce_scatter_tensor", input, op=op)
-    pg._comm.reduce_scatter_tensor(output, input, op)
-    return _done(async_op, [output])
+    return _done(pg._comm.reduce_scatter_tensor(output, input, op, async_op), [output])
 
 
 def barrier(group=None, async_op=False, device_ids=None):
     """Block until every rank has reached the barrier."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     if pg._debug:
         _check_same_call(pg, "barrier")
-    pg._comm.barrier()
-    return _done(async_op)
+    return _done(pg._comm.barrier(async_op))
 
 
 def send(tensor, dst, group=None, tag=0):
     """Send `tensor` to rank `dst`. Blocking: it pairs with a recv (same tag) on `dst`."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
     _check_tensor(tensor, "send")
-    pg._comm.send(tensor, dst, tag)
+    pg._comm.send(tensor, pg._group_rank(dst, "send", "dst"), tag)
 
 
 def recv(tensor, src=None, group=None, tag=0):
     """Receive into `tensor` from rank `src`; returns `src`."""
     pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return -1
     _check_tensor(tensor, "recv")
     if src is None:
         raise ValueError("recv: receiving from any source (src=None) is not supported; pass the sender's rank")
-    pg._comm.recv(tensor, src, tag)
+    pg._comm.recv(tensor, pg._group_rank(src, "recv", "src"), tag)
     return src
+
+
+# ---- composed collectives -----------------------------------------------------------------
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,  # noqa: A002
+                      async_op=False):
+    """Rank i's `input` is split on dim 0 (into `input_split_sizes` rows, or world_size equal
+    parts) and part j goes to rank j, which stacks the parts it receives in rank order into
+    `output` (split into `output_split_sizes`)."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    _check_tensor(output, "all_to_all_single", "output")
+    _check_tensor(input, "all_to_all_single", "input")
+    ws = pg.size()
+    rows_in = input_split_sizes or _equal_split(input, ws, "input")
+    rows_out = output_split_sizes or _equal_split(output, ws, "output")
+    return all_to_all(list(output.split(list(rows_out))), list(input.split(list(rows_in))), group=pg,
+                      async_op=async_op)
+
+
+def _equal_split(t, ws, what):
+    if t.shape[0] % ws:
+        raise ValueError(f"all_to_all_single: {what} has {t.shape[0]} rows, which do not split into {ws} equal parts; "
+                         f"pass {what}_split_sizes")
+    return [t.shape[0] // ws] * ws
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    """input_tensor_list[j] of rank i lands in output_tensor_list[i] of rank j (each pair's
+    tensors must agree in size and dtype). Composed from all_gather: every rank receives every
+    rank's whole input, world_size times the bytes of a direct exchange."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    ws, me = pg.size(), pg.rank()
+    _check_tensor_list(output_tensor_list, "all_to_all", "output_tensor_list")
+    _check_tensor_list(input_tensor_list, "all_to_all", "input_tensor_list")
+    if len(output_tensor_list) != ws or len(input_tensor_list) != ws:
+        raise ValueError(f"all_to_all: both lists need one tensor per rank ({ws}); got {len(output_tensor_list)} "
+                         f"outputs and {len(input_tensor_list)} inputs")
+    dtype = input_tensor_list[0].dtype
+    for t in list(input_tensor_list) + list(output_tensor_list):
+        if t.dtype != dtype:
+            raise TypeError(f"all_to_all: every tensor must have dtype {dtype}, got {t.dtype}")
+    # Every rank's element counts per destination, so that each can find its parts.
+    counts = _tensor([t.numel() for t in input_tensor_list], dtype=_C.int64)
+    all_counts = [empty(ws, dtype=_C.int64) for _ in range(ws)]
+    all_gather(all_counts, counts, group=pg)
+    all_counts = [c.tolist() for c in all_counts]
+    longest = max(sum(c) for c in all_counts)
+    flat = empty(longest, dtype=dtype)
+    if input_tensor_list:
+        mine = _C.cat([t.detach().reshape(-1).cpu() for t in input_tensor_list])
+        flat.narrow(0, 0, mine.numel()).copy_(mine)
+    gathered = [empty(longest, dtype=dtype) for _ in range(ws)]
+    all_gather(gathered, flat, group=pg)
+    for src in range(ws):
+        start = sum(all_counts[src][:me])
+        n = all_counts[src][me]
+        out = output_tensor_list[src]
+        if n != out.numel():
+            raise ValueError(f"all_to_all: rank {src} sends {n} elements to rank {me}, whose output_tensor_list[{src}] "
+                             f"holds {out.numel()}")
+        out.copy_(gathered[src].narrow(0, start, n).view(out.shape))
+    return _done(_CompletedWork() if async_op else None, list(output_tensor_list))
+
+
+class _CompletedWork:
+    """The handle of a composed collective that ran to completion before returning."""
+
+    def wait(self, timeout_s=None):
+        return None
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+
+def _object_to_tensor(obj):
+    data = pickle.dumps(obj)
+    return _tensor(list(data), dtype=_C.uint8) if data else empty(0, dtype=_C.uint8)
+
+
+def _gather_sizes(n, pg):
+    sizes = [empty(1, dtype=_C.int64) for _ in range(pg.size())]
+    all_gather(sizes, _tensor([n], dtype=_C.int64), group=pg)
+    return [int(s.item()) for s in sizes]
+
+
+def all_gather_object(object_list, obj, group=None):
+    """object_list[i] receives rank i's picklable `obj`. Unpickling runs the peers' data: use it
+    only among processes you trust (as PyTorch warns)."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    if not isinstance(object_list, list) or len(object_list) != pg.size():
+        raise ValueError(f"all_gather_object: object_list must be a list of world_size ({pg.size()}) elements")
+    data = _object_to_tensor(obj)
+    sizes = _gather_sizes(data.numel(), pg)
+    longest = max(sizes)
+    padded = _C.cat([data, empty(longest - data.numel(), dtype=_C.uint8)])
+    gathered = [empty(longest, dtype=_C.uint8) for _ in range(pg.size())]
+    all_gather(gathered, padded, group=pg)
+    for i, (t, n) in enumerate(zip(gathered, sizes)):
+        object_list[i] = pickle.loads(bytes(t[:n].tolist()))
+
+
+def broadcast_object_list(object_list, src=0, group=None, device=None):
+    """Every rank's object_list (of the same length) receives rank `src`'s picklable objects,
+    in place. Unpickling runs src's data: use it only among processes you trust."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    if not isinstance(object_list, list):
+        raise TypeError(f"broadcast_object_list: object_list must be a list, got {type(object_list).__name__}")
+    is_src = pg.rank() == src
+    datas = [_object_to_tensor(o) for o in object_list] if is_src else []
+    sizes = _tensor([d.numel() for d in datas] if is_src else [0] * len(object_list), dtype=_C.int64)
+    broadcast(sizes, src, group=pg)
+    sizes = sizes.tolist()
+    flat = _C.cat(datas) if is_src and datas else empty(sum(sizes), dtype=_C.uint8)
+    broadcast(flat, src, group=pg)
+    if not is_src:
+        offset = 0
+        for i, n in enumerate(sizes):
+            object_list[i] = pickle.loads(bytes(flat[offset:offset + n].tolist()))
+            offset += n
