@@ -3,9 +3,8 @@
 DataParallel runs the module on one device: without CUDA it is the module itself (as in PyTorch
 without GPUs); with one CUDA device it moves the module there and each call's tensor arguments
 to it. Splitting a batch over several GPUs (replicate/scatter/gather) is not built: naming more
-than one device raises NotImplementedError at construction. DistributedDataParallel (gradient
-averaging across processes) is not built yet either and raises NotImplementedError at
-construction; plugflow.distributed's collectives (all_reduce, ...) work.
+than one device raises NotImplementedError at construction. DistributedDataParallel (one
+process per device or CPU replica, gradients averaged across processes) is in distributed.py.
 """
 
 from ... import _C, cuda
@@ -66,9 +65,4 @@ class DataParallel(Module):
         return self.module(*_to_device(inputs, self.src_device_obj), **_to_device(kwargs, self.src_device_obj))
 
 
-class DistributedDataParallel(Module):
-    """Not built yet: constructing one raises NotImplementedError."""
-
-    def __init__(self, module, *args, **kwargs):
-        raise NotImplementedError("torch.nn.parallel.DistributedDataParallel is not built in plugflow yet; average "
-                                  "the gradients yourself with torch.distributed.all_reduce after backward")
+from .distributed import DistributedDataParallel  # noqa: E402 (uses the helpers above)
