@@ -58,6 +58,17 @@ int machine_threads() {
   return hw > 0 ? static_cast<int>(hw) : 1;
 }
 
+// A config's `threads: 0`: OMP_NUM_THREADS when it is a positive count (as PyTorch; launchers
+// set it to 1 when several processes share the cores), else one per core.
+int default_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end == '\0' && n > 0 && n <= 65536) return static_cast<int>(n);
+  }
+  return machine_threads();
+}
+
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -259,7 +270,7 @@ void init_from_config(const Config& config) {
   if (applied.kernel_prefer.empty()) applied.kernel_prefer = loaded.providers;
   internal::set_kernel_preference(applied.kernel_prefer);
   internal::set_cpu_fallback(fallback);
-  set_num_threads(config.threads > 0 ? config.threads : machine_threads());
+  set_num_threads(config.threads > 0 ? config.threads : default_threads());
 
   st.config = std::move(applied);
   st.failures = std::move(loaded.failures);

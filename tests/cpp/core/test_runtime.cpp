@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "test_core_support.h"
 #include "test_helpers.h"
@@ -133,12 +135,17 @@ TEST(Runtime, ARequiredPluginFailureThrowsAndKeepsThePreviousConfig) {
   EXPECT_EQ(plugflow::current_config().source, "test config");
 }
 
-TEST(Runtime, ZeroThreadsMeansOnePerAvailableCore) {
-  plugflow::init_from_config(config_with({}, {}, 0));
+TEST(Runtime, ZeroThreadsMeansOmpNumThreadsElseOnePerAvailableCore) {
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
-  EXPECT_EQ(plugflow::get_num_threads(), CPU_COUNT(&set));
+  // As PyTorch: a launcher starting several processes per machine sets OMP_NUM_THREADS.
+  for (const auto& [omp, expected] : {std::pair<std::optional<std::string>, int>{std::nullopt, CPU_COUNT(&set)},
+                                      {"3", 3}, {"lots", CPU_COUNT(&set)}, {"0", CPU_COUNT(&set)}}) {
+    ScopedEnv env("OMP_NUM_THREADS", omp);
+    plugflow::init_from_config(config_with({}, {}, 0));
+    EXPECT_EQ(plugflow::get_num_threads(), expected) << "OMP_NUM_THREADS=" << omp.value_or("(unset)");
+  }
   EXPECT_THROW(plugflow::set_num_threads(-2), plugflow::ValueError);
 }
 
