@@ -18,7 +18,7 @@ APT_PACKAGES := meson ninja-build g++ pkg-config cmake pybind11-dev libyaml-cpp-
   python3-dev python3-venv python3-numpy python3-pytest python3-pytest-xdist python3-torch \
   python3-torchvision python3-sklearn python3-tqdm python3-matplotlib
 
-.PHONY: all deps venv build test test-cpp test-python test-sanitize demo bench clean
+.PHONY: all deps venv build test test-cpp test-python test-sanitize demo demo-ddp bench clean
 
 all: build
 
@@ -59,8 +59,13 @@ DEMO_ARGS ?= --config configs/cpu.yaml
 demo: build
 	$(PY) examples/train_digits.py $(DEMO_ARGS)
 
+# The demo as 2 data-parallel processes (plugflow.distributed.run, DistributedDataParallel).
+demo-ddp: build
+	$(PY) -m plugflow.distributed.run --nproc-per-node 2 --standalone examples/train_digits.py $(DEMO_DDP_ARGS)
+
 bench: build
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/ddp.py
 
 clean:
 	rm -rf $(BUILD) build-sanitize

@@ -6,6 +6,12 @@ accuracy per epoch.
 
     python examples/train_digits.py --config configs/cpu.yaml --epochs 15 --batch-size 64
 
+Data-parallel on 2 processes (make demo-ddp): the launcher starts the ranks, each trains on its
+share of every batch (DistributedSampler) through DistributedDataParallel, rank 0 reports and
+saves, and every rank reloads the checkpoint.
+
+    python -m plugflow.distributed.run --nproc-per-node 2 examples/train_digits.py --epochs 15
+
 This is ordinary PyTorch code: `import plugflow as torch` is the only change.
 """
 import argparse
@@ -17,9 +23,12 @@ from sklearn.datasets import load_digits
 from tqdm import tqdm
 
 import plugflow as torch
+import plugflow.distributed as dist
 import plugflow.nn as nn
 import plugflow.nn.functional as F
+from plugflow.nn.parallel import DistributedDataParallel
 from plugflow.utils.data import DataLoader, TensorDataset
+from plugflow.utils.data.distributed import DistributedSampler
 
 
 class DigitsCNN(nn.Module):
@@ -123,69 +132,103 @@ def main():
 
     if args.config:
         torch.init(args.config)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    # Under plugflow.distributed.run (or torchrun's environment) with more than one rank.
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    if args.batch_size % world_size:
+        parser.error(f"--batch-size {args.batch_size} must be a multiple of the {world_size} ranks")
+    log = print if rank == 0 else (lambda *a, **k: None)
+    device = "cuda" if torch.cuda.is_available() and not distributed else "cpu"
     torch.manual_seed(args.seed)
-    print(f"plugflow {torch.__version__} on {device}, {torch.get_num_threads()} threads, "
-          f"config {args.config or '<built-in cpu.yaml>'}")
+    log(f"plugflow {torch.__version__} on {device}, {torch.get_num_threads()} threads, "
+        f"config {args.config or '<built-in cpu.yaml>'}" + (f", {world_size} ranks" if distributed else ""))
 
     (x_train, y_train), (x_test, y_test) = load_data(test_fraction=0.2, seed=args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
-    train_loader = DataLoader(TensorDataset(x_train, y_train), batch_size=args.batch_size, shuffle=True,
-                              generator=generator)
+    train_set = TensorDataset(x_train, y_train)
+    if distributed:
+        # Each rank takes its share of every global batch of --batch-size images.
+        sampler = DistributedSampler(train_set, shuffle=True, seed=args.seed)
+        train_loader = DataLoader(train_set, batch_size=args.batch_size // world_size, sampler=sampler)
+    else:
+        sampler = None
+        generator = torch.Generator().manual_seed(args.seed)
+        train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, generator=generator)
     test_loader = DataLoader(TensorDataset(x_test, y_test), batch_size=256)
-    print(f"{len(y_train)} training and {len(y_test)} held-out images")
+    log(f"{len(y_train)} training and {len(y_test)} held-out images")
 
     model = DigitsCNN().to(device)
+    trained = DistributedDataParallel(model) if distributed else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
     history = {"train_loss": [], "test_loss": [], "test_acc": []}
     # With `optimizations.graph: true` (configs/cpu-graph.yaml) each step runs as an nn.Graph:
     # compiled at the first batch (and once more for the last, smaller one), then replayed.
+    if nn.graph_mode() and distributed:
+        raise SystemExit("nn.Graph training is not data-parallel: run the distributed demo with an eager config")
     train_graph = TrainGraph(model, optimizer) if nn.graph_mode() else None
     eval_graph = EvalGraph(model) if nn.graph_mode() else None
-    print("execution: " + (f"nn.Graph ({train_graph.config})" if train_graph else "eager"))
+    log("execution: " + (f"nn.Graph ({train_graph.config})" if train_graph else
+                         "eager, DistributedDataParallel" if distributed else "eager"))
 
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         model.train()
+        if sampler is not None:
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         running, seen = 0.0, 0
-        bar = tqdm(train_loader, desc=f"epoch {epoch:2d}/{args.epochs}", unit="batch", leave=True)
+        bar = tqdm(train_loader, desc=f"epoch {epoch:2d}/{args.epochs}", unit="batch", leave=True,
+                   disable=rank != 0)
         for x, y in bar:
             x, y = x.to(device), y.to(device)
             if train_graph is not None:
                 loss = train_graph(x, y)
             else:
-                loss = F.cross_entropy(model(x), y)
+                loss = F.cross_entropy(trained(x), y)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
             running += loss.item() * y.numel()
             seen += y.numel()
             bar.set_postfix(loss=f"{running / seen:.4f}")
+        if distributed:  # the epoch's loss over every rank's images
+            totals = torch.tensor([running, seen], dtype=torch.float64)
+            dist.all_reduce(totals)
+            running, seen = totals.tolist()
         scheduler.step()
         test_loss, test_acc = evaluate(model, test_loader, device, eval_graph)
         history["train_loss"].append(running / seen)
         history["test_loss"].append(test_loss)
         history["test_acc"].append(test_acc)
-        tqdm.write(f"epoch {epoch:2d}: train loss {running / seen:.4f}  held-out loss {test_loss:.4f}  "
-                   f"held-out accuracy {100 * test_acc:.2f}%")
+        if rank == 0:
+            tqdm.write(f"epoch {epoch:2d}: train loss {running / seen:.4f}  held-out loss {test_loss:.4f}  "
+                       f"held-out accuracy {100 * test_acc:.2f}%")
     elapsed = time.perf_counter() - start
-    print(f"trained {args.epochs} epochs in {elapsed:.1f} s")
+    log(f"trained {args.epochs} epochs in {elapsed:.1f} s")
 
+    # Rank 0 saves; once it has, every rank reloads the checkpoint.
     os.makedirs(args.out_dir, exist_ok=True)
     checkpoint = os.path.join(args.out_dir, "digits_cnn.pt")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": args.epochs}, checkpoint)
+    if rank == 0:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": args.epochs},
+                   checkpoint)
+    if distributed:
+        dist.barrier()
     restored = DigitsCNN().to(device)
     restored.load_state_dict(torch.load(checkpoint)["model"])
     _, restored_acc = evaluate(restored, test_loader, device, EvalGraph(restored) if eval_graph else None)
-    print(f"checkpoint {checkpoint} reloaded: held-out accuracy {100 * restored_acc:.2f}%")
+    log(f"checkpoint {checkpoint} reloaded: held-out accuracy {100 * restored_acc:.2f}%")
     if restored_acc != history["test_acc"][-1]:
-        raise SystemExit("the reloaded model does not reproduce the trained model's accuracy")
+        raise SystemExit(f"rank {rank}: the reloaded model does not reproduce the trained model's accuracy")
 
-    plot = os.path.join(args.out_dir, "digits_training.png")
-    plot_history(history, plot)
-    print(f"loss/accuracy plot: {plot}")
-    print(f"final held-out accuracy: {100 * history['test_acc'][-1]:.2f}%")
+    if rank == 0:
+        plot = os.path.join(args.out_dir, "digits_training.png")
+        plot_history(history, plot)
+        print(f"loss/accuracy plot: {plot}")
+        print(f"final held-out accuracy: {100 * history['test_acc'][-1]:.2f}%")
+    if distributed:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
