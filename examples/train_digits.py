@@ -207,7 +207,12 @@ def main():
     elapsed = time.perf_counter() - start
     log(f"trained {args.epochs} epochs in {elapsed:.1f} s")
 
-    # Rank 0 saves; once it has, every rank reloads the checkpoint.
+    # Rank 0 saves; once it has, every rank reloads the checkpoint and must find rank 0's accuracy
+    # (the ranks' own models differ in BatchNorm's running statistics: each rank updates them
+    # from its share of the last batch; broadcast_buffers copies rank 0's before each forward).
+    expected_acc = [history["test_acc"][-1]]
+    if distributed:
+        dist.broadcast_object_list(expected_acc, src=0)
     os.makedirs(args.out_dir, exist_ok=True)
     checkpoint = os.path.join(args.out_dir, "digits_cnn.pt")
     if rank == 0:
@@ -219,7 +224,7 @@ def main():
     restored.load_state_dict(torch.load(checkpoint)["model"])
     _, restored_acc = evaluate(restored, test_loader, device, EvalGraph(restored) if eval_graph else None)
     log(f"checkpoint {checkpoint} reloaded: held-out accuracy {100 * restored_acc:.2f}%")
-    if restored_acc != history["test_acc"][-1]:
+    if restored_acc != expected_acc[0]:
         raise SystemExit(f"rank {rank}: the reloaded model does not reproduce the trained model's accuracy")
 
     if rank == 0:

@@ -155,3 +155,18 @@ def test_ddp_errors_in_process():
         assert pf.allclose(model.module.weight.grad, 3 * local.weight.grad)
     finally:
         dist.destroy_process_group()
+
+
+def test_digits_example_under_the_launcher(tmp_path):
+    """The main job as 2 data-parallel ranks (make demo-ddp), one epoch: rank 0 saves, both
+    ranks reload the checkpoint and check rank 0's accuracy."""
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "examples", "train_digits.py")
+    proc = subprocess.run(launcher("--nproc-per-node", "2", "--master-port", str(free_port()), example,
+                                   "--epochs", "1", "--out-dir", str(tmp_path)),
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 ranks" in proc.stdout and "DistributedDataParallel" in proc.stdout
+    accuracy = float(proc.stdout.split("final held-out accuracy: ")[1].split("%")[0])
+    assert accuracy > 80, proc.stdout  # one epoch on 2 ranks measured 92.8%
+    assert (tmp_path / "digits_cnn.pt").exists()
