@@ -45,6 +45,14 @@ def test_two_processes_train_like_one_on_the_global_batch(tmp_path, options):
         assert_same_params(r["params"], expected)
 
 
+def test_four_processes_train_like_one_on_the_global_batch(tmp_path):
+    _, results = launch("train", tmp_path, {"bucket_cap_mb": 0.001}, nproc=4)
+    expected = reference()
+    assert sorted(results) == [0, 1, 2, 3]
+    for r in results.values():
+        assert_same_params(r["params"], expected)
+
+
 def test_no_sync_accumulation_matches_the_global_batch(tmp_path):
     _, results = launch("train", tmp_path, {"steps": 2, "micro": 3})
     expected = reference(steps=2, micro=3)

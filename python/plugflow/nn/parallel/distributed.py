@@ -66,6 +66,11 @@ def _find_tensors(obj):
     return []
 
 
+def _remove_hooks(handles):
+    for handle in handles:
+        handle.remove()
+
+
 class _Bucket:
     """A flat buffer holding some parameters' gradients (one dtype and device)."""
 
@@ -190,9 +195,10 @@ class DistributedDataParallel(Module):
         self._used = None
         self._used_work = None
         self._accumulators = None  # find_unused_parameters: each parameter's AccumulateGrad node
-        # The hooks hold the module weakly: parameters outlive a dropped wrapper.
+        # The hooks hold the wrapper weakly, and go when it does: parameters outlive it.
         self_ref = weakref.ref(self)
-        self._hook_handles = [p.register_hook(self._make_hook(self_ref, i)) for i, p in enumerate(params)]
+        handles = [p.register_hook(self._make_hook(self_ref, i)) for i, p in enumerate(params)]
+        weakref.finalize(self, _remove_hooks, handles)
 
     # ---- construction ----------------------------------------------------------------------
 
