@@ -41,6 +41,9 @@ __all__ = ["main", "parse_args", "run"]
 
 _PROG = "plugflow.distributed.run"
 _TAIL_LINES = 20
+_SETTLE_S = 1.0  # after a failure, how long the other workers get to fail before the teardown
+# How plugflow's gloo errors say that a peer went away: such a failure follows another's.
+_PEER_FAILED = "A peer closed its connections"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _PR_SET_PDEATHSIG = 1
 
@@ -116,7 +119,10 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 class _Worker:
-    """One worker process; a thread copies its stderr through and keeps the last lines."""
+    """One worker process. A thread copies its stderr through, keeps the last lines and notes
+    when a Python traceback starts; another waits for the process and notes when it exited.
+    The worker that failed first is the root cause: the others usually fail because it did
+    (failure_order)."""
 
     def __init__(self, cmd, env, rank, local_rank):
         self.rank = rank
@@ -132,8 +138,21 @@ class _Worker:
         # Its own session: a signal to the group reaches everything the worker starts.
         self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, start_new_session=True,
                                      preexec_fn=die_with_launcher)
+        self.exited_at = None  # time.monotonic() at exit
+        self.traceback_at = None  # time.monotonic() at its first traceback line
         self._reader = threading.Thread(target=self._copy_stderr, daemon=True)
         self._reader.start()
+        self._waiter = threading.Thread(target=self._wait, daemon=True)
+        self._waiter.start()
+
+    def _wait(self):
+        self.proc.wait()
+        self.exited_at = time.monotonic()
+
+    def join(self, timeout):
+        """True once the worker has exited (waits up to `timeout` seconds; None: forever)."""
+        self._waiter.join(timeout)
+        return self.exited_at is not None
 
     def _copy_stderr(self):
         out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
@@ -144,7 +163,16 @@ class _Worker:
             else:
                 sys.stderr.write(line.decode(errors="replace"))
             self.tail.append(line.decode(errors="replace").rstrip("\n"))
+            if self.traceback_at is None and line.startswith(b"Traceback (most recent call last)"):
+                self.traceback_at = time.monotonic()
         self.proc.stderr.close()
+
+    def failure_order(self):
+        """Sorts root causes first: a worker whose error blames a peer comes after those whose
+        errors do not; then the earliest to fail (the launcher's own reading times, which its
+        threads take under load, so they only break ties)."""
+        blames_peer = any(_PEER_FAILED in line for line in self.tail)
+        return blames_peer, min(t for t in (self.traceback_at, self.exited_at) if t is not None)
 
     def signal(self, signum):
         try:
@@ -207,15 +235,13 @@ def _worker_env(ns, local_rank, restart_count):
 def _stop(workers, signum, grace_s):
     """Send `signum` to every live worker, SIGKILL after grace_s, and reap them all."""
     for w in workers:
-        if w.proc.poll() is None:
+        if w.exited_at is None:
             w.signal(signum)
     deadline = time.monotonic() + grace_s
     for w in workers:
-        try:
-            w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if not w.join(max(0.0, deadline - time.monotonic())):
             w.signal(signal.SIGKILL)
-            w.proc.wait()
+            w.join(None)
         # Whatever the worker started in its session goes too.
         w.signal(signal.SIGKILL)
         w.finish_output()
@@ -229,15 +255,22 @@ def _run_group(ns, restart_count):
             env = _worker_env(ns, local_rank, restart_count)
             workers.append(_Worker(_worker_command(ns, local_rank), env, int(env["RANK"]), local_rank))
         while True:
-            running = False
-            for w in workers:
-                code = w.proc.poll()
-                if code is None:
-                    running = True
-                elif code != 0:
-                    _stop(workers, signal.SIGTERM, ns.shutdown_timeout)
-                    return w
-            if not running:
+            exited = [w for w in workers if w.exited_at is not None]
+            failed = [w for w in exited if w.proc.returncode != 0]
+            if failed:
+                # The others get a moment to fail too (a peer's error follows the root cause's
+                # within milliseconds, but its exit can come first): then the earliest failure,
+                # with every exited worker's stderr read to the end, is named.
+                settle = time.monotonic() + _SETTLE_S
+                while time.monotonic() < settle and any(w.exited_at is None for w in workers):
+                    time.sleep(0.02)
+                failed = [w for w in workers if w.exited_at is not None and w.proc.returncode != 0]
+                for w in failed:
+                    w.finish_output()
+                first = min(failed, key=_Worker.failure_order)
+                _stop(workers, signal.SIGTERM, ns.shutdown_timeout)
+                return first
+            if len(exited) == len(workers):
                 for w in workers:
                     w.finish_output()
                 return None
