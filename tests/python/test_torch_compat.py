@@ -461,8 +461,10 @@ def test_data_parallel_without_cuda_is_the_module():
     import plugflow.nn.parallel as parallel
 
     assert parallel.DataParallel is pf.nn.DataParallel
-    with pytest.raises(NotImplementedError, match="DistributedDataParallel is not built"):
-        parallel.DistributedDataParallel(inner_p)
+    # Without a process group both raise the same error (tests/python/test_ddp.py trains with one).
+    for fw, inner in ((torch, inner_t), (pf, inner_p)):
+        with pytest.raises(RuntimeError, match="Default process group has not been initialized"):
+            fw.nn.parallel.DistributedDataParallel(inner)
 
 
 def test_data_parallel_refuses_several_devices(monkeypatch):
