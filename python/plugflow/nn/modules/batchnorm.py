@@ -7,6 +7,7 @@ SyncBatchNorm computes the training statistics over the whole process group's ba
 """
 
 from ... import _C, _creation
+from ... import distributed as dist
 from ...autograd.function import Function
 from .. import functional as F
 from .. import init
@@ -116,7 +117,6 @@ class _SyncBatchNormFunction(Function):
 
     @staticmethod
     def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, group):
-        from ... import distributed as dist
         channels = input.shape[1]
         dims = [0] + list(range(2, input.dim()))
         shape = [1, channels] + [1] * (input.dim() - 2)
@@ -145,7 +145,6 @@ class _SyncBatchNormFunction(Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        from ... import distributed as dist
         xhat, invstd, weight = ctx.saved_tensors
         dims, shape = ctx.dims, ctx.shape
         channels = xhat.shape[1]
@@ -182,7 +181,6 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError("SyncBatchNorm number of input channels should be non-zero")
 
     def forward(self, input):
-        from ... import distributed as dist
         self._check_input_dim(input)
         self._check_non_zero_input_channels(input)
         bn_training = self.training or (self.running_mean is None and self.running_var is None)

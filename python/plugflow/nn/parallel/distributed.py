@@ -22,6 +22,7 @@ import weakref
 import zlib
 
 from ... import _C
+from ... import distributed as dist
 from ..._creation import empty, tensor as _tensor, zeros
 from ...autograd import grad_mode
 from ..modules.module import Module
@@ -129,8 +130,6 @@ class DistributedDataParallel(Module):
                  process_group=None, bucket_cap_mb=25, find_unused_parameters=False, check_reduction=False,
                  gradient_as_bucket_view=False, static_graph=False):
         super().__init__()
-        from ... import distributed as dist
-
         params = []
         seen = set()
         for p in module.parameters():
@@ -163,6 +162,8 @@ class DistributedDataParallel(Module):
         self.module = module
         self.dim = dim
         self.process_group = dist._resolve_group(process_group)
+        if self.process_group is None:
+            raise ValueError("DistributedDataParallel: this rank is not a member of process_group")
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
@@ -170,7 +171,6 @@ class DistributedDataParallel(Module):
         self.bucket_bytes_cap = int(bucket_cap_mb * 1024 * 1024)
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
-        self._dist = dist
         self._params = params
         self._world_size = self.process_group.size()
         self._rank = self.process_group.rank()
@@ -207,7 +207,7 @@ class DistributedDataParallel(Module):
         shapes = [(tuple(p.shape), str(p.dtype)) for p in self._params]
         summary = _tensor([len(shapes), zlib.crc32(repr(shapes).encode())], dtype=_C.int64)
         gathered = [empty(2, dtype=_C.int64) for _ in range(self._world_size)]
-        self._dist.all_gather(gathered, summary, group=self.process_group)
+        dist.all_gather(gathered, summary, group=self.process_group)
         rows = [g.tolist() for g in gathered]
         for r, (count, digest) in enumerate(rows):
             if count != len(shapes):
@@ -218,7 +218,7 @@ class DistributedDataParallel(Module):
         # Same count, different shapes: find the first parameter that differs from rank 0's.
         per_param = _tensor([zlib.crc32(repr(s).encode()) for s in shapes], dtype=_C.int64)
         everyone = [empty(len(shapes), dtype=_C.int64) for _ in range(self._world_size)]
-        self._dist.all_gather(everyone, per_param, group=self.process_group)
+        dist.all_gather(everyone, per_param, group=self.process_group)
         reference = everyone[0].tolist()
         for r in range(1, self._world_size):
             mine = everyone[r].tolist()
@@ -251,7 +251,7 @@ class DistributedDataParallel(Module):
             flat = _C.cat([t.detach().reshape(-1) for t in tensors])
             if flat.numel() == 0:
                 return
-            self._dist.broadcast(flat, 0, group=self.process_group)
+            dist.broadcast(flat, 0, group=self.process_group)
             offset = 0
             for t in tensors:
                 t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape))
@@ -314,7 +314,7 @@ class DistributedDataParallel(Module):
         used = [acc in reached for acc in self._accumulators]
         # Which parameters some rank used: summed while this rank computes.
         self._used = _tensor([int(u) for u in used], dtype=_C.int32)
-        self._used_work = self.process_group._comm.all_reduce(self._used, self._dist.ReduceOp.SUM, True)
+        self._used_work = self.process_group._comm.all_reduce(self._used, dist.ReduceOp.SUM, True)
         self._remaining = sum(used)
         for i, u in enumerate(used):
             if not u:
@@ -383,7 +383,7 @@ class DistributedDataParallel(Module):
         bucket.pending -= 1
         while self._next_bucket < len(self._buckets) and self._buckets[self._next_bucket].pending == 0:
             b = self._buckets[self._next_bucket]
-            b.work = self.process_group._comm.all_reduce(b.buffer, self._dist.ReduceOp.SUM, True)
+            b.work = self.process_group._comm.all_reduce(b.buffer, dist.ReduceOp.SUM, True)
             self._next_bucket += 1
 
     def _finalize(self, last=None):
