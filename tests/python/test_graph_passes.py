@@ -1,0 +1,178 @@
+"""nn.Graph's fusion passes: each pass's guards (fused when it must, the graph untouched when it
+must not, asserted on the compiled IR) and its numbers (the pass on and off give the same
+results: float64 within 1e-10, float32 within float tolerance, for inference and for training
+over several steps), then whole models with every pass on and with each pass off alone."""
+
+import copy
+
+import numpy as np
+import pytest
+
+import plugflow as pf
+import plugflow.nn as nn
+import plugflow.nn.functional as F
+
+from helpers import seeded_rng
+
+PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
+ALLOW = {"fuse_pad_conv": "allow_fuse_pad_conv", "fuse_conv_bn": "allow_fuse_conv_bn",
+         "fuse_bias_act": "allow_fuse_bias_act", "fuse_add_to_output": "allow_fuse_add_to_output",
+         "fuse_model_update": "allow_fuse_model_update_ops"}
+TOL = {pf.float64: dict(rtol=1e-10, atol=1e-12), pf.float32: dict(rtol=2e-5, atol=2e-5)}
+
+
+class Infer(nn.Graph):
+    def __init__(self, model, passes):
+        super().__init__()
+        self.model = model
+        configure(self, passes)
+
+    def build(self, *xs):
+        return self.model(*xs)
+
+
+class Train(nn.Graph):
+    def __init__(self, model, opt, passes, loss_fn=None):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn or (lambda out, y: F.cross_entropy(out, y))
+        self.add_optimizer(opt)
+        configure(self, passes)
+
+    def build(self, x, y):
+        out = self.model(x)
+        loss = self.loss_fn(out, y)
+        loss.backward()
+        return loss, out
+
+
+def configure(graph, passes):
+    for name in PASSES:
+        getattr(graph.config, ALLOW[name])(name in passes)
+
+
+def ops(graph):
+    """The op of every node of the last compiled graph, after all passes."""
+    return graph._last.pass_reports[-1][2].node_ops()
+
+
+def report(graph, name):
+    return "\n".join(r for n, r, _ in graph._last.pass_reports if n == name)
+
+
+def assert_close(a, b, dtype, what=""):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), **TOL[dtype], err_msg=what)
+
+
+def check_inference(model, inputs, passes, dtype, calls=2):
+    """The graph with `passes` on and the graph with them off give the same results."""
+    model = model.to(dtype).eval()
+    on, off = Infer(model, passes), Infer(model, ())
+    for _ in range(calls):
+        xs = [x.to(dtype) if x.is_floating_point() else x for x in inputs()]
+        assert_close(on(*xs), off(*xs), dtype)
+    return on, off
+
+
+def check_training(model, make_opt, batches, passes, dtype, steps=3, loss_fn=None):
+    """Training with `passes` on and off follows the same trajectory: losses, outputs,
+    parameters and buffers after every step."""
+    model = model.to(dtype)
+    twin = copy.deepcopy(model)
+    on = Train(model, make_opt(model.parameters()), passes, loss_fn)
+    off = Train(twin, make_opt(twin.parameters()), (), loss_fn)
+    for step in range(steps):
+        x, y = batches()
+        x = x.to(dtype)
+        (loss_on, out_on), (loss_off, out_off) = on(x, y), off(x, y)
+        assert_close(loss_on, loss_off, dtype, f"loss, step {step}")
+        assert_close(out_on, out_off, dtype, f"output, step {step}")
+        for (name, p_on), p_off in zip(model.named_parameters(), twin.parameters()):
+            assert_close(p_on, p_off, dtype, f"{name}, step {step}")
+        for (name, b_on), b_off in zip(model.named_buffers(), twin.buffers()):
+            if b_on.is_floating_point():
+                assert_close(b_on, b_off, dtype, f"{name}, step {step}")
+    return on, off
+
+
+def image_batches(rng, shape, classes):
+    def make():
+        return pf.from_numpy(rng.standard_normal(shape)), pf.from_numpy(rng.integers(0, classes, shape[0]))
+    return make
+
+
+# ---- fuse_pad_conv ------------------------------------------------------------------------------
+
+
+class PadConv(nn.Module):
+    """conv -> relu -> F.pad -> conv (-> pooled logits)."""
+
+    def __init__(self, pad=(1, 1, 1, 1), mode="constant", value=0.0, kernel=3, padding=0, stride=1, groups=1,
+                 extra=None):
+        super().__init__()
+        self.pad, self.mode, self.value, self.extra = pad, mode, value, extra
+        self.c0 = nn.Conv2d(3, 4, 1)
+        channels = 4 + (sum(pad[4:6]) if len(pad) > 4 else 0)  # a channel pad widens the conv's input
+        self.c1 = nn.Conv2d(channels, 4, kernel, stride=stride, padding=padding, groups=groups)
+
+    def forward(self, x):
+        h = F.relu(self.c0(x))
+        p = F.pad(h, self.pad, mode=self.mode, value=self.value) if self.mode == "constant" else \
+            F.pad(h, self.pad, mode=self.mode)
+        y = self.c1(p)
+        if self.extra == "avg_pool":
+            y = y + F.avg_pool2d(p, 3, 1, 1, count_include_pad=True)[:, :, 1:-1, 1:-1]
+        elif self.extra == "second_conv":
+            y = y + self.c1(p)
+        return y.mean((2, 3))
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(padding=1), dict(pad=(2, 2, 1, 1), stride=2), dict(groups=2),
+                                    dict(pad=(1, 1, 1, 1), kernel=1), dict(extra="second_conv")])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_pad_conv_fused_same_numbers(kwargs, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    model = PadConv(**kwargs)
+    batches = image_batches(rng, (2, 3, 6, 7), 4)
+    on, off = check_inference(model, lambda: [batches()[0]], {"fuse_pad_conv"}, dtype)
+    assert "fill" in ops(off) and "fill" not in ops(on) and "folded into" in report(on, "fuse_pad_conv")
+    on, off = check_training(model, lambda ps: pf.optim.SGD(ps, lr=0.1, momentum=0.9), batches, {"fuse_pad_conv"},
+                             dtype)
+    # The pad's fill and copy are gone, and so is its backward crop (with two convolutions reading the
+    # pad, the crop follows the sum of their input gradients and stays).
+    assert ops(on).count("fill") == ops(off).count("fill") - 1
+    crop_folded = "extra" not in kwargs
+    assert ("crop" in report(on, "fuse_pad_conv")) == crop_folded
+    assert ops(on).count("copy") == ops(off).count("copy") - 1 - crop_folded
+
+
+@pytest.mark.parametrize("kwargs", [dict(mode="reflect"), dict(mode="replicate"), dict(mode="circular"),
+                                    dict(value=1.0), dict(pad=(1, 2, 1, 1)), dict(pad=(1, 1, 0, 1)),
+                                    dict(pad=(-1, -1, 0, 0)), dict(pad=(1, 1, 1, 1, 1, 1)),
+                                    dict(extra="avg_pool")])
+def test_pad_conv_guards(kwargs):
+    rng = seeded_rng(seed_plugflow=True)
+    model = PadConv(**kwargs)
+    batches = image_batches(rng, (2, 3, 6, 7), 4)
+    on, off = check_inference(model, lambda: [batches()[0]], {"fuse_pad_conv"}, pf.float64)
+    assert report(on, "fuse_pad_conv") == "" and ops(on) == ops(off)
+    on, off = check_training(model, lambda ps: pf.optim.SGD(ps, lr=0.1), batches, {"fuse_pad_conv"}, pf.float64,
+                             steps=2)
+    assert report(on, "fuse_pad_conv") == "" and ops(on) == ops(off)
+
+
+def test_pad_conv_source_overwritten_before_the_conv_is_not_fused():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            h = x * 1.0
+            p = F.pad(h, (1, 1, 1, 1))
+            h.mul_(2.0)  # the pad copied h before this: the conv must not read h
+            return self.c(p) + h.mean()
+    rng = seeded_rng()
+    on, off = check_inference(M(), lambda: [pf.from_numpy(rng.standard_normal((2, 3, 5, 5)))], {"fuse_pad_conv"},
+                              pf.float64)
+    assert report(on, "fuse_pad_conv") == "" and ops(on) == ops(off)
