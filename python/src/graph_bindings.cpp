@@ -15,12 +15,14 @@ namespace plugflow::python {
 
 namespace {
 
-// Attribute values Python may set on tagged nodes: numbers and bools.
+// Attribute values Python may set on tagged nodes: numbers, bools and lists of ints.
 AttrValue attr_value(py::handle v) {
   if (PyBool_Check(v.ptr())) return v.cast<bool>();
   if (PyLong_Check(v.ptr())) return v.cast<int64_t>();
   if (PyFloat_Check(v.ptr())) return v.cast<double>();
-  PF_THROW(TypeError, "graph node attributes set per call must be bool, int or float, not ", Py_TYPE(v.ptr())->tp_name);
+  if (PyList_Check(v.ptr())) return v.cast<Shape>();
+  PF_THROW(TypeError, "graph node attributes set per call must be bool, int, float or a list of ints, not ",
+           Py_TYPE(v.ptr())->tp_name);
 }
 
 }  // namespace
@@ -34,6 +36,11 @@ void bind_graph(py::module_& m) {
       .def("node_ops", [](const graph::Graph& g) {
         std::vector<std::string> out;
         for (const auto& n : g.nodes) out.push_back(n.kind == graph::NodeKind::Kernel ? n.op->name : "device_copy");
+        return out;
+      })
+      .def("node_tags", [](const graph::Graph& g) {
+        std::vector<std::string> out;
+        for (const auto& n : g.nodes) out.push_back(n.tag);
         return out;
       })
       .def(

@@ -176,3 +176,106 @@ def test_pad_conv_source_overwritten_before_the_conv_is_not_fused():
     on, off = check_inference(M(), lambda: [pf.from_numpy(rng.standard_normal((2, 3, 5, 5)))], {"fuse_pad_conv"},
                               pf.float64)
     assert report(on, "fuse_pad_conv") == "" and ops(on) == ops(off)
+
+
+# ---- fuse_model_update ------------------------------------------------------------------------
+
+
+UPDATE_OPTIMIZERS = {
+    "sgd": lambda ps: pf.optim.SGD(ps, lr=0.05),
+    "sgd_momentum": lambda ps: pf.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3),
+    "sgd_nesterov_maximize": lambda ps: pf.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, maximize=True),
+    "adam": lambda ps: pf.optim.Adam(ps, lr=1e-2, weight_decay=1e-3),
+    "adamw_amsgrad": lambda ps: pf.optim.AdamW(ps, lr=1e-2, amsgrad=True, weight_decay=0.1),
+}
+
+
+def small_mlp():
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def mlp_batches(rng, n=8):
+    return lambda: (pf.from_numpy(rng.standard_normal((n, 6))), pf.from_numpy(rng.integers(0, 3, n)))
+
+
+def adam_two_groups(model):
+    ps = list(model.parameters())
+    return pf.optim.Adam([{"params": ps[:2], "lr": 1e-3}, {"params": ps[2:]}], lr=1e-2)
+
+
+@pytest.mark.parametrize("opt_name", list(UPDATE_OPTIMIZERS) + ["two_groups"])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_model_update_fused_is_bit_identical(opt_name, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    model = small_mlp().to(dtype)
+    twin = copy.deepcopy(model)
+    make = (lambda m: adam_two_groups(m)) if opt_name == "two_groups" else \
+        (lambda m: UPDATE_OPTIMIZERS[opt_name](m.parameters()))
+    opt_on, opt_off = make(model), make(twin)
+    sched_on = pf.optim.lr_scheduler.StepLR(opt_on, 1, gamma=0.5)
+    sched_off = pf.optim.lr_scheduler.StepLR(opt_off, 1, gamma=0.5)
+    on, off = Train(model, opt_on, {"fuse_model_update"}), Train(twin, opt_off, ())
+    batches = mlp_batches(rng)
+    for step in range(4):
+        x, y = batches()
+        on(x.to(dtype), y)
+        off(x.to(dtype), y)
+        sched_on.step()
+        sched_off.step()
+        for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+            assert np.array_equal(a.detach().numpy(), b.detach().numpy()), f"{name} differs at step {step}"
+    groups = len(opt_on.param_groups)
+    assert ops(on).count("multi_sgd_step_" if opt_name.startswith("sgd") else "multi_adam_step_") == groups
+    assert "sgd_step_" not in ops(on) and "adam_step_" not in ops(on)
+    # The fused nodes carry the group tags (and Adam's step increments keep theirs).
+    tags = {t for t in on._last.pass_reports[-1][2].node_tags() if t and not t.endswith(".step")}
+    assert tags == {f"opt0.group{g}" for g in range(groups)}
+
+
+@pytest.mark.parametrize("opt_name", ["sgd_momentum", "adam"])
+def test_model_update_per_parameter_state_after_partial_eager_steps(opt_name):
+    """Eager steps that update only some parameters leave Adam step counts (and SGD momentum
+    buffers) that differ per parameter; the fused update keeps each parameter's own."""
+    rng = seeded_rng(seed_plugflow=True)
+    model = small_mlp().double()
+    twin = copy.deepcopy(model)
+    opt_on, opt_off = UPDATE_OPTIMIZERS[opt_name](model.parameters()), UPDATE_OPTIMIZERS[opt_name](twin.parameters())
+    batches = mlp_batches(rng)
+    eager_batches = [batches() for _ in range(2)]
+    for m, opt in ((model, opt_on), (twin, opt_off)):
+        for p in m[4].parameters():
+            p.requires_grad_(False)  # the last layer sits out the eager steps
+        for x, y in eager_batches:
+            opt.zero_grad()
+            F.cross_entropy(m(x.double()), y).backward()
+            opt.step()
+        for p in m[4].parameters():
+            p.requires_grad_(True)
+    on, off = Train(model, opt_on, {"fuse_model_update"}), Train(twin, opt_off, ())
+    for step in range(3):
+        x, y = batches()
+        on(x.double(), y)
+        off(x.double(), y)
+        for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+            assert np.array_equal(a.detach().numpy(), b.detach().numpy()), f"{name} differs at step {step}"
+    if opt_name == "adam":
+        steps = [opt_on.state[p]["step"].item() for p in model.parameters()]
+        assert steps == [5.0] * 4 + [3.0] * 2
+    assert "fused into one" in report(on, "fuse_model_update")
+
+
+def test_model_update_guard_mixed_dtypes_in_a_group():
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 3), nn.Linear(6, 3).double()
+
+        def forward(self, x):
+            return self.a(x) + self.b(x.double()).float()
+    rng = seeded_rng(seed_plugflow=True)
+    model = Mixed()
+    g = Train(model, pf.optim.SGD(model.parameters(), lr=0.1), {"fuse_model_update"})
+    x, y = mlp_batches(rng)()
+    g(x.float(), y)
+    assert "not fused (parameters of several dtypes or devices)" in report(g, "fuse_model_update")
+    assert ops(g).count("sgd_step_") == 4 and "multi_sgd_step_" not in ops(g)

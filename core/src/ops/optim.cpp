@@ -48,6 +48,64 @@ std::vector<TensorMeta> adam_step_meta(std::span<const Tensor> in, const Attrs& 
   return {};
 }
 
+// The multi-tensor steps (graph-only: nn.Graph's fuse_model_update pass makes them) update the
+// `count` parameters of one optimizer group in one kernel. Their updated tensors are outputs
+// that alias the inputs holding the same tensors (a static mutated_inputs list cannot name a
+// variable number of them): the graph sees the writes, the kernel reads and writes in place.
+int64_t multi_count(std::span<const Tensor> in, const Attrs& attrs, int64_t per_param, const char* op) {
+  const int64_t n = attrs.get<int64_t>("count");
+  PF_CHECK(n > 0 && static_cast<int64_t>(in.size()) == n * per_param, op, ": expected ", per_param, " x ", n,
+           " operands, got ", in.size());
+  for (int64_t i = 0; i < n; ++i) {
+    check_param(in[i], op);
+    PF_CHECK(in[i].device() == in[0].device() && in[i].dtype() == in[0].dtype(), op,
+             ": every parameter of one multi-tensor step must have the first's dtype and device");
+  }
+  return n;
+}
+
+TensorMeta meta_of(const Tensor& t) { return {t.sizes(), t.dtype(), t.device()}; }
+
+// params, grads, momentum_buffers (with has_momentum) -> the params and buffers, updated.
+std::vector<TensorMeta> multi_sgd_step_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const bool momentum = attrs.get<bool>("has_momentum");
+  const int64_t n = multi_count(in, attrs, momentum ? 3 : 2, "multi_sgd_step_");
+  for (int64_t i = 0; i < n; ++i) {
+    check_operand(in[n + i], in[i], "multi_sgd_step_", "grad");
+    if (momentum) check_operand(in[2 * n + i], in[i], "multi_sgd_step_", "momentum_buffer");
+  }
+  for (const char* name : {"lr", "momentum", "dampening", "weight_decay"}) attrs.get<double>(name);
+  for (const char* name : {"nesterov", "maximize"}) attrs.get<bool>(name);
+  PF_CHECK(static_cast<int64_t>(attrs.get<Shape>("first_step").size()) == n,
+           "multi_sgd_step_: first_step needs one flag per parameter");
+  std::vector<TensorMeta> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(meta_of(in[i]));
+  if (momentum)
+    for (int64_t i = 0; i < n; ++i) out.push_back(meta_of(in[2 * n + i]));
+  return out;
+}
+
+// params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs (with amsgrad), steps (0-d, the step
+// counts after this step's increment) -> the params and moments, updated.
+std::vector<TensorMeta> multi_adam_step_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const bool amsgrad = attrs.get<bool>("amsgrad");
+  const int64_t moments = amsgrad ? 3 : 2;
+  const int64_t n = multi_count(in, attrs, 3 + moments, "multi_adam_step_");
+  const char* names[] = {"grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 1; k <= 1 + moments; ++k) check_operand(in[k * n + i], in[i], "multi_adam_step_", names[k - 1]);
+    const Tensor& step = in[(2 + moments) * n + i];
+    PF_CHECK_T(step.numel() == 1 && is_floating(step.dtype()) && step.device().is_cpu(), TypeError,
+               "multi_adam_step_: each step count must be a one-element floating CPU tensor");
+  }
+  for (const char* name : {"lr", "beta1", "beta2", "eps", "weight_decay"}) attrs.get<double>(name);
+  for (const char* name : {"maximize", "decoupled_weight_decay"}) attrs.get<bool>(name);
+  std::vector<TensorMeta> out;
+  for (int64_t k = 0; k <= moments; ++k)
+    for (int64_t i = 0; i < n; ++i) out.push_back(meta_of(in[(k == 0 ? 0 : k + 1) * n + i]));
+  return out;
+}
+
 const bool kOptimOpsRegistered = [] {
   register_op("sgd_step_",
               "sgd_step_(Tensor(a!) param, Tensor grad, Tensor(b!) momentum_buffer, float lr, float momentum, "
@@ -59,6 +117,18 @@ const bool kOptimOpsRegistered = [] {
               "float param_scale, float step_size, float bias_correction2_sqrt, bool amsgrad, bool maximize, "
               "bool decoupled_weight_decay)",
               adam_step_meta, /*mutated_inputs=*/{0, 2, 3, 4});
+  register_op("multi_sgd_step_",
+              "multi_sgd_step_(Tensor[] params, Tensor[] grads, Tensor[] momentum_buffers, int count, "
+              "bool has_momentum, float lr, float momentum, float dampening, float weight_decay, bool nesterov, "
+              "bool maximize, int[] first_step) -> (Tensor(a!)[] params, Tensor(b!)[] momentum_buffers)",
+              multi_sgd_step_meta);
+  register_op("multi_adam_step_",
+              "multi_adam_step_(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, "
+              "Tensor[] max_exp_avg_sqs, Tensor[] steps, int count, bool amsgrad, float lr, float beta1, "
+              "float beta2, float eps, float weight_decay, bool maximize, bool decoupled_weight_decay) "
+              "-> (Tensor(a!)[] params, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+              "Tensor(d!)[] max_exp_avg_sqs)",
+              multi_adam_step_meta);
   return true;
 }();
 

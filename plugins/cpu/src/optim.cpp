@@ -7,12 +7,17 @@
 // Python number), so float32 results equal that path's. The plugin is built with ISO C++
 // (-ffp-contract=off) and without -ffast-math, so the compiler neither fuses a multiply into an
 // add nor reassociates. The per-call branches are template flags, so the loops are branch-free
-// (SGD's vectorizes; Adam's stays scalar, see adam_loop).
+// (SGD's vectorizes; Adam's stays scalar, see adam_loop). The multi-tensor steps of nn.Graph's
+// fuse_model_update run the same loops over all parameters of a group at once.
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "kernels.h"
 #include "loops.h"
 #include "parallel.h"
+#include "plugflow/ops_optim.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -71,38 +76,50 @@ void sgd_loop(T* __restrict param, const T* __restrict grad, T* __restrict buf, 
   }
 }
 
-template <typename T, bool Decay, bool Momentum, bool FirstStep, bool Nesterov>
-void sgd_step_typed(const KernelContext& ctx) {
-  T* param = ctx.input(0).data<T>();
-  const T* grad = ctx.input(1).data<T>();
-  // Without momentum input 2 is a placeholder aliasing param: never touched.
-  T* buf = Momentum ? ctx.input(2).data<T>() : nullptr;
-  const SgdScalars<T> c{ctx.attr<bool>("maximize") ? T(-1) : T(1), static_cast<T>(-ctx.attr<double>("lr")),
-                        static_cast<T>(ctx.attr<double>("momentum")),
-                        static_cast<T>(1 - ctx.attr<double>("dampening")),
-                        static_cast<T>(ctx.attr<double>("weight_decay"))};
-  parallel_for(ctx.input(0).numel(), kGrainSize, [=](int64_t begin, int64_t end) {
-    sgd_loop<T, Decay, Momentum, FirstStep, Nesterov>(param, grad, buf, c, begin, end);
-  });
+// The per-call flags of one parameter's SGD step.
+struct SgdFlags {
+  bool decay, momentum, first_step, nesterov;
+};
+
+template <typename T>
+SgdScalars<T> sgd_scalars(const KernelContext& ctx) {
+  return {ctx.attr<bool>("maximize") ? T(-1) : T(1), static_cast<T>(-ctx.attr<double>("lr")),
+          static_cast<T>(ctx.attr<double>("momentum")), static_cast<T>(1 - ctx.attr<double>("dampening")),
+          static_cast<T>(ctx.attr<double>("weight_decay"))};
 }
 
-template <typename T, bool Decay>
-void sgd_step_momentum(const KernelContext& ctx) {
-  if (ctx.attr<double>("momentum") == 0) return sgd_step_typed<T, Decay, false, false, false>(ctx);
-  const bool first_step = ctx.attr<bool>("first_step"), nesterov = ctx.attr<bool>("nesterov");
-  if (first_step) nesterov ? sgd_step_typed<T, Decay, true, true, true>(ctx) : sgd_step_typed<T, Decay, true, true, false>(ctx);
-  else nesterov ? sgd_step_typed<T, Decay, true, false, true>(ctx) : sgd_step_typed<T, Decay, true, false, false>(ctx);
+// Elements [begin, end) of one parameter with the loop its flags select.
+template <typename T>
+void sgd_run(const SgdFlags f, T* param, const T* grad, T* buf, const SgdScalars<T>& c, int64_t begin, int64_t end) {
+  const auto run = [&](auto decay) {
+    constexpr bool D = decltype(decay)::value;
+    if (!f.momentum) sgd_loop<T, D, false, false, false>(param, grad, buf, c, begin, end);
+    else if (f.first_step) f.nesterov ? sgd_loop<T, D, true, true, true>(param, grad, buf, c, begin, end)
+                                      : sgd_loop<T, D, true, true, false>(param, grad, buf, c, begin, end);
+    else f.nesterov ? sgd_loop<T, D, true, false, true>(param, grad, buf, c, begin, end)
+                    : sgd_loop<T, D, true, false, false>(param, grad, buf, c, begin, end);
+  };
+  if (f.decay) run(std::true_type{});
+  else run(std::false_type{});
 }
 
 template <typename T>
-void sgd_step_dispatch(const KernelContext& ctx) {
-  if (ctx.attr<double>("weight_decay") != 0) sgd_step_momentum<T, true>(ctx);
-  else sgd_step_momentum<T, false>(ctx);
+void sgd_step_typed(const KernelContext& ctx) {
+  T* param = ctx.input(0).data<T>();
+  const T* grad = ctx.input(1).data<T>();
+  const SgdFlags f{ctx.attr<double>("weight_decay") != 0, ctx.attr<double>("momentum") != 0,
+                   ctx.attr<bool>("first_step"), ctx.attr<bool>("nesterov")};
+  // Without momentum input 2 is a placeholder aliasing param: never touched.
+  T* buf = f.momentum ? ctx.input(2).data<T>() : nullptr;
+  const SgdScalars<T> c = sgd_scalars<T>(ctx);
+  parallel_for(ctx.input(0).numel(), kGrainSize, [=](int64_t begin, int64_t end) {
+    sgd_run<T>(f, param, grad, buf, c, begin, end);
+  });
 }
 
 void sgd_step_kernel(KernelContext& ctx) {
   check_dense(ctx, 3);
-  dispatch_float(ctx, [&](auto tag) { sgd_step_dispatch<decltype(tag)>(ctx); });
+  dispatch_float(ctx, [&](auto tag) { sgd_step_typed<decltype(tag)>(ctx); });
 }
 
 // ---- Adam / AdamW -----------------------------------------------------------------------------------
@@ -142,42 +159,133 @@ void adam_loop(T* __restrict param, const T* __restrict grad, T* __restrict exp_
   }
 }
 
-template <typename T, bool Amsgrad, bool Decay>
+// The scalars of adam_step_'s attributes (ops::adam_step_attrs), rounded to T.
+template <typename T>
+AdamScalars<T> adam_scalars(const Attrs& attrs) {
+  const double beta1 = attrs.get<double>("beta1"), beta2 = attrs.get<double>("beta2");
+  return {attrs.get<bool>("maximize") ? T(-1) : T(1),
+          // 1 unless decoupled (AdamW): p·1 is p exactly.
+          attrs.get<bool>("decoupled_weight_decay") ? static_cast<T>(attrs.get<double>("param_scale")) : T(1),
+          static_cast<T>(attrs.get<double>("weight_decay")),
+          static_cast<T>(beta1),
+          static_cast<T>(1 - beta1),
+          static_cast<T>(beta2),
+          static_cast<T>(1 - beta2),
+          static_cast<T>(attrs.get<double>("eps")),
+          static_cast<T>(-attrs.get<double>("step_size")),
+          static_cast<T>(attrs.get<double>("bias_correction2_sqrt"))};
+}
+
+// Elements [begin, end) of one parameter with the loop its flags select.
+template <typename T>
+void adam_run(bool amsgrad, bool decay, T* param, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq,
+              const AdamScalars<T>& c, int64_t begin, int64_t end) {
+  if (amsgrad) decay ? adam_loop<T, true, true>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c, begin, end)
+                     : adam_loop<T, true, false>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c, begin, end);
+  else decay ? adam_loop<T, false, true>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c, begin, end)
+             : adam_loop<T, false, false>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c, begin, end);
+}
+
+template <typename T>
 void adam_step_typed(const KernelContext& ctx) {
   T* param = ctx.input(0).data<T>();
   const T* grad = ctx.input(1).data<T>();
   T* exp_avg = ctx.input(2).data<T>();
   T* exp_avg_sq = ctx.input(3).data<T>();
-  // Without amsgrad input 4 is a placeholder aliasing exp_avg_sq: never touched.
-  T* max_exp_avg_sq = Amsgrad ? ctx.input(4).data<T>() : nullptr;
-  const double beta1 = ctx.attr<double>("beta1"), beta2 = ctx.attr<double>("beta2");
-  const AdamScalars<T> c{
-      ctx.attr<bool>("maximize") ? T(-1) : T(1),
-      // 1 unless decoupled (AdamW): p·1 is p exactly.
-      ctx.attr<bool>("decoupled_weight_decay") ? static_cast<T>(ctx.attr<double>("param_scale")) : T(1),
-      static_cast<T>(ctx.attr<double>("weight_decay")),
-      static_cast<T>(beta1),
-      static_cast<T>(1 - beta1),
-      static_cast<T>(beta2),
-      static_cast<T>(1 - beta2),
-      static_cast<T>(ctx.attr<double>("eps")),
-      static_cast<T>(-ctx.attr<double>("step_size")),
-      static_cast<T>(ctx.attr<double>("bias_correction2_sqrt"))};
-  parallel_for(ctx.input(0).numel(), kGrainSize, [=](int64_t begin, int64_t end) {
-    adam_loop<T, Amsgrad, Decay>(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c, begin, end);
-  });
-}
-
-template <typename T>
-void adam_step_dispatch(const KernelContext& ctx) {
   const bool amsgrad = ctx.attr<bool>("amsgrad"), decay = ctx.attr<double>("weight_decay") != 0;
-  if (amsgrad) decay ? adam_step_typed<T, true, true>(ctx) : adam_step_typed<T, true, false>(ctx);
-  else decay ? adam_step_typed<T, false, true>(ctx) : adam_step_typed<T, false, false>(ctx);
+  // Without amsgrad input 4 is a placeholder aliasing exp_avg_sq: never touched.
+  T* max_exp_avg_sq = amsgrad ? ctx.input(4).data<T>() : nullptr;
+  const AdamScalars<T> c = adam_scalars<T>(ctx.attrs);
+  parallel_for(ctx.input(0).numel(), kGrainSize, [=](int64_t begin, int64_t end) {
+    adam_run<T>(amsgrad, decay, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, c, begin, end);
+  });
 }
 
 void adam_step_kernel(KernelContext& ctx) {
   check_dense(ctx, 5);
-  dispatch_float(ctx, [&](auto tag) { adam_step_dispatch<decltype(tag)>(ctx); });
+  dispatch_float(ctx, [&](auto tag) { adam_step_typed<decltype(tag)>(ctx); });
+}
+
+// ---- multi-tensor steps ---------------------------------------------------------------------------
+// All parameters of one optimizer group in one parallel loop over their concatenated elements:
+// every element gets exactly the arithmetic of the single-parameter kernel (the same loops), so
+// results are bit-identical to one sgd_step_/adam_step_ per parameter, and small parameters no
+// longer run one by one on the calling thread.
+
+// Calls run(param, begin, end) over the parts of [0, total) that fall in each parameter.
+template <typename F>
+void for_each_segment(const std::vector<int64_t>& starts, int64_t b, int64_t e, const F& run) {
+  size_t p = std::upper_bound(starts.begin(), starts.end(), b) - starts.begin() - 1;
+  for (; b < e; ++p) {
+    const int64_t end = std::min(e, starts[p + 1]);
+    if (end > b) run(p, b - starts[p], end - starts[p]);
+    b = std::max(b, end);
+  }
+}
+
+std::vector<int64_t> segment_starts(const KernelContext& ctx, int64_t n) {
+  std::vector<int64_t> starts{0};
+  for (int64_t i = 0; i < n; ++i) starts.push_back(starts.back() + ctx.input(i).numel());
+  return starts;
+}
+
+template <typename T>
+void multi_sgd_step_typed(const KernelContext& ctx) {
+  const int64_t n = ctx.attr<int64_t>("count");
+  const bool momentum = ctx.attr<double>("momentum") != 0;
+  PF_CHECK(!momentum || ctx.attr<bool>("has_momentum"), "cpu 'multi_sgd_step_': momentum ",
+           ctx.attr<double>("momentum"), " needs the momentum buffers the graph was compiled without");
+  const Shape& first_step = ctx.attr<Shape>("first_step");
+  const SgdScalars<T> c = sgd_scalars<T>(ctx);
+  const bool decay = ctx.attr<double>("weight_decay") != 0, nesterov = ctx.attr<bool>("nesterov");
+  const std::vector<int64_t> starts = segment_starts(ctx, n);
+  parallel_for(starts.back(), kGrainSize, [&](int64_t b, int64_t e) {
+    for_each_segment(starts, b, e, [&](size_t p, int64_t begin, int64_t end) {
+      T* buf = momentum ? ctx.output(n + p).template data<T>() : nullptr;
+      sgd_run<T>(SgdFlags{decay, momentum, first_step[p] != 0, nesterov}, ctx.output(p).template data<T>(),
+                 ctx.input(n + p).template data<T>(), buf, c, begin, end);
+    });
+  });
+}
+
+void multi_sgd_step_kernel(KernelContext& ctx) {
+  check_dense(ctx, static_cast<int>(ctx.inputs.size()));
+  dispatch_float(ctx, [&](auto tag) { multi_sgd_step_typed<decltype(tag)>(ctx); });
+}
+
+template <typename T>
+void multi_adam_step_typed(const KernelContext& ctx) {
+  const int64_t n = ctx.attr<int64_t>("count");
+  const bool amsgrad = ctx.attr<bool>("amsgrad");
+  const int64_t step_input = (amsgrad ? 5 : 4) * n;
+  // Each parameter's scalars from its own step count, as an adam_step_ call would get them.
+  std::vector<AdamScalars<T>> scalars;
+  bool decay = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor& step_t = ctx.input(step_input + i);
+    const double step = step_t.dtype() == DType::Float64 ? *step_t.data<double>() : *step_t.data<float>();
+    const Attrs attrs = ops::adam_step_attrs(step, ctx.attr<double>("lr"), ctx.attr<double>("beta1"),
+                                             ctx.attr<double>("beta2"), ctx.attr<double>("eps"),
+                                             ctx.attr<double>("weight_decay"), amsgrad, ctx.attr<bool>("maximize"),
+                                             ctx.attr<bool>("decoupled_weight_decay"));
+    decay = attrs.get<double>("weight_decay") != 0;  // the same for every parameter
+    scalars.push_back(adam_scalars<T>(attrs));
+  }
+  const std::vector<int64_t> starts = segment_starts(ctx, n);
+  parallel_for(starts.back(), kGrainSize, [&](int64_t b, int64_t e) {
+    for_each_segment(starts, b, e, [&](size_t p, int64_t begin, int64_t end) {
+      T* vmax = amsgrad ? ctx.output(3 * n + p).template data<T>() : nullptr;
+      adam_run<T>(amsgrad, decay, ctx.output(p).template data<T>(), ctx.input(n + p).template data<T>(),
+                  ctx.output(n + p).template data<T>(), ctx.output(2 * n + p).template data<T>(), vmax, scalars[p],
+                  begin, end);
+    });
+  });
+}
+
+void multi_adam_step_kernel(KernelContext& ctx) {
+  const int64_t n = ctx.attr<int64_t>("count");
+  check_dense(ctx, static_cast<int>((ctx.attr<bool>("amsgrad") ? 5 : 4) * n));
+  dispatch_float(ctx, [&](auto tag) { multi_adam_step_typed<decltype(tag)>(ctx); });
 }
 
 }  // namespace
@@ -186,6 +294,8 @@ void register_optim_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
   reg.kernel("sgd_step_", DeviceType::CPU, floats, sgd_step_kernel);
   reg.kernel("adam_step_", DeviceType::CPU, floats, adam_step_kernel);
+  reg.kernel("multi_sgd_step_", DeviceType::CPU, floats, multi_sgd_step_kernel);
+  reg.kernel("multi_adam_step_", DeviceType::CPU, floats, multi_adam_step_kernel);
 }
 
 }  // namespace plugflow::cpu

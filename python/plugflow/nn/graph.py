@@ -168,10 +168,13 @@ def _user_frame(tb):
 class _Compiled:
     """One input signature's plan, with what each call sets before replaying it."""
 
-    def __init__(self, plan, spec, updates, ir_before, pass_reports):
+    def __init__(self, plan, spec, updates, fused_groups, ir_before, pass_reports):
         self.plan = plan
         self.spec = spec
-        self.updates = updates  # [(tag, optimizer, group, kind)]
+        self.updates = updates  # [(tag, optimizer, group, param, kind)]
+        # Groups whose updates fuse_model_update made one node, tagged with the group's tag:
+        # {group tag: (optimizer, group, kind, [params in the node's order])}
+        self.fused_groups = fused_groups
         self.ir_before = ir_before
         self.pass_reports = pass_reports
         self.calls = 0
@@ -324,7 +327,13 @@ class Graph:
                                  conv_algo_search=self.config._conv_algo_search)
             reports.append((name, report, ir.copy()))
         plan = ir.compile()
-        compiled = _Compiled(plan, out_spec, updates, ir_before, reports)
+        tags = set(ir.node_tags())
+        fused_groups = {}
+        for tag, optim, group, p, kind in updates:
+            group_tag = tag.rsplit(".", 1)[0]
+            if group_tag in tags:
+                fused_groups.setdefault(group_tag, (optim, group, kind, []))[3].append(p)
+        compiled = _Compiled(plan, out_spec, updates, fused_groups, ir_before, reports)
         if self._debug >= 1:
             print(f"nn.Graph {type(self).__name__}: compiled {ir.num_nodes} ops, arena {plan.arena_bytes} bytes",
                   file=sys.stderr)
@@ -384,7 +393,7 @@ class Graph:
                         if p.grad is None:
                             continue
                         tag = f"opt{oi}.group{gi}.param{pi}"
-                        kind = _record_update(optim, group, p, lambda: capture.set_tag(tag))
+                        kind = _record_update(optim, group, p, lambda suffix="": capture.set_tag(tag + suffix))
                         updates.append((tag, optim, group, p, kind))
                         p.grad = None
         return updates
@@ -395,15 +404,23 @@ class Graph:
         the optimizer state that the replays advance (so eager steps in between count too)."""
         from ..optim import AdamW
         plan = compiled.plan
-        for tag, optim, group, p, kind in compiled.updates:
+        for tag, (optim, group, kind, params) in compiled.fused_groups.items():
+            # One multi-tensor node: the group's hyperparameters; Adam's step counts are inputs.
             if kind == "sgd":
-                for name in ("lr", "momentum", "dampening", "weight_decay"):
-                    plan.set_attr(tag, name, float(group[name]))
-                for name in ("nesterov", "maximize"):
-                    plan.set_attr(tag, name, bool(group[name]))
-                first = id(p) in self._sgd_first_step
-                self._sgd_first_step.discard(id(p))
-                plan.set_attr(tag, "first_step", first)
+                self._set_sgd_attrs(plan, tag, group)
+                plan.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p)) for p in params])
+            else:
+                beta1, beta2 = group["betas"]
+                for name, value in (("lr", group["lr"]), ("beta1", beta1), ("beta2", beta2), ("eps", group["eps"]),
+                                    ("weight_decay", group["weight_decay"]), ("maximize", group["maximize"]),
+                                    ("decoupled_weight_decay", isinstance(optim, AdamW))):
+                    plan.set_attr(tag, name, value)
+        for tag, optim, group, p, kind in compiled.updates:
+            if tag.rsplit(".", 1)[0] in compiled.fused_groups:
+                continue
+            if kind == "sgd":
+                self._set_sgd_attrs(plan, tag, group)
+                plan.set_attr(tag, "first_step", self._sgd_first_step_taken(p))
             else:
                 step = optim.state[p]["step"]
                 beta1, beta2 = group["betas"]
@@ -413,6 +430,20 @@ class Graph:
                                             decoupled_weight_decay=isinstance(optim, AdamW))
                 for name, value in attrs.items():
                     plan.set_attr(tag, name, value)
+
+    @staticmethod
+    def _set_sgd_attrs(plan, tag, group):
+        for name in ("lr", "momentum", "dampening", "weight_decay"):
+            plan.set_attr(tag, name, float(group[name]))
+        for name in ("nesterov", "maximize"):
+            plan.set_attr(tag, name, bool(group[name]))
+
+    def _sgd_first_step_taken(self, p):
+        """True once for a parameter whose momentum buffer the graph created: its first update
+        is PyTorch's first step (the buffer becomes the gradient)."""
+        first = id(p) in self._sgd_first_step
+        self._sgd_first_step.discard(id(p))
+        return first
 
 
 def _materialize_state(optim):
@@ -439,7 +470,9 @@ def _materialize_state(optim):
 
 
 def _record_update(optim, group, p, tag_next_op):
-    """Records p's update; tag_next_op() tags the fused update op for the per-call attributes."""
+    """Records p's update; tag_next_op() tags the fused update op for the per-call attributes
+    (and tag_next_op(".step") Adam's step increment, which fuse_model_update reads)."""
+    from .._creation import full_like
     from ..optim import SGD, AdamW
     state = optim.state[p]
     if not (p.is_contiguous() and p.grad.is_contiguous()):
@@ -451,7 +484,9 @@ def _record_update(optim, group, p, tag_next_op):
                       maximize=group["maximize"], first_step=False)
         return "sgd"
     beta1, beta2 = group["betas"]
-    state["step"].add_(1)  # the eager step counter advances with every replay
+    one = full_like(state["step"], 1)  # made before the tag: the increment must be the tagged node
+    tag_next_op(".step")
+    state["step"].add_(one)  # the eager step counter advances with every replay
     tag_next_op()
     _C._adam_step_(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), step=1.0,
                    lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
