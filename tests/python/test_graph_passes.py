@@ -178,6 +178,149 @@ def test_pad_conv_source_overwritten_before_the_conv_is_not_fused():
     assert report(on, "fuse_pad_conv") == "" and ops(on) == ops(off)
 
 
+# ---- fuse_conv_bn ------------------------------------------------------------------------------
+
+
+class ConvBN(nn.Module):
+    """conv -> batch norm (-> relu), pooled to logits; `extra` breaks one guard."""
+
+    def __init__(self, bias=False, affine=True, groups=1, extra=None):
+        super().__init__()
+        self.extra = extra
+        self.conv = nn.Conv2d(4, 6, 3, padding=1, bias=bias, groups=groups)
+        self.bn = nn.BatchNorm2d(6, affine=affine)
+
+    def forward(self, x):
+        y = self.conv(x)
+        z = F.relu(self.bn(y))
+        if self.extra == "conv_output_reused":
+            z = z + y
+        return z.mean((2, 3))
+
+
+def perturb_bn_statistics(model, rng):
+    """Running statistics and affine parameters away from their initial 0/1 (else folding them
+    in is an identity a wrong fold could pass)."""
+    with pf.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(pf.from_numpy(rng.standard_normal(m.num_features)))
+                m.running_var.copy_(pf.from_numpy(rng.uniform(0.5, 2.0, m.num_features)))
+                if m.affine:
+                    m.weight.copy_(pf.from_numpy(rng.uniform(0.5, 1.5, m.num_features)))
+                    m.bias.copy_(pf.from_numpy(rng.standard_normal(m.num_features)))
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(bias=True), dict(affine=False), dict(groups=2, bias=True)])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_conv_bn_folded_for_inference_follows_eager_training(kwargs, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    model = ConvBN(**kwargs).to(dtype)
+    perturb_bn_statistics(model, rng)
+    batches = image_batches(rng, (2, 4, 5, 6), 6)
+    on, off = check_inference(model, lambda: [batches()[0]], {"fuse_conv_bn"}, dtype)
+    assert "fold_conv_bn" in ops(on) and "batch_norm" not in ops(on) and "batch_norm" in ops(off)
+    assert "folded into" in report(on, "fuse_conv_bn")
+    # Eager training changes the weights and the running statistics; the graph refolds them.
+    opt = pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(2):
+        model.train()
+        x, y = batches()
+        opt.zero_grad()
+        F.cross_entropy(model(x.to(dtype)), y).backward()
+        opt.step()
+        model.eval()
+        x = batches()[0].to(dtype)
+        with pf.no_grad():
+            expected = model(x)
+        assert_close(on(x), expected, dtype)
+        assert_close(off(x), expected, dtype)
+
+
+@pytest.mark.parametrize("case", ["batch_norm_training", "conv_output_reused", "conv_output_is_an_output"])
+def test_conv_bn_fold_guards(case):
+    rng = seeded_rng(seed_plugflow=True)
+    model = ConvBN(extra=case).double()
+    perturb_bn_statistics(model, rng)
+    x = pf.from_numpy(rng.standard_normal((2, 4, 5, 6)))
+
+    class Both(nn.Graph):
+        def __init__(self, passes):
+            super().__init__()
+            self.model = model
+            configure(self, passes)
+
+        def build(self, x):
+            y = self.model.conv(x)
+            return self.model.bn(y), y
+
+    if case == "conv_output_is_an_output":
+        model.eval()
+        on, off = Both({"fuse_conv_bn"}), Both(())
+        for a, b in zip(on(x), off(x)):
+            assert_close(a, b, pf.float64)
+    else:
+        model.train(case == "batch_norm_training")  # an inference graph of a training-mode BN: batch statistics
+        on, off = Infer(model, {"fuse_conv_bn"}), Infer(model, ())
+        assert_close(on(x), off(x), pf.float64)
+    assert "fold_conv_bn" not in ops(on) and "folded into" not in report(on, "fuse_conv_bn")
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: conv-bn-relu, conv-bn, + identity, relu (torchvision's, in place)."""
+
+    def __init__(self, channels=4, inplace=True, tail="relu"):
+        super().__init__()
+        self.tail = tail
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=inplace)
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out = out + x
+        return (self.relu(out) if self.tail == "relu" else pf.tanh(out)).mean((2, 3))
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_bn_relu_fused_for_training(inplace, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    model = BasicBlock(inplace=inplace)
+    batches = image_batches(rng, (3, 4, 5, 5), 4)
+    on, off = check_training(model, lambda ps: pf.optim.SGD(ps, lr=0.1, momentum=0.9), batches, {"fuse_conv_bn"},
+                             dtype)
+    assert ops(on).count("batch_norm_fused") == 2 and "batch_norm" not in ops(on)
+    assert ops(on).count("batch_norm_relu_backward") == 2 and ops(on).count("batch_norm_backward") == 0
+    assert "batch norm + add + relu fused, and its backward" in report(on, "fuse_conv_bn")
+    assert ops(on).count("where") == ops(off).count("where") - 2
+
+
+def test_bn_relu_training_guards():
+    """A batch norm followed by tanh, or whose output something else reads, stays as it is."""
+    rng = seeded_rng(seed_plugflow=True)
+    batches = image_batches(rng, (3, 4, 5, 5), 4)
+
+    class Reused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            y = self.bn(self.conv(x))
+            return (F.relu(y) + y).mean((2, 3))
+
+    for model in (BasicBlock(tail="tanh"), Reused()):
+        on, off = check_training(model, lambda ps: pf.optim.SGD(ps, lr=0.1), batches, {"fuse_conv_bn"}, pf.float64,
+                                 steps=2)
+        fused = ops(on).count("batch_norm_fused")
+        assert fused == (1 if isinstance(model, BasicBlock) else 0)
+        assert ops(on).count("batch_norm") == ops(off).count("batch_norm") - fused
+
+
 # ---- fuse_model_update ------------------------------------------------------------------------
 
 

@@ -69,6 +69,9 @@ struct Node {
   Generator* rng = nullptr;  // a random op: `rng_count` counters reserved from it per run
   uint64_t rng_count = 0;
   std::string note;  // what a pass did to this node, for dumps
+  // Runs only when the storage of one of its inputs changed (version) since its last run: a
+  // node computing from parameters alone (folded weights) into external buffers it owns.
+  bool cached = false;
 };
 
 struct Graph {

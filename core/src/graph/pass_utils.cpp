@@ -51,6 +51,52 @@ bool unwritten_between(const Graph& g, int b, int from, int to) {
   return true;
 }
 
+bool commutes(const Graph& g, const Node& n, int from, int to, const std::vector<int>& ignore) {
+  std::vector<int> r, w;
+  for (const Value& v : n.inputs) r.push_back(v.buffer);
+  for (int b = 0; b < static_cast<int>(g.buffers.size()); ++b)
+    if (writes(n, b)) w.push_back(b);
+  for (int k = std::min(from, to) + 1; k < std::max(from, to); ++k) {
+    if (std::find(ignore.begin(), ignore.end(), k) != ignore.end()) continue;
+    const Node& other = g.nodes[k];
+    for (int b : w)
+      if (reads(other, b) || writes(other, b)) return false;
+    for (int b : r)
+      if (writes(other, b)) return false;
+  }
+  return true;
+}
+
+std::string activation_of(const Node& n) {
+  if (n.kind != NodeKind::Kernel || n.inputs.size() != 1 || n.outputs.size() != 1) return "";
+  const std::string& op = n.op->name;
+  if (op == "relu" || op == "silu") return op;
+  if (op == "gelu") return n.attrs.get<std::string>("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+  return "";
+}
+
+bool is_plain_add(const Node& n) {
+  if (n.kind != NodeKind::Kernel || n.op->name != "add" || n.inputs.size() != 2) return false;
+  const Scalar& alpha = n.attrs.get<Scalar>("alpha");
+  return alpha.is_floating() ? alpha.to_double() == 1.0 : alpha.to_int() == 1;
+}
+
+std::optional<ActivationMatch> activation_after(const Graph& g, const Value& v, int at) {
+  const std::vector<int> readers = readers_after(g, v.buffer, at);
+  if (readers.empty()) return std::nullopt;
+  const int r = readers[0];
+  const Node& n = g.nodes[r];
+  const std::string activation = activation_of(n);
+  if (activation.empty() || !same_elements(n.inputs[0], v) || !is_dense(n.outputs[0]) ||
+      n.outputs[0].dtype != v.dtype)
+    return std::nullopt;
+  // In place the buffer holds the activation's result afterwards (and it was the only reader);
+  // out of place the input may live on (its later readers read the value before the activation).
+  const bool in_place = n.outputs[0].buffer == v.buffer;
+  if (in_place && !same_elements(n.outputs[0], v)) return std::nullopt;
+  return ActivationMatch{r, activation, !in_place && (readers.size() > 1 || needed_after(g, v.buffer, r))};
+}
+
 bool is_dense(const Value& v) {
   int64_t expected = 1;
   for (size_t d = v.sizes.size(); d-- > 0;) {

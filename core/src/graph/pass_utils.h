@@ -8,6 +8,7 @@
 // earlier writer of that buffer left. The helpers are conservative: any two views of one buffer
 // are taken to overlap.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,27 @@ std::vector<int> readers_after(const Graph& g, int b, int at);
 bool needed_after(const Graph& g, int b, int at);
 // True when no node in (from, to) writes buffer `b`.
 bool unwritten_between(const Graph& g, int b, int from, int to);
+// True when `n`, the node at index `from` (or a node that reads and writes what it does), may
+// run in the slot of node `to` instead: no node strictly between them, other than those in
+// `ignore` (nodes the rewrite removes), reads a buffer n writes or writes a buffer n reads or
+// writes.
+bool commutes(const Graph& g, const Node& n, int from, int to, const std::vector<int>& ignore = {});
+
+// The activation a node applies ("relu", "gelu", "gelu_tanh", "silu" as the fused ops name them),
+// or "" for any other node.
+std::string activation_of(const Node& n);
+// True for add(a, b) with alpha 1.
+bool is_plain_add(const Node& n);
+
+// An activation that may join the node producing its input (a fused epilogue).
+struct ActivationMatch {
+  int node = -1;           // the activation's index
+  std::string activation;  // as activation_of names it
+  bool input_needed = false;  // its input is still read later (gelu/silu's backward reads it)
+};
+// The activation that is the first reader of the value `v` node `at` wrote, reading all of it
+// densely into a dense output of the same dtype; none when something else reads v first.
+std::optional<ActivationMatch> activation_after(const Graph& g, const Value& v, int at);
 
 // A dense row-major view (contiguous strides, any offset).
 bool is_dense(const Value& v);

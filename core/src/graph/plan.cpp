@@ -125,6 +125,7 @@ struct Plan::Impl {
     std::vector<Tensor> in, out;
     std::vector<TensorImpl*> written;  // outputs and inputs written in place: versions bumped per run
     Attrs attrs;
+    std::vector<uint32_t> input_versions;  // a cached node's inputs' versions at its last run
   };
   std::vector<Step> steps;
   std::vector<std::shared_ptr<Storage>> storage;         // per buffer (inputs/outputs: per run)
@@ -254,6 +255,11 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<dou
   for (size_t si = 0; si < p.steps.size(); ++si) {
     Impl::Step& s = p.steps[si];
     const Node& n = *s.node;
+    std::vector<uint32_t> versions;
+    if (n.cached) {
+      for (const Tensor& t : s.in) versions.push_back(t.storage()->version());
+      if (versions == s.input_versions) continue;
+    }
     const auto start = node_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (n.rng != nullptr) {
       const auto [seed, offset] = n.rng->reserve(n.rng_count);
@@ -285,6 +291,7 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<dou
     // Version counters tell eager caches (oneDNN's reordered weights) and autograd that the
     // memory changed, as call_op_out does.
     for (TensorImpl* w : s.written) w->storage->bump_version();
+    if (n.cached) s.input_versions = std::move(versions);
     if (node_seconds) {
       device_backend(s.device).synchronize(s.device.index);
       (*node_seconds)[si] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

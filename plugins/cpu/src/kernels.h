@@ -1,5 +1,7 @@
 // Kernel families of the CPU plugin; each file registers its own kernels.
 #pragma once
+#include <string>
+
 #include "plugflow/plugin.h"
 
 namespace plugflow::cpu {
@@ -18,17 +20,27 @@ void register_conv_kernels(Registrar& reg);       // conv2d, conv2d_grad_input, 
 void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling, upsampling and their backwards
 void register_optim_kernels(Registrar& reg);      // sgd_step_, adam_step_ (fused optimizer updates)
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
+void register_fused_kernels(Registrar& reg);       // conv2d_fused, mm_fused, fold_conv_bn (nn.Graph's fusion passes)
 void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients on oneDNN (float32), Priority::Optimized
 // The other oneDNN kernels (float32, Priority::Optimized over the plugin's own, which stay the
 // float64 path and their fallback):
 void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_pool2d (+ backward)
 void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (its backward is faster natively)
 void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softmax
+void register_onednn_fused_kernels(Registrar& reg);       // mm_fused (conv2d_fused is with the convolutions)
 
 // The im2col + BLAS conv kernels: the float64 path and the oneDNN kernels' fallback.
 void conv2d_im2col(KernelContext& ctx);
 void conv2d_grad_input_im2col(KernelContext& ctx);
 void conv2d_grad_weight_im2col(KernelContext& ctx);
+// The fused ops' own kernels (fused.cpp): the plain op's kernel, then the epilogue.
+void conv2d_fused_native(KernelContext& ctx);
+void mm_fused_native(KernelContext& ctx);
+// out = act(result + bias + addend) with the plugin's add and activation kernels (bias: a (N)
+// vector added to every row of a (M, N) result; bias and addend may be null, activation "none").
+// `out` may be `result` or the addend's memory (exactly), not overlap them otherwise.
+void fused_epilogue(const KernelContext& ctx, const Tensor& result, const Tensor* bias, const Tensor* addend,
+                    const std::string& activation, const Tensor& out);
 // The plugin's own kernels of the ops that also have oneDNN kernels: the float64 path and the
 // oneDNN kernels' fallback.
 void max_pool2d_native(KernelContext& ctx);

@@ -91,6 +91,31 @@ template <typename T>
   for (int64_t i = 0; i < n; ++i) y[i] = ((x[i] - mean.hi) - mean.lo) * scale + shift;
 }
 
+// batch_norm_fused's epilogue: y = act((x - mean) * scale + shift + z), z optional, act none or
+// relu, each step rounded to T as the separate batch_norm, add and relu kernels round.
+template <typename T>
+[[gnu::always_inline]] inline void affine_act_run_impl(const T* x, const T* z, T* y, int64_t n, SplitMean<T> mean,
+                                                       T scale, T shift, bool relu) {
+  if (z && relu) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const T v = (((x[i] - mean.hi) - mean.lo) * scale + shift) + z[i];
+      y[i] = v < T(0) ? T(0) : v;
+    }
+  } else if (z) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = (((x[i] - mean.hi) - mean.lo) * scale + shift) + z[i];
+  } else if (relu) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const T v = ((x[i] - mean.hi) - mean.lo) * scale + shift;
+      y[i] = v < T(0) ? T(0) : v;
+    }
+  } else {
+    affine_run_impl(x, y, n, mean, scale, shift);
+  }
+}
+
 // sum(g) and sum(g * (x - mean)) over n contiguous elements, in double.
 template <typename T>
 [[gnu::always_inline]] inline void grad_sums_impl(const T* g, const T* x, int64_t n, double mean, double& sum_g, double& dot) {
@@ -103,6 +128,40 @@ template <typename T>
   }
   sum_g += a;
   dot += b;
+}
+
+// grad_sums of the relu's input gradient g' = (out > 0 ? g : 0) (where(gt(out, 0), g, 0)),
+// storing g' into gp when given.
+template <typename T>
+[[gnu::always_inline]] inline void masked_grad_sums_impl(const T* g, const T* out, const T* x, T* gp, int64_t n,
+                                                         double mean, double& sum_g, double& dot) {
+  double a = 0, b = 0;
+  if (gp) {
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < n; ++i) {
+      const T gm = out[i] > T(0) ? g[i] : T(0);
+      gp[i] = gm;
+      a += static_cast<double>(gm);
+      b += static_cast<double>(gm) * (static_cast<double>(x[i]) - mean);
+    }
+  } else {
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = static_cast<double>(out[i] > T(0) ? g[i] : T(0));
+      a += gi;
+      b += gi * (static_cast<double>(x[i]) - mean);
+    }
+  }
+  sum_g += a;
+  dot += b;
+}
+
+// grad_affine_run of g' = (out > 0 ? g : 0).
+template <typename T>
+[[gnu::always_inline]] inline void masked_grad_affine_run_impl(const T* g, const T* out, const T* x, T* gx, int64_t n,
+                                                               SplitMean<T> mean, T a, T b, T c) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) gx[i] = (out[i] > T(0) ? g[i] : T(0)) * a + ((x[i] - mean.hi) - mean.lo) * b + c;
 }
 
 // gx = g * a + (x - mean) * b + c over n contiguous elements.
@@ -183,6 +242,18 @@ template <typename T>
                                                                               SplitMean<T> mean, T scale,        \
                                                                               T shift) {                          \
     affine_run_impl(x, y, n, mean, scale, shift);                                                                  \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void affine_act_run(                               \
+      const T* x, const T* z, T* y, int64_t n, SplitMean<T> mean, T scale, T shift, bool relu) {                   \
+    affine_act_run_impl(x, z, y, n, mean, scale, shift, relu);                                                     \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void masked_grad_sums(                             \
+      const T* g, const T* out, const T* x, T* gp, int64_t n, double mean, double& sum_g, double& dot) {           \
+    masked_grad_sums_impl(g, out, x, gp, n, mean, sum_g, dot);                                                     \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void masked_grad_affine_run(                       \
+      const T* g, const T* out, const T* x, T* gx, int64_t n, SplitMean<T> mean, T a, T b, T c) {                  \
+    masked_grad_affine_run_impl(g, out, x, gx, n, mean, a, b, c);                                                  \
   }                                                                                                                \
   __attribute__((target_clones("arch=x86-64-v3", "default"))) void grad_sums(const T* g, const T* x, int64_t n,  \
                                                                              double mean, double& sum_g,         \
@@ -267,6 +338,9 @@ void batch_norm_typed(const KernelContext& ctx) {
   T* save_mean = ctx.output(1).data<T>();
   T* save_invstd = ctx.output(2).data<T>();
   const int64_t count = n * l;
+  // batch_norm_fused: y = act(batch_norm(x) + addend), act none or relu.
+  const bool relu = ctx.attrs.has("activation") && ctx.attr<std::string>("activation") == "relu";
+  const T* zp = ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend") ? ctx.input(5).data<T>() : nullptr;
 
   // The channel's statistics -> save_mean/save_invstd, running update; y = (x - mean) * scale + shift.
   auto finish_channel = [&](int64_t ch, double mean, double var, SplitMean<T>& mean_out, T& scale, T& shift) {
@@ -327,6 +401,13 @@ void batch_norm_typed(const KernelContext& ctx) {
 #pragma omp simd
                        for (int64_t j = 0; j < nc; ++j)
                          out[j] = ((row[j] - mean_hi[j]) - mean_lo[j]) * scale[j] + shift[j];
+                       if (zp || relu) {
+                         const T* z = zp ? zp + i * c + c0 : nullptr;
+                         for (int64_t j = 0; j < nc; ++j) {
+                           const T v = z ? out[j] + z[j] : out[j];
+                           out[j] = relu && v < T(0) ? T(0) : v;
+                         }
+                       }
                      }
                    }
                  });
@@ -345,14 +426,18 @@ void batch_norm_typed(const KernelContext& ctx) {
       SplitMean<T> split(0.0);
       T scale, shift;
       finish_channel(ch, mean, var, split, scale, shift);
-      for (int64_t i = 0; i < n; ++i)
-        affine_run(xp + (i * c + ch) * l, yp + (i * c + ch) * l, l, split, scale, shift);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t off = (i * c + ch) * l;
+        if (zp || relu) affine_act_run(xp + off, zp ? zp + off : nullptr, yp + off, l, split, scale, shift, relu);
+        else affine_run(xp + off, yp + off, l, split, scale, shift);
+      }
     }
   });
 }
 
 void batch_norm_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0)});
+  if (ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend")) check_contiguous(ctx, {&ctx.input(5)});
   dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { batch_norm_typed<typename decltype(tag)::type>(ctx); });
 }
 
@@ -373,15 +458,21 @@ BatchNormGradCoefs<T> batch_norm_grad_coefs(bool training, double w, double invs
   return {static_cast<T>(a), static_cast<T>(b), static_cast<T>(c)};
 }
 
+// batch_norm_backward, and batch_norm_relu_backward: the same with the gradient masked by the
+// relu's output on the fly, g' = (out > 0 ? g : 0) (stored as grad_pre when asked for).
 template <typename T>
 void batch_norm_backward_typed(const KernelContext& ctx) {
-  const Tensor& x = ctx.input(1);
+  const bool masked = ctx.op.name == "batch_norm_relu_backward";
+  const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
+  const Tensor& x = ctx.input(xi);
   const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
   const bool training = ctx.attr<bool>("training"), has_weight = ctx.attr<bool>("has_weight");
   const T* gp = ctx.input(0).data<T>();
   const T* xp = x.data<T>();
-  const VecView<T> w = has_weight ? VecView<T>(ctx.input(2)) : VecView<T>();
-  const VecView<T> mean_v(ctx.input(3)), invstd_v(ctx.input(4));
+  const VecView<T> w = has_weight ? VecView<T>(ctx.input(xi + 1)) : VecView<T>();
+  const VecView<T> mean_v(ctx.input(xi + 2)), invstd_v(ctx.input(xi + 3));
+  const T* op = masked ? ctx.input(1).data<T>() : nullptr;
+  T* gpp = masked && ctx.attr<bool>("has_grad_pre") ? ctx.output(3).data<T>() : nullptr;
   T* gxp = ctx.output(0).data<T>();
   T* gwp = ctx.output(1).data<T>();
   T* gbp = ctx.output(2).data<T>();
@@ -393,6 +484,7 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
     parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
                  [&](int64_t b0, int64_t b1) {
                    double sg[kChannelBlock], dot[kChannelBlock], mu[kChannelBlock];
+                   T masked_row[kChannelBlock];
                    T ca[kChannelBlock], cb[kChannelBlock], cc[kChannelBlock], mh[kChannelBlock], ml[kChannelBlock];
                    for (int64_t blk = b0; blk < b1; ++blk) {
                      const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
@@ -403,6 +495,12 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                      for (int64_t i = 0; i < n; ++i) {
                        const T* g = gp + i * c + c0;
                        const T* xr = xp + i * c + c0;
+                       if (op) {  // mask in place into grad_pre (or the scratch row) first
+                         T* gm = gpp ? gpp + i * c + c0 : masked_row;
+                         const T* o = op + i * c + c0;
+                         for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] > T(0) ? g[j] : T(0);
+                         g = gm;
+                       }
 #pragma omp simd
                        for (int64_t j = 0; j < nc; ++j) {
                          const double gj = static_cast<double>(g[j]);
@@ -427,6 +525,14 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                        const T* g = gp + i * c + c0;
                        const T* xr = xp + i * c + c0;
                        T* out = gxp + i * c + c0;
+                       if (op) {
+                         T* gm = gpp ? gpp + i * c + c0 : masked_row;
+                         if (!gpp) {
+                           const T* o = op + i * c + c0;
+                           for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] > T(0) ? g[j] : T(0);
+                         }
+                         g = gm;
+                       }
                        // (eval: the input does not enter, so an infinite one gives no NaN, as PyTorch)
 #pragma omp simd
                        for (int64_t j = 0; j < nc; ++j)
@@ -440,7 +546,11 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
     for (int64_t ch = c0; ch < c1; ++ch) {
       const double mean = static_cast<double>(mean_v[ch]), invstd = static_cast<double>(invstd_v[ch]);
       double sum_g = 0, dot = 0;
-      for (int64_t i = 0; i < n; ++i) grad_sums(gp + (i * c + ch) * l, xp + (i * c + ch) * l, l, mean, sum_g, dot);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t off = (i * c + ch) * l;
+        if (op) masked_grad_sums(gp + off, op + off, xp + off, gpp ? gpp + off : nullptr, l, mean, sum_g, dot);
+        else grad_sums(gp + off, xp + off, l, mean, sum_g, dot);
+      }
       gwp[ch] = static_cast<T>(dot * invstd);
       gbp[ch] = static_cast<T>(sum_g);
       const auto k = batch_norm_grad_coefs<T>(training, weight_of(ch), invstd, sum_g, dot, count);
@@ -448,9 +558,16 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * l;
         if (training) {
-          grad_affine_run(gp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
+          if (gpp) grad_affine_run(gpp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
+          else if (op) masked_grad_affine_run(gp + off, op + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
+          else grad_affine_run(gp + off, xp + off, gxp + off, l, split, k.a, k.b, k.c);
         } else {  // gx = g * w * invstd: the input does not enter (an infinite one gives no NaN)
-          for (int64_t e = 0; e < l; ++e) gxp[off + e] = gp[off + e] * k.a;
+          const T* g = gpp ? gpp + off : gp + off;
+          if (op && !gpp) {
+            for (int64_t e = 0; e < l; ++e) gxp[off + e] = (op[off + e] > T(0) ? g[e] : T(0)) * k.a;
+          } else {
+            for (int64_t e = 0; e < l; ++e) gxp[off + e] = g[e] * k.a;
+          }
         }
       }
     }
@@ -460,6 +577,12 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
 void batch_norm_backward_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0), &ctx.input(1)});
   dispatch_float(ctx, ctx.input(1).dtype(),
+                 [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
+}
+
+void batch_norm_relu_backward_kernel(KernelContext& ctx) {
+  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
+  dispatch_float(ctx, ctx.input(2).dtype(),
                  [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
 }
 
@@ -779,6 +902,8 @@ void register_norm_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
   reg.kernel("batch_norm", DeviceType::CPU, floats, batch_norm_kernel);
   reg.kernel("batch_norm_backward", DeviceType::CPU, floats, batch_norm_backward_kernel);
+  reg.kernel("batch_norm_fused", DeviceType::CPU, floats, batch_norm_kernel);
+  reg.kernel("batch_norm_relu_backward", DeviceType::CPU, floats, batch_norm_relu_backward_kernel);
   reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_native);
   reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_kernel);
   reg.kernel("group_norm", DeviceType::CPU, floats, group_norm_kernel);

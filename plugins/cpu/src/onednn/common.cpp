@@ -53,6 +53,15 @@ memory temporary_memory(const memory::desc& desc, Tensor& owner) {
   return memory(desc, engine(), owner.data_ptr());
 }
 
+void append_activation(dnnl::post_ops& ops, const std::string& activation) {
+  if (activation == "none") return;
+  if (activation == "relu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  else if (activation == "gelu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+  else if (activation == "gelu_tanh") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+  else if (activation == "silu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+  else PF_THROW(ValueError, "fused op: unsupported activation '", activation, "'");
+}
+
 std::unique_ptr<float[]> dense_copy(const Tensor& t) {
   const Shape& size = t.sizes();
   const Shape& stride = t.strides();

@@ -68,6 +68,11 @@ struct Operand {
 // split into (g, O/g, C/g, kh, kw).
 Operand operand(const Tensor& t, const Dims& dims);
 
+// Appends a fused epilogue's activation ("none", "relu", "gelu", "gelu_tanh", "silu", as the
+// fused ops name them) as an eltwise post-op. alpha is relu's negative slope and swish's
+// sigmoid scale (silu: x * sigmoid(1 x)); the gelus ignore it.
+void append_activation(dnnl::post_ops& ops, const std::string& activation);
+
 // A dense row-major copy of a float tensor of any strides (for Operand::copy).
 std::unique_ptr<float[]> dense_copy(const Tensor& t);
 

@@ -77,6 +77,9 @@ struct Problem {
   // diff_dst, weights; backward weights: diff_dst, src), then the output.
   std::vector<Operand> inputs;
   Operand output;
+  // conv2d_fused's epilogue as post-ops: the sum of an addend (the last input), then an activation.
+  std::optional<Operand> addend;
+  std::string activation = "none";
 
   Dims src_dims() const { return {N, C, H, W}; }
   Dims dst_dims() const { return {N, O, OH, OW}; }
@@ -105,6 +108,11 @@ struct Problem {
       if (op.copy) k << "copy:";
       dims(op.strides, '.');
     }
+    if (addend) {
+      k << " +sum st=";
+      dims(addend->strides, '.');
+    }
+    if (activation != "none") k << " +" << activation;
     return k.str();
   }
 };
@@ -139,7 +147,9 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
             {0, 0},
             false,
             {},
-            {}};
+            {},
+            std::nullopt,
+            "none"};
   for (int i = 0; i < 2; ++i) {
     const int64_t in = i == 0 ? p.H : p.W, outn = i == 0 ? p.OH : p.OW, k = i == 0 ? p.kh : p.kw;
     const auto pr = right_padding(in, outn, k, stride[i], dilation[i], padding[i]);
@@ -147,11 +157,19 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
     p.pad_r[i] = *pr;
   }
   std::vector<std::pair<const Tensor*, Dims>> operands;
+  const bool fused = ctx.op.name == "conv2d_fused";
   switch (kind) {
     case Kind::Forward:
       operands = {{&ctx.input(0), p.src_dims()}, {&ctx.input(1), p.weight_dims()}};
-      if (ctx.inputs.size() > 2) operands.push_back({&ctx.input(2), Dims{p.O}});
-      p.bias = ctx.inputs.size() > 2;
+      p.bias = fused ? ctx.attr<bool>("has_bias") : ctx.inputs.size() > 2;
+      if (p.bias) operands.push_back({&ctx.input(2), Dims{p.O}});
+      if (fused) {
+        p.activation = ctx.attr<std::string>("activation");
+        if (ctx.attr<bool>("has_addend")) {
+          p.addend = operand(ctx.inputs.back(), p.dst_dims());
+          if (p.addend->copy) return std::nullopt;  // an expanded addend: the native kernel
+        }
+      }
       break;
     case Kind::BackwardData: operands = {{&ctx.input(0), p.dst_dims()}, {&ctx.input(1), p.weight_dims()}}; break;
     case Kind::BackwardWeights: operands = {{&ctx.input(0), p.dst_dims()}, {&ctx.input(1), p.src_dims()}}; break;
@@ -160,6 +178,17 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   const Dims out_dims = kind == Kind::Forward ? p.dst_dims() : kind == Kind::BackwardData ? p.src_dims() : p.weight_dims();
   p.output = operand(out, out_dims);  // contiguous: always representable
   return p;
+}
+
+// The post-ops of a fused convolution: sum (the addend already in the destination), then the
+// activation, as out = act(conv + bias + addend).
+dnnl::primitive_attr post_ops_attr(const Problem& p) {
+  dnnl::post_ops ops;
+  if (p.addend) ops.append_sum(1.0f);
+  append_activation(ops, p.activation);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
 }
 
 // Reordered weights of one weight storage at one version.
@@ -183,6 +212,10 @@ struct Plan {
   std::vector<std::optional<dnnl::reorder>> input_reorders;
   memory::desc user_output, primitive_output;
   std::optional<dnnl::reorder> output_reorder;
+  // A fused sum: the addend as the caller holds it, and its reorder into the destination the
+  // primitive accumulates into (the blocked temporary, or the caller's output).
+  memory::desc user_addend;
+  std::optional<dnnl::reorder> addend_reorder;
   int weight_input = -1;  // the input whose reordered form is cached (forward only)
 
   std::mutex weights_mutex;
@@ -207,7 +240,8 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   switch (p.kind) {
     case Kind::Forward: {
       // forward_training: the same kernels as inference for convolution, and valid as a hint.
-      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias), eng);
+      const dnnl::convolution_forward::primitive_desc pd(fwd_desc(dnnl::prop_kind::forward_training, p.bias),
+                                                         post_ops_attr(p), eng);
       plan->primitive = dnnl::convolution_forward(pd);
       plan->implementation = pd.impl_info_str();
       wanted = {pd.src_desc(), pd.weights_desc()};
@@ -262,6 +296,11 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   plan->primitive_output = out_md;
   if (plan->user_output != out_md)
     plan->output_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, out_md, eng, plan->user_output));
+  if (p.addend) {
+    plan->user_addend = user_desc(*p.addend);
+    plan->addend_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+        eng, plan->user_addend, eng, plan->output_reorder ? out_md : plan->user_output));
+  }
   return plan;
 }
 
@@ -316,6 +355,13 @@ void execute(Plan& plan, const KernelContext& ctx) {
   memory user_out(plan.user_output, eng, ctx.output(0).data_ptr());
   memory out = plan.output_reorder ? temporary_memory(plan.primitive_output, temporaries.emplace_back()) : user_out;
   args.emplace(plan.output_arg, out);
+  if (plan.addend_reorder) {  // the sum post-op adds what the destination holds: the addend
+    const Tensor& addend = ctx.inputs.back();
+    if (plan.output_reorder || addend.data_ptr() != ctx.output(0).data_ptr()) {
+      memory user_addend(plan.user_addend, eng, addend.data_ptr());
+      plan.addend_reorder->execute(s, user_addend, out);
+    }
+  }
   plan.primitive.execute(s, args);
   if (plan.output_reorder) plan.output_reorder->execute(s, out, user_out);
   s.wait();
@@ -347,6 +393,19 @@ std::shared_ptr<Plan> search(const Problem& p, const KernelContext& ctx) {
     }
   }
   return best;
+}
+
+// search() for a fused problem: its convolution without post-ops, timed on a scratch output (a
+// sum post-op would accumulate into the caller's output at every timing run), then the fused
+// plan with the winning algorithm.
+std::shared_ptr<Plan> search_fused(const Problem& p, const KernelContext& ctx) {
+  Problem plain = p;
+  plain.addend.reset();
+  plain.activation = "none";
+  std::vector<Tensor> scratch{Tensor::empty(ctx.output(0).sizes(), ctx.output(0).dtype(), ctx.device)};
+  const KernelContext timed{ctx.op, ctx.inputs.first(plain.inputs.size()), scratch, ctx.attrs, ctx.device, ctx.stream};
+  const std::shared_ptr<Plan> best = search(plain, timed);
+  return best ? build_plan(p, best->algorithm) : nullptr;
 }
 
 // The cache file's section: choices hold for this oneDNN release on this CPU ISA only.
@@ -417,7 +476,7 @@ bool run(const Problem& p, const KernelContext& ctx) {
         }
       }
       if (!plan) {
-        plan = search(p, ctx);
+        plan = p.addend || p.activation != "none" ? search_fused(p, ctx) : search(p, ctx);
         source = "search";
         if (plan && !opt.algo_cache.empty())
           store_algorithm(opt.algo_cache, section, key, algorithm_name(plan->algorithm));
@@ -442,7 +501,7 @@ void conv_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
   run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
     switch (kind) {
-      case Kind::Forward: conv2d_im2col(ctx); break;
+      case Kind::Forward: ctx.op.name == "conv2d_fused" ? conv2d_fused_native(ctx) : conv2d_im2col(ctx); break;
       case Kind::BackwardData: conv2d_grad_input_im2col(ctx); break;
       case Kind::BackwardWeights: conv2d_grad_weight_im2col(ctx); break;
     }
@@ -458,6 +517,7 @@ void register_onednn_conv_kernels(Registrar& reg) {
   using onednn::Kind;
   const auto f32 = {DType::Float32};
   reg.kernel("conv2d", DeviceType::CPU, f32, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
+  reg.kernel("conv2d_fused", DeviceType::CPU, f32, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
   reg.kernel("conv2d_grad_input", DeviceType::CPU, f32, onednn::conv_kernel<Kind::BackwardData>, Priority::Optimized);
   reg.kernel("conv2d_grad_weight", DeviceType::CPU, f32, onednn::conv_kernel<Kind::BackwardWeights>,
              Priority::Optimized);
