@@ -74,6 +74,13 @@ def test_graph_training_matches_eager_step_for_step(make_model, dtype, opt_name)
     opt_e = OPTIMIZERS[opt_name](eager.parameters())
     opt_g = OPTIMIZERS[opt_name](graphed.parameters())
     g = TrainGraph(graphed, opt_g)
+    if dtype is pf.float32:
+        # oneDNN's fused epilogues (bias, residual sum) round float32 differently from separate
+        # ops, and Adam turns the rounding noise of a gradient that is zero in exact arithmetic
+        # (small_cnn's conv bias before batch norm) into whole steps of size lr; the fusion passes
+        # are compared with float32 tolerance in test_graph_passes.py.
+        g.config.allow_fuse_bias_act(False)
+        g.config.allow_fuse_add_to_output(False)
     shape = (8, 12) if make_model is mlp else (4, 3, 8, 8)
     n_classes = 5 if make_model is mlp else 4
     for step in range(4):

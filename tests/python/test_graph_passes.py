@@ -321,6 +321,230 @@ def test_bn_relu_training_guards():
         assert ops(on).count("batch_norm") == ops(off).count("batch_norm") - fused
 
 
+# ---- fuse_bias_act --------------------------------------------------------------------------------
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+               "none": lambda x: x}
+
+
+class LinearAct(nn.Module):
+    """Linear + activation twice (2-D, or 3-D inputs through matmul), pooled to logits."""
+
+    def __init__(self, act, reuse=False):
+        super().__init__()
+        self.act, self.reuse = ACTIVATIONS[act], reuse
+        self.l1, self.l2 = nn.Linear(6, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.l1(x)
+        a = self.act(h)
+        if self.reuse:  # the value before the activation is read again
+            a = a + h
+        out = self.l2(a)
+        return out.mean(1) if out.dim() == 3 else out
+
+
+def token_batches(rng, shape):
+    return lambda: (pf.from_numpy(rng.standard_normal(shape)), pf.from_numpy(rng.integers(0, 4, shape[0])))
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu", "none"])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_bias_act_fused_into_linear(act, dtype, dims):
+    rng = seeded_rng(seed_plugflow=True)
+    batches = token_batches(rng, (5, 6) if dims == 2 else (3, 5, 6))
+    on, off = check_inference(LinearAct(act), lambda: [batches()[0]], {"fuse_bias_act"}, dtype)
+    assert ops(on).count("mm_fused") == 2 and "mm" not in ops(on)
+    assert (act == "none" or act.split("_")[0] not in ops(on)) and act.split("_")[0] in ops(off) + ["none"]
+    on, off = check_training(LinearAct(act), lambda ps: pf.optim.SGD(ps, lr=0.1, momentum=0.9), batches,
+                             {"fuse_bias_act"}, dtype)
+    assert ops(on).count("mm_fused") == 2
+    assert act == "none" or act.split("_")[0] not in ops(on)
+    # relu's backward reads its output; gelu's and silu's read the input, which mm_fused then keeps.
+    keeps = act in ("gelu", "gelu_tanh", "silu")
+    assert ("keeping the pre-activation" in report(on, "fuse_bias_act")) == keeps
+
+
+def test_bias_act_linear_value_before_activation_read_again_is_kept():
+    rng = seeded_rng(seed_plugflow=True)
+    batches = token_batches(rng, (5, 6))
+    on, off = check_inference(LinearAct("relu", reuse=True), lambda: [batches()[0]], {"fuse_bias_act"}, pf.float64)
+    assert "bias + relu fused into mm (model.l1) (keeping the pre-activation)" in report(on, "fuse_bias_act")
+    check_training(LinearAct("relu", reuse=True), lambda ps: pf.optim.SGD(ps, lr=0.1), batches, {"fuse_bias_act"},
+                   pf.float64, steps=2)
+
+
+def test_bias_act_guard_product_scaled_before_the_bias():
+    """addmm with alpha 2 scales the product before adding the bias: left alone."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.b = nn.Parameter(pf.randn(6, 4)), nn.Parameter(pf.randn(4))
+
+        def forward(self, x):
+            return F.relu(pf.addmm(self.b, x, self.w, alpha=2.0))
+    rng = seeded_rng(seed_plugflow=True)
+    on, off = check_inference(Scaled(), lambda: [token_batches(rng, (5, 6))()[0]], {"fuse_bias_act"}, pf.float64)
+    assert report(on, "fuse_bias_act") == "" and ops(on) == ops(off)
+
+
+class ConvAct(nn.Module):
+    def __init__(self, act, groups=1, bias=True, reuse=False):
+        super().__init__()
+        self.act, self.reuse = ACTIVATIONS[act], reuse
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, groups=groups, bias=bias)
+
+    def forward(self, x):
+        y = self.conv(x)
+        z = self.act(y)
+        if self.reuse:
+            z = z * y
+        return z.mean((2, 3))
+
+
+@pytest.mark.parametrize("kwargs", [dict(act="relu"), dict(act="silu", groups=4), dict(act="gelu", bias=False)])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_bias_act_fused_into_conv(kwargs, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    batches = image_batches(rng, (2, 4, 5, 6), 4)
+    on, off = check_inference(ConvAct(**kwargs), lambda: [batches()[0]], {"fuse_bias_act"}, dtype)
+    assert ops(on).count("conv2d_fused") == 1 and "conv2d" not in ops(on)
+    on, off = check_training(ConvAct(**kwargs), lambda ps: pf.optim.SGD(ps, lr=0.1), batches, {"fuse_bias_act"},
+                             dtype)
+    # In training only relu joins a convolution (gelu's and silu's backward read the input).
+    assert ops(on).count("conv2d_fused") == (kwargs["act"] == "relu")
+
+
+def test_bias_act_conv_guard_value_before_activation_read_again():
+    rng = seeded_rng(seed_plugflow=True)
+    batches = image_batches(rng, (2, 4, 5, 6), 4)
+    on, off = check_inference(ConvAct("relu", reuse=True), lambda: [batches()[0]], {"fuse_bias_act"}, pf.float64)
+    assert report(on, "fuse_bias_act") == "" and ops(on) == ops(off)
+
+
+# ---- fuse_add_to_output ----------------------------------------------------------------------------
+
+
+class Residual(nn.Module):
+    """y = act(layer(x) + z) with z the block's input (or a guard-breaking variant)."""
+
+    def __init__(self, kind="conv", groups=1, act="relu", variant=None):
+        super().__init__()
+        self.kind, self.act, self.variant = kind, ACTIVATIONS[act], variant
+        self.layer = nn.Conv2d(4, 4, 3, padding=1, groups=groups) if kind == "conv" else nn.Linear(4, 4, bias=False)
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.kind == "linear":
+            x = x.mean((2, 3))
+        h = x * 1.5
+        z = x + 1.0
+        y = self.layer(h)
+        if self.variant == "operand_overwritten":
+            h.mul_(2.0)  # the layer read h before: the fused op would read the new values
+            z = z + h
+        if self.variant == "alpha":
+            s = pf.add(y, z, alpha=2.0)
+        elif self.variant == "broadcast":
+            s = y + z[:1]
+        elif self.variant == "addend_in_place":
+            z += y  # the sum over the addend, which is read again below
+            s = z
+        else:
+            s = z + y
+        s = self.act(s)
+        out = self.head(s.mean((2, 3)) if s.dim() == 4 else s)
+        return out + z.mean() if self.variant == "addend_in_place" else out
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(groups=2), dict(groups=4, act="none"), dict(kind="linear"),
+                                    dict(kind="linear", act="gelu")])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_add_fused_into_output(kwargs, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    batches = image_batches(rng, (2, 4, 5, 6), 4)
+    fused_op = "conv2d_fused" if kwargs.get("kind", "conv") == "conv" else "mm_fused"
+    on, off = check_inference(Residual(**kwargs), lambda: [batches()[0]], {"fuse_add_to_output"}, dtype)
+    assert ops(on).count(fused_op) == 1 and ops(on).count("add") == ops(off).count("add") - 1
+    assert "residual add" in report(on, "fuse_add_to_output")
+    on, off = check_training(Residual(**kwargs), lambda ps: pf.optim.SGD(ps, lr=0.1, momentum=0.9), batches,
+                             {"fuse_add_to_output"}, dtype)
+    assert ops(on).count(fused_op) == 1
+
+
+@pytest.mark.parametrize("variant", ["operand_overwritten", "alpha", "broadcast"])
+def test_add_to_output_guards(variant):
+    rng = seeded_rng(seed_plugflow=True)
+    batches = image_batches(rng, (2, 4, 5, 6), 4)
+    on, off = check_inference(Residual(variant=variant), lambda: [batches()[0]], {"fuse_add_to_output"}, pf.float64)
+    assert report(on, "fuse_add_to_output") == "" and ops(on) == ops(off)
+
+
+def test_add_to_output_addend_read_later():
+    """The addend is read again after the add (an in-place add into it): the fused op leaves it as
+    the add did."""
+    rng = seeded_rng(seed_plugflow=True)
+    batches = image_batches(rng, (2, 4, 5, 6), 4)
+    on, off = check_inference(Residual(variant="addend_in_place"), lambda: [batches()[0]], {"fuse_add_to_output"},
+                              pf.float64)
+    assert "conv2d_fused" in ops(on)
+    check_training(Residual(variant="addend_in_place"), lambda ps: pf.optim.SGD(ps, lr=0.1), batches,
+                   {"fuse_add_to_output"}, pf.float64, steps=2)
+
+
+# ---- all passes ---------------------------------------------------------------------------------------
+
+
+class Net(nn.Module):
+    """What every pass looks for: a zero pad before a conv, conv-bn-relu, a residual block, Linear + GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU())
+        self.block = BasicBlock(4)
+        self.conv = nn.Conv2d(4, 4, 3, groups=2)
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = self.stem(F.pad(x, (1, 1, 1, 1)))
+        h = F.relu(self.conv(F.pad(h, (1, 1, 1, 1))) + h)
+        h = self.block.relu(self.block.bn1(self.block.conv1(h)))
+        h = self.block.bn2(self.block.conv2(h)) + h
+        return self.fc2(F.gelu(self.fc1(F.relu(h).mean((2, 3)))))
+
+
+@pytest.mark.parametrize("passes", [(name,) for name in PASSES] + [PASSES])
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_each_pass_alone_and_all_match_eager(passes, dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    model = Net()
+    perturb_bn_statistics(model, rng)
+    batches = image_batches(rng, (2, 3, 6, 6), 5)
+    make_opt = lambda ps: pf.optim.SGD(ps, lr=0.05, momentum=0.9)
+    on, _ = check_training(model, make_opt, batches, set(passes), dtype, steps=3)
+    model.eval()
+    on, _ = check_inference(model, lambda: [batches()[0]], set(passes), dtype)
+    x = batches()[0].to(dtype)
+    with pf.no_grad():
+        assert_close(on(x), model(x), dtype)
+    # Eager training of the same model, then the graph again.
+    model.train()
+    twin = copy.deepcopy(model)
+    eager_opt, twin_opt = make_opt(model.parameters()), make_opt(twin.parameters())
+    graph = Train(twin, twin_opt, set(passes))
+    for _ in range(2):
+        x, y = batches()
+        eager_opt.zero_grad()
+        loss = F.cross_entropy(model(x.to(dtype)), y)
+        loss.backward()
+        eager_opt.step()
+        assert_close(graph(x.to(dtype), y)[0], loss, dtype)
+        for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+            assert_close(b, a, dtype, name)
+
+
 # ---- fuse_model_update ------------------------------------------------------------------------
 
 
