@@ -591,12 +591,22 @@ def test_model_update_fused_is_bit_identical(opt_name, dtype):
         sched_off.step()
         for (name, a), b in zip(model.named_parameters(), twin.parameters()):
             assert np.array_equal(a.detach().numpy(), b.detach().numpy()), f"{name} differs at step {step}"
-    groups = len(opt_on.param_groups)
-    assert ops(on).count("multi_sgd_step_" if opt_name.startswith("sgd") else "multi_adam_step_") == groups
-    assert "sgd_step_" not in ops(on) and "adam_step_" not in ops(on)
-    # The fused nodes carry the group tags (and Adam's step increments keep theirs).
-    tags = {t for t in on._last.pass_reports[-1][2].node_tags() if t and not t.endswith(".step")}
-    assert tags == {f"opt0.group{g}" for g in range(groups)}
+    check_update_runs(on, opt_on)
+
+
+def check_update_runs(graph, opt):
+    """Every parameter is updated once: by a fused node tagged with its parameters, or alone;
+    something was fused."""
+    tags = [t for t in graph._last.pass_reports[-1][2].node_tags() if t and not t.endswith(".step")]
+    covered = sorted(t.split(".params=")[0] + f".param{i}" for t in tags if ".params=" in t
+                     for i in t.split("=")[1].split(","))
+    alone = sorted(t for t in tags if ".params=" not in t)
+    everything = sorted(f"opt0.group{g}.param{i}" for g, group in enumerate(opt.param_groups)
+                        for i in range(len(group["params"])))
+    assert covered and sorted(covered + alone) == everything, tags
+    single = "sgd_step_" if isinstance(opt, pf.optim.SGD) else "adam_step_"
+    assert ops(graph).count(single) == len(alone)
+    assert ops(graph).count("multi_" + single) == sum(".params=" in t for t in tags)
 
 
 @pytest.mark.parametrize("opt_name", ["sgd_momentum", "adam"])
@@ -628,7 +638,7 @@ def test_model_update_per_parameter_state_after_partial_eager_steps(opt_name):
     if opt_name == "adam":
         steps = [opt_on.state[p]["step"].item() for p in model.parameters()]
         assert steps == [5.0] * 4 + [3.0] * 2
-    assert "fused into one" in report(on, "fuse_model_update")
+    assert "updates fused into" in report(on, "fuse_model_update")
 
 
 def test_model_update_guard_mixed_dtypes_in_a_group():
@@ -646,3 +656,19 @@ def test_model_update_guard_mixed_dtypes_in_a_group():
     g(x.float(), y)
     assert "not fused (parameters of several dtypes or devices)" in report(g, "fuse_model_update")
     assert ops(g).count("sgd_step_") == 4 and "multi_sgd_step_" not in ops(g)
+
+
+@pytest.mark.parametrize("opt_name", ["sgd_momentum", "adam"])
+def test_model_update_keeps_the_scheduled_peak_memory(opt_name):
+    """Merged updates do not keep gradients alive past the graph's peak of live temporaries:
+    the plan's peak is the one of the unfused, scheduled updates, and some updates merge."""
+    rng = seeded_rng(seed_plugflow=True)
+    model = Net()
+    twin = copy.deepcopy(model)
+    on = Train(model, UPDATE_OPTIMIZERS[opt_name](model.parameters()), {"fuse_model_update"})
+    off = Train(twin, UPDATE_OPTIMIZERS[opt_name](twin.parameters()), ())
+    x, y = image_batches(rng, (4, 3, 8, 8), 5)()
+    on(x.float(), y)
+    off(x.float(), y)
+    assert on._last.plan.peak_live_bytes <= off._last.plan.peak_live_bytes
+    check_update_runs(on, on._optimizers[0][0])

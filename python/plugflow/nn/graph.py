@@ -172,9 +172,10 @@ class _Compiled:
         self.plan = plan
         self.spec = spec
         self.updates = updates  # [(tag, optimizer, group, param, kind)]
-        # Groups whose updates fuse_model_update made one node, tagged with the group's tag:
-        # {group tag: (optimizer, group, kind, [params in the node's order])}
+        # Updates that fuse_model_update made one node, by the node's tag:
+        # {tag: (optimizer, group, kind, [params in the node's order])}
         self.fused_groups = fused_groups
+        self.fused_params = {id(p) for _, _, _, params in fused_groups.values() for p in params}
         self.ir_before = ir_before
         self.pass_reports = pass_reports
         self.calls = 0
@@ -327,12 +328,15 @@ class Graph:
                                  conv_algo_search=self.config._conv_algo_search)
             reports.append((name, report, ir.copy()))
         plan = ir.compile()
-        tags = set(ir.node_tags())
+        # fuse_model_update tags a multi-tensor update "opt0.group1.params=3,4": its parameters.
+        by_tag = {tag: (optim, group, p, kind) for tag, optim, group, p, kind in updates}
         fused_groups = {}
-        for tag, optim, group, p, kind in updates:
-            group_tag = tag.rsplit(".", 1)[0]
-            if group_tag in tags:
-                fused_groups.setdefault(group_tag, (optim, group, kind, []))[3].append(p)
+        for tag in ir.node_tags():
+            if ".params=" in tag:
+                group_tag, indices = tag.split(".params=")
+                members = [by_tag[f"{group_tag}.param{i}"] for i in indices.split(",")]
+                optim, group, _, kind = members[0]
+                fused_groups[tag] = (optim, group, kind, [m[2] for m in members])
         compiled = _Compiled(plan, out_spec, updates, fused_groups, ir_before, reports)
         if self._debug >= 1:
             print(f"nn.Graph {type(self).__name__}: compiled {ir.num_nodes} ops, arena {plan.arena_bytes} bytes",
@@ -416,7 +420,7 @@ class Graph:
                                     ("decoupled_weight_decay", isinstance(optim, AdamW))):
                     plan.set_attr(tag, name, value)
         for tag, optim, group, p, kind in compiled.updates:
-            if tag.rsplit(".", 1)[0] in compiled.fused_groups:
+            if id(p) in compiled.fused_params:
                 continue
             if kind == "sgd":
                 self._set_sgd_attrs(plan, tag, group)
