@@ -13,7 +13,7 @@
 // Training graphs: batch_norm -> relu becomes batch_norm_fused (activation relu), and
 // batch_norm -> add(z) -> relu (ResNet's residual join) batch_norm_fused with the addend; both
 // fused kernels compute exactly what the three ops did. The backward that matches, relu's
-// gt + where feeding batch_norm_backward, becomes batch_norm_relu_backward, which masks the
+// relu_backward feeding batch_norm_backward, becomes batch_norm_relu_backward, which masks the
 // gradient on the fly (and writes the masked gradient when the residual branch needs it too).
 // Guards: each intermediate value has no other reader, the nodes moved past others commute with
 // them (passes::commutes), the tensors are dense, and the device has the fused kernels.
@@ -115,25 +115,16 @@ bool relu_of(const Graph& g, const Value& v, int at, int& r) {
   return n.outputs[0].buffer == v.buffer || !needed_after(g, v.buffer, r);
 }
 
-// The backward of the relu whose output is `out` (written at `at`): gt(out, 0) -> mask,
-// where(grad, 0, mask) -> masked gradient read by batch_norm_backward of the batch norm with
-// statistics `mean`/`invstd`. Replaced by batch_norm_relu_backward in the slot of the where.
+// The backward of the relu whose output is `out` (written at `at`): relu_backward(grad, out) ->
+// masked gradient read by batch_norm_backward of the batch norm with statistics
+// `mean`/`invstd`. Replaced by batch_norm_relu_backward in the slot of the relu_backward.
 bool fuse_backward(Graph& g, const Value& out, int at, const Value& mean, const Value& invstd) {
-  const std::vector<int> out_readers = readers_after(g, out.buffer, at);
-  for (int m : out_readers) {
-    const Node& gt = g.nodes[m];
-    if (gt.kind != NodeKind::Kernel || gt.op->name != "gt" || !same_elements(gt.inputs[0], out) ||
-        !constant_equals(g, gt.inputs[1], 0.0))
+  for (int w : readers_after(g, out.buffer, at)) {
+    const Node& rb = g.nodes[w];
+    if (rb.kind != NodeKind::Kernel || rb.op->name != "relu_backward" || !same_elements(rb.inputs[1], out) ||
+        !is_dense(rb.inputs[0]) || !is_dense(rb.outputs[0]) || rb.outputs[0].dtype != out.dtype)
       continue;
-    const Value& mask = gt.outputs[0];
-    const std::vector<int> mask_readers = readers_after(g, mask.buffer, m);
-    if (mask_readers.size() != 1 || needed_after(g, mask.buffer, mask_readers[0])) continue;
-    const int w = mask_readers[0];
-    const Node& where = g.nodes[w];
-    if (where.kind != NodeKind::Kernel || where.op->name != "where" || where.inputs[2].buffer != mask.buffer ||
-        !constant_equals(g, where.inputs[1], 0.0) || !is_dense(where.inputs[0]) || !is_dense(where.outputs[0]))
-      continue;
-    const Value& masked = where.outputs[0];
+    const Value& masked = rb.outputs[0];
     int bb = -1;
     for (int k : readers_after(g, masked.buffer, w)) {
       const Node& n = g.nodes[k];
@@ -151,7 +142,7 @@ bool fuse_backward(Graph& g, const Value& out, int at, const Value& mean, const 
     const Shape& ncl = back.inputs[1].sizes;
     Node fused;
     fused.op = &find_op("batch_norm_relu_backward");
-    fused.inputs = {reshaped(where.inputs[0], ncl), reshaped(out, ncl), back.inputs[1], back.inputs[2], back.inputs[3],
+    fused.inputs = {reshaped(rb.inputs[0], ncl), reshaped(out, ncl), back.inputs[1], back.inputs[2], back.inputs[3],
                     back.inputs[4]};
     fused.outputs = back.outputs;
     if (others) fused.outputs.push_back(reshaped(masked, ncl));
@@ -159,15 +150,15 @@ bool fuse_backward(Graph& g, const Value& out, int at, const Value& mean, const 
                         {"has_weight", back.attrs.get<bool>("has_weight")},
                         {"has_grad_pre", others}};
     fused.scope = back.scope;
-    // It runs in the slot of the where (which wrote the masked gradient there already): the gt
-    // moves later, batch_norm_backward earlier.
+    // It runs in the slot of the relu_backward (which wrote the masked gradient there already):
+    // batch_norm_backward moves earlier.
     Node moved = fused;
     if (others) moved.outputs.pop_back();
-    if (!commutes(g, gt, m, w) || !commutes(g, moved, bb, w)) continue;
+    if (!commutes(g, moved, bb, w)) continue;
     check_node(g, fused);
-    add_note(fused, "fuse_conv_bn: relu backward (gt, where) fused into batch_norm_backward");
+    add_note(fused, "fuse_conv_bn: relu_backward fused into batch_norm_backward");
     g.nodes[w] = std::move(fused);
-    erase_nodes(g, {m, bb});
+    erase_nodes(g, {bb});
     return true;
   }
   return false;

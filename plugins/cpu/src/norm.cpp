@@ -130,7 +130,8 @@ template <typename T>
   dot += b;
 }
 
-// grad_sums of the relu's input gradient g' = (out > 0 ? g : 0) (where(gt(out, 0), g, 0)),
+// grad_sums of the relu's input gradient g' = (out <= 0 ? 0 : g) (relu_backward(g, out): a NaN
+// output passes the gradient, as PyTorch's threshold_backward),
 // storing g' into gp when given.
 template <typename T>
 [[gnu::always_inline]] inline void masked_grad_sums_impl(const T* g, const T* out, const T* x, T* gp, int64_t n,
@@ -139,7 +140,7 @@ template <typename T>
   if (gp) {
 #pragma omp simd reduction(+ : a, b)
     for (int64_t i = 0; i < n; ++i) {
-      const T gm = out[i] > T(0) ? g[i] : T(0);
+      const T gm = out[i] <= T(0) ? T(0) : g[i];
       gp[i] = gm;
       a += static_cast<double>(gm);
       b += static_cast<double>(gm) * (static_cast<double>(x[i]) - mean);
@@ -147,7 +148,7 @@ template <typename T>
   } else {
 #pragma omp simd reduction(+ : a, b)
     for (int64_t i = 0; i < n; ++i) {
-      const double gi = static_cast<double>(out[i] > T(0) ? g[i] : T(0));
+      const double gi = static_cast<double>(out[i] <= T(0) ? T(0) : g[i]);
       a += gi;
       b += gi * (static_cast<double>(x[i]) - mean);
     }
@@ -156,12 +157,12 @@ template <typename T>
   dot += b;
 }
 
-// grad_affine_run of g' = (out > 0 ? g : 0).
+// grad_affine_run of g' = (out <= 0 ? 0 : g).
 template <typename T>
 [[gnu::always_inline]] inline void masked_grad_affine_run_impl(const T* g, const T* out, const T* x, T* gx, int64_t n,
                                                                SplitMean<T> mean, T a, T b, T c) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) gx[i] = (out[i] > T(0) ? g[i] : T(0)) * a + ((x[i] - mean.hi) - mean.lo) * b + c;
+  for (int64_t i = 0; i < n; ++i) gx[i] = (out[i] <= T(0) ? T(0) : g[i]) * a + ((x[i] - mean.hi) - mean.lo) * b + c;
 }
 
 // gx = g * a + (x - mean) * b + c over n contiguous elements.
@@ -459,7 +460,7 @@ BatchNormGradCoefs<T> batch_norm_grad_coefs(bool training, double w, double invs
 }
 
 // batch_norm_backward, and batch_norm_relu_backward: the same with the gradient masked by the
-// relu's output on the fly, g' = (out > 0 ? g : 0) (stored as grad_pre when asked for).
+// relu's output on the fly, g' = (out <= 0 ? 0 : g) (stored as grad_pre when asked for).
 template <typename T>
 void batch_norm_backward_typed(const KernelContext& ctx) {
   const bool masked = ctx.op.name == "batch_norm_relu_backward";
@@ -498,7 +499,7 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                        if (op) {  // mask in place into grad_pre (or the scratch row) first
                          T* gm = gpp ? gpp + i * c + c0 : masked_row;
                          const T* o = op + i * c + c0;
-                         for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] > T(0) ? g[j] : T(0);
+                         for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] <= T(0) ? T(0) : g[j];
                          g = gm;
                        }
 #pragma omp simd
@@ -529,7 +530,7 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
                          T* gm = gpp ? gpp + i * c + c0 : masked_row;
                          if (!gpp) {
                            const T* o = op + i * c + c0;
-                           for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] > T(0) ? g[j] : T(0);
+                           for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] <= T(0) ? T(0) : g[j];
                          }
                          g = gm;
                        }
@@ -564,7 +565,7 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
         } else {  // gx = g * w * invstd: the input does not enter (an infinite one gives no NaN)
           const T* g = gpp ? gpp + off : gp + off;
           if (op && !gpp) {
-            for (int64_t e = 0; e < l; ++e) gxp[off + e] = (op[off + e] > T(0) ? g[e] : T(0)) * k.a;
+            for (int64_t e = 0; e < l; ++e) gxp[off + e] = (op[off + e] <= T(0) ? T(0) : g[e]) * k.a;
           } else {
             for (int64_t e = 0; e < l; ++e) gxp[off + e] = g[e] * k.a;
           }
