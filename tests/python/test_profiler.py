@@ -101,7 +101,9 @@ def test_graph_replays_are_recorded_as_graph_kernels():
     with profile() as prof:
         g(x)
     graph_events = [e for e in prof.events() if e.kind == "graph_kernel"]
-    assert {e.name for e in graph_events} >= {"relu"}
+    # Linear + ReLU may run as one fused kernel (fuse_bias_act): whichever kernels the plan has.
+    assert graph_events and all(e.provider == "cpu" and e.cpu_memory_usage == 0 for e in graph_events)
+    assert not [e for e in prof.events() if e.kind == "kernel"]  # nothing ran eagerly
     assert any(a.provider == "cpu (graph)" for a in prof.key_averages())
 
 
