@@ -69,6 +69,9 @@ struct Node {
   Generator* rng = nullptr;  // a random op: `rng_count` counters reserved from it per run
   uint64_t rng_count = 0;
   std::string note;  // what a pass did to this node, for dumps
+  // Recomputed only when the version of one of its inputs changed since its last run (its
+  // outputs persist between runs): set by the amp pass on nodes computed from parameters.
+  bool cached = false;
 };
 
 struct Graph {

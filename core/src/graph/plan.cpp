@@ -125,6 +125,7 @@ struct Plan::Impl {
     std::vector<Tensor> in, out;
     std::vector<TensorImpl*> written;  // outputs and inputs written in place: versions bumped per run
     Attrs attrs;
+    std::vector<uint32_t> seen_versions;  // a cached node's inputs at its last run (empty: never ran)
   };
   std::vector<Step> steps;
   std::vector<std::shared_ptr<Storage>> storage;         // per buffer (inputs/outputs: per run)
@@ -254,6 +255,11 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<dou
   for (size_t si = 0; si < p.steps.size(); ++si) {
     Impl::Step& s = p.steps[si];
     const Node& n = *s.node;
+    if (n.cached && !s.seen_versions.empty()) {
+      bool unchanged = true;
+      for (size_t i = 0; i < s.in.size(); ++i) unchanged = unchanged && s.in[i].storage()->version() == s.seen_versions[i];
+      if (unchanged) continue;
+    }
     const auto start = node_seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (n.rng != nullptr) {
       const auto [seed, offset] = n.rng->reserve(n.rng_count);
@@ -285,6 +291,10 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<dou
     // Version counters tell eager caches (oneDNN's reordered weights) and autograd that the
     // memory changed, as call_op_out does.
     for (TensorImpl* w : s.written) w->storage->bump_version();
+    if (n.cached) {
+      s.seen_versions.clear();
+      for (const Tensor& t : s.in) s.seen_versions.push_back(t.storage()->version());
+    }
     if (node_seconds) {
       device_backend(s.device).synchronize(s.device.index);
       (*node_seconds)[si] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
