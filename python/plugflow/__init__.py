@@ -87,7 +87,7 @@ from . import utils, mock_torch  # noqa: E402,F401  (plugflow.utils.data; mock_t
 from .serialization import save, load  # noqa: E402,F401
 from . import optim  # noqa: E402,F401  (plugflow.optim, plugflow.optim.lr_scheduler)
 from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .cuda flags)
-from . import amp  # noqa: E402,F401
+from . import amp, cpu  # noqa: E402,F401  (plugflow.amp, plugflow.cpu.amp; plugflow.cuda.amp loads on first use)
 from .amp import autocast  # noqa: E402,F401
 from ._ops import ops  # noqa: E402,F401  (torch.ops: PyTorch's C++ operator registry, which plugflow lacks)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402

@@ -12,6 +12,7 @@ from . import return_types as _return_types
 from .nn._functional_loss import _type_name
 from .autograd import no_grad
 from .autograd.function import Function as _Function
+from .amp.autocast_mode import _autocast_op
 
 __all__ = [
     "allclose", "isclose", "equal", "eye", "diag", "broadcast_to", "broadcast_tensors", "broadcast_shapes",
@@ -548,12 +549,14 @@ def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
     return result
 
 
+@_autocast_op("quantile")
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
     """The q-th quantiles of input (flattened, or along dim); q a float or a 0/1-D tensor whose
     dimension leads the result; NaN propagates."""
     return _quantile_impl(input, q, dim, keepdim, interpolation, "quantile", False)
 
 
+@_autocast_op("nanquantile")
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
     """quantile ignoring NaNs."""
     return _quantile_impl(input, q, dim, keepdim, interpolation, "nanquantile", True)
@@ -746,6 +749,7 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     return x
 
 
+@_autocast_op("cdist")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R)."""
     _check_tensor(x1, "cdist", "x1")
@@ -835,6 +839,7 @@ def sum_to_size(input, *size):
     return out.sum(dims, keepdim=True) if dims else out
 
 
+@_autocast_op("cross")
 def cross(input, other, dim=None, *, out=None):
     """Cross product of 3-vectors along dim (the first dim of size 3 when None)."""
     _check_tensor(input, "cross")
@@ -889,6 +894,7 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     return out.movedim((-2, -1), (d1, d2))
 
 
+@_autocast_op("trace")
 def trace(input):
     """Sum of the main diagonal of a matrix."""
     _check_tensor(input, "trace")

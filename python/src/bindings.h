@@ -15,6 +15,7 @@ void bind_indexing(pybind11::module_& m);     // indexing_bindings.cpp: gather, 
 void bind_conv(pybind11::module_& m);         // conv_bindings.cpp: conv2d, conv_transpose2d, pooling, upsampling
 void bind_optim(pybind11::module_& m);        // optim_bindings.cpp: _sgd_step_, _adam_step_ (fused optimizer updates)
 void bind_graph(pybind11::module_& m);        // graph_bindings.cpp: capture, passes and plans of nn.Graph
+void bind_amp(pybind11::module_& m);          // amp_bindings.cpp: autocast state, GradScaler kernels
 }  // namespace plugflow::python
 
 namespace plugflow {

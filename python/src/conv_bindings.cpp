@@ -36,6 +36,12 @@ void bind_conv(py::module_& m) {
       py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
       py::arg("groups"), nogil);
   m.def(
+      "_linear",
+      [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
+        return ops::linear(input, weight, bias.value_or(Tensor()));
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), nogil);
+  m.def(
       "_conv_transpose2d",
       [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride,
          const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {

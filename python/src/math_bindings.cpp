@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "plugflow/autocast.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -109,7 +110,11 @@ py::cpp_function out_path(py::object orig, std::string fn, OutKind kind) {
         if (out_t && PyDict_GetItemString(rest.ptr(), "dtype") == nullptr &&
             (kind == OutKind::Accumulate || (kind == OutKind::Mean && is_floating(out_t->dtype()))))
           rest["dtype"] = py::cast(out_t->dtype());
-        PyObject* r = PyObject_Call(orig.ptr(), args.ptr(), rest.ptr());
+        PyObject* r;
+        {
+          autocast::DisabledGuard no_autocast;  // PyTorch autocasts no out= variant
+          r = PyObject_Call(orig.ptr(), args.ptr(), rest.ptr());
+        }
         if (r == nullptr) throw py::error_already_set();
         py::object result = py::reinterpret_steal<py::object>(r);
         if (out.is_none()) return result;
@@ -506,6 +511,7 @@ void bind_math(py::module_& m) {
       Tensor& t = tensor_ref(self);
       {
         py::gil_scoped_release nogil;
+        autocast::DisabledGuard no_autocast;  // in-place variants are not autocast (PyTorch's)
         const Tensor r = fn(t, a, b, be, al);
         PF_CHECK(r.sizes() == t.sizes(), "output with shape ", shape_str(t.sizes()),
                  " doesn't match the broadcast shape ", shape_str(r.sizes()));

@@ -17,5 +17,6 @@ PYBIND11_MODULE(_C, m) {
   plugflow::python::bind_conv(m);
   plugflow::python::bind_optim(m);
   plugflow::python::bind_graph(m);
+  plugflow::python::bind_amp(m);
   plugflow::python::bind_math(m);      // keep last: also adds out= to the functions bound before it
 }

@@ -20,7 +20,9 @@ from helpers import assert_matches, from_torch, seeded_rng, to_torch
 
 STEPS = 6
 # Both sides run the same float32 operations; only the rounding of Python scalars may differ.
-TOL = {"float32": dict(rtol=2e-6, atol=1e-6), "float64": dict(rtol=1e-12, atol=1e-12)}
+# float32: updates of magnitude ~lr round differently in a few ulps of the parameters; centered
+# RMSprop's sqrt(E[g^2] - E[g]^2) cancels and amplifies that (seen: 1.4e-6 after 4 steps).
+TOL = {"float32": dict(rtol=2e-6, atol=3e-6), "float64": dict(rtol=1e-12, atol=1e-12)}
 
 
 @pytest.fixture

@@ -70,7 +70,8 @@ struct Node {
   uint64_t rng_count = 0;
   std::string note;  // what a pass did to this node, for dumps
   // Runs only when the storage of one of its inputs changed (version) since its last run: a
-  // node computing from parameters alone (folded weights) into external buffers it owns.
+  // node computing from parameters alone (folded weights, the amp pass's weight casts) into
+  // external buffers it owns.
   bool cached = false;
 };
 

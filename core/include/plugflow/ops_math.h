@@ -52,6 +52,8 @@ PF_API Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, Scalar
 // beta * self + alpha * (mat1 @ mat2); self broadcasts to the product's shape; beta == 0
 // ignores self (NaN included).
 PF_API Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta = 1, Scalar alpha = 1);
+// F.linear: input @ weight^T + bias (bias undefined: none); a 2-d input with a bias is one addmm.
+PF_API Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias);
 PF_API Tensor mv(const Tensor& mat, const Tensor& vec);
 PF_API Tensor addmv(const Tensor& self, const Tensor& mat, const Tensor& vec, Scalar beta = 1, Scalar alpha = 1);
 PF_API Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1,

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -118,6 +119,9 @@ void execute(GraphTask& task, const std::vector<Node*>& roots) {
   // Every node stays alive while it may still run: task.roots holds the roots, edges the rest.
 
   GradModeGuard mode(task.create_graph);
+  // Backward ops run in the types the forward ops chose: no autocast inside backward (a listed
+  // op in a backward formula, e.g. a transposed convolution's conv2d, must not recast).
+  autocast::DisabledGuard no_autocast;
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();

@@ -1,13 +1,18 @@
 // Capture mode: the dispatcher, storages, generators and cross-device copies report here
 // instead of computing, and the calls become a Graph (plugflow/graph.h).
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "plugflow/autocast.h"
 #include "plugflow/graph.h"
 
 namespace plugflow::graph {
 
 struct Capture::State {
+  // Autocast's weight casts made while capturing are virtual tensors: they live in their own
+  // cache, dropped when capture ends, and the eager region's cache comes back.
+  std::optional<autocast::CacheStash> autocast_cache{std::in_place};
   Graph graph;
   std::unordered_map<const Storage*, int> buffer_of;
   std::unordered_set<const Storage*> born;  // created during capture
@@ -109,6 +114,7 @@ Graph Capture::end(const std::vector<Tensor>& outputs) {
   g_state = nullptr;
   State& s = *state_;
   s.restore_generators();
+  s.autocast_cache.reset();
   for (const Tensor& t : outputs) {
     PF_CHECK(t.defined(), "a graph output is undefined");
     s.graph.outputs.push_back(s.value_of(t));

@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/op.h"
@@ -537,6 +538,9 @@ Shape check_pool_pair(const Shape& v, const char* op, const char* name) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride, const Shape& padding,
               const Shape& dilation, int64_t groups) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"conv2d", {input, weight, bias}})
+      return conv2d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
   bool batched;
   const Tensor x = batch_input(input, "conv2d", batched);
   check_float(x, "conv2d");
@@ -546,6 +550,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
               const std::string& padding, const Shape& dilation, int64_t groups) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"conv2d", {input, weight, bias}})
+      return conv2d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
   if (padding == "valid") return conv2d(input, weight, bias, stride, Shape{0, 0}, dilation, groups);
   PF_CHECK(padding == "same", "Invalid padding string: '", padding, "'");
   check_pair(stride, "stride");
@@ -570,6 +577,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, con
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
                         const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"conv_transpose2d", {input, weight, bias}})
+      return conv_transpose2d(cast[0], cast[1], cast[2], stride, padding, output_padding, groups, dilation);
   bool batched;
   const Tensor x = batch_input(input, "conv_transpose2d", batched);
   check_float(x, "conv_transpose2d");

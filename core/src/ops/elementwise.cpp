@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "grad.h"
 #include "op_tables.h"
 #include "plugflow/autograd.h"
@@ -182,6 +183,8 @@ DType result_type(const Tensor& a, Scalar b) {
 }
 
 Tensor binary(const std::string& name, const Tensor& a, const Tensor& b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {a, b}}) return binary(name, cast[0], cast[1]);
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.dtype() == DType::Bool, b.dtype() == DType::Bool);
   return run_binary(info, a, b, result_type(a, b), binary_attrs(info, Scalar(int64_t{1}), ""));
@@ -205,6 +208,8 @@ void check_pow_exponent(const BinaryInfo& info, const Tensor& base, Scalar expon
 }  // namespace
 
 Tensor binary(const std::string& name, const Tensor& a, Scalar b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {a}}) return binary(name, cast[0], b);
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.dtype() == DType::Bool, b.is_bool());
   const DType common = result_type(a, b);
@@ -214,6 +219,8 @@ Tensor binary(const std::string& name, const Tensor& a, Scalar b) {
 }
 
 Tensor binary(const std::string& name, Scalar a, const Tensor& b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {b}}) return binary(name, a, cast[0]);
   const BinaryInfo& info = binary_info(name);
   check_sub_operands(info, a.is_bool(), b.dtype() == DType::Bool);
   const DType common = result_type(b, a);
@@ -295,6 +302,8 @@ const OpDef& unary_op(const UnaryInfo& info) {
 }
 
 Tensor unary(const std::string& name, const Tensor& a) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {a}}) return unary(name, cast[0]);
   const UnaryInfo& info = unary_info(name);
   const Tensor in[] = {to(a, std::nullopt, unary_compute_dtype(info, a.dtype()))};
   Tensor out = call_op(unary_op(info), in)[0];

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/autograd.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
@@ -592,6 +593,8 @@ Tensor& index_put_(Tensor& self, const Tensors& indices, const Tensor& values_in
 }
 
 Tensor index_put(const Tensor& self, const Tensors& indices, const Tensor& values, bool accumulate) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"index_put", {self, values}}) return index_put(cast[0], indices, cast[1], accumulate);
   Tensor out = clone(self);
   index_put_(out, indices, values, accumulate);
   return out;
@@ -662,6 +665,8 @@ Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, Scalar valu
 }
 
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"scatter_add", {self, src}}) return scatter_add(cast[0], dim, index, cast[1]);
   Tensor out = clone(self);
   return scatter_add_(out, dim, index, src);
 }

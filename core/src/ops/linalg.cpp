@@ -1,6 +1,7 @@
 // Matrix products. matmul follows numpy/PyTorch: 1-D operands are promoted to matrices and
 // the promoted dims removed again; batch dims broadcast.
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -28,6 +29,8 @@ void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Ten
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"mm", {a, b}}) return mm(cast[0], cast[1]);
   static const OpDef& op = find_op("mm");
   const Tensor in[] = {a, b};
   PF_CHECK(a.dim() == 2, "self must be a matrix");
@@ -40,6 +43,8 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"bmm", {a, b}}) return bmm(cast[0], cast[1]);
   static const OpDef& op = find_op("bmm");
   PF_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
   PF_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
@@ -53,6 +58,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"matmul", {a, b}}) return matmul(cast[0], cast[1]);
   PF_CHECK(a.dim() > 0 && b.dim() > 0, "both arguments to matmul need to be at least 1D, but they are ", a.dim(),
            "D and ", b.dim(), "D");
   PF_CHECK(a.dtype() == b.dtype(), "expected scalar type ", dtype_name(a.dtype()), " but found ", dtype_name(b.dtype()));

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "../registry_internal.h"
 #include "grad.h"
 #include "op_tables.h"
@@ -607,12 +608,16 @@ Tensor& addc_(bool is_div, Tensor& self, const Tensor& t1, const Tensor& t2, Sca
 }  // namespace
 
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"addcmul", {self, t1, t2}}) return addcmul(cast[0], cast[1], cast[2], value);
   return addc(false, self, t1, t2, value);
 }
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
   return addc_(false, self, t1, t2, value);
 }
 Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"addcdiv", {self, t1, t2}}) return addcdiv(cast[0], cast[1], cast[2], value);
   return addc(true, self, t1, t2, value);
 }
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
@@ -682,6 +687,8 @@ void check_activation(const std::string& name, const Tensor& a) {
 }  // namespace
 
 Tensor activation(const std::string& name, const Tensor& a, const Attrs& attrs) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {a}}) return activation(name, cast[0], attrs);
   check_activation(name, a);
   if (!is_param_activation(name)) return unary(name, a);
   const Attrs full = activation_attrs(name, attrs);
@@ -770,6 +777,8 @@ Tensor add_product(const char* name, const Tensor& self, const Tensor& a, const 
 }  // namespace
 
 Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"addmm", {self, mat1, mat2}}) return addmm(cast[0], cast[1], cast[2], beta, alpha);
   PF_CHECK(mat1.dim() == 2, "mat1 must be a matrix, got ", mat1.dim(), "-D tensor");
   PF_CHECK(mat2.dim() == 2, "mat2 must be a matrix, got ", mat2.dim(), "-D tensor");
   PF_CHECK(mat1.sizes()[1] == mat2.sizes()[0], "mat1 and mat2 shapes cannot be multiplied (", mat1.sizes()[0], "x",
@@ -780,7 +789,19 @@ Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar 
   return add_product("AddmmBackward0", self, mat1, mat2, beta, alpha, false);
 }
 
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"linear", {input, weight, bias}}) return linear(cast[0], cast[1], cast[2]);
+  PF_CHECK(weight.dim() <= 2, "t() expects a tensor with <= 2 dimensions, but self is ", weight.dim(), "D");
+  const Tensor wt = weight.dim() < 2 ? weight : transpose(weight, 0, 1);
+  if (input.dim() == 2 && bias.defined()) return addmm(bias, input, wt);
+  const Tensor out = matmul(input, wt);
+  return bias.defined() ? binary("add", out, bias) : out;
+}
+
 Tensor mv(const Tensor& mat, const Tensor& vec) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"mv", {mat, vec}}) return mv(cast[0], cast[1]);
   PF_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got 1, ", mat.dim(), ", ", vec.dim());
   PF_CHECK(mat.sizes()[1] == vec.sizes()[0], "size mismatch, got ", mat.sizes()[0], ", ", mat.sizes()[0], "x",
            mat.sizes()[1], ",", vec.sizes()[0]);
@@ -789,6 +810,8 @@ Tensor mv(const Tensor& mat, const Tensor& vec) {
 }
 
 Tensor addmv(const Tensor& self, const Tensor& mat, const Tensor& vec, Scalar beta, Scalar alpha) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"addmv", {self, mat, vec}}) return addmv(cast[0], cast[1], cast[2], beta, alpha);
   PF_CHECK(mat.dim() == 2 && vec.dim() == 1 && self.dim() <= 1, "vector + matrix @ vector expected, got ", self.dim(),
            ", ", mat.dim(), ", ", vec.dim());
   const int64_t n = mat.sizes()[0];
@@ -802,6 +825,8 @@ Tensor addmv(const Tensor& self, const Tensor& mat, const Tensor& vec, Scalar be
 }
 
 Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"baddbmm", {self, batch1, batch2}}) return baddbmm(cast[0], cast[1], cast[2], beta, alpha);
   PF_CHECK(batch1.dim() == 3, "batch1 must be a 3D tensor");
   PF_CHECK(batch2.dim() == 3, "batch2 must be a 3D tensor");
   const int64_t b = batch1.sizes()[0], n = batch1.sizes()[1], k = batch1.sizes()[2], p = batch2.sizes()[2];
@@ -815,6 +840,8 @@ Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, S
 }
 
 Tensor addbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"addbmm", {self, batch1, batch2}}) return addbmm(cast[0], cast[1], cast[2], beta, alpha);
   PF_CHECK(batch1.dim() == 3, "batch1 must be a 3D tensor");
   PF_CHECK(batch2.dim() == 3, "batch2 must be a 3D tensor");
   const int64_t b = batch1.sizes()[0], n = batch1.sizes()[1], k = batch1.sizes()[2], p = batch2.sizes()[2];
@@ -829,6 +856,8 @@ Tensor addbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, Sc
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"dot", {a, b}}) return dot(cast[0], cast[1]);
   PF_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   PF_CHECK(a.sizes()[0] == b.sizes()[0], "inconsistent tensor size, expected tensor [", a.sizes()[0], "] and src [",
            b.sizes()[0], "] to have the same number of elements, but got ", a.sizes()[0], " and ", b.sizes()[0],
@@ -848,6 +877,8 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 }
 
 Tensor tensordot(const Tensor& a, const Tensor& b, const Shape& dims_a, const Shape& dims_b) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"tensordot", {a, b}}) return tensordot(cast[0], cast[1], dims_a, dims_b);
   PF_CHECK(dims_a.size() == dims_b.size(), "both dimension lists should have same length");
   std::vector<bool> ca(std::max<int64_t>(a.dim(), 1), false), cb(std::max<int64_t>(b.dim(), 1), false);
   Shape da, db;
@@ -965,6 +996,8 @@ Tensor sumproduct_pair(const Tensor& left_in, const Tensor& right_in, const Shap
 }  // namespace
 
 Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"einsum", operands}) return einsum(equation, cast.tensors());
   PF_CHECK(!operands.empty(), "einsum(): must provide at least one operand");
   const size_t num_ops = operands.size();
   const auto arrow = equation.find("->");

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/graph.h"
@@ -34,12 +35,19 @@ void meta_check_floating(const Tensor& t, const char* op) {
   PF_CHECK_T(is_floating(t.dtype()), TypeError, op, ": expected a floating input, got ", dtype_name(t.dtype()));
 }
 
-// A per-channel / per-feature vector: `numel` elements of x's dtype, any 1-d layout.
-void meta_check_vector(const Tensor& v, const Tensor& x, int64_t numel, const char* op, const char* what) {
+// A per-channel / per-feature vector: `numel` elements of x's dtype (or float32 beside a 16-bit
+// x where `mixed_ok`: batch norm's parameters and statistics), any 1-d layout.
+void meta_check_vector(const Tensor& v, const Tensor& x, int64_t numel, const char* op, const char* what,
+                       bool mixed_ok = false) {
   PF_CHECK(v.dim() == 1 && v.sizes()[0] == numel, op, ": ", what, " must have ", numel, " elements, got shape ",
            shape_str(v.sizes()));
-  PF_CHECK_T(v.dtype() == x.dtype(), TypeError, op, ": ", what, " must have the input's dtype");
+  const bool mixed = mixed_ok && itemsize(x.dtype()) == 2 && v.dtype() == DType::Float32;
+  PF_CHECK_T(v.dtype() == x.dtype() || mixed, TypeError, op, ": ", what, " must have the input's dtype");
 }
+
+// batch_norm's saved statistics and parameter gradients: float32 for a 16-bit input (its
+// parameters may be float32, the mixed type), else the input's dtype.
+DType batch_norm_stat_dtype(const Tensor& x) { return itemsize(x.dtype()) == 2 ? DType::Float32 : x.dtype(); }
 
 // x (N, C, L), weight, bias, running_mean, running_var -> y, save_mean (C), save_invstd (C).
 std::vector<TensorMeta> batch_norm_meta(std::span<const Tensor> in, const Attrs& attrs) {
@@ -48,15 +56,16 @@ std::vector<TensorMeta> batch_norm_meta(std::span<const Tensor> in, const Attrs&
   PF_CHECK(x.dim() == 3, "batch_norm: the kernel takes a (N, C, L) input, got ", shape_str(x.sizes()));
   const int64_t c = x.sizes()[1];
   const bool training = attrs.get<bool>("training");
-  if (attrs.get<bool>("has_weight")) meta_check_vector(in[1], x, c, "batch_norm", "weight");
-  if (attrs.get<bool>("has_bias")) meta_check_vector(in[2], x, c, "batch_norm", "bias");
+  if (attrs.get<bool>("has_weight")) meta_check_vector(in[1], x, c, "batch_norm", "weight", true);
+  if (attrs.get<bool>("has_bias")) meta_check_vector(in[2], x, c, "batch_norm", "bias", true);
   if (attrs.get<bool>("has_running") || !training) {
-    meta_check_vector(in[3], x, c, "batch_norm", "running_mean");
-    meta_check_vector(in[4], x, c, "batch_norm", "running_var");
+    meta_check_vector(in[3], x, c, "batch_norm", "running_mean", true);
+    meta_check_vector(in[4], x, c, "batch_norm", "running_var", true);
   }
   attrs.get<double>("momentum");
   attrs.get<double>("eps");
-  return {meta_like(x, x.sizes()), meta_like(x, {c}), meta_like(x, {c})};
+  const TensorMeta stat{{c}, batch_norm_stat_dtype(x), x.device()};
+  return {meta_like(x, x.sizes()), stat, stat};
 }
 
 // grad (N, C, L), x, weight, save_mean, save_invstd -> grad_x, grad_weight (C), grad_bias (C).
@@ -65,11 +74,12 @@ std::vector<TensorMeta> batch_norm_backward_meta(std::span<const Tensor> in, con
   meta_check_floating(x, "batch_norm_backward");
   PF_CHECK(x.dim() == 3 && in[0].sizes() == x.sizes(), "batch_norm_backward: grad and input must be (N, C, L)");
   const int64_t c = x.sizes()[1];
-  if (attrs.get<bool>("has_weight")) meta_check_vector(in[2], x, c, "batch_norm_backward", "weight");
-  meta_check_vector(in[3], x, c, "batch_norm_backward", "save_mean");
-  meta_check_vector(in[4], x, c, "batch_norm_backward", "save_invstd");
+  if (attrs.get<bool>("has_weight")) meta_check_vector(in[2], x, c, "batch_norm_backward", "weight", true);
+  meta_check_vector(in[3], x, c, "batch_norm_backward", "save_mean", true);
+  meta_check_vector(in[4], x, c, "batch_norm_backward", "save_invstd", true);
   attrs.get<bool>("training");
-  return {meta_like(x, x.sizes()), meta_like(x, {c}), meta_like(x, {c})};
+  const TensorMeta stat{{c}, batch_norm_stat_dtype(x), x.device()};
+  return {meta_like(x, x.sizes()), stat, stat};
 }
 
 // x (M, N), weight (N), bias (N) -> y, mean (M), rstd (M).
@@ -317,10 +327,25 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   const int64_t c = input.sizes()[1];
   const std::pair<const Tensor*, const char*> params[] = {
       {&running_mean, "running_mean"}, {&running_var, "running_var"}, {&weight, "weight"}, {&bias, "bias"}};
+  // PyTorch's "mixed type": a bfloat16 input with float32 parameters (autocast keeps a
+  // convolution's bfloat16 output and the module's float32 parameters); the first defined one
+  // of weight, bias, running_mean, running_var decides.
+  const Tensor* first = nullptr;
+  for (const Tensor* p : {&weight, &bias, &running_mean, &running_var})
+    if (first == nullptr && p->defined()) first = p;
+  const bool mixed = first != nullptr && first->dtype() != input.dtype();
+  if (mixed)
+    PF_CHECK(input.dtype() == DType::BFloat16, "mixed dtype (CPU): expect input to have scalar type of BFloat16");
   for (const auto& [p, name] : params) {
     if (!p->defined()) continue;
     PF_CHECK(p->numel() == c, name, " should contain ", c, " elements not ", p->numel());
-    check_param(*p, input);
+    if (!mixed) {
+      check_param(*p, input);
+      continue;
+    }
+    PF_CHECK(p->dtype() == DType::Float32, "mixed dtype (CPU): expect parameter to have scalar type of Float");
+    PF_CHECK(p->device() == input.device(), "expected all tensors to be on the same device, but found ",
+             p->device().str(), " and ", input.device().str());
   }
   PF_CHECK(running_mean.defined() == running_var.defined(),
            "batch_norm: running_mean and running_var must be given together");
@@ -365,8 +390,9 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     auto node = autograd::make_node(
         "NativeBatchNormBackward0",
         [training, eps, has_weight = weight.defined(), has_bias = bias.defined(),
-         wshape = weight.defined() ? weight.sizes() : Shape{},
-         bshape = bias.defined() ? bias.sizes() : Shape{}](const Tensors& g, const Tensors& s) -> Tensors {
+         wshape = weight.defined() ? weight.sizes() : Shape{}, bshape = bias.defined() ? bias.sizes() : Shape{},
+         wdtype = weight.defined() ? weight.dtype() : input.dtype(),
+         bdtype = bias.defined() ? bias.dtype() : input.dtype()](const Tensors& g, const Tensors& s) -> Tensors {
           const Tensor& x = s[0];
           const Tensor weight = has_weight ? s[1] : Tensor();
           const Tensor x3 = as_ncl(x);
@@ -374,8 +400,10 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           Tensors r = autograd::is_grad_enabled()
                           ? batch_norm_backward_composed(gy, x3, weight, s[2], s[3], training, eps)
                           : batch_norm_backward_fused(gy, x3, weight, s[2], s[3], training);
-          return {reshape(r[0], x.sizes()), has_weight ? reshape(r[1], wshape) : Tensor(),
-                  has_bias ? reshape(r[2], bshape) : Tensor()};
+          // The kernel sums parameter gradients in float32 for a 16-bit input: back to their dtype.
+          return {to(reshape(r[0], x.sizes()), std::nullopt, x.dtype()),
+                  has_weight ? to(reshape(r[1], wshape), std::nullopt, wdtype) : Tensor(),
+                  has_bias ? to(reshape(r[2], bshape), std::nullopt, bdtype) : Tensor()};
         });
     node->save(input);
     node->save(weight.defined() ? weight : Tensor());
@@ -390,6 +418,9 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"layer_norm", {input, weight, bias}})
+      return layer_norm(cast[0], normalized_shape, cast[1], cast[2], eps);
   const auto k = static_cast<int64_t>(normalized_shape.size());
   PF_CHECK(k >= 1, "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, "
                    "but got normalized_shape = ", shape_str(normalized_shape));
@@ -457,6 +488,9 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
 // ---- group_norm ------------------------------------------------------------------------------------
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"group_norm", {input, weight, bias}})
+      return group_norm(cast[0], num_groups, cast[1], cast[2], eps);
   PF_CHECK_T(input.dim() >= 2, IndexError, "Dimension out of range (expected to be in range of [-", input.dim(),
              ", ", input.dim() - 1, "], but got 1)");
   const int64_t n = input.sizes()[0], c = input.sizes()[1];
@@ -776,6 +810,9 @@ void check_loss_target(const Tensor& input, const Tensor& target) {
 
 Tensor nll_loss(const Tensor& input, const Tensor& target_in, const Tensor& weight, const std::string& reduction,
                 int64_t ignore_index) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"nll_loss", {input, target_in, weight}})
+      return nll_loss(cast[0], cast[1], cast[2], reduction, ignore_index);
   check_reduction(reduction);
   check_loss_target(input, target_in);
   check_floating(input, "nll_loss_forward_out_frame");
@@ -811,6 +848,9 @@ Tensor nll_loss(const Tensor& input, const Tensor& target_in, const Tensor& weig
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, const std::string& reduction,
                      int64_t ignore_index, double label_smoothing) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"cross_entropy", {input, target, weight}})
+      return cross_entropy(cast[0], cast[1], cast[2], reduction, ignore_index, label_smoothing);
   check_reduction(reduction);
   PF_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
              "label_smoothing must be between 0.0 and 1.0. Got: ", label_smoothing);

@@ -27,21 +27,29 @@ void check_param(const Tensor& param, const char* op) {
   PF_CHECK(param.is_contiguous(), op, ": the parameter must be contiguous");
 }
 
-// param, grad, momentum_buffer (param itself as a placeholder without momentum).
+void check_one_element(const Tensor& t, DType dtype, const char* what) {
+  PF_CHECK(t.numel() == 1, what, " must be a one-element tensor.");
+  PF_CHECK(t.dtype() == dtype, what, " must be a ", dtype == DType::Float32 ? "float" : "int", " tensor.");
+}
+
+// param, grad, momentum_buffer (param itself as a placeholder without momentum)[, found_inf].
 std::vector<TensorMeta> sgd_step_meta(std::span<const Tensor> in, const Attrs& attrs) {
   check_param(in[0], "sgd_step_");
   check_operand(in[1], in[0], "sgd_step_", "grad");
   check_operand(in[2], in[0], "sgd_step_", "momentum_buffer");
+  if (in.size() > 3) check_one_element(in[3], DType::Float32, "found_inf");
   for (const char* name : {"lr", "momentum", "dampening", "weight_decay"}) attrs.get<double>(name);
   for (const char* name : {"nesterov", "maximize", "first_step"}) attrs.get<bool>(name);
   return {};
 }
 
-// param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (exp_avg_sq as a placeholder without amsgrad).
+// param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (exp_avg_sq as a placeholder without
+// amsgrad)[, found_inf].
 std::vector<TensorMeta> adam_step_meta(std::span<const Tensor> in, const Attrs& attrs) {
   check_param(in[0], "adam_step_");
   const char* names[] = {"param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   for (int i = 1; i < 5; ++i) check_operand(in[i], in[0], "adam_step_", names[i]);
+  if (in.size() > 5) check_one_element(in[5], DType::Float32, "found_inf");
   for (const char* name : {"beta1", "beta2", "eps", "weight_decay", "param_scale", "step_size", "bias_correction2_sqrt"})
     attrs.get<double>(name);
   for (const char* name : {"amsgrad", "maximize", "decoupled_weight_decay"}) attrs.get<bool>(name);
@@ -106,14 +114,35 @@ std::vector<TensorMeta> multi_adam_step_meta(std::span<const Tensor> in, const A
   return out;
 }
 
+// grad, found_inf, inv_scale.
+std::vector<TensorMeta> unscale_meta(std::span<const Tensor> in, const Attrs&) {
+  PF_CHECK_T(is_floating(in[0].dtype()), TypeError, "non_finite_check_and_unscale_: expected a floating gradient, got ",
+             dtype_name(in[0].dtype()));
+  check_one_element(in[1], DType::Float32, "found_inf");
+  check_one_element(in[2], DType::Float32, "inv_scale");
+  return {};
+}
+
+// scale, growth_tracker, found_inf.
+std::vector<TensorMeta> update_scale_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  PF_CHECK(in[0].numel() == 1 && in[0].dtype() == DType::Float32, "current_scale must be a single-element float tensor.");
+  PF_CHECK(in[1].numel() == 1 && in[1].dtype() == DType::Int32, "growth_tracker must be a single-element int tensor.");
+  PF_CHECK(in[2].numel() == 1 && in[2].dtype() == DType::Float32, "found_inf must be a single-element float tensor.");
+  attrs.get<double>("growth_factor");
+  attrs.get<double>("backoff_factor");
+  attrs.get<int64_t>("growth_interval");
+  return {};
+}
+
 const bool kOptimOpsRegistered = [] {
   register_op("sgd_step_",
-              "sgd_step_(Tensor(a!) param, Tensor grad, Tensor(b!) momentum_buffer, float lr, float momentum, "
+              "sgd_step_(Tensor(a!) param, Tensor grad, Tensor(b!) momentum_buffer, Tensor? found_inf, float lr, "
+              "float momentum, "
               "float dampening, float weight_decay, bool nesterov, bool maximize, bool first_step)",
               sgd_step_meta, /*mutated_inputs=*/{0, 2});
   register_op("adam_step_",
               "adam_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, "
-              "Tensor(d!) max_exp_avg_sq, float beta1, float beta2, float eps, float weight_decay, "
+              "Tensor(d!) max_exp_avg_sq, Tensor? found_inf, float beta1, float beta2, float eps, float weight_decay, "
               "float param_scale, float step_size, float bias_correction2_sqrt, bool amsgrad, bool maximize, "
               "bool decoupled_weight_decay)",
               adam_step_meta, /*mutated_inputs=*/{0, 2, 3, 4});
@@ -129,6 +158,13 @@ const bool kOptimOpsRegistered = [] {
               "-> (Tensor(a!)[] params, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
               "Tensor(d!)[] max_exp_avg_sqs)",
               multi_adam_step_meta);
+  register_op("non_finite_check_and_unscale_",
+              "non_finite_check_and_unscale_(Tensor(a!) grad, Tensor(b!) found_inf, Tensor inv_scale)", unscale_meta,
+              /*mutated_inputs=*/{0, 1});
+  register_op("amp_update_scale_",
+              "amp_update_scale_(Tensor(a!) scale, Tensor(b!) growth_tracker, Tensor found_inf, float growth_factor, "
+              "float backoff_factor, int growth_interval)",
+              update_scale_meta, /*mutated_inputs=*/{0, 1});
   return true;
 }();
 
@@ -143,7 +179,8 @@ void check_writable(const Tensor& t) {
 namespace ops {
 
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr, double momentum,
-               double dampening, double weight_decay, bool nesterov, bool maximize, bool first_step) {
+               double dampening, double weight_decay, bool nesterov, bool maximize, bool first_step,
+               const Tensor& found_inf) {
   PF_CHECK(param.defined() && grad.defined(), "sgd_step_: param and grad must be defined");
   const bool has_momentum = momentum != 0;
   PF_CHECK_T(momentum_buffer.defined() == has_momentum, ValueError,
@@ -151,11 +188,11 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, doubl
   check_writable(param);
   if (has_momentum) check_writable(momentum_buffer);
   static const OpDef& op = find_op("sgd_step_");
-  const Tensor in[] = {param, grad, has_momentum ? momentum_buffer : param};
+  const Tensor in[] = {param, grad, has_momentum ? momentum_buffer : param, found_inf};
   const Attrs attrs{{"lr", lr},         {"momentum", momentum},     {"dampening", dampening},
                     {"weight_decay", weight_decay}, {"nesterov", nesterov}, {"maximize", maximize},
                     {"first_step", first_step}};
-  call_op(op, in, attrs);
+  call_op(op, std::span<const Tensor>(in, found_inf.defined() ? 4 : 3), attrs);
   param.storage()->bump_version();
   if (has_momentum) momentum_buffer.storage()->bump_version();
 }
@@ -181,7 +218,7 @@ Attrs adam_step_attrs(double step, double lr, double beta1, double beta2, double
 
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& max_exp_avg_sq,
                 double step, double lr, double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
-                bool maximize, bool decoupled_weight_decay) {
+                bool maximize, bool decoupled_weight_decay, const Tensor& found_inf) {
   PF_CHECK(param.defined() && grad.defined(), "adam_step_: param and grad must be defined");
   PF_CHECK_T(step >= 1, ValueError, "adam_step_: step must be >= 1 (it is incremented before the update), got ",
              step);
@@ -192,12 +229,43 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   check_writable(exp_avg_sq);
   if (amsgrad) check_writable(max_exp_avg_sq);
   static const OpDef& op = find_op("adam_step_");
-  const Tensor in[] = {param, grad, exp_avg, exp_avg_sq, amsgrad ? max_exp_avg_sq : exp_avg_sq};
-  call_op(op, in, adam_step_attrs(step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay));  // no outputs: the kernel runs (and loops over nothing) even when empty
+  const Tensor in[] = {param, grad, exp_avg, exp_avg_sq, amsgrad ? max_exp_avg_sq : exp_avg_sq, found_inf};
+  call_op(op, std::span<const Tensor>(in, found_inf.defined() ? 6 : 5),
+          adam_step_attrs(step, lr, beta1, beta2, eps, weight_decay, amsgrad, maximize, decoupled_weight_decay));  // no outputs: the kernel runs (and loops over nothing) even when empty
   param.storage()->bump_version();
   exp_avg.storage()->bump_version();
   exp_avg_sq.storage()->bump_version();
   if (amsgrad) max_exp_avg_sq.storage()->bump_version();
+}
+
+void non_finite_check_and_unscale_(std::vector<Tensor>& grads, Tensor& found_inf, const Tensor& inv_scale) {
+  static const OpDef& op = find_op("non_finite_check_and_unscale_");
+  check_writable(found_inf);
+  for (Tensor& g : grads) {
+    PF_CHECK(g.defined(), "_amp_foreach_non_finite_check_and_unscale_: a gradient is undefined");
+    PF_CHECK(g.device() == found_inf.device() && g.device() == inv_scale.device(),
+             "_amp_foreach_non_finite_check_and_unscale_: the gradients, found_inf and inv_scale must be on one "
+             "device");
+    check_writable(g);
+    const Tensor in[] = {g, found_inf, inv_scale};
+    call_op(op, in, {});
+    g.storage()->bump_version();
+  }
+  found_inf.storage()->bump_version();
+}
+
+Tensor& amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                          double backoff_factor, int64_t growth_interval) {
+  static const OpDef& op = find_op("amp_update_scale_");
+  check_writable(scale);
+  check_writable(growth_tracker);
+  const Tensor in[] = {scale, growth_tracker, found_inf};
+  call_op(op, in,
+          Attrs{{"growth_factor", growth_factor}, {"backoff_factor", backoff_factor},
+                {"growth_interval", growth_interval}});
+  scale.storage()->bump_version();
+  growth_tracker.storage()->bump_version();
+  return scale;
 }
 
 }  // namespace ops

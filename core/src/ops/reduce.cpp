@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
@@ -146,6 +147,8 @@ void record_value_index(const char* name, const Tensor& in, const Tensor& values
 
 Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in, bool keepdim,
               std::optional<DType> dtype) {
+  if (autocast::active() && !dtype) [[unlikely]]
+    if (autocast::OpScope cast{name, {a_in}}) return reduce(name, cast[0], dims_in, keepdim, dtype);
   PF_CHECK_T(name == "sum" || name == "prod" || name == "mean" || name == "amax" || name == "amin", ValueError,
              "unknown reduction '", name, "'");
   // A 0-d tensor reduces like a 1-element 1-d one, then drops the dim again.

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/op.h"
@@ -326,6 +327,8 @@ std::pair<Tensor, Tensor> std_mean(const Tensor& a, const Shape& dims, double co
 }
 
 Tensor logsumexp(const Tensor& a_in, const Shape& dims_in, bool keepdim) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"logsumexp", {a_in}}) return logsumexp(cast[0], dims_in, keepdim);
   const Tensor a = is_floating(a_in.dtype()) ? a_in : to(a_in, std::nullopt, DType::Float32);
   const Reduction r = prepare(a, dims_in, keepdim);
   Tensor out;
@@ -360,6 +363,8 @@ Tensor logsumexp(const Tensor& a_in, const Shape& dims_in, bool keepdim) {
 }
 
 Tensor norm(const Tensor& a_in, double p, const Shape& dims_in, bool keepdim, std::optional<DType> dtype) {
+  if (autocast::active() && !dtype) [[unlikely]]
+    if (autocast::OpScope cast{"norm", {a_in}}) return norm(cast[0], p, dims_in, keepdim, dtype);
   PF_CHECK(is_floating(a_in.dtype()), "norm(): input dtype should be either floating point or complex. Got ",
            scalar_type_name(a_in.dtype()), " instead.");
   if (dtype)
@@ -433,11 +438,26 @@ Tensor any(const Tensor& a, const Shape& dims, bool keepdim) {
   return call_op(op, in, reduce_attrs(r))[0];
 }
 
-Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return scan("cumsum", a, dim, dtype); }
-Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return scan("cumprod", a, dim, dtype); }
+// softmax, log_softmax, cumsum and cumprod are autocast only when the caller gave no dtype.
+Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  if (autocast::active() && !dtype) [[unlikely]]
+    if (autocast::OpScope cast{"cumsum", {a}}) return cumsum(cast[0], dim, dtype);
+  return scan("cumsum", a, dim, dtype);
+}
+Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  if (autocast::active() && !dtype) [[unlikely]]
+    if (autocast::OpScope cast{"cumprod", {a}}) return cumprod(cast[0], dim, dtype);
+  return scan("cumprod", a, dim, dtype);
+}
 
-Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return softmax_impl(false, a, dim, dtype); }
+Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  if (autocast::active() && !dtype) [[unlikely]]
+    if (autocast::OpScope cast{"softmax", {a}}) return softmax(cast[0], dim, dtype);
+  return softmax_impl(false, a, dim, dtype);
+}
 Tensor log_softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  if (autocast::active() && !dtype) [[unlikely]]
+    if (autocast::OpScope cast{"log_softmax", {a}}) return log_softmax(cast[0], dim, dtype);
   return softmax_impl(true, a, dim, dtype);
 }
 

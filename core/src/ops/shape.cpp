@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "../autograd/grad_utils.h"
+#include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/graph.h"
@@ -242,6 +243,8 @@ void record_cat(const std::vector<Tensor>& tensors, const Tensor& out, int64_t d
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"cat", tensors}) return cat(cast.tensors(), dim);
   const CatPlan p = plan_cat(tensors, dim);
   Tensor out = Tensor::empty(p.sizes, p.dtype, p.device);
   cat_fill(out, tensors, p.dim);
@@ -266,6 +269,8 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"stack", tensors}) return stack(cast.tensors(), dim);
   PF_CHECK(!tensors.empty(), "stack expects a non-empty TensorList");
   const int64_t d = wrap_dim(dim, tensors[0].dim() + 1);
   for (size_t i = 1; i < tensors.size(); ++i)
@@ -941,6 +946,9 @@ Tensor pad_with_kernel(const Tensor& t, const Shape& torch_pad, const std::strin
 }  // namespace
 
 Tensor pad(const Tensor& t, const Shape& pad_arg, const std::string& mode, std::optional<double> value) {
+  if (autocast::active() && (mode == "reflect" || mode == "replicate")) [[unlikely]]
+    if (autocast::OpScope cast{mode == "reflect" ? "reflection_pad" : "replication_pad", {t}})
+      return pad(cast[0], pad_arg, mode, value);
   PF_CHECK_T(mode == "constant" || mode == "reflect" || mode == "replicate" || mode == "circular",
              NotImplementedError, "Unrecognised padding mode ", mode);
   PF_CHECK(pad_arg.size() % 2 == 0, "Padding length must be divisible by 2");

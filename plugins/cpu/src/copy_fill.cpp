@@ -172,6 +172,22 @@ void linspace_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+void run_widened(KernelContext& ctx, KernelFn kernel) {
+  auto widen = [](const Tensor& t) {
+    if (!t.defined() || (t.dtype() != DType::Float16 && t.dtype() != DType::BFloat16)) return t;
+    Tensor wide = Tensor::empty(t.sizes(), DType::Float32, t.device());
+    copy_tensor(wide, t);
+    return wide;
+  };
+  std::vector<Tensor> inputs, outputs;
+  for (const Tensor& t : ctx.inputs) inputs.push_back(widen(t));
+  for (const Tensor& t : ctx.outputs) outputs.push_back(widen(t));
+  KernelContext wide{ctx.op, inputs, outputs, ctx.attrs, ctx.device, ctx.stream};
+  kernel(wide);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (!outputs[i].is_same(ctx.outputs[i])) copy_tensor(ctx.outputs[i], outputs[i]);
+}
+
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   PF_CHECK_T(dst.sizes() == src.sizes(), ValueError, "copy: source shape ", shape_str(src.sizes()),
              " differs from destination shape ", shape_str(dst.sizes()), " (broadcast before the kernel)");

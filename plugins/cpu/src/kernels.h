@@ -28,6 +28,7 @@ void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_poo
 void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (its backward is faster natively)
 void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softmax
 void register_onednn_fused_kernels(Registrar& reg);       // mm_fused (conv2d_fused is with the convolutions)
+void register_onednn_matmul_kernels(Registrar& reg);      // mm, bmm (bfloat16 only: float32 keeps sgemm)
 
 // The im2col + BLAS conv kernels: the float64 path and the oneDNN kernels' fallback.
 void conv2d_im2col(KernelContext& ctx);
@@ -49,5 +50,7 @@ void avg_pool2d_backward_native(KernelContext& ctx);
 void layer_norm_native(KernelContext& ctx);
 void softmax_native(KernelContext& ctx);
 void log_softmax_native(KernelContext& ctx);
+void mm_native(KernelContext& ctx);
+void bmm_native(KernelContext& ctx);
 
 }  // namespace plugflow::cpu

@@ -217,6 +217,11 @@ void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins
 // through a contiguous temporary so "element i" keeps meaning the logical index.
 void copy_tensor(const Tensor& dst, const Tensor& src);  // copy_fill.cpp
 
+// Runs `kernel` on float32 copies of the call's float16/bfloat16 inputs and outputs, then
+// rounds the outputs back: the 16-bit path of kernels that only the float32 path implements
+// (oneDNN kernels' fallbacks). Other operands pass through. copy_fill.cpp.
+void run_widened(KernelContext& ctx, KernelFn kernel);
+
 template <typename T, typename F>
 void generate_indexed(const Tensor& out, const F& f, int64_t grain = kGrainSize) {
   const int64_t numel = out.numel();

@@ -171,14 +171,14 @@ void matmul(KernelContext& ctx, bool batched) {
   });
 }
 
-void mm_kernel(KernelContext& ctx) { matmul(ctx, false); }
-void bmm_kernel(KernelContext& ctx) { matmul(ctx, true); }
-
 }  // namespace
 
+void mm_native(KernelContext& ctx) { matmul(ctx, false); }
+void bmm_native(KernelContext& ctx) { matmul(ctx, true); }
+
 void register_matmul_kernels(Registrar& reg) {
-  register_supported<MatmulSupported>(reg, "mm", mm_kernel);
-  register_supported<MatmulSupported>(reg, "bmm", bmm_kernel);
+  register_supported<MatmulSupported>(reg, "mm", mm_native);
+  register_supported<MatmulSupported>(reg, "bmm", bmm_native);
 }
 
 }  // namespace plugflow::cpu

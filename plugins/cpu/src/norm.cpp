@@ -436,9 +436,96 @@ void batch_norm_typed(const KernelContext& ctx) {
   });
 }
 
+// ---- batch_norm on bfloat16 inputs ---------------------------------------------------------------
+// x bfloat16 with bfloat16 or float32 ("mixed", as autocast leaves a convolution's output and
+// the module's parameters) parameters: statistics in double, the affine map in float with one
+// rounding per element, saved statistics and parameter gradients float32 (the op's meta).
+// Channel by channel like the float kernels' (N, C, L) path.
+
+// A per-channel vector of any floating dtype, as doubles (0 elements when undefined).
+std::vector<double> channel_values(const Tensor& v, bool defined, int64_t c) {
+  std::vector<double> out(defined ? static_cast<size_t>(c) : 0);
+  if (!defined) return out;
+  visit_dtype(v.dtype(), [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    if constexpr (is_float_v<P>) {
+      const VecView<P> view(v);
+      for (int64_t i = 0; i < c; ++i) out[i] = static_cast<double>(static_cast<opmath_t<P>>(view[i]));
+    }
+  });
+  return out;
+}
+
+// The running statistics' update, in their own dtype.
+void store_channel(const Tensor& v, int64_t i, double value) {
+  visit_dtype(v.dtype(), [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    if constexpr (is_float_v<P>) v.data<P>()[i * (v.dim() == 1 ? v.strides()[0] : 1)] = static_cast<P>(value);
+  });
+}
+
+template <typename T>
+void batch_norm_reduced(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2], count = n * l;
+  const bool training = ctx.attr<bool>("training"), has_running = ctx.attr<bool>("has_running");
+  const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
+  const std::vector<double> w = channel_values(ctx.input(1), ctx.attr<bool>("has_weight"), c);
+  const std::vector<double> b = channel_values(ctx.input(2), ctx.attr<bool>("has_bias"), c);
+  const bool read_running = has_running || !training;
+  const std::vector<double> rm = channel_values(ctx.input(3), read_running, c);
+  const std::vector<double> rv = channel_values(ctx.input(4), read_running, c);
+  const T* xp = x.data<T>();
+  T* yp = ctx.output(0).data<T>();
+  float* save_mean = ctx.output(1).data<float>();
+  float* save_invstd = ctx.output(2).data<float>();
+  parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      double mean, invstd;
+      if (training) {
+        const double shift0 = count > 0 ? assumed_mean(static_cast<float>(xp[ch * l])) : 0.0;
+        double s1 = 0, s2 = 0, var;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* row = xp + (i * c + ch) * l;
+          double a = 0, q = 0;
+#pragma omp simd reduction(+ : a, q)
+          for (int64_t j = 0; j < l; ++j) {
+            const double d = static_cast<double>(static_cast<float>(row[j])) - shift0;
+            a += d;
+            q += d * d;
+          }
+          s1 += a;
+          s2 += q;
+        }
+        moments(s1, s2, shift0, count, mean, var);
+        invstd = 1.0 / std::sqrt(var + eps);
+        if (has_running) {  // unbiased variance for the running estimate, as PyTorch
+          const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
+          store_channel(ctx.input(3), ch, momentum * mean + (1 - momentum) * rm[ch]);
+          store_channel(ctx.input(4), ch, momentum * unbiased + (1 - momentum) * rv[ch]);
+        }
+      } else {
+        mean = rm[ch];
+        invstd = 1.0 / std::sqrt(rv[ch] + eps);
+      }
+      save_mean[ch] = static_cast<float>(mean);
+      save_invstd[ch] = static_cast<float>(invstd);
+      const float m = static_cast<float>(mean), scale = static_cast<float>(invstd * (w.empty() ? 1.0 : w[ch]));
+      const float shift = static_cast<float>(b.empty() ? 0.0 : b[ch]);
+      for (int64_t i = 0; i < n; ++i) {
+        const T* row = xp + (i * c + ch) * l;
+        T* out = yp + (i * c + ch) * l;
+#pragma omp simd
+        for (int64_t j = 0; j < l; ++j) out[j] = static_cast<T>((static_cast<float>(row[j]) - m) * scale + shift);
+      }
+    }
+  });
+}
+
 void batch_norm_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0)});
   if (ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend")) check_contiguous(ctx, {&ctx.input(5)});
+  if (ctx.input(0).dtype() == DType::BFloat16) return batch_norm_reduced<BFloat16>(ctx);
   dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { batch_norm_typed<typename decltype(tag)::type>(ctx); });
 }
 
@@ -575,8 +662,54 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
   });
 }
 
+// The backward of batch_norm_reduced: sums in double, grad_x in float with one rounding.
+template <typename T>
+void batch_norm_backward_reduced(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(1);
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2], count = n * l;
+  const bool training = ctx.attr<bool>("training");
+  const std::vector<double> w = channel_values(ctx.input(2), ctx.attr<bool>("has_weight"), c);
+  const std::vector<double> mean_v = channel_values(ctx.input(3), true, c), invstd_v = channel_values(ctx.input(4), true, c);
+  const T* gp = ctx.input(0).data<T>();
+  const T* xp = x.data<T>();
+  T* gxp = ctx.output(0).data<T>();
+  float* gwp = ctx.output(1).data<float>();
+  float* gbp = ctx.output(2).data<float>();
+  parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const double mean = mean_v[ch], invstd = invstd_v[ch];
+      double sum_g = 0, dot = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const T* g = gp + (i * c + ch) * l;
+        const T* xr = xp + (i * c + ch) * l;
+        double a = 0, d = 0;
+#pragma omp simd reduction(+ : a, d)
+        for (int64_t j = 0; j < l; ++j) {
+          const double gj = static_cast<double>(static_cast<float>(g[j]));
+          a += gj;
+          d += gj * (static_cast<double>(static_cast<float>(xr[j])) - mean);
+        }
+        sum_g += a;
+        dot += d;
+      }
+      gwp[ch] = static_cast<float>(dot * invstd);
+      gbp[ch] = static_cast<float>(sum_g);
+      const auto k = batch_norm_grad_coefs<float>(training, w.empty() ? 1.0 : w[ch], invstd, sum_g, dot, count);
+      const float m = static_cast<float>(mean);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t off = (i * c + ch) * l;
+#pragma omp simd
+        for (int64_t j = 0; j < l; ++j)
+          gxp[off + j] =
+              static_cast<T>(static_cast<float>(gp[off + j]) * k.a + (static_cast<float>(xp[off + j]) - m) * k.b + k.c);
+      }
+    }
+  });
+}
+
 void batch_norm_backward_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0), &ctx.input(1)});
+  if (ctx.input(1).dtype() == DType::BFloat16) return batch_norm_backward_reduced<BFloat16>(ctx);
   dispatch_float(ctx, ctx.input(1).dtype(),
                  [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
 }
@@ -892,7 +1025,18 @@ void dropout_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0)});
   for (int o = 0; o < 2; ++o)
     PF_CHECK(ctx.output(o).is_contiguous(), "cpu 'dropout' kernel writes contiguous outputs");
-  dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { dropout_typed<typename decltype(tag)::type>(ctx); });
+  // 16-bit floats as PyTorch: the scale rounded to the dtype, each product rounded once.
+  visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_float_v<T>) dropout_typed<T>(ctx);
+    else PF_THROW(NotImplementedError, "cpu 'dropout' kernel: floating inputs only");
+  });
+}
+
+// The 16-bit dtypes of kernels that accumulate in T: through float32 copies (run_widened).
+template <KernelFn Kernel>
+void widened_kernel(KernelContext& ctx) {
+  run_widened(ctx, Kernel);
 }
 
 }  // namespace
@@ -901,20 +1045,28 @@ void layer_norm_native(KernelContext& ctx) { layer_norm_kernel(ctx); }
 
 void register_norm_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
-  reg.kernel("batch_norm", DeviceType::CPU, floats, batch_norm_kernel);
-  reg.kernel("batch_norm_backward", DeviceType::CPU, floats, batch_norm_backward_kernel);
+  const auto halves = {DType::Float16, DType::BFloat16};
+  reg.kernel("batch_norm", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64}, batch_norm_kernel);
+  reg.kernel("batch_norm_backward", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64},
+             batch_norm_backward_kernel);
   reg.kernel("batch_norm_fused", DeviceType::CPU, floats, batch_norm_kernel);
   reg.kernel("batch_norm_relu_backward", DeviceType::CPU, floats, batch_norm_relu_backward_kernel);
   reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_native);
   reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_kernel);
   reg.kernel("group_norm", DeviceType::CPU, floats, group_norm_kernel);
   reg.kernel("group_norm_backward", DeviceType::CPU, floats, group_norm_backward_kernel);
+  reg.kernel("layer_norm", DeviceType::CPU, halves, widened_kernel<layer_norm_native>);
+  reg.kernel("layer_norm_backward", DeviceType::CPU, halves, widened_kernel<layer_norm_backward_kernel>);
+  reg.kernel("group_norm", DeviceType::CPU, halves, widened_kernel<group_norm_kernel>);
+  reg.kernel("group_norm_backward", DeviceType::CPU, halves, widened_kernel<group_norm_backward_kernel>);
+  reg.kernel("embedding_backward", DeviceType::CPU, halves, widened_kernel<embedding_backward_kernel>);
   reg.kernel("embedding", DeviceType::CPU,
              {DType::Bool, DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::Float16,
               DType::BFloat16, DType::Float32, DType::Float64},
              embedding_kernel);
   reg.kernel("embedding_backward", DeviceType::CPU, floats, embedding_backward_kernel);
-  reg.kernel("dropout", DeviceType::CPU, floats, dropout_kernel);
+  reg.kernel("dropout", DeviceType::CPU, {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64},
+             dropout_kernel);
 }
 
 }  // namespace plugflow::cpu

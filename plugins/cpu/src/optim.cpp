@@ -10,6 +10,7 @@
 // (SGD's vectorizes; Adam's stays scalar, see adam_loop). The multi-tensor steps of nn.Graph's
 // fuse_model_update run the same loops over all parameters of a group at once.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -117,7 +118,13 @@ void sgd_step_typed(const KernelContext& ctx) {
   });
 }
 
+// GradScaler's flag (an optional last input): a skipped step writes nothing.
+bool step_skipped(const KernelContext& ctx, size_t found_inf_input) {
+  return ctx.inputs.size() > found_inf_input && *ctx.input(found_inf_input).data<float>() != 0.0f;
+}
+
 void sgd_step_kernel(KernelContext& ctx) {
+  if (step_skipped(ctx, 3)) return;
   check_dense(ctx, 3);
   dispatch_float(ctx, [&](auto tag) { sgd_step_typed<decltype(tag)>(ctx); });
 }
@@ -202,6 +209,7 @@ void adam_step_typed(const KernelContext& ctx) {
 }
 
 void adam_step_kernel(KernelContext& ctx) {
+  if (step_skipped(ctx, 5)) return;
   check_dense(ctx, 5);
   dispatch_float(ctx, [&](auto tag) { adam_step_typed<decltype(tag)>(ctx); });
 }
@@ -288,6 +296,61 @@ void multi_adam_step_kernel(KernelContext& ctx) {
   dispatch_float(ctx, [&](auto tag) { multi_adam_step_typed<decltype(tag)>(ctx); });
 }
 
+// ---- gradient scaling ---------------------------------------------------------------------------------
+
+// grad *= inv_scale in place (in float32 for 16-bit floats, PyTorch's opmath), any strides;
+// found_inf = 1 when an element is infinite or NaN.
+template <typename T>
+void unscale_typed(const KernelContext& ctx) {
+  const Tensor& grad = ctx.input(0);
+  float* found_inf = ctx.input(1).data<float>();
+  const opmath_t<T> inv_scale = static_cast<opmath_t<T>>(*ctx.input(2).data<float>());
+  const StridedLayout layout = make_layout({&grad});
+  const int64_t stride = layout.ndim == 0 ? 0 : layout.byte_strides[0][layout.ndim - 1];
+  std::atomic<bool> non_finite{false};
+  parallel_for(layout.numel, kGrainSize, [&](int64_t begin, int64_t end) {
+    bool bad = false;
+    for_each_piece(layout, begin, end, [&](char* const* ptrs, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        T& v = *reinterpret_cast<T*>(ptrs[0] + i * stride);
+        const opmath_t<T> x = static_cast<opmath_t<T>>(v);
+        bad |= !std::isfinite(x);
+        v = static_cast<T>(x * inv_scale);
+      }
+    });
+    if (bad) non_finite.store(true, std::memory_order_relaxed);
+  });
+  if (non_finite.load()) *found_inf = 1.0f;
+}
+
+void unscale_kernel(KernelContext& ctx) {
+  visit_dtype(ctx.input(0).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (is_float_v<T>) unscale_typed<T>(ctx);
+    else PF_THROW(NotImplementedError, "cpu 'non_finite_check_and_unscale_' kernel: floating gradients only");
+  });
+}
+
+// PyTorch's _amp_update_scale_ (the scale never grows past float32's range).
+void update_scale_kernel(KernelContext& ctx) {
+  float* scale = ctx.input(0).data<float>();
+  int32_t* growth_tracker = ctx.input(1).data<int32_t>();
+  const float found_inf = *ctx.input(2).data<float>();
+  if (found_inf != 0.0f) {
+    *scale = static_cast<float>(*scale * ctx.attr<double>("backoff_factor"));
+    *growth_tracker = 0;
+    return;
+  }
+  const int32_t successful = *growth_tracker + 1;
+  if (successful == ctx.attr<int64_t>("growth_interval")) {
+    const auto grown = static_cast<float>(*scale * ctx.attr<double>("growth_factor"));
+    if (std::isfinite(grown)) *scale = grown;
+    *growth_tracker = 0;
+  } else {
+    *growth_tracker = successful;
+  }
+}
+
 }  // namespace
 
 void register_optim_kernels(Registrar& reg) {
@@ -296,6 +359,9 @@ void register_optim_kernels(Registrar& reg) {
   reg.kernel("adam_step_", DeviceType::CPU, floats, adam_step_kernel);
   reg.kernel("multi_sgd_step_", DeviceType::CPU, floats, multi_sgd_step_kernel);
   reg.kernel("multi_adam_step_", DeviceType::CPU, floats, multi_adam_step_kernel);
+  reg.kernel("non_finite_check_and_unscale_", DeviceType::CPU,
+             {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64}, unscale_kernel);
+  reg.kernel("amp_update_scale_", DeviceType::CPU, {DType::Float32}, update_scale_kernel);
 }
 
 }  // namespace plugflow::cpu

@@ -1,6 +1,8 @@
 // Pooling and upsampling (docs/kernels.md, "Conv family") for float32/float64: max_pool2d,
 // adaptive_max_pool2d, avg_pool2d(+_backward), adaptive_avg_pool2d(+_backward),
-// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward).
+// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward). The forward poolings also
+// take float16/bfloat16 (sums and comparisons in float, one rounding); the other ops run those
+// on float32 copies (run_widened), so their accumulations do not round at every add.
 //
 // Every op maps each (n, c) plane on its own, so planes run in parallel; inputs are read with
 // their strides, outputs are contiguous. Backward kernels zero their plane and add into it,
@@ -46,9 +48,21 @@ void dispatch_float(KernelContext& ctx) {
   switch (ctx.input(0).dtype()) {
     case DType::Float32: Fn<float>::run(ctx); break;
     case DType::Float64: Fn<double>::run(ctx); break;
-    default: PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports float32 and float64, got ",
+    case DType::BFloat16: Fn<BFloat16>::run(ctx); break;
+    case DType::Float16: Fn<Half>::run(ctx); break;
+    default: PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports floating dtypes only, got ",
                       dtype_name(ctx.input(0).dtype()));
   }
+}
+
+// The 16-bit dtypes of the ops whose kernels accumulate in T: through float32 copies.
+template <template <typename> class Fn>
+void dispatch_widened(KernelContext& ctx) {
+  const DType dt = ctx.input(0).dtype();
+  if (dt == DType::BFloat16 || dt == DType::Float16) run_widened(ctx, dispatch_widened<Fn>);
+  else if (dt == DType::Float32) Fn<float>::run(ctx);
+  else if (dt == DType::Float64) Fn<double>::run(ctx);
+  else PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports floating dtypes only, got ", dtype_name(dt));
 }
 
 // The max of each window and its index h * W + w in the plane; NaN wins (the last NaN seen).
@@ -60,15 +74,16 @@ void max_pool_planes(const KernelContext& ctx, const Window& window) {
   const int64_t OH = ctx.output(0).sizes()[2], OW = ctx.output(0).sizes()[3];
   T* out = ctx.output(0).data<T>();
   int64_t* idx = ctx.output(1).data<int64_t>();
+  using A = opmath_t<T>;
   for_each_plane<T>(x, OH * OW * 4, [&](const Plane<T>& in, int64_t k) {
     T* o = out + k * OH * OW;
     int64_t* id = idx + k * OH * OW;
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
-        T best = -std::numeric_limits<T>::infinity();
+        A best = -std::numeric_limits<A>::infinity();
         int64_t best_i = -1;
         window(oh, ow, H, W, [&](int64_t ih, int64_t iw) {
-          const T v = in.at(ih, iw);
+          const A v = static_cast<A>(in.at(ih, iw));
           if (best_i < 0) best_i = ih * W + iw;
           if (v > best || std::isnan(v)) {
             best = v;
@@ -157,13 +172,13 @@ struct AvgPool {
         for (int64_t ow = 0; ow < OW; ++ow) {
           const AvgWindow win = geo.window(oh, ow, H, W);
           if (win.h0 >= win.h1 || win.w0 >= win.w1) {  // a window entirely in the padding
-            o[oh * OW + ow] = T(0);
+            o[oh * OW + ow] = T(0.0f);
             continue;
           }
-          T sum = 0;
+          opmath_t<T> sum = 0;
           for (int64_t ih = win.h0; ih < win.h1; ++ih)
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += in.at(ih, iw);
-          o[oh * OW + ow] = sum / static_cast<T>(win.divisor);
+            for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += static_cast<opmath_t<T>>(in.at(ih, iw));
+          o[oh * OW + ow] = static_cast<T>(sum / static_cast<opmath_t<T>>(win.divisor));
         }
     });
   }
@@ -204,10 +219,10 @@ struct AdaptiveAvgPool {
         const int64_t h0 = adaptive_start(oh, OH, H), h1 = adaptive_end(oh, OH, H);
         for (int64_t ow = 0; ow < OW; ++ow) {
           const int64_t w0 = adaptive_start(ow, OW, W), w1 = adaptive_end(ow, OW, W);
-          T sum = 0;
+          opmath_t<T> sum = 0;
           for (int64_t ih = h0; ih < h1; ++ih)
-            for (int64_t iw = w0; iw < w1; ++iw) sum += in.at(ih, iw);
-          o[oh * OW + ow] = sum / static_cast<T>((h1 - h0) * (w1 - w0));
+            for (int64_t iw = w0; iw < w1; ++iw) sum += static_cast<opmath_t<T>>(in.at(ih, iw));
+          o[oh * OW + ow] = static_cast<T>(sum / static_cast<opmath_t<T>>((h1 - h0) * (w1 - w0)));
         }
       }
     });
@@ -382,20 +397,20 @@ struct UpsampleBilinearBackward {
 
 void max_pool2d_native(KernelContext& ctx) { dispatch_float<MaxPool>(ctx); }
 void avg_pool2d_native(KernelContext& ctx) { dispatch_float<AvgPool>(ctx); }
-void avg_pool2d_backward_native(KernelContext& ctx) { dispatch_float<AvgPoolBackward>(ctx); }
+void avg_pool2d_backward_native(KernelContext& ctx) { dispatch_widened<AvgPoolBackward>(ctx); }
 
 void register_pool_kernels(Registrar& reg) {
-  const auto floats = {DType::Float32, DType::Float64};
+  const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   reg.kernel("max_pool2d", DeviceType::CPU, floats, max_pool2d_native);
   reg.kernel("adaptive_max_pool2d", DeviceType::CPU, floats, dispatch_float<AdaptiveMaxPool>);
   reg.kernel("avg_pool2d", DeviceType::CPU, floats, avg_pool2d_native);
   reg.kernel("avg_pool2d_backward", DeviceType::CPU, floats, avg_pool2d_backward_native);
   reg.kernel("adaptive_avg_pool2d", DeviceType::CPU, floats, dispatch_float<AdaptiveAvgPool>);
-  reg.kernel("adaptive_avg_pool2d_backward", DeviceType::CPU, floats, dispatch_float<AdaptiveAvgPoolBackward>);
-  reg.kernel("upsample_nearest2d", DeviceType::CPU, floats, dispatch_float<UpsampleNearest>);
-  reg.kernel("upsample_nearest2d_backward", DeviceType::CPU, floats, dispatch_float<UpsampleNearestBackward>);
-  reg.kernel("upsample_bilinear2d", DeviceType::CPU, floats, dispatch_float<UpsampleBilinear>);
-  reg.kernel("upsample_bilinear2d_backward", DeviceType::CPU, floats, dispatch_float<UpsampleBilinearBackward>);
+  reg.kernel("adaptive_avg_pool2d_backward", DeviceType::CPU, floats, dispatch_widened<AdaptiveAvgPoolBackward>);
+  reg.kernel("upsample_nearest2d", DeviceType::CPU, floats, dispatch_widened<UpsampleNearest>);
+  reg.kernel("upsample_nearest2d_backward", DeviceType::CPU, floats, dispatch_widened<UpsampleNearestBackward>);
+  reg.kernel("upsample_bilinear2d", DeviceType::CPU, floats, dispatch_widened<UpsampleBilinear>);
+  reg.kernel("upsample_bilinear2d_backward", DeviceType::CPU, floats, dispatch_widened<UpsampleBilinearBackward>);
 }
 
 }  // namespace plugflow::cpu

@@ -11,6 +11,7 @@ import operator
 import warnings
 
 from .. import _C
+from ..amp.autocast_mode import _autocast_op
 
 __all__ = [
     "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
@@ -76,6 +77,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                       operator.index(groups))
 
 
+@_autocast_op("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-d cross-correlation: conv2d on a height-1 view of (N, C, L) or (C, L) input."""
     if input.dim() not in (2, 3):
@@ -98,6 +100,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                                 _ints(dilation, 2, "dilation"))
 
 
+@_autocast_op("conv_transpose1d")
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """The transposed 1-d convolution: conv_transpose2d on a height-1 view."""
     if input.dim() not in (2, 3):

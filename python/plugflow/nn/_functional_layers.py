@@ -10,6 +10,7 @@ import math
 import warnings
 
 from .. import _C, _creation
+from ..amp.autocast_mode import _autocast_op
 from ._functional_loss import _require_float
 
 __all__ = ["linear", "bilinear", "multi_head_attention_forward", "glu", "hardshrink", "softshrink", "prelu", "rrelu",
@@ -18,14 +19,10 @@ __all__ = ["linear", "bilinear", "multi_head_attention_forward", "glu", "hardshr
 
 def linear(input, weight, bias=None):
     """y = input @ weight.T + bias, for input (*, in_features) and weight (out_features, in_features)."""
-    if input.dim() == 2 and bias is not None:
-        return _C.addmm(bias, input, weight.t())  # one fused GEMM for the common case
-    output = _C.matmul(input, weight.t())
-    if bias is not None:
-        output = output + bias
-    return output
+    return _C._linear(input, weight, bias)
 
 
+@_autocast_op("bilinear")
 def bilinear(input1, input2, weight, bias=None):
     """y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] + bias[o]."""
     if input1.dim() != input2.dim():
@@ -52,7 +49,8 @@ def bilinear(input1, input2, weight, bias=None):
     x2 = input2.reshape(-1, in2)
     # (N, in1) @ (in1, out * in2) -> (N, out, in2), then a batched dot with x2 over in2.
     left = _C.matmul(x1, weight.permute(1, 0, 2).reshape(in1, out_features * in2)).view(-1, out_features, in2)
-    output = _C.bmm(left, x2.unsqueeze(-1)).squeeze(-1)
+    # PyTorch sums its (autocast: lower-precision) products into an output of input1's dtype.
+    output = _C.bmm(left, x2.unsqueeze(-1)).squeeze(-1).to(input1.dtype)
     if bias is not None:
         output = output + bias
     return output.reshape(batch_shape + (out_features,))
@@ -294,6 +292,7 @@ def softshrink(input, lambd=0.5):
     return input - input.clamp(-lambd, lambd)  # x - lambd, x + lambd or 0
 
 
+@_autocast_op("prelu")
 def prelu(input, weight):
     """input where input >= 0, else weight * input; a weight of C elements applies per channel
     (dim 1), one element applies everywhere."""
@@ -323,6 +322,7 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
     return rrelu(input, lower, upper, training, True)
 
 
+@_autocast_op("cosine_similarity")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps)) along dim, x1 and x2 broadcast."""
     if x1.dtype != x2.dtype:

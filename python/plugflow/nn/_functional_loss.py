@@ -9,6 +9,7 @@ PyTorch's, so a fused kernel can later replace a body without changing callers. 
 import warnings
 
 from .. import _C, _creation
+from ..amp.autocast_mode import _autocast_op
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "kl_div"]
@@ -136,6 +137,7 @@ def _nll_loss_nd(input, target, weight, ignore_index, reduction):
     return loss.sum() if reduction == "sum" else loss
 
 
+@_autocast_op("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """Negative log likelihood of class indices: loss_i = -weight[t_i] * input[i, t_i]; input
     holds log-probabilities with classes along dim 1 (dim 0 when 1-d). Targets equal to
@@ -144,6 +146,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     return _nll_loss_nd(input, target, weight, ignore_index, reduction)
 
 
+@_autocast_op("cross_entropy")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     """log_softmax over the class dim followed by nll_loss (target of class indices) or by
@@ -206,6 +209,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 # ---- regression ----------------------------------------------------------------------------------
 
+@_autocast_op("mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """(input - target)^2, broadcast (with PyTorch's warning when the shapes differ)."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
@@ -214,6 +218,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _reduce((input - target).square(), reduction)
 
 
+@_autocast_op("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """|input - target|, broadcast."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
@@ -221,6 +226,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _reduce((input - target).abs(), reduction)
 
 
+@_autocast_op("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta=0 is l1."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
@@ -233,6 +239,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _reduce(_C.where(diff < beta, diff.square() * (0.5 / beta), diff - 0.5 * beta), reduction)
 
 
+@_autocast_op("huber_loss")
 def huber_loss(input, target, reduction="mean", delta=1.0):
     """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta) (d = input - target)."""
     reduction = _resolve_reduction(None, None, reduction)
@@ -252,6 +259,7 @@ def _log_clamped(x):
     return x.masked_fill(positive.logical_not(), 1.0).log().clamp(min=-100).masked_fill(positive.logical_not(), -100.0)
 
 
+@_autocast_op("binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """-weight * (target * log(input) + (1 - target) * log(1 - input)); input holds
     probabilities in [0, 1], logs clamped at -100."""
@@ -270,6 +278,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
+@_autocast_op("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """binary_cross_entropy(sigmoid(input), target) computed stably from logits, in PyTorch's
@@ -293,6 +302,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 # ---- distributions -------------------------------------------------------------------------------
 
+@_autocast_op("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """Pointwise KL divergence target * (log(target) - input) with input as log-probabilities
     (target as log-probabilities too when log_target). 'batchmean' divides the sum by the batch

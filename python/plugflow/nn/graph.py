@@ -22,6 +22,7 @@ every call replays the plan with no Python per op. Eager and graph share paramet
 and optimizer state; a graph with an optimizer owns the gradients (parameters' .grad stay None).
 """
 
+import contextlib
 import linecache
 import os
 import sys
@@ -38,8 +39,9 @@ GraphCaptureError = _C.GraphCaptureError
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Pass order: algebraic rewrites first, then fusions that change kernels, then the update.
-_PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
+# Pass order: algebraic rewrites first, then fusions that change kernels, then amp (which
+# hoists what is computed from parameters, fused or not), then the update.
+_PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "amp", "fuse_model_update")
 # Passes that always run around the switchable ones (they never change results).
 _CLEANUP = ("fold_constants", "eliminate_dead", "conv_algo_search")
 
@@ -73,8 +75,10 @@ class GraphConfig:
         return (tuple(sorted(self._passes.items())), self._amp, self._conv_algo_search, self._grad_acc_steps)
 
     def enable_amp(self, mode=True, *, dtype=None):
-        """Mixed precision for this graph: bfloat16 (the default on the CPU) or float16 casts
-        inserted by PyTorch's autocast op lists, float32 master weights."""
+        """Mixed precision for this graph: build() is captured under autocast (bfloat16, the
+        default, or float16 on CUDA), so the graph computes what eager autocast computes
+        (PyTorch's op lists) with float32 master weights; in inference graphs the weight casts
+        run once per weight version."""
         if not mode:
             self._amp = "off"
             return
@@ -179,6 +183,7 @@ class _Compiled:
         self.ir_before = ir_before
         self.pass_reports = pass_reports
         self.calls = 0
+        self.first_steps_taken = set()  # ids of parameters whose first SGD step this call took
 
 
 class Graph:
@@ -190,6 +195,7 @@ class Graph:
         self._modules = {}
         self._optimizers = []  # [(optimizer, lr_scheduler or None)]
         self._grad_scaler = None
+        self._found_inf = None  # the grad scaler's flag, written by the graph every call
         self._compiled = {}
         self._debug = 0
         self._last = None
@@ -222,9 +228,16 @@ class Graph:
         self._compiled.clear()
 
     def set_grad_scaler(self, grad_scaler):
-        """A GradScaler for float16 training graphs."""
-        raise NotImplementedError("nn.Graph.set_grad_scaler: loss scaling inside a graph is not supported yet; "
-                                  "bfloat16 mixed precision (enable_amp(dtype=plugflow.bfloat16)) needs none")
+        """Dynamic loss scaling inside the graph (a plugflow.amp.GradScaler, e.g. for float16):
+        backward() in build() backpropagates loss * scale, then kernels of the graph unscale the
+        gradients and flag infs/NaNs, the optimizer update is skipped on the device when one is
+        found, and the scale grows or backs off, as scaler.scale(loss).backward(),
+        scaler.step(opt) and scaler.update() do eagerly. A disabled scaler changes nothing."""
+        from ..amp import GradScaler
+        if not isinstance(grad_scaler, GradScaler):
+            raise TypeError(f"set_grad_scaler expects a plugflow.amp.GradScaler, got {type(grad_scaler).__name__}")
+        self._grad_scaler = grad_scaler if grad_scaler.is_enabled() else None
+        self._compiled.clear()
 
     def debug(self, v_level=0, *, ranks=None, max_py_stack_depth=2):
         """v_level >= 1 prints each compiled graph (after the passes, with the kernel provider of
@@ -246,6 +259,9 @@ class Graph:
         self._prepare_updates(compiled)
         outputs = compiled.plan.run(tensors)
         compiled.calls += 1
+        if self._grad_scaler is not None and self._found_inf.item() != 0:
+            # A skipped step: momentum buffers the graph created are still "before the first step".
+            self._sgd_first_step |= compiled.first_steps_taken
         for optim, sched in self._optimizers:
             if sched is not None:
                 sched.step()
@@ -292,11 +308,22 @@ class Graph:
         params = tuple(p.data_ptr() for optim, _ in self._optimizers for g in optim.param_groups
                        for p in g["params"])
         inputs = tuple((tuple(t.shape), t.dtype, str(t.device), t.requires_grad) for t in tensors)
-        return (repr(spec), inputs, modes, params, self.config._key())
+        # An eager autocast region around the call is captured too.
+        autocast = (_C.is_autocast_cpu_enabled(), _C.get_autocast_cpu_dtype(), _C.is_autocast_enabled(),
+                    _C.get_autocast_gpu_dtype())
+        return (repr(spec), inputs, modes, params, autocast, self.config._key())
 
     def _compile(self, args, tensors):
-        if self.config._amp != "off":
-            raise NotImplementedError("nn.Graph: mixed precision (amp) is not built yet")
+        if self._grad_scaler is not None:
+            if not self._optimizers:
+                raise RuntimeError("nn.Graph.set_grad_scaler needs an optimizer (add_optimizer): loss scaling is for "
+                                   "training graphs")
+            device = next(p.device for optim, _ in self._optimizers for g in optim.param_groups for p in g["params"])
+            if self._grad_scaler._scale is None:
+                self._grad_scaler._lazy_init_scale_growth_tracker(device)
+            if self._found_inf is None:
+                from .._creation import zeros
+                self._found_inf = zeros(1, device=device)
         for optim, _ in self._optimizers:
             self._sgd_first_step |= _materialize_state(optim)
             for group in optim.param_groups:
@@ -305,7 +332,9 @@ class Graph:
         capture = _C._GraphCapture(tensors)
         scope_hooks = self._scope_hooks(capture)
         try:
-            outputs = self._run_build(args)
+            with self._amp_region(tensors):
+                with self._scaled_backward():
+                    outputs = self._run_build(args)
             updates = self._capture_updates(capture)
             flat = []
             out_spec = _flatten(outputs, flat)
@@ -322,7 +351,11 @@ class Graph:
                 h.remove()
         ir_before = ir.copy()
         reports = []
-        names = [n for n in _PASS_ORDER if self.config._passes.get(n) and n in _C._graph_pass_names()]
+        enabled = dict(self.config._passes, amp=self.config._amp != "off")
+        # A grad scaler's skipped steps are per-parameter updates guarded by found_inf, which the
+        # multi-tensor kernels of fuse_model_update do not take: that pass stays off with one.
+        names = [n for n in _PASS_ORDER if enabled.get(n) and n in _C._graph_pass_names()
+                 and not (n == "fuse_model_update" and self._grad_scaler is not None)]
         for name in (*_CLEANUP, *names, "eliminate_dead", "schedule_updates"):
             report = ir.run_pass(name, training=self.training, amp=self.config._amp,
                                  conv_algo_search=self.config._conv_algo_search)
@@ -345,6 +378,21 @@ class Graph:
                 print(f"  pass {name}: {report or 'no change'}", file=sys.stderr)
             print(plan.text(), file=sys.stderr)
         return compiled
+
+    def _amp_region(self, tensors):
+        """The autocast region build() is captured in when amp is on: the device type of the
+        first tensor argument (else of the first parameter), the configured dtype."""
+        if self.config._amp == "off":
+            return contextlib.nullcontext()
+        from ..amp import autocast
+        device = next((t.device.type for t in tensors), None)
+        if device is None:
+            device = next((p.device.type for m in self._modules.values() for p in m.parameters()), "cpu")
+        dtype = _C.bfloat16 if self.config._amp == "bf16" else _C.float16
+        if device == "cpu" and dtype is _C.float16:
+            raise RuntimeError("nn.Graph amp: CPU autocast computes in bfloat16 only (as PyTorch's); use "
+                               "config.enable_amp(True, dtype=plugflow.bfloat16) or optimizations.amp: bf16")
+        return autocast(device, dtype=dtype)
 
     def _run_build(self, args):
         n = self.config._grad_acc_steps
@@ -386,20 +434,66 @@ class Graph:
             capture.set_scope(stack[-1] if stack else "")
         return [register_module_forward_pre_hook(pre), register_module_forward_hook(post)]
 
+    @contextlib.contextmanager
+    def _scaled_backward(self):
+        """With a grad scaler, backward() (Tensor.backward and autograd.backward) inside build()
+        backpropagates loss * scale while capturing."""
+        if self._grad_scaler is None:
+            yield
+            return
+        from .. import autograd
+        scale = self._grad_scaler._scale
+
+        def scaled(t):
+            return t * scale.reshape((1,) * t.dim())
+
+        tensor_backward, autograd_backward = Tensor.backward, autograd.backward
+
+        def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+            return tensor_backward(scaled(self), gradient, retain_graph, create_graph, inputs)
+
+        def backward_fn(tensors, grad_tensors=None, *args, **kwargs):
+            tensors = [scaled(t) for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])]
+            return autograd_backward(tensors, grad_tensors, *args, **kwargs)
+
+        Tensor.backward, autograd.backward = backward, backward_fn
+        try:
+            yield
+        finally:
+            Tensor.backward, autograd.backward = tensor_backward, autograd_backward
+
     def _capture_updates(self, capture):
         """Records each optimizer's update of the parameters that got a gradient, one tag per
-        (optimizer, group) so each call can set the group's hyperparameters."""
+        (optimizer, group) so each call can set the group's hyperparameters. With a grad scaler,
+        first the gradients' unscale and inf/NaN check, the updates skipped on the flag, and the
+        scale's update last."""
+        scaler, found_inf = self._grad_scaler, self._found_inf
         updates = []
         with no_grad():
+            if scaler is not None:
+                found_inf.zero_()
+                inv_scale = scaler._scale.double().reciprocal().float()
+                grads = {}
+                for optim, _ in self._optimizers:
+                    for group in optim.param_groups:
+                        for p in group["params"]:
+                            if p.grad is not None:
+                                grads.setdefault(p.grad.dtype, []).append(p.grad)
+                for same_dtype in grads.values():
+                    _C._amp_foreach_non_finite_check_and_unscale_(same_dtype, found_inf, inv_scale)
             for oi, (optim, _) in enumerate(self._optimizers):
                 for gi, group in enumerate(optim.param_groups):
                     for pi, p in enumerate(group["params"]):
                         if p.grad is None:
                             continue
                         tag = f"opt{oi}.group{gi}.param{pi}"
-                        kind = _record_update(optim, group, p, lambda suffix="": capture.set_tag(tag + suffix))
+                        kind = _record_update(optim, group, p, lambda suffix="": capture.set_tag(tag + suffix), found_inf)
                         updates.append((tag, optim, group, p, kind))
                         p.grad = None
+            if scaler is not None:
+                capture.set_tag("grad_scaler")
+                _C._amp_update_scale_(scaler._scale, scaler._growth_tracker, found_inf, scaler._growth_factor,
+                                      scaler._backoff_factor, scaler._growth_interval)
         return updates
 
     def _prepare_updates(self, compiled):
@@ -408,11 +502,12 @@ class Graph:
         the optimizer state that the replays advance (so eager steps in between count too)."""
         from ..optim import AdamW
         plan = compiled.plan
+        compiled.first_steps_taken = set()
         for tag, (optim, group, kind, params) in compiled.fused_groups.items():
             # One multi-tensor node: the group's hyperparameters; Adam's step counts are inputs.
             if kind == "sgd":
                 self._set_sgd_attrs(plan, tag, group)
-                plan.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p)) for p in params])
+                plan.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p, compiled)) for p in params])
             else:
                 beta1, beta2 = group["betas"]
                 for name, value in (("lr", group["lr"]), ("beta1", beta1), ("beta2", beta2), ("eps", group["eps"]),
@@ -424,7 +519,7 @@ class Graph:
                 continue
             if kind == "sgd":
                 self._set_sgd_attrs(plan, tag, group)
-                plan.set_attr(tag, "first_step", self._sgd_first_step_taken(p))
+                plan.set_attr(tag, "first_step", self._sgd_first_step_taken(p, compiled))
             else:
                 step = optim.state[p]["step"]
                 beta1, beta2 = group["betas"]
@@ -434,6 +529,11 @@ class Graph:
                                             decoupled_weight_decay=isinstance(optim, AdamW))
                 for name, value in attrs.items():
                     plan.set_attr(tag, name, value)
+        scaler = self._grad_scaler
+        if scaler is not None:  # its factors may change between calls (set_growth_factor & co.)
+            plan.set_attr("grad_scaler", "growth_factor", float(scaler._growth_factor))
+            plan.set_attr("grad_scaler", "backoff_factor", float(scaler._backoff_factor))
+            plan.set_attr("grad_scaler", "growth_interval", int(scaler._growth_interval))
 
     @staticmethod
     def _set_sgd_attrs(plan, tag, group):
@@ -442,11 +542,14 @@ class Graph:
         for name in ("nesterov", "maximize"):
             plan.set_attr(tag, name, bool(group[name]))
 
-    def _sgd_first_step_taken(self, p):
+    def _sgd_first_step_taken(self, p, compiled):
         """True once for a parameter whose momentum buffer the graph created: its first update
-        is PyTorch's first step (the buffer becomes the gradient)."""
+        is PyTorch's first step (the buffer becomes the gradient). Noted in the compiled plan,
+        so that a call the grad scaler skips gives the first step back."""
         first = id(p) in self._sgd_first_step
-        self._sgd_first_step.discard(id(p))
+        if first:
+            self._sgd_first_step.discard(id(p))
+            compiled.first_steps_taken.add(id(p))
         return first
 
 
@@ -473,9 +576,11 @@ def _materialize_state(optim):
     return created
 
 
-def _record_update(optim, group, p, tag_next_op):
+def _record_update(optim, group, p, tag_next_op, found_inf=None):
     """Records p's update; tag_next_op() tags the fused update op for the per-call attributes
-    (and tag_next_op(".step") Adam's step increment, which fuse_model_update reads)."""
+    (and tag_next_op(".step") Adam's step increment, which fuse_model_update reads). With
+    found_inf (a grad scaler's flag), the update and Adam's step count do nothing on a call
+    whose gradients had an inf/NaN."""
     from .._creation import full_like
     from ..optim import SGD, AdamW
     state = optim.state[p]
@@ -485,17 +590,19 @@ def _record_update(optim, group, p, tag_next_op):
         tag_next_op()
         _C._sgd_step_(p, p.grad, state.get("momentum_buffer"), lr=group["lr"], momentum=group["momentum"],
                       dampening=group["dampening"], weight_decay=group["weight_decay"], nesterov=group["nesterov"],
-                      maximize=group["maximize"], first_step=False)
+                      maximize=group["maximize"], first_step=False, found_inf=found_inf)
         return "sgd"
     beta1, beta2 = group["betas"]
     one = full_like(state["step"], 1)  # made before the tag: the increment must be the tagged node
     tag_next_op(".step")
     state["step"].add_(one)  # the eager step counter advances with every replay
+    if found_inf is not None:
+        state["step"].sub_(found_inf.reshape(()))  # ... but not on a skipped step
     tag_next_op()
     _C._adam_step_(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"), step=1.0,
                    lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
                    amsgrad=group["amsgrad"], maximize=group["maximize"],
-                   decoupled_weight_decay=isinstance(optim, AdamW))
+                   decoupled_weight_decay=isinstance(optim, AdamW), found_inf=found_inf)
     return "adam"
 
 

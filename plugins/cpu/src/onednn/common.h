@@ -76,9 +76,11 @@ void append_activation(dnnl::post_ops& ops, const std::string& activation);
 // A dense row-major copy of a float tensor of any strides (for Operand::copy).
 std::unique_ptr<float[]> dense_copy(const Tensor& t);
 
-inline memory::desc user_desc(const Operand& op) { return memory::desc(op.dims, memory::data_type::f32, op.strides); }
-inline memory::desc any_desc(const Dims& dims) {
-  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+inline memory::desc user_desc(const Operand& op, memory::data_type dt = memory::data_type::f32) {
+  return memory::desc(op.dims, dt, op.strides);
+}
+inline memory::desc any_desc(const Dims& dims, memory::data_type dt = memory::data_type::f32) {
+  return memory::desc(dims, dt, memory::format_tag::any);
 }
 
 // A oneDNN memory of `desc` on a buffer of the plugin's caching allocator, which `owner` keeps

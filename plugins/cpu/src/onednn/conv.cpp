@@ -1,7 +1,9 @@
 // conv2d, conv2d_grad_input and conv2d_grad_weight (docs/kernels.md, "Conv family") on oneDNN
-// for float32, registered with Priority::Optimized over the im2col kernels (conv.cpp), which stay
-// the float64 path and this file's fallback for what oneDNN cannot express (a transposed
-// convolution's output_padding beyond the stride, mixed dtypes, ...).
+// for float32 and bfloat16, registered with Priority::Optimized over the im2col kernels
+// (conv.cpp), which stay the float64 path and this file's fallback for what oneDNN cannot
+// express (a transposed convolution's output_padding beyond the stride, mixed dtypes, ...);
+// bfloat16 falls back through float32 copies. bfloat16 primitives take bfloat16 operands and
+// accumulate in float32 (AVX512_BF16 dot products where the CPU has them).
 //
 // Each op is one oneDNN convolution primitive: forward, backward_data, backward_weights. The
 // primitive chooses its own memory formats (format_tag::any; blocked nChw16c and friends on
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../loops.h"
 #include "algo_cache.h"
 #include "common.h"
 #include "plugflow/algo_choice.h"
@@ -70,6 +73,7 @@ std::optional<dnnl::algorithm> algorithm_from_name(const std::string& name) {
 // One convolution problem: everything a primitive and its reorders depend on.
 struct Problem {
   Kind kind;
+  memory::data_type dt;  // of every operand: f32 or bf16
   int64_t N, C, H, W, O, OH, OW, kh, kw, groups;
   Dims stride, dilation, pad_l, pad_r;  // oneDNN's: dilation 0 is dense
   bool bias = false;
@@ -93,7 +97,7 @@ struct Problem {
     auto dims = [&](const Dims& d, char sep) {
       for (size_t i = 0; i < d.size(); ++i) k << (i ? std::string(1, sep) : "") << d[i];
     };
-    k << "f32 in=";
+    k << (dt == memory::data_type::bf16 ? "bf16" : "f32") << " in=";
     dims(src_dims(), 'x');
     k << " out=";
     dims(dst_dims(), 'x');
@@ -119,10 +123,12 @@ struct Problem {
 
 // The problem of a call, or nothing when oneDNN cannot take it (then im2col runs).
 std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
-  for (const Tensor& t : ctx.inputs)
-    if (t.dtype() != DType::Float32) return std::nullopt;  // im2col raises the mixed-dtype error
-  if (!ctx.output(0).is_contiguous()) return std::nullopt;
   const Tensor& out = ctx.output(0);
+  const DType dtype = out.dtype();
+  if (dtype != DType::Float32 && dtype != DType::BFloat16) return std::nullopt;
+  for (const Tensor& t : ctx.inputs)
+    if (t.dtype() != dtype) return std::nullopt;  // im2col raises the mixed-dtype error
+  if (!out.is_contiguous()) return std::nullopt;
   // (image, output-gradient or output, kernel) per kind.
   const Tensor& image = kind == Kind::Forward ? ctx.input(0) : kind == Kind::BackwardData ? out : ctx.input(1);
   const Tensor& result = kind == Kind::Forward ? out : ctx.input(0);
@@ -131,6 +137,7 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   const auto& padding = ctx.attr<Shape>("padding");
   const auto& dilation = ctx.attr<Shape>("dilation");
   Problem p{kind,
+            dtype == DType::BFloat16 ? memory::data_type::bf16 : memory::data_type::f32,
             image.sizes()[0],
             image.sizes()[1],
             image.sizes()[2],
@@ -228,10 +235,11 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   auto plan = std::make_shared<Plan>();
   plan->algorithm = algo;
   const dnnl::engine& eng = engine();
-  const auto src = any_desc(p.src_dims()), weights = any_desc(p.weight_dims()), dst = any_desc(p.dst_dims());
+  const auto src = any_desc(p.src_dims(), p.dt), weights = any_desc(p.weight_dims(), p.dt),
+             dst = any_desc(p.dst_dims(), p.dt);
   // Backward primitives need the forward one they belong to as a hint.
   const auto fwd_desc = [&](dnnl::prop_kind pk, bool with_bias) {
-    return with_bias ? dnnl::convolution_forward::desc(pk, algo, src, weights, any_desc({p.O}), dst, p.stride, p.dilation,
+    return with_bias ? dnnl::convolution_forward::desc(pk, algo, src, weights, any_desc({p.O}, p.dt), dst, p.stride, p.dilation,
                                                  p.pad_l, p.pad_r)
                      : dnnl::convolution_forward::desc(pk, algo, src, weights, dst, p.stride, p.dilation, p.pad_l, p.pad_r);
   };
@@ -284,7 +292,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
     }
   }
   for (size_t i = 0; i < p.inputs.size(); ++i) {
-    const memory::desc user = user_desc(p.inputs[i]);
+    const memory::desc user = user_desc(p.inputs[i], p.dt);
     plan->user_inputs.push_back(user);
     plan->copy_inputs.push_back(p.inputs[i].copy);
     plan->primitive_inputs.push_back(wanted[i]);
@@ -292,7 +300,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
                                                      : std::optional(dnnl::reorder(dnnl::reorder::primitive_desc(
                                                            eng, user, eng, wanted[i]))));
   }
-  plan->user_output = user_desc(p.output);
+  plan->user_output = user_desc(p.output, p.dt);
   plan->primitive_output = out_md;
   if (plan->user_output != out_md)
     plan->output_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, out_md, eng, plan->user_output));
@@ -335,12 +343,16 @@ void execute(Plan& plan, const KernelContext& ctx) {
   const dnnl::engine& eng = engine();
   dnnl::stream& s = stream();
   std::unordered_map<int, memory> args;
-  std::vector<std::unique_ptr<float[]>> copies;
+  std::vector<Tensor> copies;
   std::vector<Tensor> temporaries;  // reorder targets, until s.wait()
   for (size_t i = 0; i < plan.user_inputs.size(); ++i) {
     const Tensor& t = ctx.input(i);
     void* data = t.data_ptr();
-    if (plan.copy_inputs[i]) data = copies.emplace_back(dense_copy(t)).get();
+    if (plan.copy_inputs[i]) {
+      Tensor& dense = copies.emplace_back(Tensor::empty(t.sizes(), t.dtype(), t.device()));
+      copy_tensor(dense, t);
+      data = dense.data_ptr();
+    }
     memory user(plan.user_inputs[i], eng, data);
     if (!plan.input_reorders[i]) {
       args.emplace(plan.input_args[i], user);
@@ -500,11 +512,11 @@ template <Kind kind>
 void conv_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
   run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
-    switch (kind) {
-      case Kind::Forward: ctx.op.name == "conv2d_fused" ? conv2d_fused_native(ctx) : conv2d_im2col(ctx); break;
-      case Kind::BackwardData: conv2d_grad_input_im2col(ctx); break;
-      case Kind::BackwardWeights: conv2d_grad_weight_im2col(ctx); break;
-    }
+    const KernelFn im2col = kind == Kind::Forward        ? (ctx.op.name == "conv2d_fused" ? conv2d_fused_native : conv2d_im2col)
+                            : kind == Kind::BackwardData ? conv2d_grad_input_im2col
+                                                         : conv2d_grad_weight_im2col;
+    if (ctx.input(0).dtype() == DType::BFloat16) run_widened(ctx, im2col);
+    else im2col(ctx);
   });
 }
 
@@ -515,11 +527,12 @@ namespace plugflow::cpu {
 
 void register_onednn_conv_kernels(Registrar& reg) {
   using onednn::Kind;
-  const auto f32 = {DType::Float32};
-  reg.kernel("conv2d", DeviceType::CPU, f32, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
-  reg.kernel("conv2d_fused", DeviceType::CPU, f32, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
-  reg.kernel("conv2d_grad_input", DeviceType::CPU, f32, onednn::conv_kernel<Kind::BackwardData>, Priority::Optimized);
-  reg.kernel("conv2d_grad_weight", DeviceType::CPU, f32, onednn::conv_kernel<Kind::BackwardWeights>,
+  const auto dtypes = {DType::Float32, DType::BFloat16};
+  reg.kernel("conv2d", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
+  reg.kernel("conv2d_fused", DeviceType::CPU, {DType::Float32}, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
+  reg.kernel("conv2d_grad_input", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::BackwardData>,
+             Priority::Optimized);
+  reg.kernel("conv2d_grad_weight", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::BackwardWeights>,
              Priority::Optimized);
 }
 

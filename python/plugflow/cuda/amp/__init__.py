@@ -1,34 +1,26 @@
-"""plugflow.cuda.amp (torch.cuda.amp): autocast, custom_fwd/custom_bwd and GradScaler.
+"""plugflow.cuda.amp: torch.cuda.amp of PyTorch 1.13 (autocast with device_type 'cuda',
+custom_fwd/custom_bwd for autograd.Function, GradScaler). Without a usable CUDA device autocast
+and GradScaler warn and disable themselves, as PyTorch's do."""
 
-As in PyTorch on a machine without CUDA, autocast and GradScaler warn and disable themselves
-when no CUDA device is usable; a disabled GradScaler passes losses and steps through unchanged.
-With a CUDA device, GradScaler scales losses and skips steps whose gradients overflowed, as
-PyTorch's does, and autocast raises NotImplementedError on entry (plugflow.amp explains why).
-"""
-
-import functools
-
-from ...amp import autocast as _autocast
+from ...amp import autocast_mode as _autocast_mode
+from ... import _C
 from .grad_scaler import GradScaler
 
 __all__ = ["autocast", "custom_fwd", "custom_bwd", "GradScaler"]
 
 
-class autocast(_autocast):
-    """torch.cuda.amp.autocast(enabled=True, dtype=torch.float16, cache_enabled=True)."""
+class autocast(_autocast_mode.autocast):
+    """torch.cuda.amp.autocast(args...) is plugflow.autocast("cuda", args...)."""
 
-    def __init__(self, enabled=True, dtype=None, cache_enabled=True):
-        super().__init__("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+    def __init__(self, enabled=True, dtype=_C.float16, cache_enabled=True):
+        super().__init__("cuda", enabled=enabled, dtype=dtype, cache_enabled=cache_enabled)
 
 
 def custom_fwd(fwd=None, *, cast_inputs=None):
-    """Decorates a custom Function's forward for autocast. Without eager autocast (so inside no
-    autocast region) there is nothing to cast, and forward runs as written."""
-    if fwd is None:
-        return functools.partial(custom_fwd, cast_inputs=cast_inputs)
-    return fwd
+    """Decorates an autograd.Function's forward for CUDA autocast (see plugflow.amp.custom_fwd)."""
+    return _autocast_mode.custom_fwd(fwd, device_type="cuda", cast_inputs=cast_inputs)
 
 
 def custom_bwd(bwd):
-    """Decorates a custom Function's backward for autocast; see custom_fwd."""
-    return bwd
+    """Decorates an autograd.Function's backward: it runs in its forward's autocast state."""
+    return _autocast_mode.custom_bwd(bwd, device_type="cuda")
