@@ -32,7 +32,7 @@ def randn(*shape, dtype="float32"):
 
 
 def close(name, got, want, rtol, atol):
-    np.testing.assert_allclose(got.cpu().double().numpy(), want.double().numpy(), rtol=rtol, atol=atol,
+    np.testing.assert_allclose(got.detach().cpu().double().numpy(), want.detach().double().numpy(), rtol=rtol, atol=atol,
                                err_msg=f"{name} ({strategy})")
 
 
