@@ -6,6 +6,7 @@
 #include "bindings.h"
 #include "casters.h"
 #include "plugflow/algo_choice.h"
+#include "plugflow/conv_settings.h"
 #include "plugflow/device.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
@@ -225,6 +226,24 @@ void bind_runtime(py::module_& m) {
       },
       "The algorithms the plugins chose per problem key (provider, op, key, algorithm, implementation,\n"
       "source: 'search', 'heuristic' or 'cache'), in the order they were chosen.");
+
+  m.def(
+      "conv_settings",
+      [] {
+        const ConvSettings s = conv_settings();
+        py::dict d;
+        d["allow_tf32"] = s.allow_tf32;
+        d["workspace_limit_bytes"] = s.workspace_limit_bytes;
+        return d;
+      },
+      "The library-backed convolutions' switches: allow_tf32, workspace_limit_bytes.");
+  m.def(
+      "set_conv_settings",
+      [](bool allow_tf32, size_t workspace_limit_bytes) {
+        set_conv_settings(ConvSettings{allow_tf32, workspace_limit_bytes});
+      },
+      py::arg("allow_tf32"), py::arg("workspace_limit_bytes"),
+      "Sets the library-backed convolutions' switches (plugflow.backends.cudnn's flags).");
 
   // ---- devices ---------------------------------------------------------------------------------------
   m.def(

@@ -5,7 +5,9 @@
 #      comparison means the plugin did not see the device, which counts as a failure,
 #   3. a Python smoke check: tensors on cuda, add, matmul, and a few calls of each op family
 #      (shape, reduction, indexing, math), compared with the CPU,
-#   4. timings: a 4096x4096 float32 matmul and a large elementwise add, synchronized.
+#   4. timings: a 4096x4096 float32 matmul and a large elementwise add, synchronized,
+#   5. cuDNN convolutions against the CPU and a small CNN trained on both devices, under each
+#      conv_algo_search strategy, with its training speed (tests/gpu/conv_train.py).
 # Prints a summary and writes it to $OUT/gpu-report.txt when $OUT is set (with the test log).
 # Exits non-zero when any step fails.
 set -uo pipefail
@@ -180,5 +182,18 @@ PYEOF
 if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 300 "$PY" "$LOGDIR/smoke.py"; then
   grep '^timing:\|^smoke:\|^families:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
 fi
+
+# 5. cuDNN convolutions against the CPU, a small CNN trained on both devices, and its speed, under
+# each conv_algo_search strategy (the exhaustive one writes its choices to a fresh cache file).
+for strategy in heuristic exhaustive; do
+  cfg="$LOGDIR/cuda-$strategy.yaml"
+  sed -e "s|conv_algo_search: .*|conv_algo_search: $strategy|" \
+      -e "s|algo_cache: .*|algo_cache: $LOGDIR/algos.yaml|" configs/cuda.yaml >"$cfg"
+  if run_step "convolutions + small CNN training ($strategy)" "$LOGDIR/conv-$strategy.log" \
+      env PLUGFLOW_CONFIG="$cfg" timeout 300 "$PY" tests/gpu/conv_train.py 1; then
+    grep '^timing:\|^losses\|^algo choices' "$LOGDIR/conv-$strategy.log" | sed 's/^/      /' | tee -a "$REPORT"
+  fi
+done
+[ -f "$LOGDIR/algos.yaml" ] && cp "$LOGDIR/algos.yaml" "$LOGDIR/algos.log"
 
 finish

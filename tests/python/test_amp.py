@@ -212,7 +212,10 @@ def test_cpu_op_lists_match_torch(name, src):
         expected = _fns(torch)[name](getattr(torch, src))
     with pf.autocast("cpu", dtype=pf.bfloat16):
         actual = _fns(pf)[name](getattr(pf, src))
-    close(actual, expected, **BF16_TOL)
+    # bf16 products summed in another order differ by a few bf16 ulps of the largest output, not
+    # of each element (an output near zero from cancellation shows it as a large relative error).
+    scale = max(1.0, float(expected.detach().double().abs().max())) if expected.numel() else 1.0
+    close(actual, expected, BF16_TOL["rtol"], BF16_TOL["atol"] * scale)
 
 
 @pytest.mark.parametrize("name", ["cat", "stack"])

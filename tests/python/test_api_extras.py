@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import plugflow as pf
+from plugflow import _C
 
 
 def pair(rng, shape, dtype="float64", grad=False, low=-2.0, high=2.0):
@@ -253,6 +254,25 @@ def test_backends_flags():
     b.cuda.matmul.allow_tf32 = old
     import plugflow.backends.cudnn as cudnn
     assert cudnn is b.cudnn
+
+
+def test_cudnn_flags_reach_the_runtime():
+    """allow_tf32 and workspace_limit_mb are the runtime's convolution settings (what the CUDA
+    plugin reads per call), not just module attributes."""
+    cudnn = pf.backends.cudnn
+    assert cudnn.allow_tf32 is True and cudnn.workspace_limit_mb == 4096  # the defaults
+    try:
+        cudnn.allow_tf32 = False
+        cudnn.workspace_limit_mb = 256
+        assert _C.conv_settings() == {"allow_tf32": False, "workspace_limit_bytes": 256 << 20}
+        assert cudnn.allow_tf32 is False and cudnn.workspace_limit_mb == 256
+        for bad in (-1, 1.5, "64", True):
+            with pytest.raises(ValueError):
+                cudnn.workspace_limit_mb = bad
+        assert cudnn.workspace_limit_mb == 256
+    finally:
+        cudnn.allow_tf32 = True
+        cudnn.workspace_limit_mb = 4096
 
 
 # ---- nn modules ---------------------------------------------------------------------------------

@@ -69,52 +69,13 @@ struct MulOp : OpBase<T> {
   }
 };
 
-// Integer quotient truncated toward zero. b == -1 is answered by negation: INT_MIN / -1
-// traps on x86 (SIGFPE) although the wrapped result is well defined.
-template <typename T>
-inline T int_div_trunc(T a, T b) {
-  if constexpr (std::is_signed_v<T>) {
-    if (b == T(-1)) return wrap_sub(T(0), a);
-  }
-  return static_cast<T>(a / b);
-}
-template <typename T>
-inline T int_mod_trunc(T a, T b) {  // sign of a (C++ %), like fmod
-  if constexpr (std::is_signed_v<T>) {
-    if (b == T(-1)) return T(0);
-  }
-  return static_cast<T>(a % b);
-}
-template <typename T>
-inline T int_div_floor(T a, T b) {  // Python's //
-  const T q = int_div_trunc(a, b);
-  if constexpr (std::is_signed_v<T>) {
-    if (int_mod_trunc(a, b) != 0 && ((a < 0) != (b < 0))) return wrap_sub(q, T(1));
-  }
-  return q;
-}
-template <typename T>
-inline T int_mod_floor(T a, T b) {  // Python's %: sign of b
-  const T r = int_mod_trunc(a, b);
-  if constexpr (std::is_signed_v<T>) {
-    if (r != 0 && ((r < 0) != (b < 0))) return wrap_add(r, b);
-  }
-  return r;
-}
-
-// PyTorch's div_floor_floating: floor of the true quotient, computed from fmod so that the
-// result is exact where a/b rounds across an integer.
-template <typename C>
-inline C float_div_floor(C a, C b) {
-  if (b == 0) return a / b;  // IEEE: +-inf or nan
-  const C mod = std::fmod(a, b);
-  C div = (a - mod) / b;
-  if (mod != 0 && ((b < 0) != (mod < 0))) div -= C(1);
-  if (div == 0) return std::copysign(C(0), a / b);
-  C floordiv = std::floor(div);
-  if (div - floordiv > C(0.5)) floordiv += C(1);
-  return floordiv;
-}
+// Division and modulo as PyTorch defines them, shared with the CUDA plugin.
+using scalar_math::float_div_floor;
+using scalar_math::float_mod_floor;
+using scalar_math::int_div_floor;
+using scalar_math::int_div_trunc;
+using scalar_math::int_mod_floor;
+using scalar_math::int_mod_trunc;
 
 template <typename T>
 struct DivTrueOp : OpBase<T> {
@@ -155,13 +116,8 @@ struct RemainderOp : OpBase<T> {
   static constexpr bool supported = !std::is_same_v<T, bool>;
   static constexpr bool zero_check = is_int_v<T>;
   C operator()(C a, C b) const {
-    if constexpr (is_int_v<T>) {
-      return int_mod_floor(a, b);
-    } else {
-      C mod = std::fmod(a, b);
-      if (mod != 0 && ((b < 0) != (mod < 0))) mod += b;
-      return mod;
-    }
+    if constexpr (is_int_v<T>) return int_mod_floor(a, b);
+    else return float_mod_floor(a, b);
   }
 };
 

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "parallel.h"
+#include "scalar_math.h"
 #include "plugflow/dtype.h"
 #include "plugflow/kernel.h"
 #include "plugflow/layout.h"
@@ -57,19 +58,7 @@ inline To convert(From v) {
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<opmath_t<From>>(v) != opmath_t<From>(0);
   } else if constexpr (is_float_v<From> && std::is_integral_v<To>) {
-    const double d = static_cast<double>(static_cast<opmath_t<From>>(v));
-    if constexpr (std::is_same_v<To, int64_t>) {
-      return (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d)
-                                                                         : std::numeric_limits<int64_t>::min();
-    } else if constexpr (std::is_same_v<To, uint8_t>) {
-      // Through int64 (like c10's cast to uint8), so -1.5 -> 255 rather than undefined.
-      return static_cast<uint8_t>(convert<int64_t>(d));
-    } else {
-      // int8/int16/int32: truncate to int32 first, then wrap (C++20 narrowing is modular).
-      const int32_t i = (d > -2147483649.0 && d < 2147483648.0) ? static_cast<int32_t>(d)
-                                                                 : std::numeric_limits<int32_t>::min();
-      return static_cast<To>(i);
-    }
+    return scalar_math::float_to_int<To>(static_cast<double>(static_cast<opmath_t<From>>(v)));
   } else if constexpr (is_reduced_float_v<To>) {
     return To(static_cast<float>(static_cast<opmath_t<From>>(v)));
   } else {
@@ -85,24 +74,11 @@ inline T scalar_to(const Scalar& v) {
   return convert<T>(v.to_int());
 }
 
-// Two's-complement wrapping arithmetic for integers (signed overflow is undefined in C++;
-// PyTorch's tensors wrap). Vectorizes exactly like the plain operators.
-template <typename T>
-inline T wrap_add(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-}
-template <typename T>
-inline T wrap_sub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
-}
-template <typename T>
-inline T wrap_mul(T a, T b) {
-  // Promote small types to unsigned int: uint16*uint16 would promote to (signed) int and overflow.
-  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-}
+// Two's-complement wrapping arithmetic for integers (plugins/common/scalar_math.h, shared with
+// the CUDA plugin). Vectorizes exactly like the plain operators.
+using scalar_math::wrap_add;
+using scalar_math::wrap_mul;
+using scalar_math::wrap_sub;
 
 // The dtypes an op template supports, for registration: OpT<T>::supported for each T.
 template <template <typename> class OpT>

@@ -11,55 +11,18 @@ namespace plugflow::cuda {
 namespace {
 
 // ---- functors (C: opmath type; float for f16/bf16) -------------------------------------
-// Integer semantics match the CPU plugin: wrapping arithmetic, and INT_MIN / -1 answered by
+// Integer semantics match the CPU plugin (the division and modulo are the same functions,
+// plugins/common/scalar_math.h): wrapping arithmetic, and INT_MIN / -1 answered by
 // negation (wraps) rather than left to the hardware. One difference remains: integer
 // division by zero cannot raise from a kernel (the CPU raises ZeroDivisionError); like
 // PyTorch on CUDA the result is unspecified.
 
-template <typename C>
-PF_DEVICE C int_div_trunc(C a, C b) {
-  if constexpr (std::is_signed_v<C>) {
-    if (b == C(-1)) return wrap_sub(C(0), a);
-  }
-  return static_cast<C>(a / b);
-}
-template <typename C>
-PF_DEVICE C int_mod_trunc(C a, C b) {  // sign of a, like C's %
-  if constexpr (std::is_signed_v<C>) {
-    if (b == C(-1)) return C(0);
-  }
-  return static_cast<C>(a % b);
-}
-template <typename C>
-PF_DEVICE C int_div_floor(C a, C b) {  // Python's //
-  const C q = int_div_trunc(a, b);
-  if constexpr (std::is_signed_v<C>) {
-    if (int_mod_trunc(a, b) != 0 && ((a < 0) != (b < 0))) return wrap_sub(q, C(1));
-  }
-  return q;
-}
-template <typename C>
-PF_DEVICE C int_mod_floor(C a, C b) {  // Python's %: sign of b
-  const C r = int_mod_trunc(a, b);
-  if constexpr (std::is_signed_v<C>) {
-    if (r != 0 && ((r < 0) != (b < 0))) return wrap_add(r, b);
-  }
-  return r;
-}
-
-template <typename C>
-PF_DEVICE C float_div_floor(C a, C b) {
-  // PyTorch's div_floor_floating: the floor of the true quotient computed from fmod, exact
-  // where a / b rounds across an integer, and consistent with remainder.
-  if (b == C(0)) return a / b;  // IEEE: +-inf or nan
-  const C mod = dm::fmod(a, b);
-  C div = (a - mod) / b;
-  if (mod != C(0) && (b < C(0)) != (mod < C(0))) div -= C(1);
-  if (div == C(0)) return dm::copysign(C(0), a / b);
-  C floordiv = dm::floor(div);
-  if (div - floordiv > C(0.5)) floordiv += C(1);
-  return floordiv;
-}
+using scalar_math::float_div_floor;
+using scalar_math::float_mod_floor;
+using scalar_math::int_div_floor;
+using scalar_math::int_div_trunc;
+using scalar_math::int_mod_floor;
+using scalar_math::int_mod_trunc;
 
 template <typename C>
 struct AddFn {
@@ -144,13 +107,8 @@ struct MinimumFn {
 
 struct RemainderFn {  // sign of b, like Python's %
   template <typename C> PF_DEVICE C operator()(C a, C b) const {
-    if constexpr (is_float_v<C>) {
-      C mod = dm::fmod(a, b);
-      if (mod != C(0) && (b < C(0)) != (mod < C(0))) mod += b;
-      return mod;
-    } else {
-      return int_mod_floor(a, b);
-    }
+    if constexpr (is_float_v<C>) return float_mod_floor(a, b);
+    else return int_mod_floor(a, b);
   }
 };
 struct FmodFn {  // sign of a, like C's fmod

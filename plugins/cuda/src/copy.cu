@@ -54,9 +54,7 @@ void fill_kernel(KernelContext& ctx) {
     }
     // Filled as raw bits: 10 dtypes share 4 kernels.
     using U = typename bits<sizeof(D)>::type;
-    U u;
-    std::memcpy(&u, &v, sizeof(D));
-    launch_elementwise<U>(L, scope, ConstantFn<U>{u});
+    launch_elementwise<U>(L, scope, ConstantFn<U>{scalar_math::bit_copy<U>(v)});
   });
 }
 

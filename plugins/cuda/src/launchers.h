@@ -26,6 +26,7 @@ std::vector<KernelDef> shape_kernels();    // shape.cu: sort topk tril triu flip
 std::vector<KernelDef> indexing_kernels(); // indexing_ops.cu: index index_put where nonzero
 std::vector<KernelDef> math_kernels();     // math.cu: clamp lerp addcmul addcdiv
 std::vector<KernelDef> matmul_kernels();   // matmul.cpp: mm bmm (cuBLAS + integer kernel)
+std::vector<KernelDef> conv_kernels();     // conv.cpp: conv2d and its gradients (cuDNN)
 
 // dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.
 void launch_copy(const Tensor& dst, const Tensor& src, void* stream);

@@ -11,6 +11,7 @@
 
 #include "plugflow/dtype.h"
 #include "plugflow/scalar.h"
+#include "scalar_math.h"
 
 // Device functions of the kernel families (functors, helpers): always inlined.
 #define PF_DEVICE __device__ __forceinline__
@@ -55,15 +56,7 @@ __host__ __device__ __forceinline__ To cast_to(From v) {
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
     return __float2bfloat16_rn(static_cast<float>(v));
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
-    const double d = static_cast<double>(v);
-    if constexpr (std::is_same_v<To, int64_t>) {
-      return (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d) : INT64_MIN;
-    } else if constexpr (std::is_same_v<To, uint8_t>) {
-      return static_cast<uint8_t>(cast_to<int64_t>(d));
-    } else {
-      const int32_t i = (d > -2147483649.0 && d < 2147483648.0) ? static_cast<int32_t>(d) : INT32_MIN;
-      return static_cast<To>(i);
-    }
+    return scalar_math::float_to_int<To>(static_cast<double>(v));
   } else {
     return static_cast<To>(v);
   }
@@ -78,24 +71,11 @@ D scalar_to(const Scalar& v) {
   return cast_to<D>(v.to_int());
 }
 
-// Two's-complement wrapping integer arithmetic (signed overflow is undefined in C++; tensors
-// wrap, as on the CPU).
-template <typename T>
-__host__ __device__ __forceinline__ T wrap_add(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-}
-template <typename T>
-__host__ __device__ __forceinline__ T wrap_sub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
-}
-template <typename T>
-__host__ __device__ __forceinline__ T wrap_mul(T a, T b) {
-  // Small types promote to unsigned int: uint16 * uint16 would promote to int and overflow.
-  using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-}
+// Two's-complement wrapping integer arithmetic (plugins/common/scalar_math.h, shared with the
+// CPU plugin).
+using scalar_math::wrap_add;
+using scalar_math::wrap_mul;
+using scalar_math::wrap_sub;
 
 // Type families, on plugflow's C++ element types (bool, int8_t, ..., Half, float, ...).
 template <typename T> inline constexpr bool is_bool_v = std::is_same_v<T, bool>;

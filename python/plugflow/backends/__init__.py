@@ -3,11 +3,11 @@
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False
 
-The flags are stored and read back; they change nothing in plugflow yet. In particular
-`cudnn.benchmark = True` does not start an algorithm search: how convolution algorithms are
-chosen is set by the config's `optimizations.conv_algo_search`. `cudnn.is_available()` and
-`mkldnn.is_available()` say whether the loaded plugins provide such a library; `mps.is_available()`
-is False (no plugin provides Apple's Metal).
+The flags are stored and read back; only cudnn.allow_tf32 and cudnn.workspace_limit_mb act (on
+CUDA convolutions). In particular `cudnn.benchmark = True` does not start an algorithm search:
+how convolution algorithms are chosen is set by the config's `optimizations.conv_algo_search`.
+`cudnn.is_available()` and `mkldnn.is_available()` say whether the loaded plugins provide such a
+library; `mps.is_available()` is False (no plugin provides Apple's Metal).
 """
 
 from . import cudnn, mkldnn, cuda, mps  # noqa: F401

@@ -16,13 +16,13 @@
 // The algorithm is a strategy of optimizations.conv_algo_search: `heuristic` builds
 // convolution_auto (oneDNN picks); `exhaustive` builds convolution_direct and
 // convolution_winograd (where oneDNN implements it for the shape), times both on the call's
-// buffers, and keeps the faster. Its choice persists in optimizations.algo_cache (algo_cache.h).
+// buffers, and keeps the faster. The choice is made by the plugins' shared AlgoSelector
+// (plugins/common/algo_search.h), which persists it in optimizations.algo_cache.
 // Every choice is reported to the core (plugflow/algo_choice.h) for `plugflow.info --algos`.
 //
 // Threads: see common.h; the thread count is part of the plan cache key.
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,7 +34,7 @@
 
 #include "../kernels.h"
 #include "../loops.h"
-#include "algo_cache.h"
+#include "algo_search.h"
 #include "common.h"
 #include "plugflow/algo_choice.h"
 #include "plugflow/error.h"
@@ -379,57 +379,24 @@ void execute(Plan& plan, const KernelContext& ctx) {
   s.wait();
 }
 
-// The fastest of `candidates` on the call's buffers (each run writes the output; the caller
-// runs the winner again). Candidates oneDNN does not implement for the problem are skipped.
-std::shared_ptr<Plan> search(const Problem& p, const KernelContext& ctx) {
-  std::shared_ptr<Plan> best;
-  double best_s = std::numeric_limits<double>::infinity();
-  for (auto algo : {dnnl::algorithm::convolution_direct, dnnl::algorithm::convolution_winograd}) {
-    std::shared_ptr<Plan> plan;
-    try {
-      plan = build_plan(p, algo);
-    } catch (const dnnl::error& e) {
-      if (e.status == dnnl_unimplemented) continue;
-      throw;
-    }
-    execute(*plan, ctx);  // warm-up: page faults, the weight reorder
-    double fastest = std::numeric_limits<double>::infinity();
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      execute(*plan, ctx);
-      fastest = std::min(fastest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    if (fastest < best_s) {
-      best_s = fastest;
-      best = plan;
-    }
-  }
-  return best;
+// One timed run of `plan` on the call's buffers, in seconds.
+double time_run(Plan& plan, const KernelContext& ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  execute(plan, ctx);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// search() for a fused problem: its convolution without post-ops, timed on a scratch output (a
-// sum post-op would accumulate into the caller's output at every timing run), then the fused
-// plan with the winning algorithm.
-std::shared_ptr<Plan> search_fused(const Problem& p, const KernelContext& ctx) {
-  Problem plain = p;
-  plain.addend.reset();
-  plain.activation = "none";
-  std::vector<Tensor> scratch{Tensor::empty(ctx.output(0).sizes(), ctx.output(0).dtype(), ctx.device)};
-  const KernelContext timed{ctx.op, ctx.inputs.first(plain.inputs.size()), scratch, ctx.attrs, ctx.device, ctx.stream};
-  const std::shared_ptr<Plan> best = search(plain, timed);
-  return best ? build_plan(p, best->algorithm) : nullptr;
-}
-
-// The cache file's section: choices hold for this oneDNN release on this CPU ISA only.
-const std::string& cache_section() {
-  static const std::string section = [] {
+// The algorithm choices, in memory and in the cache file's section for this oneDNN release on
+// this CPU ISA.
+algo_search::AlgoSelector& selector() {
+  static algo_search::AlgoSelector instance = [] {
     const dnnl_version_t* v = dnnl_version();
     std::ostringstream s;
     s << "cpu onednn " << v->major << "." << v->minor << "." << v->patch << " isa "
       << static_cast<int>(dnnl::get_effective_cpu_isa());
-    return s.str();
+    return algo_search::AlgoSelector(s.str());
   }();
-  return section;
+  return instance;
 }
 
 // Plans by (strategy, thread count, problem key); a null plan marks a problem oneDNN cannot run.
@@ -453,7 +420,6 @@ bool run(const Problem& p, const KernelContext& ctx) {
   // An nn.Graph may choose its own strategy (the `algo_search` attribute); else the config's.
   const std::string& strategy =
       ctx.attrs.has("algo_search") ? ctx.attr<std::string>("algo_search") : opt.conv_algo_search;
-  const bool exhaustive = strategy == "exhaustive";
   const std::string key = std::string(op_name(p.kind)) + " " + p.key();  // the file's key
   const std::string cache_key = strategy + "|" + std::to_string(num_threads()) + "|" + key;
   PlanCache& cache = plan_cache();
@@ -467,43 +433,54 @@ bool run(const Problem& p, const KernelContext& ctx) {
     }
   }
   // Building (and searching) happens outside the lock; two threads racing on a new key both
-  // build, and the first one stored wins.
-  std::shared_ptr<Plan> plan;
-  const char* source = "heuristic";
-  try {
-    if (!exhaustive) {
-      plan = build_plan(p, dnnl::algorithm::convolution_auto);
-    } else {
-      const std::string& section = cache_section();
-      if (!opt.algo_cache.empty()) {
-        if (const auto name = cached_algorithm(opt.algo_cache, section, key)) {
-          if (const auto algo = algorithm_from_name(*name)) {
-            try {
-              plan = build_plan(p, *algo);
-              source = "cache";
-            } catch (const dnnl::error&) {
-              // A stale entry: search again below.
-            }
-          }
-        }
-      }
-      if (!plan) {
-        plan = p.addend || p.activation != "none" ? search_fused(p, ctx) : search(p, ctx);
-        source = "search";
-        if (plan && !opt.algo_cache.empty())
-          store_algorithm(opt.algo_cache, section, key, algorithm_name(plan->algorithm));
+  // build, and the first one stored wins. Plans built while choosing are kept for the winner.
+  std::map<std::string, std::shared_ptr<Plan>> built;  // by algorithm name; null: unimplemented
+  const auto plan_of = [&](const std::string& name) -> std::shared_ptr<Plan> {
+    if (const auto it = built.find(name); it != built.end()) return it->second;
+    std::shared_ptr<Plan> plan;
+    const auto algo = name == "auto" ? std::optional(dnnl::algorithm::convolution_auto) : algorithm_from_name(name);
+    if (algo) {
+      try {
+        plan = build_plan(p, *algo);
+      } catch (const dnnl::error& e) {
+        if (e.status != dnnl_unimplemented) throw;
       }
     }
-  } catch (const dnnl::error& e) {
-    if (e.status != dnnl_unimplemented) throw;
-    plan = nullptr;
-  }
+    return built[name] = plan;
+  };
+  algo_search::AlgoSource source;
+  source.heuristic = [&]() -> std::optional<std::string> {
+    if (!plan_of("auto")) return std::nullopt;
+    return std::string("auto");
+  };
+  source.candidates = [] { return std::vector<std::string>{"direct", "winograd"}; };
+  source.usable = [&](const std::string& name) { return name != "auto" && plan_of(name) != nullptr; };
+  // A fused problem is timed as its convolution without post-ops, on a scratch output: a sum
+  // post-op would accumulate into the caller's output at every timing run.
+  const bool fused = p.addend || p.activation != "none";
+  Problem plain = p;
+  plain.addend.reset();
+  plain.activation = "none";
+  std::map<std::string, std::shared_ptr<Plan>> plain_built;
+  std::vector<Tensor> scratch;
+  source.time = [&](const std::string& name) -> std::optional<double> {
+    const auto plan = plan_of(name);
+    if (!plan) return std::nullopt;
+    if (!fused) return time_run(*plan, ctx);  // the first (warm-up) run also does the weight reorder
+    auto& timed_plan = plain_built[name];
+    if (!timed_plan) timed_plan = build_plan(plain, plan->algorithm);
+    if (scratch.empty()) scratch.push_back(Tensor::empty(ctx.output(0).sizes(), ctx.output(0).dtype(), ctx.device));
+    const KernelContext timed{ctx.op, ctx.inputs.first(plain.inputs.size()), scratch, ctx.attrs, ctx.device, ctx.stream};
+    return time_run(*timed_plan, timed);
+  };
+  const auto choice = selector().choose(algo_search::parse_strategy(strategy), key, opt.algo_cache, source);
+  std::shared_ptr<Plan> plan = choice ? plan_of(choice->algorithm) : nullptr;
   {
     std::lock_guard lock(cache.mutex);
     plan = cache.plans.emplace(cache_key, plan).first->second;
   }
   if (!plan) return false;
-  report(p, *plan, source);
+  if (choice->fresh) report(p, *plan, choice->source.c_str());
   execute(*plan, ctx);
   return true;
 }

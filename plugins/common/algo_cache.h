@@ -1,14 +1,15 @@
 // The persisted algorithm choices of the `exhaustive` search (optimizations.algo_cache).
 //
-// The file is YAML with one map per section, `section: {problem key: algorithm}`. The CPU plugin
-// writes only its own section (named after the library version and CPU ISA, so a cache from
-// another machine or oneDNN release is not trusted) and keeps the others as it found them, so
-// several plugins can share one file.
+// The file is YAML with one map per section, `section: {problem key: algorithm}`. A plugin
+// writes only its own section (named after its library's version and the processor, e.g. the
+// oneDNN release and CPU ISA, or the cuDNN release and GPU model, so a cache from another
+// machine or release is not trusted) and keeps the others as it found them, so several plugins
+// (each with its own copy of this code) share one file.
 #pragma once
 #include <optional>
 #include <string>
 
-namespace plugflow::cpu::onednn {
+namespace plugflow::algo_search {
 
 // The algorithm stored for `key` in `section` of the file at `path` ('~' expands to $HOME), or
 // nothing. The file is read once per path; a missing file is empty, and an unreadable or corrupt
@@ -21,4 +22,4 @@ std::optional<std::string> cached_algorithm(const std::string& path, const std::
 void store_algorithm(const std::string& path, const std::string& section, const std::string& key,
                      const std::string& algorithm);
 
-}  // namespace plugflow::cpu::onednn
+}  // namespace plugflow::algo_search

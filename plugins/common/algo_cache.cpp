@@ -11,7 +11,7 @@
 #include <mutex>
 #include <system_error>
 
-namespace plugflow::cpu::onednn {
+namespace plugflow::algo_search {
 namespace {
 
 std::string expand_user(const std::string& path) {
@@ -127,4 +127,4 @@ void store_algorithm(const std::string& path, const std::string& section, const 
   }
 }
 
-}  // namespace plugflow::cpu::onednn
+}  // namespace plugflow::algo_search
