@@ -26,7 +26,7 @@ void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients 
 // float64 path and their fallback):
 void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_pool2d (+ backward)
 void register_onednn_layer_norm_kernels(Registrar& reg);  // layer_norm (its backward is faster natively)
-void register_onednn_softmax_kernels(Registrar& reg);     // softmax, log_softmax
+void register_onednn_softmax_kernels(Registrar& reg);     // softmax (log_softmax is more accurate natively)
 void register_onednn_fused_kernels(Registrar& reg);       // mm_fused (conv2d_fused is with the convolutions)
 void register_onednn_matmul_kernels(Registrar& reg);      // mm, bmm (bfloat16 only: float32 keeps sgemm)
 
@@ -49,7 +49,6 @@ void avg_pool2d_native(KernelContext& ctx);
 void avg_pool2d_backward_native(KernelContext& ctx);
 void layer_norm_native(KernelContext& ctx);
 void softmax_native(KernelContext& ctx);
-void log_softmax_native(KernelContext& ctx);
 void mm_native(KernelContext& ctx);
 void bmm_native(KernelContext& ctx);
 

@@ -6,10 +6,13 @@
 //     backward of cumsum). Lines along the dim run in parallel; when the dim is not the
 //     innermost one and the next dim is contiguous, a tile of neighbouring lines advances
 //     together, which vectorizes.
-//   * softmax, log_softmax: per line one pass computes the running max and the sum of
-//     exp(x - max) together (online rescaling, block by block on contiguous lines), a second
-//     pass writes; same line/tile split. float math uses a vectorizable exp (exp_nonpos).
+//   * softmax, log_softmax: per contiguous line one pass computes the running max and the sum
+//     of exp(x - max) together (block by block, the sum rescaled when the max grows), a second
+//     pass writes; a tile of neighbouring lines takes a max pass, a sum pass and a write pass.
+//     Sums total in double (log_softmax's log(s) needs them exact when s is near 1); float math
+//     uses a vectorizable exp (exp_nonpos); dense float32 loops are compiled per ISA.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -357,11 +360,11 @@ constexpr C kInf = std::numeric_limits<C>::infinity();
 
 // The end of a softmax line: softmax exp(x - m) / s, log_softmax (x - m) - log(s). A +inf
 // max makes the line NaN (exp(inf - inf) in PyTorch's formula); a line of -inf gives NaN.
-template <typename C, bool Log>
-inline C softmax_scale(C m, C s) {
-  if (m == kInf<C>) s = std::numeric_limits<C>::quiet_NaN();
-  if constexpr (Log) return std::log(s);
-  else return C(1) / s;
+template <typename C, bool Log, typename S>
+inline C softmax_scale(C m, S s) {
+  if (m == kInf<C>) s = std::numeric_limits<S>::quiet_NaN();
+  if constexpr (Log) return static_cast<C>(std::log(s));
+  else return static_cast<C>(S(1) / s);
 }
 template <typename C, bool Log>
 [[gnu::always_inline]] inline C softmax_finish(C x, C m, C scale) {
@@ -371,41 +374,114 @@ template <typename C, bool Log>
 
 // A contiguous line: the max and the sum of exp(x - max) in one read, block by block (the
 // block's max first, the running sum rescaled when it grows), then one pass that writes.
-template <typename T, bool Log>
-void softmax_row(const T* x, T* y, int64_t n) {
+// Blocks sum in C, the line's total in double: log_softmax subtracts log(s), and when one
+// element dominates s is 1 + a little, whose log keeps only the digits s kept (a float total
+// cost up to 1e-5 relative on such outputs).
+// Lanes: the loops' vector length (16: AVX-512 registers; 8 for lines under 64 elements, which
+// then run vectorized too, and fold 8 partial results instead of 16).
+template <typename T, bool Log, int Lanes>
+[[gnu::always_inline]] inline void softmax_row_body(const T* x, T* y, int64_t n) {
   using C = opmath_t<T>;
   constexpr int64_t kBlock = 256;
-  constexpr int kLanes = 8;
-  C m = -kInf<C>, s = 0;
+  using Bits = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;
+  constexpr Bits kAbs = std::numeric_limits<Bits>::max(), kInfBits = std::bit_cast<Bits>(kInf<C>);
+  C m = -kInf<C>;
+  double s = 0;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
-    C lane[kLanes];
-    for (int j = 0; j < kLanes; ++j) lane[j] = -kInf<C>;
-    int64_t i = b;
-    for (; i + kLanes <= e; i += kLanes) {
-#pragma omp simd
-      for (int j = 0; j < kLanes; ++j) lane[j] = max_nan(lane[j], static_cast<C>(x[i + j]));
+    // The block's max ignoring NaN (v > bm ? v : bm is one vmaxps) and a NaN flag on the bits
+    // beside it: both vectorize, where a NaN-propagating select did not.
+    C bm = -kInf<C>;
+    Bits any_nan = 0;
+#pragma omp simd simdlen(Lanes) reduction(max : bm) reduction(| : any_nan)
+    for (int64_t k = b; k < e; ++k) {
+      const C v = static_cast<C>(x[k]);
+      bm = v > bm ? v : bm;
+      any_nan |= (std::bit_cast<Bits>(v) & kAbs) > kInfBits;
     }
-    C bm = lane[0];
-    for (int j = 1; j < kLanes; ++j) bm = max_nan(bm, lane[j]);
-    for (; i < e; ++i) bm = max_nan(bm, static_cast<C>(x[i]));
-    if (bm != bm) {  // NaN: the whole line is NaN
-      m = s = bm;
+    if (any_nan) {  // NaN: the whole line is NaN
+      m = std::numeric_limits<C>::quiet_NaN();
+      s = m;
       break;
     }
     if (bm > m) {
-      s *= exp_nonpos(m - bm);
+      if (s != 0) s *= std::exp(static_cast<double>(m) - static_cast<double>(bm));
       m = bm;
     }
     if (m == -kInf<C>) continue;  // only -inf so far: adds nothing
     C acc = 0;
-#pragma omp simd reduction(+ : acc)
+#pragma omp simd simdlen(Lanes) reduction(+ : acc)
     for (int64_t k = b; k < e; ++k) acc += exp_nonpos(static_cast<C>(x[k]) - m);
     s += acc;
   }
   const C scale = softmax_scale<C, Log>(m, s);
-#pragma omp simd
+#pragma omp simd simdlen(Lanes)
   for (int64_t k = 0; k < n; ++k) y[k] = convert<T>(softmax_finish<C, Log>(static_cast<C>(x[k]), m, scale));
+}
+
+// nt neighbouring lines side by side (element j of line k at x + j * sa + k * sizeof(T)),
+// vectorized across the tile: the max, then the sum of exp(x - max) (in double, as for a
+// contiguous line), then the writes; one exp per element (an online update needs two).
+template <typename T, bool Log>
+[[gnu::always_inline]] inline void softmax_tile_body(const char* x, char* y, int64_t nt, int64_t n, int64_t sa,
+                                                     int64_t so) {
+  using C = opmath_t<T>;
+  C m[kLineTile];
+  double s[kLineTile];
+  for (int64_t k = 0; k < nt; ++k) {
+    m[k] = -kInf<C>;
+    s[k] = 0;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const T* xr = reinterpret_cast<const T*>(x + j * sa);
+#pragma omp simd
+    for (int64_t k = 0; k < nt; ++k) m[k] = max_nan(m[k], static_cast<C>(xr[k]));
+  }
+  // A line of -inf gives -inf - -inf = NaN here, and NaN is its result.
+  for (int64_t j = 0; j < n; ++j) {
+    const T* xr = reinterpret_cast<const T*>(x + j * sa);
+#pragma omp simd
+    for (int64_t k = 0; k < nt; ++k) s[k] += exp_nonpos(static_cast<C>(xr[k]) - m[k]);
+  }
+  C scale[kLineTile];
+  for (int64_t k = 0; k < nt; ++k) scale[k] = softmax_scale<C, Log>(m[k], s[k]);
+  for (int64_t j = 0; j < n; ++j) {
+    const T* xr = reinterpret_cast<const T*>(x + j * sa);
+    T* yr = reinterpret_cast<T*>(y + j * so);
+#pragma omp simd
+    for (int64_t k = 0; k < nt; ++k) yr[k] = convert<T>(softmax_finish<C, Log>(static_cast<C>(xr[k]), m[k], scale[k]));
+  }
+}
+
+// Dense float32 lines and tiles, compiled for AVX-512, AVX2 + FMA and the baseline (the loader picks
+// the CPU's): 16 lanes make the native kernel as fast as oneDNN's jit softmax (onednn/softmax.cpp).
+#define PF_SOFTMAX_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+template <bool Log>
+[[gnu::always_inline]] inline void softmax_row_lanes(const float* x, float* y, int64_t n) {
+  n < 64 ? softmax_row_body<float, Log, 8>(x, y, n) : softmax_row_body<float, Log, 16>(x, y, n);
+}
+PF_SOFTMAX_CLONES void softmax_row_f32(const float* x, float* y, int64_t n) { softmax_row_lanes<false>(x, y, n); }
+PF_SOFTMAX_CLONES void log_softmax_row_f32(const float* x, float* y, int64_t n) { softmax_row_lanes<true>(x, y, n); }
+PF_SOFTMAX_CLONES void softmax_tile_f32(const char* x, char* y, int64_t nt, int64_t n, int64_t sa, int64_t so) {
+  softmax_tile_body<float, false>(x, y, nt, n, sa, so);
+}
+PF_SOFTMAX_CLONES void log_softmax_tile_f32(const char* x, char* y, int64_t nt, int64_t n, int64_t sa, int64_t so) {
+  softmax_tile_body<float, true>(x, y, nt, n, sa, so);
+}
+#undef PF_SOFTMAX_CLONES
+
+template <typename T, bool Log>
+void softmax_row(const T* x, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) Log ? log_softmax_row_f32(x, y, n) : softmax_row_f32(x, y, n);
+  else softmax_row_body<T, Log, 8>(x, y, n);
+}
+template <typename T, bool Log>
+void softmax_tile(const char* x, char* y, int64_t nt, int64_t n, int64_t sa, int64_t so) {
+  if constexpr (std::is_same_v<T, float>) {
+    Log ? log_softmax_tile_f32(x, y, nt, n, sa, so) : softmax_tile_f32(x, y, nt, n, sa, so);
+  } else {
+    softmax_tile_body<T, Log>(x, y, nt, n, sa, so);
+  }
 }
 
 template <typename T, bool Log>
@@ -429,32 +505,7 @@ void softmax_typed(const Tensor& a, const Tensor& out, int64_t dim) {
       *reinterpret_cast<T*>(y + j * L.so) =
           convert<T>(softmax_finish<C, Log>(static_cast<C>(*reinterpret_cast<const T*>(x + j * L.sa)), m, scale));
   };
-  // Neighbouring lines side by side: the same online update, branch-free, vectorized across
-  // the tile.
-  auto tile = [&](const char* x, char* y, int64_t nt) {
-    C m[kLineTile], s[kLineTile];
-    for (int64_t k = 0; k < nt; ++k) {
-      m[k] = -kInf<C>;
-      s[k] = 0;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const T* xr = reinterpret_cast<const T*>(x + j * L.sa);
-#pragma omp simd
-      for (int64_t k = 0; k < nt; ++k) {
-        const C v = static_cast<C>(xr[k]);
-        const C nm = max_nan(m[k], v);
-        s[k] = s[k] * blend(nm == m[k], C(1), exp_nonpos(m[k] - nm)) + blend(v == -kInf<C>, C(0), exp_nonpos(v - nm));
-        m[k] = nm;
-      }
-    }
-    for (int64_t k = 0; k < nt; ++k) s[k] = softmax_scale<C, Log>(m[k], s[k]);
-    for (int64_t j = 0; j < n; ++j) {
-      const T* xr = reinterpret_cast<const T*>(x + j * L.sa);
-      T* yr = reinterpret_cast<T*>(y + j * L.so);
-#pragma omp simd
-      for (int64_t k = 0; k < nt; ++k) yr[k] = convert<T>(softmax_finish<C, Log>(static_cast<C>(xr[k]), m[k], s[k]));
-    }
-  };
+  auto tile = [&](const char* x, char* y, int64_t nt) { softmax_tile<T, Log>(x, y, nt, n, L.sa, L.so); };
   for_each_line(L, static_cast<const char*>(a.data_ptr()), static_cast<char*>(out.data_ptr()), line, tile);
 }
 
@@ -477,7 +528,6 @@ void softmax_kernel(KernelContext& ctx) {
 }  // namespace
 
 void softmax_native(KernelContext& ctx) { softmax_kernel<false>(ctx); }
-void log_softmax_native(KernelContext& ctx) { softmax_kernel<true>(ctx); }
 
 void register_reduction_kernels(Registrar& reg) {
   const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
@@ -490,7 +540,7 @@ void register_reduction_kernels(Registrar& reg) {
   reg.kernel("cumsum", DeviceType::CPU, all, scan_kernel<false>);
   reg.kernel("cumprod", DeviceType::CPU, all, scan_kernel<true>);
   reg.kernel("softmax", DeviceType::CPU, floats, softmax_native);
-  reg.kernel("log_softmax", DeviceType::CPU, floats, log_softmax_native);
+  reg.kernel("log_softmax", DeviceType::CPU, floats, softmax_kernel<true>);
 }
 
 }  // namespace plugflow::cpu

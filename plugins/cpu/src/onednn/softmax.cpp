@@ -1,18 +1,20 @@
-// softmax and log_softmax (docs/kernels.md, "Reduction family") on oneDNN's softmax_v2
-// (softmax_accurate / softmax_log) for float32, registered with Priority::Optimized over the
-// plugin's own kernels (reduction_extra.cpp), which stay the float64/16-bit path and this file's
-// fallback. Their backward is composed from other ops in autograd: there is no backward kernel.
+// softmax (docs/kernels.md, "Reduction family") on oneDNN's softmax_v2 (softmax_accurate) for
+// float32, registered with Priority::Optimized over the plugin's own kernel (reduction_extra.cpp),
+// which stays the float64/16-bit path and this file's fallback. Its backward is composed from
+// other ops in autograd: there is no backward kernel.
 //
 // oneDNN takes lines along the innermost dim of contiguous operands (seen as (rows, n)), where
-// its jit kernel is 2-5x faster than the native one (medians, ms, 1 thread; native / oneDNN,
-// softmax and log_softmax): (8, 2, 128, 128) 1.14 / 0.23, 0.77 / 0.26; (4, 12, 128, 128)
-// 3.45 / 0.66, 2.33 / 0.75; (1024, 1000) 3.80 / 0.84, 2.35 / 0.85; (64, 10) 0.012 / 0.004,
-// 0.011 / 0.006; (16, 64) 0.006 / 0.003, 0.005 / 0.004. Below 512 elements the call's fixed
-// cost wins over that ((1, 10) 0.001 / 0.002, (2, 100) about equal), and oneDNN has only its
-// reference code for other axes and strided layouts ((16, 10, 32) over dim 1: 0.037 / 0.037,
-// slower for larger ones): those run natively, as does any problem for which oneDNN offers
-// only its reference code. Below the plugin's grain size oneDNN runs on the calling thread,
-// as the native loops do (a parallel region would cost more than the work).
+// its jit kernel beats the native one from about 2048 elements (medians, us, 1 thread, oneDNN /
+// native): (64, 100) 6.1 / 8.7, (8, 1000) 6.0 / 6.8, (1024, 1000) 650 / 850; below, the call's
+// fixed cost loses ((64, 10) 5.5 / 4.1, (16, 64) 2.6 / 1.8). oneDNN has only its reference
+// code for other axes and strided layouts: those run natively, as does any problem for which
+// oneDNN offers only its reference code. Below the plugin's grain size oneDNN runs on the
+// calling thread, as the native loops do (a parallel region would cost more than the work).
+//
+// log_softmax stays native: oneDNN 2.6's softmax_log subtracts a log of the sum that is 1e-6
+// to 1e-5 relative off (a constant error per line: 1e-6 to 1e-4 relative on the outputs where
+// PyTorch is within 3e-7), and the native kernel is as fast ((1024, 1000) 0.60 ms against
+// oneDNN's 0.69, PyTorch 0.82).
 //
 // NaN and +inf: PyTorch makes such a line all NaN (its max is NaN or +inf). oneDNN's max and
 // exp drop NaNs, so it gives a NaN only where the input was NaN or +inf (and 0 or -inf
@@ -30,7 +32,7 @@
 namespace plugflow::cpu::onednn {
 namespace {
 
-constexpr int64_t kMinElements = 512;
+constexpr int64_t kMinElements = 2048;
 
 // Lines with a NaN anywhere become all NaN (see above).
 void propagate_nan(float* y, int64_t rows, int64_t n) {
@@ -46,11 +48,10 @@ void propagate_nan(float* y, int64_t rows, int64_t n) {
   });
 }
 
-template <bool Log>
 void softmax_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
-  const auto native = [&] { Log ? log_softmax_native(ctx) : softmax_native(ctx); };
+  const auto native = [&] { softmax_native(ctx); };
   const int64_t dim = ctx.attr<int64_t>("dim");
   bool innermost = dim >= 0 && dim < a.dim();
   for (int64_t d = dim + 1; innermost && d < a.dim(); ++d) innermost = a.sizes()[d] == 1;
@@ -60,12 +61,10 @@ void softmax_kernel(KernelContext& ctx) {
   const int64_t n = a.sizes()[dim], rows = a.numel() / n;
   const memory::desc md({rows, n}, memory::data_type::f32, memory::format_tag::ab);
   const auto attempt = [&] {
-    const std::string key =
-        std::string(Log ? "log_softmax " : "softmax ") + std::to_string(rows) + "x" + std::to_string(n);
+    const std::string key = "softmax " + std::to_string(rows) + "x" + std::to_string(n);
     const dnnl::primitive p = cached_primitive(key, [&] {
       const dnnl::softmax_v2_forward::primitive_desc pd(
-          {dnnl::prop_kind::forward_inference, Log ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate,
-           md, md, 1},
+          {dnnl::prop_kind::forward_inference, dnnl::algorithm::softmax_accurate, md, md, 1},
           engine());
       return std::strncmp(pd.impl_info_str(), "ref", 3) == 0 ? dnnl::primitive() : dnnl::softmax_v2_forward(pd);
     });
@@ -86,8 +85,7 @@ namespace plugflow::cpu {
 
 void register_onednn_softmax_kernels(Registrar& reg) {
   const auto f32 = {DType::Float32};
-  reg.kernel("softmax", DeviceType::CPU, f32, onednn::softmax_kernel<false>, Priority::Optimized);
-  reg.kernel("log_softmax", DeviceType::CPU, f32, onednn::softmax_kernel<true>, Priority::Optimized);
+  reg.kernel("softmax", DeviceType::CPU, f32, onednn::softmax_kernel, Priority::Optimized);
 }
 
 }  // namespace plugflow::cpu
