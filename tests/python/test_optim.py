@@ -1,8 +1,10 @@
-"""plugflow.optim against torch.optim 1.13: SGD, Adam, AdamW, RMSprop and Adagrad run on the same
-random parameters and the same random gradient sequence for several steps, with every option
-combination, param groups with their own options, a parameter that gets no gradient,
-non-contiguous / size-0 / size-1 / 0-d parameters, state_dict() round trips in both directions
-mid-run, closures, zero_grad, and PyTorch's errors for bad hyperparameters and bad params.
+"""plugflow.optim against torch.optim 1.13: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax,
+NAdam, RAdam and ASGD run on the same random parameters and the same random gradient sequence for
+several steps, with every option combination, param groups with their own options, a parameter
+that gets no gradient, non-contiguous / size-0 / size-1 / 0-d parameters, state_dict() round trips
+in both directions mid-run, closures, zero_grad, and PyTorch's errors for bad hyperparameters and
+bad params; LBFGS (fixed step and strong-Wolfe line search) on least-squares and Rosenbrock
+problems through closures; SparseAdam refused.
 
 Each test draws a fresh seed (printed, so a failure can be replayed with OPTIM_SEED=<seed>)."""
 
@@ -176,15 +178,46 @@ RMSPROP_COMBOS = combos(lr=[0.01], alpha=[0.99, 0.5], eps=[1e-8, 1e-2], weight_d
                         centered=[False, True], maximize=[False, True])
 ADAGRAD_COMBOS = combos(lr=[0.1], lr_decay=[0, 0.1], weight_decay=[0, 0.1], initial_accumulator_value=[0, 0.5],
                         eps=[1e-10, 1e-2], maximize=[False, True])
+ADADELTA_COMBOS = combos(lr=[1.0, 0.3], rho=[0.9, 0.5], eps=[1e-6, 1e-2], weight_decay=[0, 0.1],
+                         maximize=[False, True])
+ADAMAX_COMBOS = combos(lr=[0.01], betas=[(0.9, 0.999), (0.5, 0.8)], eps=[1e-8, 1e-1], weight_decay=[0, 0.1],
+                       maximize=[False, True])
+NADAM_COMBOS = combos(lr=[0.01], betas=[(0.9, 0.999), (0.5, 0.8)], eps=[1e-8, 1e-3], weight_decay=[0, 0.1],
+                      momentum_decay=[4e-3, 0.3])
+# beta2 = 0.9 reaches RAdam's rectified branch (rho_t > 5) from step 6.
+RADAM_COMBOS = combos(lr=[0.01], betas=[(0.9, 0.999), (0.8, 0.9)], eps=[1e-8, 1e-3], weight_decay=[0, 0.1])
+# t0 = 2 starts ASGD's averaging (mu != 1) within the run.
+ASGD_COMBOS = combos(lr=[0.05], lambd=[1e-4, 0.1], alpha=[0.75, 0.5], t0=[1e6, 2], weight_decay=[0, 0.1],
+                     maximize=[False, True])
 
 ALL_COMBOS = ([("SGD", c) for c in SGD_COMBOS] + [("Adam", c) for c in ADAM_COMBOS]
               + [("AdamW", c) for c in ADAMW_COMBOS] + [("RMSprop", c) for c in RMSPROP_COMBOS]
-              + [("Adagrad", c) for c in ADAGRAD_COMBOS])
+              + [("Adagrad", c) for c in ADAGRAD_COMBOS] + [("Adadelta", c) for c in ADADELTA_COMBOS]
+              + [("Adamax", c) for c in ADAMAX_COMBOS] + [("NAdam", c) for c in NADAM_COMBOS]
+              + [("RAdam", c) for c in RADAM_COMBOS] + [("ASGD", c) for c in ASGD_COMBOS])
 
 
 @pytest.mark.parametrize("name,kwargs", ALL_COMBOS, ids=[f"{n}-{combo_id(c)}" for n, c in ALL_COMBOS])
 def test_matches_torch(rng, name, kwargs):
-    run_and_compare(rng, name, kwargs, steps=4)
+    run_and_compare(rng, name, kwargs, steps=7 if name == "RAdam" else 4)
+
+
+@pytest.mark.parametrize("name", ["Adadelta", "Adamax", "NAdam", "RAdam", "ASGD"])
+@pytest.mark.parametrize("foreach", [None, False, True])
+def test_foreach_flag_accepted(rng, name, foreach):
+    """foreach=True/False/None is accepted and kept in the param groups as torch 1.13 does, and
+    plugflow runs the single-tensor arithmetic (torch's default) for each. (torch 1.13's own
+    multi-tensor NAdam uses another step size than its single-tensor one, and its multi-tensor
+    weight decay writes into .grad; those are not copied.)"""
+    pf_params, torch_params = make_params(rng)
+    pf_opt = getattr(optim, name)(pf_params, lr=0.01, weight_decay=0.1, foreach=foreach)
+    torch_opt = getattr(torch.optim, name)(torch_params, lr=0.01, weight_decay=0.1, foreach=False)
+    assert pf_opt.param_groups[0]["foreach"] is foreach
+    for _ in range(3):
+        set_random_grads(rng, pf_params, torch_params)
+        pf_opt.step()
+        torch_opt.step()
+        assert_params_match(pf_params, torch_params)
 
 
 # Per-group options that differ from the defaults in ways that change the arithmetic.
@@ -194,6 +227,11 @@ GROUP_OPTIONS = {
     "AdamW": (dict(lr=0.01, amsgrad=True), dict(lr=0.05, amsgrad=False, weight_decay=0.3, maximize=True)),
     "RMSprop": (dict(lr=0.01, momentum=0.5), dict(lr=0.02, centered=True, momentum=0.9, alpha=0.7)),
     "Adagrad": (dict(lr=0.1), dict(lr=0.2, lr_decay=0.05, initial_accumulator_value=0.3, weight_decay=0.1)),
+    "Adadelta": (dict(lr=1.0), dict(lr=0.5, rho=0.6, eps=1e-3, weight_decay=0.1, maximize=True)),
+    "Adamax": (dict(lr=0.01), dict(lr=0.05, betas=(0.7, 0.9), weight_decay=0.1, maximize=True)),
+    "NAdam": (dict(lr=0.01), dict(lr=0.03, betas=(0.8, 0.9), momentum_decay=0.1, weight_decay=0.1)),
+    "RAdam": (dict(lr=0.01), dict(lr=0.03, betas=(0.8, 0.9), weight_decay=0.1)),
+    "ASGD": (dict(lr=0.05, t0=3), dict(lr=0.02, lambd=0.1, alpha=0.5, t0=1, weight_decay=0.1, maximize=True)),
 }
 
 
@@ -294,7 +332,9 @@ def quadratic_loss(lib, w, x, target):
 
 @pytest.mark.parametrize("name,kwargs", [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
                                          ("Adam", dict(lr=0.05, amsgrad=True)), ("AdamW", dict(lr=0.05)),
-                                         ("RMSprop", dict(lr=0.01, centered=True)), ("Adagrad", dict(lr=0.1))])
+                                         ("RMSprop", dict(lr=0.01, centered=True)), ("Adagrad", dict(lr=0.1)),
+                                         ("Adadelta", dict()), ("Adamax", dict(lr=0.05)), ("NAdam", dict(lr=0.05)),
+                                         ("RAdam", dict(lr=0.05)), ("ASGD", dict(lr=0.05, t0=2))])
 def test_closure_training_loop(rng, name, kwargs):
     (pf_w,), (torch_w,) = make_params(rng, specs=[((5, 2), "transposed")])
     x = rng.normal(size=(8, 5)).astype("float32")
@@ -356,6 +396,15 @@ BAD_HYPERPARAMETERS = [
     ("RMSprop", dict(weight_decay=-1)), ("RMSprop", dict(alpha=-0.1)),
     ("Adagrad", dict(lr=-1)), ("Adagrad", dict(lr_decay=-1)), ("Adagrad", dict(weight_decay=-1)),
     ("Adagrad", dict(initial_accumulator_value=-1)), ("Adagrad", dict(eps=-1)),
+    ("Adadelta", dict(lr=-1)), ("Adadelta", dict(rho=-0.1)), ("Adadelta", dict(rho=1.5)), ("Adadelta", dict(eps=-1)),
+    ("Adadelta", dict(weight_decay=-1)),
+    ("Adamax", dict(lr=-1)), ("Adamax", dict(eps=-1)), ("Adamax", dict(betas=(1.0, 0.9))),
+    ("Adamax", dict(betas=(0.9, -0.1))), ("Adamax", dict(weight_decay=-1)),
+    ("NAdam", dict(lr=-1)), ("NAdam", dict(betas=(0.9, 1.0))), ("NAdam", dict(weight_decay=-1)),
+    ("NAdam", dict(momentum_decay=-1)),
+    ("RAdam", dict(lr=-1)), ("RAdam", dict(eps=-1)), ("RAdam", dict(betas=(-0.5, 0.9))),
+    ("RAdam", dict(weight_decay=-1)),
+    ("ASGD", dict(lr=-1)), ("ASGD", dict(weight_decay=-1)),
 ]
 
 
@@ -480,7 +529,12 @@ def test_old_state_dict_with_integer_step(rng):
                                           ("Adam", "Adam does not support sparse gradients"),
                                           ("AdamW", "AdamW does not support sparse gradients"),
                                           ("RMSprop", "RMSprop does not support sparse gradients"),
-                                          ("Adagrad", "Adagrad does not support sparse gradients")])
+                                          ("Adagrad", "Adagrad does not support sparse gradients"),
+                                          ("Adadelta", "Adadelta does not support sparse gradients"),
+                                          ("Adamax", "Adamax does not support sparse gradients"),
+                                          ("NAdam", "NAdam does not support sparse gradients"),
+                                          ("RAdam", "RAdam does not support sparse gradients"),
+                                          ("ASGD", "ASGD does not support sparse gradients")])
 def test_sparse_gradients_are_rejected(rng, monkeypatch, name, message):
     (p,), _ = make_params(rng, specs=[((3,), "contiguous")])
     p.grad = pf.ones(3)
@@ -503,8 +557,9 @@ def test_import_paths():
     import plugflow.optim.lr_scheduler as lr_scheduler
 
     assert pf.optim is optim and optim.lr_scheduler is lr_scheduler
-    for name in ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"):
-        assert hasattr(optim, name)
+    for name in ("Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+                 "ASGD", "LBFGS", "SparseAdam"):
+        assert hasattr(optim, name) and name in optim.__all__
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         optim.SGD([pf.zeros(1, requires_grad=True)], lr=0.1).step()
@@ -584,3 +639,136 @@ def test_fused_step_ops_reject_bad_input():
         pf._C._adam_step_(leaf, g, pf.zeros(4), pf.zeros(4), None, **adam)
     # Nothing was written by the failed calls.
     assert p.tolist() == [0.0] * 4 and leaf.tolist() == [0.0] * 4
+
+
+# ---- LBFGS ---------------------------------------------------------------------------------------
+
+def least_squares(lib, params, data):
+    """Ridge regression over two parameters of different shapes: a strongly convex quadratic, so
+    the optimum (and the path to it) is well determined in float32 too."""
+    a, b = data
+    w, c = params
+    r = lib.matmul(a, w.reshape(-1)) + c.sum() - b
+    return 0.5 * (r * r).sum() + (c * c).sum() + 0.5 * (w * w).sum()
+
+
+def rosenbrock(lib, params, data):
+    (x,) = params
+    return ((1 - x[:-1]) ** 2 + 100 * (x[1:] - x[:-1] ** 2) ** 2).sum()
+
+
+LBFGS_CASES = [
+    ("least_squares", dict()),
+    ("least_squares", dict(line_search_fn="strong_wolfe")),
+    ("least_squares", dict(lr=0.5, history_size=3, max_iter=7)),
+    ("rosenbrock", dict(line_search_fn="strong_wolfe", history_size=4)),
+    ("rosenbrock", dict(lr=0.1, max_iter=30, max_eval=12, tolerance_change=1e-6)),
+]
+
+
+LBFGS_RUNS = [(p, k, "float64") for p, k in LBFGS_CASES] + [(p, k, "float32") for p, k in LBFGS_CASES[:3]]
+
+
+@pytest.mark.parametrize("problem,kwargs,dtype", LBFGS_RUNS, ids=[f"{p}-{combo_id(k)}-{d}" for p, k, d in LBFGS_RUNS])
+def test_lbfgs_matches_torch(rng, problem, kwargs, dtype):
+    """Three step() calls (each up to max_iter iterations; the history carries over) through a
+    closure: the same losses, parameters and iteration / evaluation counts as PyTorch in float64.
+    The scalars LBFGS derives (dot products) are sums rounded in another order than PyTorch's;
+    in float32 those differences grow along the iterations (on Rosenbrock's valley they change
+    the line search's path), so float32 runs the least-squares cases within a looser tolerance."""
+    if problem == "least_squares":
+        shapes = [(3, 2), (2,)]
+        data = (rng.normal(size=(9, 6)).astype(dtype), rng.normal(size=9).astype(dtype))
+    else:
+        shapes = [(6,)]
+        data = None
+    init = [rng.uniform(-1.5, 1.5, size=s).astype(dtype) for s in shapes]
+    objective = least_squares if problem == "least_squares" else rosenbrock
+    results = []
+    for lib, module in ((torch, torch.optim), (pf, optim)):
+        params = [lib.from_numpy(v.copy()).requires_grad_() for v in init]
+        lib_data = None if data is None else tuple(lib.from_numpy(d.copy()) for d in data)
+        opt = module.LBFGS(params, **kwargs)
+        evaluations = []
+
+        def closure():
+            opt.zero_grad()
+            loss = objective(lib, params, lib_data)
+            loss.backward()
+            evaluations.append(loss.item())
+            return loss
+
+        losses = [opt.step(closure).item() for _ in range(3)]
+        state = opt.state[params[0]]
+        results.append((params, losses, evaluations, state["n_iter"], state["func_evals"]))
+    (t_params, t_losses, t_evals, t_iter, t_func), (p_params, p_losses, p_evals, p_iter, p_func) = results
+    if dtype == "float64":
+        assert (p_iter, p_func) == (t_iter, t_func)
+        assert len(p_evals) == len(t_evals)
+        np.testing.assert_allclose(p_losses, t_losses, rtol=1e-6, atol=1e-9)
+        tol = dict(rtol=1e-6, atol=1e-8)
+    else:
+        # Near the optimum a float32 loss resolves the parameters only to ~sqrt(2^-24) ~ 2e-4.
+        np.testing.assert_allclose(p_losses, t_losses, rtol=1e-5)
+        tol = dict(rtol=1e-3, atol=2e-3)
+    for p, t in zip(p_params, t_params):
+        assert_matches(p.detach(), t.detach(), **tol)
+    assert t_losses[-1] < t_losses[0]  # the problem makes progress (the comparison is not vacuous)
+
+
+def test_lbfgs_state_dict_and_errors(rng):
+    (p, q), (tp, tq) = make_params(rng, "float64", specs=[((3,), "contiguous"), ((2, 2), "contiguous")])
+    for lib, module, params in ((torch, torch.optim, [tp, tq]), (pf, optim, [p, q])):
+        opt = module.LBFGS(params, history_size=5, max_iter=4)
+
+        def closure():
+            opt.zero_grad()
+            loss = (params[0] ** 2).sum() + ((params[1] - 1) ** 2).sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        sd = opt.state_dict()
+        assert list(sd["state"]) == [0]  # all state under the first parameter
+        assert sd["param_groups"][0]["history_size"] == 5 and sd["param_groups"][0]["line_search_fn"] is None
+        if lib is torch:
+            torch_sd = sd
+    assert sorted(sd["state"][0]) == sorted(torch_sd["state"][0])
+    assert sd["state"][0]["n_iter"] == torch_sd["state"][0]["n_iter"]
+    assert sd["param_groups"] == torch_sd["param_groups"]
+    with pytest.raises(ValueError, match=re.escape("LBFGS doesn't support per-parameter options (parameter groups)")):
+        optim.LBFGS([{"params": [p]}, {"params": [q]}])
+    r = pf.ones(2, requires_grad=True)
+    opt = optim.LBFGS([r], line_search_fn="backtracking")
+
+    def closure():
+        opt.zero_grad()
+        loss = (r ** 2).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(RuntimeError, match="only 'strong_wolfe' is supported"):
+        opt.step(closure)
+
+
+def test_lbfgs_stops_at_an_optimum(rng):
+    """A gradient already below tolerance_grad: one evaluation, no update, as PyTorch."""
+    p = pf.zeros(3, requires_grad=True)
+    opt = optim.LBFGS([p])
+    calls = []
+
+    def closure():
+        calls.append(1)
+        opt.zero_grad()
+        loss = (p ** 2).sum()
+        loss.backward()
+        return loss
+
+    assert opt.step(closure).item() == 0
+    assert len(calls) == 1 and p.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_sparse_adam_is_refused():
+    p = pf.zeros(3, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="SparseAdam needs sparse gradients.*use optim.Adam"):
+        optim.SparseAdam([p])
