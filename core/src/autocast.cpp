@@ -52,6 +52,7 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       // lower precision
       {"conv1d", {P::Lower, P::Lower}},
       {"conv2d", {P::Lower, P::Lower}},
+      {"conv3d", {P::Lower, P::Lower}},
       {"mm", {P::Lower, P::Lower}},
       {"bmm", {P::Lower, P::Lower}},
       {"matmul", {P::Lower, P::Lower}},
@@ -61,6 +62,7 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"linear", {P::Lower, P::Lower}},
       {"conv_transpose1d", {P::Float32, P::Lower}},
       {"conv_transpose2d", {P::Float32, P::Lower}},
+      {"conv_transpose3d", {P::Float32, P::Lower}},
       {"prelu", {P::None, P::Lower}},
       {"mv", {P::Native, P::Lower}},
       {"addmv", {P::Native, P::Lower}},

@@ -1,6 +1,6 @@
 // The conv family (plugflow/ops_conv.h) as private _C functions behind
 // plugflow.nn.functional (python/plugflow/nn/_functional_conv.py), which parses PyTorch's
-// argument forms (an int or a pair, None, strings) and passes two-value lists here.
+// argument forms (an int or a tuple, None, strings) and passes two- or three-value lists here.
 // Arguments are plain C++ types, so the GIL is released while the op runs. Also binds
 // PyTorch's top-level aliases (plugflow.conv2d, plugflow.max_pool1d, ...).
 #include <pybind11/pybind11.h>
@@ -35,6 +35,26 @@ void bind_conv(py::module_& m) {
       },
       py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
       py::arg("groups"), nogil);
+  m.def(
+      "_conv3d",
+      [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride,
+         const Padding& padding, const Shape& dilation, int64_t groups) {
+        const Tensor b = bias.value_or(Tensor());
+        if (const auto* mode = std::get_if<std::string>(&padding))
+          return ops::conv3d(input, weight, b, stride, *mode, dilation, groups);
+        return ops::conv3d(input, weight, b, stride, std::get<Shape>(padding), dilation, groups);
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+      py::arg("groups"), nogil);
+  m.def(
+      "_conv_transpose3d",
+      [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride,
+         const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {
+        return ops::conv_transpose3d(input, weight, bias.value_or(Tensor()), stride, padding, output_padding, groups,
+                                     dilation);
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+      py::arg("output_padding"), py::arg("groups"), py::arg("dilation"), nogil);
   m.def(
       "_linear",
       [](const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
@@ -93,6 +113,31 @@ void bind_conv(py::module_& m) {
       py::arg("input"), py::arg("output_size"), nogil);
 
   m.def(
+      "_max_pool3d_with_indices",
+      [](const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding,
+         const Shape& dilation, bool ceil_mode) {
+        return ops::max_pool3d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode);
+      },
+      py::arg("input"), py::arg("kernel_size"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+      py::arg("ceil_mode"), nogil);
+  m.def(
+      "_avg_pool3d",
+      [](const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding, bool ceil_mode,
+         bool count_include_pad, std::optional<int64_t> divisor_override) {
+        return ops::avg_pool3d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+      },
+      py::arg("input"), py::arg("kernel_size"), py::arg("stride"), py::arg("padding"), py::arg("ceil_mode"),
+      py::arg("count_include_pad"), py::arg("divisor_override"), nogil);
+  m.def(
+      "_adaptive_avg_pool3d",
+      [](const Tensor& input, const Shape& output_size) { return ops::adaptive_avg_pool3d(input, output_size); },
+      py::arg("input"), py::arg("output_size"), nogil);
+  m.def(
+      "_adaptive_max_pool3d",
+      [](const Tensor& input, const Shape& output_size) { return ops::adaptive_max_pool3d(input, output_size); },
+      py::arg("input"), py::arg("output_size"), nogil);
+
+  m.def(
       "_upsample_nearest2d",
       [](const Tensor& input, const Shape& output_size, const std::vector<double>& scales) {
         return ops::upsample_nearest2d(input, output_size, scales);
@@ -111,10 +156,13 @@ void bind_conv(py::module_& m) {
   const std::pair<const char*, const char*> aliases[] = {
       {"conv1d", "conv1d"},
       {"conv2d", "conv2d"},
+      {"conv3d", "conv3d"},
       {"conv_transpose1d", "conv_transpose1d"},
       {"conv_transpose2d", "conv_transpose2d"},
+      {"conv_transpose3d", "conv_transpose3d"},
       {"max_pool1d", "max_pool1d"},
       {"max_pool2d", "max_pool2d"},
+      {"max_pool3d", "max_pool3d"},
       {"max_pool1d_with_indices", "max_pool1d_with_indices"},
       {"avg_pool1d", "avg_pool1d"},
       {"adaptive_avg_pool1d", "adaptive_avg_pool1d"},

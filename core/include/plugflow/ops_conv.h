@@ -1,11 +1,12 @@
-// The functional API of the `conv` family: 2-d convolution and its transpose, max / average /
-// adaptive pooling and nearest / bilinear upsampling, each with its gradient. Included from
-// plugflow/ops.h.
+// The functional API of the `conv` family: 2-d and 3-d convolution and their transposes, max /
+// average / adaptive pooling in 2-d and 3-d, and nearest / bilinear upsampling, each with its
+// gradient. Included from plugflow/ops.h.
 //
 // Every function follows PyTorch 1.13 (argument rules, output sizes, error messages). Spatial
-// arguments (stride, padding, ...) take exactly two values (height, width): Python expands a
-// single int. Inputs are (N, C, H, W) or unbatched (C, H, W); a batch of 0 gives an empty
-// result. float32 and float64 only.
+// arguments (stride, padding, ...) take exactly two values (height, width) for the 2-d ops and
+// three (depth, height, width) for the 3-d ones: Python expands a single int. Inputs are
+// (N, C, H, W) or unbatched (C, H, W), respectively (N, C, D, H, W) or (C, D, H, W); a batch of
+// 0 gives an empty result. float32 and float64 only.
 //
 // Gradients are recorded with backward formulas written in these same functions (the
 // convolution's input and weight gradients and the pooling backwards are each other's
@@ -31,9 +32,18 @@ PF_API Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bi
 PF_API Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
                      const std::string& padding, const Shape& dilation, int64_t groups);
 
+// The same over (N, C, D, H, W) with weight (O, C/groups, kD, kH, kW).
+PF_API Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+                     const Shape& padding, const Shape& dilation, int64_t groups);
+PF_API Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+                     const std::string& padding, const Shape& dilation, int64_t groups);
+
 // The transposed convolution: input (N, C_in, H, W), weight (C_in, C_out/groups, kH, kW),
 // out (N, C_out, (H-1) stride - 2 pad + dilation (kH-1) + output_padding + 1, ...).
 PF_API Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+                               const Shape& padding, const Shape& output_padding, int64_t groups,
+                               const Shape& dilation);
+PF_API Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
                                const Shape& padding, const Shape& output_padding, int64_t groups,
                                const Shape& dilation);
 
@@ -58,6 +68,15 @@ PF_API Tensor avg_pool2d(const Tensor& input, const Shape& kernel_size, const Sh
 // output_size: two values, -1 keeps the input's size in that dim (PyTorch's None).
 PF_API Tensor adaptive_avg_pool2d(const Tensor& input, const Shape& output_size);
 PF_API std::pair<Tensor, Tensor> adaptive_max_pool2d(const Tensor& input, const Shape& output_size);
+
+// The 3-d forms: indices are positions d * H * W + h * W + w in each input volume.
+PF_API std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& input, const Shape& kernel_size,
+                                                         const Shape& stride, const Shape& padding,
+                                                         const Shape& dilation, bool ceil_mode);
+PF_API Tensor avg_pool3d(const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding,
+                         bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override);
+PF_API Tensor adaptive_avg_pool3d(const Tensor& input, const Shape& output_size);
+PF_API std::pair<Tensor, Tensor> adaptive_max_pool3d(const Tensor& input, const Shape& output_size);
 
 // ---- upsampling --------------------------------------------------------------------------------
 // To output_size (two values). scales: the user's scale factors (h, w), which PyTorch uses

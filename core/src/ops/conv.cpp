@@ -1,16 +1,21 @@
 // The conv family (plugflow/ops_conv.h): catalog entries with PyTorch's argument checks and
 // output sizes, the functional API, and backward formulas written with the family's own ops.
 //
-// Kernels (docs/kernels.md, "Conv family") see 4-d (N, C, H, W) float inputs with any strides
-// and write contiguous outputs. The functional layer handles unbatched inputs, string padding,
-// conv_transpose2d (= the input gradient of conv2d, plus a broadcast bias add), empty inputs
-// (never sent to a kernel) and autograd:
-//   * conv2d, conv2d_grad_input and conv2d_grad_weight are one bilinear map seen from its three
+// Convolution and pooling come in 2-d (N, C, H, W) and 3-d (N, C, D, H, W) ops: one op name per
+// spatial rank (conv2d / conv3d, max_pool2d / max_pool3d, ...), so a kernel registered for a name
+// knows the rank it gets; the meta functions and the functional layer are written once over the
+// rank S. Spatial attributes hold S values, outermost first.
+//
+// Kernels (docs/kernels.md, "Conv family") see float inputs of rank S + 2 with any strides and
+// write contiguous outputs. The functional layer handles unbatched inputs, string padding,
+// transposed convolution (= the input gradient of the convolution, plus a broadcast bias add),
+// empty inputs (never sent to a kernel) and autograd:
+//   * convN, convN_grad_input and convN_grad_weight are one bilinear map seen from its three
 //     sides, so each one's backward is written with the other two (double backward works);
 //   * pooling-by-average and upsampling are linear: each forward op and its `_backward` op
 //     are adjoints, and each records the other as its backward;
-//   * max pooling returns int64 indices into the input plane; its backward scatters through
-//     them with the shape family's scatter-add (whose backward is the matching gather).
+//   * max pooling returns int64 indices into the input plane (volume); its backward scatters
+//     through them with the shape family's scatter-add (whose backward is the matching gather).
 #include <algorithm>
 #include <cmath>
 
@@ -28,17 +33,22 @@ using Tensors = std::vector<Tensor>;
 
 // ---- shared checks and sizes ------------------------------------------------------------------
 
-const Shape& pair_attr(const Attrs& attrs, const char* name) {
+// The names of S spatial values in messages.
+const char* spatial_names(int64_t S) { return S == 3 ? "(depth, height, width)" : "(height, width)"; }
+
+const Shape& spatial_attr(const Attrs& attrs, const char* name, int64_t S) {
   const Shape& v = attrs.get<Shape>(name);
-  PF_CHECK_T(v.size() == 2, ValueError, "attribute '", name, "' must hold two values (height, width), got ",
-             shape_str(v));
+  PF_CHECK_T(static_cast<int64_t>(v.size()) == S, ValueError, "attribute '", name, "' must hold ", S, " values ",
+             spatial_names(S), ", got ", shape_str(v));
   return v;
 }
 
-void check_4d(const Tensor& t, const char* op, const char* what) {
-  PF_CHECK_T(t.dim() == 4, ValueError, op, ": expected a 4-d ", what,
-             " (the functional layer batches 3-d inputs), got ",
-             shape_str(t.sizes()));
+// The sizes after (N, C): the spatial ones.
+Shape spatial_sizes(const Tensor& t) { return Shape(t.sizes().begin() + 2, t.sizes().end()); }
+
+void check_rank(const Tensor& t, int64_t S, const char* op, const char* what) {
+  PF_CHECK_T(t.dim() == S + 2, ValueError, op, ": expected a ", S + 2, "-d ", what,
+             " (the functional layer batches unbatched inputs), got ", shape_str(t.sizes()));
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* what_a, const char* what_b) {
@@ -54,6 +64,13 @@ TensorMeta out_meta(const Shape& sizes, DType dtype, Device device) {
     PF_CHECK(s >= 0 && !__builtin_mul_overflow(n, s, &n), "Storage size calculation overflowed with sizes=",
              shape_str(sizes));
   return {sizes, dtype, device};
+}
+
+// "a x b x c", as PyTorch prints spatial sizes in its messages.
+std::string sizes_x(const Shape& v, const char* sep = " x ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
 }
 
 // The spatial output size of a convolution or pooling window sweep.
@@ -78,11 +95,11 @@ struct ConvAttrs {
   int64_t groups;
 };
 
-ConvAttrs conv_attrs(const Attrs& attrs) {
-  ConvAttrs c{pair_attr(attrs, "stride"), pair_attr(attrs, "padding"), pair_attr(attrs, "dilation"),
-              attrs.get<int64_t>("groups")};
+ConvAttrs conv_attrs(const Attrs& attrs, int64_t S) {
+  ConvAttrs c{spatial_attr(attrs, "stride", S), spatial_attr(attrs, "padding", S),
+              spatial_attr(attrs, "dilation", S), attrs.get<int64_t>("groups")};
   PF_CHECK(c.groups > 0, "non-positive groups is not supported");
-  for (int i = 0; i < 2; ++i) {
+  for (int64_t i = 0; i < S; ++i) {
     PF_CHECK(c.padding[i] >= 0, "negative padding is not supported");
     PF_CHECK(c.stride[i] > 0, "non-positive stride is not supported");
     PF_CHECK(c.dilation[i] > 0, "non-positive dilation is not supported");
@@ -90,27 +107,31 @@ ConvAttrs conv_attrs(const Attrs& attrs) {
   return c;
 }
 
-void check_weight(const Tensor& w, int64_t groups) {
-  PF_CHECK(w.dim() == 4, "Expected 4-dimensional weight for conv2d, but got weight of size ", shape_str(w.sizes()));
-  PF_CHECK(w.sizes()[2] > 0 && w.sizes()[3] > 0, "Expected a non-empty kernel, but got weight of size ",
+const char* conv_name(int64_t S) { return S == 3 ? "conv3d" : "conv2d"; }
+
+void check_weight(const Tensor& w, int64_t groups, int64_t S) {
+  PF_CHECK(w.dim() == S + 2, "Expected ", S + 2, "-dimensional weight for ", conv_name(S), ", but got weight of size ",
            shape_str(w.sizes()));
+  for (int64_t i = 0; i < S; ++i)
+    PF_CHECK(w.sizes()[2 + i] > 0, "Expected a non-empty kernel, but got weight of size ", shape_str(w.sizes()));
   PF_CHECK(w.sizes()[0] >= groups, "Given groups=", groups, ", expected weight to be at least ", groups,
            " at dimension 0, but got weight of size ", shape_str(w.sizes()), " instead");
   PF_CHECK(w.sizes()[0] % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ", groups,
            " at dimension 0, but got weight of size ", shape_str(w.sizes()), " instead");
 }
 
-std::vector<TensorMeta> conv2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  PF_CHECK_T(in.size() == 2 || in.size() == 3, ValueError, "conv2d takes (input, weight) or (input, weight, bias)");
+template <int64_t S>
+std::vector<TensorMeta> conv_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  PF_CHECK_T(in.size() == 2 || in.size() == 3, ValueError, conv_name(S),
+             " takes (input, weight) or (input, weight, bias)");
   const Tensor &x = in[0], &w = in[1];
-  const ConvAttrs c = conv_attrs(attrs);
-  check_4d(x, "conv2d", "input");
-  check_weight(w, c.groups);
+  const ConvAttrs c = conv_attrs(attrs, S);
+  check_rank(x, S, conv_name(S), "input");
+  check_weight(w, c.groups, S);
   check_same_dtype(x, w, "Input", "weight");
   PF_CHECK(x.sizes()[1] == w.sizes()[1] * c.groups, "Given groups=", c.groups, ", weight of size ",
-           shape_str(w.sizes()),
-           ", expected input", shape_str(x.sizes()), " to have ", w.sizes()[1] * c.groups, " channels, but got ",
-           x.sizes()[1], " channels instead");
+           shape_str(w.sizes()), ", expected input", shape_str(x.sizes()), " to have ", w.sizes()[1] * c.groups,
+           " channels, but got ", x.sizes()[1], " channels instead");
   if (in.size() == 3) {
     const Tensor& b = in[2];
     PF_CHECK(b.dim() == 1 && b.sizes()[0] == w.sizes()[0], "Given weight of size ", shape_str(w.sizes()),
@@ -118,46 +139,56 @@ std::vector<TensorMeta> conv2d_meta(std::span<const Tensor> in, const Attrs& att
              shape_str(b.sizes()), " instead");
     check_same_dtype(x, b, "Input", "bias");
   }
-  Shape out{x.sizes()[0], w.sizes()[0], 0, 0};
+  Shape out{x.sizes()[0], w.sizes()[0]}, padded(S), extent(S);
   bool fits = true;
-  for (int i = 0; i < 2; ++i) {
-    const int64_t padded = x.sizes()[2 + i] + 2 * c.padding[i];
-    const int64_t extent = c.dilation[i] * (w.sizes()[2 + i] - 1) + 1;
-    fits = fits && padded >= extent;
-    out[2 + i] = conv_out_size(x.sizes()[2 + i], w.sizes()[2 + i], c.stride[i], c.padding[i], c.dilation[i]);
+  for (int64_t i = 0; i < S; ++i) {
+    padded[i] = x.sizes()[2 + i] + 2 * c.padding[i];
+    extent[i] = c.dilation[i] * (w.sizes()[2 + i] - 1) + 1;
+    fits = fits && padded[i] >= extent[i];
+    out.push_back(conv_out_size(x.sizes()[2 + i], w.sizes()[2 + i], c.stride[i], c.padding[i], c.dilation[i]));
   }
-  PF_CHECK(fits, "Calculated padded input size per channel: (", x.sizes()[2] + 2 * c.padding[0], " x ",
-           x.sizes()[3] + 2 * c.padding[1], "). Kernel size: (", c.dilation[0] * (w.sizes()[2] - 1) + 1, " x ",
-           c.dilation[1] * (w.sizes()[3] - 1) + 1, "). Kernel size can't be greater than actual input size");
+  PF_CHECK(fits, "Calculated padded input size per channel: (", sizes_x(padded), "). Kernel size: (", sizes_x(extent),
+           "). Kernel size can't be greater than actual input size");
   return {out_meta(out, x.dtype(), x.device())};
 }
 
-std::vector<TensorMeta> conv2d_grad_input_meta(std::span<const Tensor> in, const Attrs& attrs) {
+template <int64_t S>
+std::vector<TensorMeta> conv_grad_input_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor &g = in[0], &w = in[1];
-  const ConvAttrs c = conv_attrs(attrs);
-  const Shape& hw = pair_attr(attrs, "input_size");
-  check_4d(g, "conv2d_grad_input", "grad_output");
-  check_weight(w, c.groups);
+  const ConvAttrs c = conv_attrs(attrs, S);
+  const Shape& size = spatial_attr(attrs, "input_size", S);
+  check_rank(g, S, "conv_grad_input", "grad_output");
+  check_weight(w, c.groups, S);
   check_same_dtype(g, w, "Input", "weight");
-  PF_CHECK(g.sizes()[1] == w.sizes()[0], "conv2d_grad_input: grad_output has ", g.sizes()[1],
+  PF_CHECK(g.sizes()[1] == w.sizes()[0], conv_name(S), "_grad_input: grad_output has ", g.sizes()[1],
            " channels but the weight ", shape_str(w.sizes()), " produces ", w.sizes()[0]);
-  PF_CHECK(hw[0] >= 0 && hw[1] >= 0, "conv2d_grad_input: negative input size ", shape_str(hw));
-  return {out_meta({g.sizes()[0], w.sizes()[1] * c.groups, hw[0], hw[1]}, g.dtype(), g.device())};
+  Shape out{g.sizes()[0], w.sizes()[1] * c.groups};
+  for (int64_t s : size) {
+    PF_CHECK(s >= 0, conv_name(S), "_grad_input: negative input size ", shape_str(size));
+    out.push_back(s);
+  }
+  return {out_meta(out, g.dtype(), g.device())};
 }
 
-std::vector<TensorMeta> conv2d_grad_weight_meta(std::span<const Tensor> in, const Attrs& attrs) {
+template <int64_t S>
+std::vector<TensorMeta> conv_grad_weight_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor &g = in[0], &x = in[1];
-  const ConvAttrs c = conv_attrs(attrs);
-  const Shape& k = pair_attr(attrs, "kernel_size");
-  check_4d(g, "conv2d_grad_weight", "grad_output");
-  check_4d(x, "conv2d_grad_weight", "input");
+  const ConvAttrs c = conv_attrs(attrs, S);
+  const Shape& k = spatial_attr(attrs, "kernel_size", S);
+  check_rank(g, S, "conv_grad_weight", "grad_output");
+  check_rank(x, S, "conv_grad_weight", "input");
   check_same_dtype(g, x, "Input", "grad_output");
-  PF_CHECK(g.sizes()[0] == x.sizes()[0], "conv2d_grad_weight: batch sizes differ: grad_output ", shape_str(g.sizes()),
-           ", input ", shape_str(x.sizes()));
-  PF_CHECK(g.sizes()[1] % c.groups == 0 && x.sizes()[1] % c.groups == 0, "conv2d_grad_weight: groups=", c.groups,
-           " must divide the channels of grad_output ", shape_str(g.sizes()), " and input ", shape_str(x.sizes()));
-  PF_CHECK(k[0] > 0 && k[1] > 0, "conv2d_grad_weight: non-positive kernel size ", shape_str(k));
-  return {out_meta({g.sizes()[1], x.sizes()[1] / c.groups, k[0], k[1]}, g.dtype(), g.device())};
+  PF_CHECK(g.sizes()[0] == x.sizes()[0], conv_name(S), "_grad_weight: batch sizes differ: grad_output ",
+           shape_str(g.sizes()), ", input ", shape_str(x.sizes()));
+  PF_CHECK(g.sizes()[1] % c.groups == 0 && x.sizes()[1] % c.groups == 0, conv_name(S), "_grad_weight: groups=",
+           c.groups, " must divide the channels of grad_output ", shape_str(g.sizes()), " and input ",
+           shape_str(x.sizes()));
+  Shape out{g.sizes()[1], x.sizes()[1] / c.groups};
+  for (int64_t s : k) {
+    PF_CHECK(s > 0, conv_name(S), "_grad_weight: non-positive kernel size ", shape_str(k));
+    out.push_back(s);
+  }
+  return {out_meta(out, g.dtype(), g.device())};
 }
 
 // ---- pooling ----------------------------------------------------------------------------------
@@ -167,103 +198,143 @@ struct PoolAttrs {
   bool ceil_mode;
 };
 
-// pool2d_shape_check: window, stride, dilation and padding limits, and a non-empty output.
-Shape pool_out_shape(const Tensor& x, const PoolAttrs& p) {
-  PF_CHECK(p.kernel[0] > 0 && p.kernel[1] > 0, "kernel size should be greater than zero, but got kH: ", p.kernel[0],
-           " kW: ", p.kernel[1]);
-  PF_CHECK(p.stride[0] > 0 && p.stride[1] > 0, "stride should be greater than zero, but got dH: ", p.stride[0],
-           " dW: ", p.stride[1]);
-  PF_CHECK(p.dilation[0] > 0 && p.dilation[1] > 0, "dilation should be greater than zero, but got dilationH: ",
-           p.dilation[0], " dilationW: ", p.dilation[1]);
-  for (int i = 0; i < 2; ++i) {
+// PyTorch's pool2d/pool3d_shape_check: window, stride, dilation and padding limits, and a
+// non-empty output; with `whole_windows` (3-d average pooling) the unpadded input must hold a
+// window. The letters PyTorch names the dims with (kT: the depth of a 3-d window).
+Shape pool_out_shape(const Tensor& x, const PoolAttrs& p, bool whole_windows = false) {
+  const int64_t S = x.dim() - 2;
+  const char* const letters[] = {"T", "H", "W"};
+  const char* const* l = letters + (3 - S);
+  const auto all_positive = [](const Shape& v) { return std::all_of(v.begin(), v.end(), [](int64_t e) { return e > 0; }); };
+  const auto listing = [&](const char* prefix, const Shape& v) {
+    std::string s;
+    for (int64_t i = 0; i < S; ++i) s += (i ? " " : "") + std::string(prefix) + l[i] + ": " + std::to_string(v[i]);
+    return s;
+  };
+  PF_CHECK(all_positive(p.kernel), "kernel size should be greater than zero, but got ", listing("k", p.kernel));
+  PF_CHECK(all_positive(p.stride), "stride should be greater than zero, but got ", listing("d", p.stride));
+  PF_CHECK(all_positive(p.dilation), "dilation should be greater than zero, but got ",
+           listing("dilation", p.dilation));
+  for (int64_t d = 1; d < x.dim(); ++d)
+    PF_CHECK(x.sizes()[d] != 0, "Expected ", S + 1, "D or ", S + 2,
+             "D (batch mode) tensor with optional 0 dim batch size for input, but got:", shape_str(x.sizes()));
+  if (whole_windows) {
+    bool fits = true;
+    for (int64_t i = 0; i < S; ++i) fits = fits && x.sizes()[2 + i] >= p.kernel[i];
+    PF_CHECK(fits, "input image (", listing("", spatial_sizes(x)), ") smaller than kernel size (",
+             listing("k", p.kernel), ")");
+  }
+  for (int64_t i = 0; i < S; ++i) {
     PF_CHECK(p.padding[i] >= 0, "pad must be non-negative, but got pad: ", p.padding[i]);
     PF_CHECK(p.kernel[i] / 2 >= p.padding[i], "pad should be at most half of kernel size, but got pad=", p.padding[i],
              " and kernel_size=", p.kernel[i]);
   }
-  PF_CHECK(x.sizes()[1] != 0 && x.sizes()[2] != 0 && x.sizes()[3] != 0,
-           "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:",
-           shape_str(x.sizes()));
-  Shape out{x.sizes()[0], x.sizes()[1], 0, 0};
-  for (int i = 0; i < 2; ++i)
-    out[2 + i] = pool_out_size(x.sizes()[2 + i], p.kernel[i], p.stride[i], p.padding[i], p.dilation[i], p.ceil_mode);
-  PF_CHECK(out[2] >= 1 && out[3] >= 1, "Given input size: (", x.sizes()[1], "x", x.sizes()[2], "x", x.sizes()[3],
-           "). Calculated output size: (", x.sizes()[1], "x", out[2], "x", out[3], "). Output size is too small");
+  Shape out{x.sizes()[0], x.sizes()[1]};
+  bool fits = true;
+  for (int64_t i = 0; i < S; ++i) {
+    out.push_back(
+        pool_out_size(x.sizes()[2 + i], p.kernel[i], p.stride[i], p.padding[i], p.dilation[i], p.ceil_mode));
+    fits = fits && out.back() >= 1;
+  }
+  const Shape in_plane(x.sizes().begin() + 1, x.sizes().end());
+  Shape out_plane(out.begin() + 1, out.end());
+  PF_CHECK(fits, "Given input size: (", sizes_x(in_plane, "x"), "). Calculated output size: (",
+           sizes_x(out_plane, "x"), "). Output size is too small");
   return out;
 }
 
-std::vector<TensorMeta> max_pool2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  check_4d(in[0], "max_pool2d", "input");
-  const PoolAttrs p{pair_attr(attrs, "kernel_size"), pair_attr(attrs, "stride"), pair_attr(attrs, "padding"),
-                    pair_attr(attrs, "dilation"), attrs.get<bool>("ceil_mode")};
-  const Shape out = pool_out_shape(in[0], p);
+template <int64_t S>
+PoolAttrs max_pool_attrs(const Attrs& attrs) {
+  return {spatial_attr(attrs, "kernel_size", S), spatial_attr(attrs, "stride", S),
+          spatial_attr(attrs, "padding", S), spatial_attr(attrs, "dilation", S), attrs.get<bool>("ceil_mode")};
+}
+
+template <int64_t S>
+std::vector<TensorMeta> max_pool_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  check_rank(in[0], S, "max_pool", "input");
+  const Shape out = pool_out_shape(in[0], max_pool_attrs<S>(attrs));
   return {out_meta(out, in[0].dtype(), in[0].device()), out_meta(out, DType::Int64, in[0].device())};
 }
 
+template <int64_t S>
 PoolAttrs avg_pool_attrs(const Attrs& attrs) {
   attrs.get<bool>("count_include_pad");
-  PF_CHECK(attrs.get<int64_t>("divisor") >= 0, "avg_pool2d: divisor (0 = none) must not be negative");
-  return {pair_attr(attrs, "kernel_size"), pair_attr(attrs, "stride"), pair_attr(attrs, "padding"), Shape{1, 1},
-          attrs.get<bool>("ceil_mode")};
+  PF_CHECK(attrs.get<int64_t>("divisor") >= 0, "avg_pool: divisor (0 = none) must not be negative");
+  return {spatial_attr(attrs, "kernel_size", S), spatial_attr(attrs, "stride", S),
+          spatial_attr(attrs, "padding", S), Shape(S, 1), attrs.get<bool>("ceil_mode")};
 }
 
-std::vector<TensorMeta> avg_pool2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  check_4d(in[0], "avg_pool2d", "input");
-  return {out_meta(pool_out_shape(in[0], avg_pool_attrs(attrs)), in[0].dtype(), in[0].device())};
+template <int64_t S>
+std::vector<TensorMeta> avg_pool_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  check_rank(in[0], S, "avg_pool", "input");
+  return {out_meta(pool_out_shape(in[0], avg_pool_attrs<S>(attrs), S == 3), in[0].dtype(), in[0].device())};
 }
 
-// The backward of an (N, C, H, W) -> (N, C, OH, OW) op: grad_output must have the forward's
-// output shape for an input of `input_size`; the result has the input's shape.
-std::vector<TensorMeta> backward_meta(const Tensor& g, const Attrs& attrs, const char* op, const Shape& expected_hw) {
-  check_4d(g, op, "grad_output");
-  const Shape& hw = pair_attr(attrs, "input_size");
-  PF_CHECK(g.sizes()[2] == expected_hw[0] && g.sizes()[3] == expected_hw[1], op, ": grad_output ",
-           shape_str(g.sizes()), " does not match the forward output size ", shape_str(expected_hw));
-  return {out_meta({g.sizes()[0], g.sizes()[1], hw[0], hw[1]}, g.dtype(), g.device())};
+// The backward of an (N, C, spatial) -> (N, C, out spatial) op: grad_output must have the
+// forward's output shape for an input of `input_size`; the result has the input's shape.
+std::vector<TensorMeta> backward_meta(const Tensor& g, const Attrs& attrs, const char* op, const Shape& expected,
+                                      int64_t S) {
+  check_rank(g, S, op, "grad_output");
+  const Shape& size = spatial_attr(attrs, "input_size", S);
+  PF_CHECK(spatial_sizes(g) == expected, op, ": grad_output ", shape_str(g.sizes()),
+           " does not match the forward output size ", shape_str(expected));
+  Shape out{g.sizes()[0], g.sizes()[1]};
+  out.insert(out.end(), size.begin(), size.end());
+  return {out_meta(out, g.dtype(), g.device())};
 }
 
-Tensor meta_input(const Tensor& g, const Attrs& attrs) {
-  const Shape& hw = pair_attr(attrs, "input_size");
-  PF_CHECK(hw[0] > 0 && hw[1] > 0, "input_size must be positive, got ", shape_str(hw));
-  // A stand-in with the forward input's shape: the forward meta checks only sizes.
-  return Tensor::view_of(g.storage(), {g.sizes()[0], g.sizes()[1], hw[0], hw[1]}, {0, 0, 0, 0}, 0, g.dtype());
+// A stand-in with the forward input's shape (all strides 0: the forward meta checks only sizes).
+Tensor meta_input(const Tensor& g, const Attrs& attrs, int64_t S) {
+  const Shape& size = spatial_attr(attrs, "input_size", S);
+  for (int64_t s : size) PF_CHECK(s > 0, "input_size must be positive, got ", shape_str(size));
+  Shape sizes{g.sizes()[0], g.sizes()[1]};
+  sizes.insert(sizes.end(), size.begin(), size.end());
+  return Tensor::view_of(g.storage(), sizes, Shape(S + 2, 0), 0, g.dtype());
 }
 
-std::vector<TensorMeta> avg_pool2d_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  const Shape out = pool_out_shape(meta_input(in[0], attrs), avg_pool_attrs(attrs));
-  return backward_meta(in[0], attrs, "avg_pool2d_backward", {out[2], out[3]});
+template <int64_t S>
+std::vector<TensorMeta> avg_pool_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const Shape out = pool_out_shape(meta_input(in[0], attrs, S), avg_pool_attrs<S>(attrs), S == 3);
+  return backward_meta(in[0], attrs, "avg_pool_backward", Shape(out.begin() + 2, out.end()), S);
 }
 
+template <int64_t S>
 std::vector<TensorMeta> adaptive_meta(std::span<const Tensor> in, const Attrs& attrs, bool with_indices) {
   const Tensor& x = in[0];
-  check_4d(x, "adaptive pooling", "input");
-  const Shape& os = pair_attr(attrs, "output_size");
-  PF_CHECK(os[0] >= 0 && os[1] >= 0, "adaptive pooling: elements of output_size must be greater than or equal to 0 "
-           "but received {", os[0], ", ", os[1], "}");
-  for (int64_t d = 1; d < 4; ++d)
+  check_rank(x, S, "adaptive pooling", "input");
+  const Shape& os = spatial_attr(attrs, "output_size", S);
+  PF_CHECK(std::all_of(os.begin(), os.end(), [](int64_t v) { return v >= 0; }),
+           "adaptive pooling: elements of output_size must be greater than or equal to 0 but received {",
+           sizes_x(os, ", "), "}");
+  for (int64_t d = 1; d < S + 2; ++d)
     PF_CHECK(x.sizes()[d] > 0, "adaptive pooling: Expected input to have non-zero size for non-batch dimensions, but "
              "input has sizes ", shape_str(x.sizes()), " with dimension ", d, " being empty");
-  const Shape out{x.sizes()[0], x.sizes()[1], os[0], os[1]};
+  Shape out{x.sizes()[0], x.sizes()[1]};
+  out.insert(out.end(), os.begin(), os.end());
   if (with_indices) return {out_meta(out, x.dtype(), x.device()), out_meta(out, DType::Int64, x.device())};
   return {out_meta(out, x.dtype(), x.device())};
 }
 
-std::vector<TensorMeta> adaptive_avg_pool2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  return adaptive_meta(in, attrs, false);
+template <int64_t S>
+std::vector<TensorMeta> adaptive_avg_pool_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  return adaptive_meta<S>(in, attrs, false);
 }
-std::vector<TensorMeta> adaptive_max_pool2d_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  return adaptive_meta(in, attrs, true);
+template <int64_t S>
+std::vector<TensorMeta> adaptive_max_pool_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  return adaptive_meta<S>(in, attrs, true);
 }
-std::vector<TensorMeta> adaptive_avg_pool2d_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  meta_input(in[0], attrs);
-  return backward_meta(in[0], attrs, "adaptive_avg_pool2d_backward", pair_attr(attrs, "output_size"));
+template <int64_t S>
+std::vector<TensorMeta> adaptive_avg_pool_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  meta_input(in[0], attrs, S);
+  return backward_meta(in[0], attrs, "adaptive_avg_pool_backward", spatial_attr(attrs, "output_size", S), S);
 }
 
 // ---- upsampling ---------------------------------------------------------------------------------
 
 std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor& x = in[0];
-  check_4d(x, "upsample", "input");
-  const Shape& os = pair_attr(attrs, "output_size");
+  check_rank(x, 2, "upsample", "input");
+  const Shape& os = spatial_attr(attrs, "output_size", 2);
   attrs.get<double>("scale_h");
   attrs.get<double>("scale_w");
   PF_CHECK(x.sizes()[2] > 0 && x.sizes()[3] > 0 && os[0] > 0 && os[1] > 0,
@@ -274,41 +345,50 @@ std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& a
 }
 
 std::vector<TensorMeta> upsample_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  const Tensor x = meta_input(in[0], attrs);
+  const Tensor x = meta_input(in[0], attrs, 2);
   upsample_meta(std::span<const Tensor>(&x, 1), attrs);
-  return backward_meta(in[0], attrs, "upsample_backward", pair_attr(attrs, "output_size"));
+  return backward_meta(in[0], attrs, "upsample_backward", spatial_attr(attrs, "output_size", 2), 2);
+}
+
+// The family's ops of one spatial rank: "conv2d", "int[2] stride, ..." for S = 2.
+template <int64_t S>
+void register_rank_ops() {
+  const std::string d = std::to_string(S) + "d", n = "int[" + std::to_string(S) + "] ";
+  const std::string conv = "conv" + d, conv_attrs = n + "stride, " + n + "padding, " + n + "dilation, int groups";
+  register_op(conv, conv + "(Tensor input, Tensor weight, Tensor? bias, " + conv_attrs + ") -> Tensor",
+              conv_meta<S>);
+  register_op(conv + "_grad_input",
+              conv + "_grad_input(Tensor grad_output, Tensor weight, " + n + "input_size, " + conv_attrs +
+                  ") -> Tensor",
+              conv_grad_input_meta<S>);
+  register_op(conv + "_grad_weight",
+              conv + "_grad_weight(Tensor grad_output, Tensor input, " + n + "kernel_size, " + conv_attrs +
+                  ") -> Tensor",
+              conv_grad_weight_meta<S>);
+  register_op("max_pool" + d,
+              "max_pool" + d + "(Tensor input, " + n + "kernel_size, " + n + "stride, " + n + "padding, " + n +
+                  "dilation, bool ceil_mode) -> (Tensor values, Tensor indices)",
+              max_pool_meta<S>);
+  const std::string avg_attrs =
+      n + "kernel_size, " + n + "stride, " + n + "padding, bool ceil_mode, bool count_include_pad, int divisor";
+  register_op("avg_pool" + d, "avg_pool" + d + "(Tensor input, " + avg_attrs + ") -> Tensor", avg_pool_meta<S>);
+  register_op("avg_pool" + d + "_backward",
+              "avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + avg_attrs + ") -> Tensor",
+              avg_pool_backward_meta<S>);
+  register_op("adaptive_avg_pool" + d, "adaptive_avg_pool" + d + "(Tensor input, " + n + "output_size) -> Tensor",
+              adaptive_avg_pool_meta<S>);
+  register_op("adaptive_avg_pool" + d + "_backward",
+              "adaptive_avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + n +
+                  "output_size) -> Tensor",
+              adaptive_avg_pool_backward_meta<S>);
+  register_op("adaptive_max_pool" + d,
+              "adaptive_max_pool" + d + "(Tensor input, " + n + "output_size) -> (Tensor values, Tensor indices)",
+              adaptive_max_pool_meta<S>);
 }
 
 const bool kConvOpsRegistered = [] {
-  const char* conv_attrs = "int[2] stride, int[2] padding, int[2] dilation, int groups";
-  register_op("conv2d", std::string("conv2d(Tensor input, Tensor weight, Tensor? bias, ") + conv_attrs + ") -> Tensor",
-              conv2d_meta);
-  register_op("conv2d_grad_input",
-              std::string("conv2d_grad_input(Tensor grad_output, Tensor weight, int[2] input_size, ") + conv_attrs +
-                  ") -> Tensor",
-              conv2d_grad_input_meta);
-  register_op("conv2d_grad_weight",
-              std::string("conv2d_grad_weight(Tensor grad_output, Tensor input, int[2] kernel_size, ") + conv_attrs +
-                  ") -> Tensor",
-              conv2d_grad_weight_meta);
-  register_op("max_pool2d",
-              "max_pool2d(Tensor input, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-              "bool ceil_mode) -> (Tensor values, Tensor indices)",
-              max_pool2d_meta);
-  const char* avg_attrs = "int[2] kernel_size, int[2] stride, int[2] padding, bool ceil_mode, bool count_include_pad, "
-                          "int divisor";
-  register_op("avg_pool2d", std::string("avg_pool2d(Tensor input, ") + avg_attrs + ") -> Tensor", avg_pool2d_meta);
-  register_op("avg_pool2d_backward",
-              std::string("avg_pool2d_backward(Tensor grad_output, int[2] input_size, ") + avg_attrs + ") -> Tensor",
-              avg_pool2d_backward_meta);
-  register_op("adaptive_avg_pool2d", "adaptive_avg_pool2d(Tensor input, int[2] output_size) -> Tensor",
-              adaptive_avg_pool2d_meta);
-  register_op("adaptive_avg_pool2d_backward",
-              "adaptive_avg_pool2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size) -> Tensor",
-              adaptive_avg_pool2d_backward_meta);
-  register_op("adaptive_max_pool2d",
-              "adaptive_max_pool2d(Tensor input, int[2] output_size) -> (Tensor values, Tensor indices)",
-              adaptive_max_pool2d_meta);
+  register_rank_ops<2>();
+  register_rank_ops<3>();
   register_op("upsample_nearest2d",
               "upsample_nearest2d(Tensor input, int[2] output_size, float scale_h, float scale_w) -> Tensor",
               upsample_meta);
@@ -349,54 +429,80 @@ void check_float(const Tensor& t, const char* op) {
            "' (floating inputs only)");
 }
 
-// A 3-d (unbatched) input as a batch of one; `batched` tells the caller to squeeze it back.
-Tensor batch_input(const Tensor& x, const char* op, bool& batched) {
-  PF_CHECK(x.dim() == 3 || x.dim() == 4, "Expected 3D (unbatched) or 4D (batched) input to ", op,
-           ", but got input of size: ", shape_str(x.sizes()));
-  batched = x.dim() == 4;
+// An unbatched input (S + 1 dims) as a batch of one; `batched` tells the caller to squeeze it
+// back.
+Tensor batch_input(const Tensor& x, int64_t S, const char* op, bool& batched) {
+  PF_CHECK(x.dim() == S + 1 || x.dim() == S + 2, "Expected ", S + 1, "D (unbatched) or ", S + 2,
+           "D (batched) input to ", op, ", but got input of size: ", shape_str(x.sizes()));
+  batched = x.dim() == S + 2;
   return batched ? x : unsqueeze(x, 0);
 }
 
 Tensor unbatch(const Tensor& out, bool batched) { return batched ? out : squeeze(out, 0); }
 
-Shape check_pair(const Shape& v, const char* name) {
-  PF_CHECK(v.size() == 2, "expected ", name, " to be a single integer value or a list of 2 values to match the "
-           "convolution dimensions, but got ", name, "=", shape_str(v));
+Shape check_spatial(const Shape& v, int64_t S, const char* name) {
+  PF_CHECK(static_cast<int64_t>(v.size()) == S, "expected ", name, " to be a single integer value or a list of ", S,
+           " values to match the convolution dimensions, but got ", name, "=", shape_str(v));
   return v;
 }
 
-Attrs make_conv_attrs(const Shape& stride, const Shape& padding, const Shape& dilation, int64_t groups) {
-  return Attrs{{"stride", check_pair(stride, "stride")},
-               {"padding", check_pair(padding, "padding")},
-               {"dilation", check_pair(dilation, "dilation")},
+Attrs make_conv_attrs(int64_t S, const Shape& stride, const Shape& padding, const Shape& dilation, int64_t groups) {
+  return Attrs{{"stride", check_spatial(stride, S, "stride")},
+               {"padding", check_spatial(padding, S, "padding")},
+               {"dilation", check_spatial(dilation, S, "dilation")},
                {"groups", groups}};
 }
 
+// (1, C, 1, ...): a per-channel vector broadcast over an (N, C, spatial) tensor of rank `rank`.
+Tensor channel_view(const Tensor& v, int64_t rank) {
+  Shape s(rank, 1);
+  s[1] = -1;
+  return reshape(v, s);
+}
+
 // ---- convolution: three sides of one bilinear map ------------------------------------------------
-// With y = conv2d(x, w): <g, y> = <grad_input(g, w), x> = <grad_weight(g, x), w>. Each
-// function's backward follows from that identity and uses the other two.
+// With y = conv(x, w): <g, y> = <grad_input(g, w), x> = <grad_weight(g, x), w>. Each function's
+// backward follows from that identity and uses the other two. The spatial rank is the
+// operands' (attrs hold that many values).
+
+enum class ConvSide { Forward, GradInput, GradWeight };
+
+const OpDef& conv_op(int64_t S, ConvSide side) {
+  PF_CHECK_T(S == 2 || S == 3, ValueError, "convolution: expected 2 or 3 spatial dims, got ", S);
+  static const OpDef* ops[2][3] = {
+      {&find_op("conv2d"), &find_op("conv2d_grad_input"), &find_op("conv2d_grad_weight")},
+      {&find_op("conv3d"), &find_op("conv3d_grad_input"), &find_op("conv3d_grad_weight")}};
+  return *ops[S - 2][static_cast<int>(side)];
+}
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Attrs& attrs);
-Tensor conv_grad_input(const Tensor& g, const Tensor& w, const Shape& hw, const Attrs& attrs);
-Tensor conv_grad_weight(const Tensor& g, const Tensor& x, const Shape& khw, const Attrs& attrs);
+Tensor conv_grad_input(const Tensor& g, const Tensor& w, const Shape& size, const Attrs& attrs);
+Tensor conv_grad_weight(const Tensor& g, const Tensor& x, const Shape& kernel, const Attrs& attrs);
 
-// conv2d(x, w) cropped or zero-extended to `hw` output positions: the adjoint of a
-// grad_input/grad_weight whose image size is not conv2d's inverse size (a transposed
+// conv(x, w) cropped or zero-extended to `size` output positions: the adjoint of a
+// grad_input/grad_weight whose image size is not the convolution's inverse size (a transposed
 // convolution's output_padding, or a caller's input_size) covers the positions that exist.
-Tensor conv_forward_to(const Tensor& x, const Tensor& w, const Attrs& attrs, const Shape& hw) {
+Tensor conv_forward_to(const Tensor& x, const Tensor& w, const Attrs& attrs, const Shape& size) {
   Tensor y = conv_forward(x, w, Tensor(), attrs);
-  const int64_t extra_h = hw[0] - y.sizes()[2], extra_w = hw[1] - y.sizes()[3];
-  if (extra_h == 0 && extra_w == 0) return y;
-  return constant_pad_nd(y, {0, extra_w, 0, extra_h});  // negative pads crop
+  Shape pad;  // constant_pad_nd's order: last dim first; negative pads crop
+  bool same = true;
+  for (int64_t i = static_cast<int64_t>(size.size()) - 1; i >= 0; --i) {
+    const int64_t extra = size[i] - y.sizes()[2 + i];
+    same = same && extra == 0;
+    pad.push_back(0);
+    pad.push_back(extra);
+  }
+  return same ? y : constant_pad_nd(y, pad);
 }
 
 Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Attrs& attrs) {
-  static const OpDef& op = find_op("conv2d");
+  const int64_t S = x.dim() - 2;
+  const OpDef& op = conv_op(S, ConvSide::Forward);
   Tensor out;
   if (bias.defined()) {
     const Tensor in[] = {x, w, bias};
     out = call_or_zeros(op, in, attrs)[0];
-    if (x.numel() == 0 || w.numel() == 0) out = binary("add", out, reshape(bias, {1, -1, 1, 1}));
+    if (x.numel() == 0 || w.numel() == 0) out = binary("add", out, channel_view(bias, S + 2));
   } else {
     const Tensor in[] = {x, w};
     out = call_or_zeros(op, in, attrs)[0];
@@ -409,9 +515,13 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
         [attrs, need_x, need_w, need_b, has_bias](const Tensors& g, const Tensors& s) -> Tensors {
           const Tensor &x = s[0], &w = s[1];
           Tensors r(has_bias ? 3 : 2);
-          if (need_x) r[0] = conv_grad_input(g[0], w, {x.sizes()[2], x.sizes()[3]}, attrs);
-          if (need_w) r[1] = conv_grad_weight(g[0], x, {w.sizes()[2], w.sizes()[3]}, attrs);
-          if (need_b) r[2] = reduce("sum", g[0], {0, 2, 3}, false);
+          if (need_x) r[0] = conv_grad_input(g[0], w, spatial_sizes(x), attrs);
+          if (need_w) r[1] = conv_grad_weight(g[0], x, spatial_sizes(w), attrs);
+          if (need_b) {
+            Shape dims{0};
+            for (int64_t d = 2; d < g[0].dim(); ++d) dims.push_back(d);
+            r[2] = reduce("sum", g[0], dims, false);
+          }
           return r;
         });
     node->save(x);
@@ -425,20 +535,19 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   return out;
 }
 
-Tensor conv_grad_input(const Tensor& g, const Tensor& w, const Shape& hw, const Attrs& attrs) {
-  static const OpDef& op = find_op("conv2d_grad_input");
+Tensor conv_grad_input(const Tensor& g, const Tensor& w, const Shape& size, const Attrs& attrs) {
   Attrs a = attrs;
-  a.set("input_size", hw);
+  a.set("input_size", size);
   const Tensor in[] = {g, w};
-  Tensor out = call_or_zeros(op, in, a)[0];
+  Tensor out = call_or_zeros(conv_op(g.dim() - 2, ConvSide::GradInput), in, a)[0];
   if (autograd::any_requires_grad({&g, &w})) {
     const bool need_g = autograd::requires_grad(g), need_w = autograd::requires_grad(w);
     auto node = autograd::make_node(
         "ConvolutionBackward0", [attrs, need_g, need_w](const Tensors& h, const Tensors& s) -> Tensors {
           const Tensor &g = s[0], &w = s[1];
           Tensors r(2);
-          if (need_g) r[0] = conv_forward_to(h[0], w, attrs, {g.sizes()[2], g.sizes()[3]});
-          if (need_w) r[1] = conv_grad_weight(g, h[0], {w.sizes()[2], w.sizes()[3]}, attrs);
+          if (need_g) r[0] = conv_forward_to(h[0], w, attrs, spatial_sizes(g));
+          if (need_w) r[1] = conv_grad_weight(g, h[0], spatial_sizes(w), attrs);
           return r;
         });
     node->save(g);
@@ -448,20 +557,19 @@ Tensor conv_grad_input(const Tensor& g, const Tensor& w, const Shape& hw, const 
   return out;
 }
 
-Tensor conv_grad_weight(const Tensor& g, const Tensor& x, const Shape& khw, const Attrs& attrs) {
-  static const OpDef& op = find_op("conv2d_grad_weight");
+Tensor conv_grad_weight(const Tensor& g, const Tensor& x, const Shape& kernel, const Attrs& attrs) {
   Attrs a = attrs;
-  a.set("kernel_size", khw);
+  a.set("kernel_size", kernel);
   const Tensor in[] = {g, x};
-  Tensor out = call_or_zeros(op, in, a)[0];
+  Tensor out = call_or_zeros(conv_op(g.dim() - 2, ConvSide::GradWeight), in, a)[0];
   if (autograd::any_requires_grad({&g, &x})) {
     const bool need_g = autograd::requires_grad(g), need_x = autograd::requires_grad(x);
     auto node = autograd::make_node(
         "ConvolutionBackwardBackward0", [attrs, need_g, need_x](const Tensors& h, const Tensors& s) -> Tensors {
           const Tensor &g = s[0], &x = s[1];
           Tensors r(2);
-          if (need_g) r[0] = conv_forward_to(x, h[0], attrs, {g.sizes()[2], g.sizes()[3]});
-          if (need_x) r[1] = conv_grad_input(g, h[0], {x.sizes()[2], x.sizes()[3]}, attrs);
+          if (need_g) r[0] = conv_forward_to(x, h[0], attrs, spatial_sizes(g));
+          if (need_x) r[1] = conv_grad_input(g, h[0], spatial_sizes(x), attrs);
           return r;
         });
     node->save(g);
@@ -469,6 +577,113 @@ Tensor conv_grad_weight(const Tensor& g, const Tensor& x, const Shape& khw, cons
     autograd::record(node, {g, x}, {out});
   }
   return out;
+}
+
+// ---- the public convolutions, written once over the spatial rank ---------------------------------
+
+Tensor conv_nd(int64_t S, const char* name, const Tensor& input, const Tensor& weight, const Tensor& bias,
+               const Shape& stride, const Shape& padding, const Shape& dilation, int64_t groups) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {input, weight, bias}})
+      return conv_nd(S, name, cast[0], cast[1], cast[2], stride, padding, dilation, groups);
+  bool batched;
+  const Tensor x = batch_input(input, S, name, batched);
+  check_float(x, name);
+  const Attrs attrs = make_conv_attrs(S, stride, padding, dilation, groups);
+  return unbatch(conv_forward(x, weight, bias, attrs), batched);
+}
+
+// padding='same' (stride 1): total = dilation * (k - 1) per dim, the smaller half before, the
+// rest after; an odd total pads the input's end by one more first (PyTorch's rule).
+Tensor conv_nd_same(int64_t S, const char* name, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                    const Shape& stride, const Shape& dilation, int64_t groups) {
+  check_spatial(stride, S, "stride");
+  check_spatial(dilation, S, "dilation");
+  PF_CHECK(std::all_of(stride.begin(), stride.end(), [](int64_t s) { return s == 1; }),
+           "padding='same' is not supported for strided convolutions");
+  PF_CHECK(weight.dim() == S + 2, "Expected ", S + 2, "-dimensional weight for ", name, ", but got weight of size ",
+           shape_str(weight.sizes()));
+  Shape pad(S), extra_pad;  // extra_pad: constant_pad_nd's order, last dim first
+  bool odd = false;
+  for (int64_t i = S - 1; i >= 0; --i) {
+    const int64_t total = dilation[i] * (weight.sizes()[2 + i] - 1);
+    pad[i] = total / 2;
+    odd = odd || total % 2 != 0;
+    extra_pad.push_back(0);
+    extra_pad.push_back(total - 2 * pad[i]);
+  }
+  if (!odd) return conv_nd(S, name, input, weight, bias, stride, pad, dilation, groups);
+  PF_CHECK(input.dim() == S + 1 || input.dim() == S + 2, "Expected ", S + 1, "D (unbatched) or ", S + 2,
+           "D (batched) input to ", name, ", but got input of size: ", shape_str(input.sizes()));
+  return conv_nd(S, name, constant_pad_nd(input, extra_pad), weight, bias, stride, pad, dilation, groups);
+}
+
+Tensor conv_nd(int64_t S, const char* name, const Tensor& input, const Tensor& weight, const Tensor& bias,
+               const Shape& stride, const std::string& padding, const Shape& dilation, int64_t groups) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {input, weight, bias}})
+      return conv_nd(S, name, cast[0], cast[1], cast[2], stride, padding, dilation, groups);
+  if (padding == "valid") return conv_nd(S, name, input, weight, bias, stride, Shape(S, 0), dilation, groups);
+  PF_CHECK(padding == "same", "Invalid padding string: '", padding, "'");
+  return conv_nd_same(S, name, input, weight, bias, stride, dilation, groups);
+}
+
+Tensor conv_transpose_nd(int64_t S, const char* name, const Tensor& input, const Tensor& weight, const Tensor& bias,
+                         const Shape& stride, const Shape& padding, const Shape& output_padding, int64_t groups,
+                         const Shape& dilation) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {input, weight, bias}})
+      return conv_transpose_nd(S, name, cast[0], cast[1], cast[2], stride, padding, output_padding, groups, dilation);
+  bool batched;
+  const Tensor x = batch_input(input, S, name, batched);
+  check_float(x, name);
+  const Attrs attrs = make_conv_attrs(S, stride, padding, dilation, groups);
+  check_spatial(output_padding, S, "output_padding");
+  PF_CHECK(groups > 0, "non-positive groups is not supported");
+  bool small_output_padding = true;
+  for (int64_t i = 0; i < S; ++i) {
+    PF_CHECK(padding[i] >= 0, "negative padding is not supported");
+    PF_CHECK(output_padding[i] >= 0, "negative output_padding is not supported");
+    PF_CHECK(stride[i] > 0, "non-positive stride is not supported");
+    PF_CHECK(dilation[i] > 0, "non-positive dilation is not supported");
+    small_output_padding = small_output_padding && (output_padding[i] < stride[i] || output_padding[i] < dilation[i]);
+  }
+  if (!small_output_padding) {
+    const char* const names[] = {"depth", "height", "width"};
+    const char* const* dim = names + (3 - S);
+    std::string values;
+    for (const auto& [what, v] : {std::pair{"output_padding", &output_padding}, std::pair{"stride", &stride},
+                                  std::pair{"dilation", &dilation}})
+      for (int64_t i = 0; i < S; ++i) values += std::string(" ") + what + "_" + dim[i] + ": " + std::to_string((*v)[i]);
+    PF_THROW(Error, "output padding must be smaller than either stride or dilation, but got", values);
+  }
+  PF_CHECK(weight.dim() == S + 2, "Expected ", S + 2, "-dimensional weight for ", name, ", but got weight of size ",
+           shape_str(weight.sizes()));
+  PF_CHECK(weight.sizes()[0] % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ", groups,
+           " at dimension 0, but got weight of size ", shape_str(weight.sizes()), " instead");
+  PF_CHECK(x.sizes()[1] == weight.sizes()[0], "Given transposed=1, weight of size ", shape_str(weight.sizes()),
+           ", expected input", shape_str(x.sizes()), " to have ", weight.sizes()[0], " channels, but got ",
+           x.sizes()[1], " channels instead");
+  const int64_t c_out = weight.sizes()[1] * groups;
+  if (bias.defined())
+    PF_CHECK(bias.dim() == 1 && bias.sizes()[0] == c_out, "Given transposed=1, weight of size ",
+             shape_str(weight.sizes()), ", expected bias to be 1-dimensional with ", c_out,
+             " elements, but got bias of size ", shape_str(bias.sizes()), " instead");
+  Shape size(S);
+  bool positive = true;
+  for (int64_t i = 0; i < S; ++i) {
+    size[i] = (x.sizes()[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.sizes()[2 + i] - 1) +
+              output_padding[i] + 1;
+    positive = positive && size[i] > 0;
+  }
+  PF_CHECK(positive, "Given input size per channel: (", sizes_x(spatial_sizes(x)),
+           "). Calculated output size per channel: (", sizes_x(size), "). Output size is too small");
+  Tensor out = conv_grad_input(x, weight, size, attrs);
+  if (bias.defined()) {
+    check_same_dtype(x, bias, "Input", "bias");
+    out = binary("add", out, channel_view(bias, S + 2));
+  }
+  return unbatch(out, batched);
 }
 
 // ---- linear maps with an adjoint op (average pooling, upsampling) ---------------------------------
@@ -494,19 +709,23 @@ Tensor run_linear(const LinearOp& fwd, const LinearOp& adj, const Tensor& x, con
   return out;
 }
 
-// Runs the linear (N, C, H, W) -> (N, C, OH, OW) op `op` with `op`_backward as its adjoint,
-// whose attrs are op's plus the input size.
-Tensor run_linear_pair(const char* op, const char* node, const char* backward_node, const Tensor& x, Attrs attrs) {
+// Runs the linear (N, C, spatial) -> (N, C, out spatial) op `op` with `op`_backward as its
+// adjoint, whose attrs are op's plus the input size.
+Tensor run_linear_pair(const std::string& op, const char* node, const char* backward_node, const Tensor& x,
+                       Attrs attrs) {
   Attrs back = attrs;
-  back.set("input_size", Shape{x.sizes()[2], x.sizes()[3]});
-  const OpDef& backward_op = find_op(std::string(op) + "_backward");  // catalog names live forever
-  return run_linear({op, node}, {backward_op.name.c_str(), backward_node}, x, attrs, back);
+  back.set("input_size", spatial_sizes(x));
+  // catalog names live forever
+  const OpDef& forward_op = find_op(op);
+  const OpDef& backward_op = find_op(op + "_backward");
+  return run_linear({forward_op.name.c_str(), node}, {backward_op.name.c_str(), backward_node}, x, attrs, back);
 }
 
 // ---- max pooling ------------------------------------------------------------------------------------
 
-// values and indices (into each H*W input plane); the backward scatters through the indices.
-std::pair<Tensor, Tensor> run_max_pool(const char* op_name, const char* node_name, const Tensor& x,
+// values and indices (into each input plane or volume); the backward scatters through the
+// indices.
+std::pair<Tensor, Tensor> run_max_pool(const std::string& op_name, const char* node_name, const Tensor& x,
                                        const Attrs& attrs) {
   const Tensor in[] = {x};
   Tensors outs = call_or_zeros(find_op(op_name), in, attrs);
@@ -514,10 +733,15 @@ std::pair<Tensor, Tensor> run_max_pool(const char* op_name, const char* node_nam
     auto node = autograd::make_node(node_name, [shape = x.sizes()](const Tensors& g, const Tensors& s) -> Tensors {
       const Tensor& idx = s[0];
       const int64_t n = shape[0], c = shape[1];
-      const Shape flat{n, c, idx.sizes()[2] * idx.sizes()[3]};  // no -1: the batch may be 0
+      int64_t in_volume = 1, out_volume = 1;
+      for (size_t d = 2; d < shape.size(); ++d) {
+        in_volume *= shape[d];
+        out_volume *= idx.sizes()[d];
+      }
+      const Shape flat{n, c, out_volume};  // no -1: the batch may be 0
       const Tensor flat_g = reshape(g[0], flat);
       const Tensor flat_i = reshape(idx, flat);
-      return {reshape(scatter_add_internal(flat_g, 2, flat_i, {n, c, shape[2] * shape[3]}), shape)};
+      return {reshape(scatter_add_internal(flat_g, 2, flat_i, {n, c, in_volume}), shape)};
     });
     node->save(outs[1]);
     autograd::record(node, {x}, {outs[0], outs[1]});
@@ -525,11 +749,93 @@ std::pair<Tensor, Tensor> run_max_pool(const char* op_name, const char* node_nam
   return {outs[0], outs[1]};
 }
 
-Shape pool_stride(const Shape& stride, const Shape& kernel) { return stride.empty() ? kernel : stride; }
-
-Shape check_pool_pair(const Shape& v, const char* op, const char* name) {
-  PF_CHECK(v.size() == 2, op, ": ", name, " must be two values (height, width), got ", shape_str(v));
+// A pooling argument of S values; PyTorch's message names the op and the argument.
+Shape check_pool_arg(const Shape& v, int64_t S, const char* op, const char* name) {
+  PF_CHECK(static_cast<int64_t>(v.size()) == S, op, ": ", name, " must be ", S, " values ", spatial_names(S),
+           ", got ", shape_str(v));
   return v;
+}
+
+// The (S + 1)-d unbatched or (S + 2)-d batched input of a pooling op, as a batch.
+Tensor pool_input(const Tensor& input, int64_t S, const char* op, bool& batched) {
+  PF_CHECK(input.dim() == S + 1 || input.dim() == S + 2, "non-empty ", S + 1, "D or ", S + 2,
+           "D (batch mode) tensor expected for input, but got ", shape_str(input.sizes()));
+  check_float(input, op);
+  batched = input.dim() == S + 2;
+  return batched ? input : unsqueeze(input, 0);
+}
+
+std::pair<Tensor, Tensor> max_pool_nd(int64_t S, const Tensor& input, const Shape& kernel_size, const Shape& stride,
+                                      const Shape& padding, const Shape& dilation, bool ceil_mode) {
+  const std::string op = "max_pool" + std::to_string(S) + "d";
+  bool batched;
+  const Tensor x = pool_input(input, S, op.c_str(), batched);
+  const Shape k = check_pool_arg(kernel_size, S, op.c_str(), "kernel_size");
+  const Attrs attrs{{"kernel_size", k},
+                    {"stride", check_pool_arg(stride.empty() ? k : stride, S, op.c_str(), "stride")},
+                    {"padding", check_pool_arg(padding, S, op.c_str(), "padding")},
+                    {"dilation", check_pool_arg(dilation, S, op.c_str(), "dilation")},
+                    {"ceil_mode", ceil_mode}};
+  auto [values, indices] =
+      run_max_pool(op, S == 3 ? "MaxPool3DWithIndicesBackward0" : "MaxPool2DWithIndicesBackward0", x, attrs);
+  return {unbatch(values, batched), unbatch(indices, batched)};
+}
+
+Tensor avg_pool_nd(int64_t S, const Tensor& input, const Shape& kernel_size, const Shape& stride,
+                   const Shape& padding, bool ceil_mode, bool count_include_pad,
+                   std::optional<int64_t> divisor_override) {
+  const std::string op = "avg_pool" + std::to_string(S) + "d";
+  bool batched;
+  const Tensor x = pool_input(input, S, op.c_str(), batched);
+  PF_CHECK(!divisor_override || *divisor_override != 0, "divisor must be not zero");
+  const Shape k = check_pool_arg(kernel_size, S, op.c_str(), "kernel_size");
+  const Attrs attrs{{"kernel_size", k},
+                    {"stride", check_pool_arg(stride.empty() ? k : stride, S, op.c_str(), "stride")},
+                    {"padding", check_pool_arg(padding, S, op.c_str(), "padding")},
+                    {"ceil_mode", ceil_mode},
+                    {"count_include_pad", count_include_pad},
+                    {"divisor", divisor_override.value_or(0)}};
+  const bool three = S == 3;
+  return unbatch(run_linear_pair(op, three ? "AvgPool3DBackward0" : "AvgPool2DBackward0",
+                                 three ? "AvgPool3DBackwardBackward0" : "AvgPool2DBackwardBackward0", x, attrs),
+                 batched);
+}
+
+// The adaptive ops' input as a batch and their output size (-1: the input's size there).
+// (PyTorch's max pooling message has a colon after "got", the average's none.)
+Tensor adaptive_input(const Tensor& input, int64_t S, const char* op, const Shape& output_size, Shape& out,
+                      bool& batched, const char* got = "got") {
+  PF_CHECK(input.dim() == S + 1 || input.dim() == S + 2, op, "(): Expected ", S + 1, "D or ", S + 2, "D tensor, but ",
+           got, " ", shape_str(input.sizes()));
+  check_float(input, op);
+  const Shape os = check_pool_arg(output_size, S, op, "output_size");
+  batched = input.dim() == S + 2;
+  const Tensor x = batched ? input : unsqueeze(input, 0);
+  out.resize(S);
+  for (int64_t i = 0; i < S; ++i) out[i] = os[i] == -1 ? x.sizes()[2 + i] : os[i];
+  return x;
+}
+
+Tensor adaptive_avg_pool_nd(int64_t S, const Tensor& input, const Shape& output_size) {
+  const std::string op = "adaptive_avg_pool" + std::to_string(S) + "d";
+  Shape out;
+  bool batched;
+  const Tensor x = adaptive_input(input, S, op.c_str(), output_size, out, batched);
+  const bool three = S == 3;
+  return unbatch(run_linear_pair(op, three ? "AdaptiveAvgPool3DBackward0" : "AdaptiveAvgPool2DBackward0",
+                                 three ? "AdaptiveAvgPool3DBackwardBackward0" : "AdaptiveAvgPool2DBackwardBackward0",
+                                 x, Attrs{{"output_size", out}}),
+                 batched);
+}
+
+std::pair<Tensor, Tensor> adaptive_max_pool_nd(int64_t S, const Tensor& input, const Shape& output_size) {
+  const std::string op = "adaptive_max_pool" + std::to_string(S) + "d";
+  Shape out;
+  bool batched;
+  const Tensor x = adaptive_input(input, S, op.c_str(), output_size, out, batched, "got:");
+  auto [values, indices] = run_max_pool(op, S == 3 ? "AdaptiveMaxPool3DBackward0" : "AdaptiveMaxPool2DBackward0", x,
+                                        Attrs{{"output_size", out}});
+  return {unbatch(values, batched), unbatch(indices, batched)};
 }
 
 }  // namespace
@@ -538,168 +844,87 @@ Shape check_pool_pair(const Shape& v, const char* op, const char* name) {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride, const Shape& padding,
               const Shape& dilation, int64_t groups) {
-  if (autocast::active()) [[unlikely]]
-    if (autocast::OpScope cast{"conv2d", {input, weight, bias}})
-      return conv2d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
-  bool batched;
-  const Tensor x = batch_input(input, "conv2d", batched);
-  check_float(x, "conv2d");
-  const Attrs attrs = make_conv_attrs(stride, padding, dilation, groups);
-  return unbatch(conv_forward(x, weight, bias, attrs), batched);
+  return conv_nd(2, "conv2d", input, weight, bias, stride, padding, dilation, groups);
 }
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
               const std::string& padding, const Shape& dilation, int64_t groups) {
-  if (autocast::active()) [[unlikely]]
-    if (autocast::OpScope cast{"conv2d", {input, weight, bias}})
-      return conv2d(cast[0], cast[1], cast[2], stride, padding, dilation, groups);
-  if (padding == "valid") return conv2d(input, weight, bias, stride, Shape{0, 0}, dilation, groups);
-  PF_CHECK(padding == "same", "Invalid padding string: '", padding, "'");
-  check_pair(stride, "stride");
-  check_pair(dilation, "dilation");
-  PF_CHECK(stride[0] == 1 && stride[1] == 1, "padding='same' is not supported for strided convolutions");
-  PF_CHECK(weight.dim() == 4, "Expected 4-dimensional weight for conv2d, but got weight of size ",
-           shape_str(weight.sizes()));
-  // total = dilation * (k - 1) per dim; the smaller half goes before, the rest after. An odd
-  // total pads the input's bottom/right by one more row/column first (PyTorch's rule).
-  Shape pad(2), extra(2);
-  for (int i = 0; i < 2; ++i) {
-    const int64_t total = dilation[i] * (weight.sizes()[2 + i] - 1);
-    pad[i] = total / 2;
-    extra[i] = total - 2 * pad[i];
-  }
-  if (extra[0] == 0 && extra[1] == 0) return conv2d(input, weight, bias, stride, pad, dilation, groups);
-  PF_CHECK(input.dim() == 3 || input.dim() == 4, "Expected 3D (unbatched) or 4D (batched) input to conv2d, but got "
-           "input of size: ", shape_str(input.sizes()));
-  const Tensor padded = constant_pad_nd(input, {0, extra[1], 0, extra[0]});
-  return conv2d(padded, weight, bias, stride, pad, dilation, groups);
+  return conv_nd(2, "conv2d", input, weight, bias, stride, padding, dilation, groups);
+}
+
+Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride, const Shape& padding,
+              const Shape& dilation, int64_t groups) {
+  return conv_nd(3, "conv3d", input, weight, bias, stride, padding, dilation, groups);
+}
+
+Tensor conv3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+              const std::string& padding, const Shape& dilation, int64_t groups) {
+  return conv_nd(3, "conv3d", input, weight, bias, stride, padding, dilation, groups);
 }
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
                         const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {
-  if (autocast::active()) [[unlikely]]
-    if (autocast::OpScope cast{"conv_transpose2d", {input, weight, bias}})
-      return conv_transpose2d(cast[0], cast[1], cast[2], stride, padding, output_padding, groups, dilation);
-  bool batched;
-  const Tensor x = batch_input(input, "conv_transpose2d", batched);
-  check_float(x, "conv_transpose2d");
-  const Attrs attrs = make_conv_attrs(stride, padding, dilation, groups);
-  check_pair(output_padding, "output_padding");
-  PF_CHECK(groups > 0, "non-positive groups is not supported");
-  for (int i = 0; i < 2; ++i) {
-    PF_CHECK(padding[i] >= 0, "negative padding is not supported");
-    PF_CHECK(output_padding[i] >= 0, "negative output_padding is not supported");
-    PF_CHECK(stride[i] > 0, "non-positive stride is not supported");
-    PF_CHECK(dilation[i] > 0, "non-positive dilation is not supported");
-  }
-  PF_CHECK((output_padding[0] < stride[0] || output_padding[0] < dilation[0]) &&
-               (output_padding[1] < stride[1] || output_padding[1] < dilation[1]),
-           "output padding must be smaller than either stride or dilation, but got output_padding_height: ",
-           output_padding[0], " output_padding_width: ", output_padding[1], " stride_height: ", stride[0],
-           " stride_width: ", stride[1], " dilation_height: ", dilation[0], " dilation_width: ", dilation[1]);
-  PF_CHECK(weight.dim() == 4, "Expected 4-dimensional weight for conv_transpose2d, but got weight of size ",
-           shape_str(weight.sizes()));
-  PF_CHECK(weight.sizes()[0] % groups == 0, "Given groups=", groups, ", expected weight to be divisible by ", groups,
-           " at dimension 0, but got weight of size ", shape_str(weight.sizes()), " instead");
-  PF_CHECK(x.sizes()[1] == weight.sizes()[0], "Given transposed=1, weight of size ", shape_str(weight.sizes()),
-           ", expected input", shape_str(x.sizes()), " to have ", weight.sizes()[0], " channels, but got ",
-           x.sizes()[1], " channels instead");
-  const int64_t c_out = weight.sizes()[1] * groups;
-  if (bias.defined())
-    PF_CHECK(bias.dim() == 1 && bias.sizes()[0] == c_out, "Given transposed=1, weight of size ",
-             shape_str(weight.sizes()), ", expected bias to be 1-dimensional with ", c_out,
-             " elements, but got bias of size ", shape_str(bias.sizes()), " instead");
-  Shape hw(2);
-  for (int i = 0; i < 2; ++i) {
-    hw[i] = (x.sizes()[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.sizes()[2 + i] - 1) +
-            output_padding[i] + 1;
-  }
-  PF_CHECK(hw[0] > 0 && hw[1] > 0, "Given input size per channel: (", x.sizes()[2], " x ", x.sizes()[3],
-           "). Calculated output size per channel: (", hw[0], " x ", hw[1], "). Output size is too small");
-  Tensor out = conv_grad_input(x, weight, hw, attrs);
-  if (bias.defined()) {
-    check_same_dtype(x, bias, "Input", "bias");
-    out = binary("add", out, reshape(bias, {1, -1, 1, 1}));
-  }
-  return unbatch(out, batched);
+  return conv_transpose_nd(2, "conv_transpose2d", input, weight, bias, stride, padding, output_padding, groups,
+                           dilation);
+}
+
+Tensor conv_transpose3d(const Tensor& input, const Tensor& weight, const Tensor& bias, const Shape& stride,
+                        const Shape& padding, const Shape& output_padding, int64_t groups, const Shape& dilation) {
+  return conv_transpose_nd(3, "conv_transpose3d", input, weight, bias, stride, padding, output_padding, groups,
+                           dilation);
 }
 
 Tensor conv2d_grad_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_hw, const Shape& stride,
                          const Shape& padding, const Shape& dilation, int64_t groups) {
-  return conv_grad_input(grad_output, weight, check_pair(input_hw, "input_size"),
-                         make_conv_attrs(stride, padding, dilation, groups));
+  return conv_grad_input(grad_output, weight, check_spatial(input_hw, 2, "input_size"),
+                         make_conv_attrs(2, stride, padding, dilation, groups));
 }
 
 Tensor conv2d_grad_weight(const Tensor& grad_output, const Tensor& input, const Shape& kernel_hw, const Shape& stride,
                           const Shape& padding, const Shape& dilation, int64_t groups) {
-  return conv_grad_weight(grad_output, input, check_pair(kernel_hw, "kernel_size"),
-                          make_conv_attrs(stride, padding, dilation, groups));
+  return conv_grad_weight(grad_output, input, check_spatial(kernel_hw, 2, "kernel_size"),
+                          make_conv_attrs(2, stride, padding, dilation, groups));
 }
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, const Shape& kernel_size, const Shape& stride,
                                                   const Shape& padding, const Shape& dilation, bool ceil_mode) {
-  PF_CHECK(input.dim() == 3 || input.dim() == 4, "non-empty 3D or 4D (batch mode) tensor expected for input, but got ",
-           shape_str(input.sizes()));
-  check_float(input, "max_pool2d");
-  const bool batched = input.dim() == 4;
-  const Tensor x = batched ? input : unsqueeze(input, 0);
-  const Shape k = check_pool_pair(kernel_size, "max_pool2d", "kernel_size");
-  const Attrs attrs{{"kernel_size", k},
-                    {"stride", check_pool_pair(pool_stride(stride, k), "max_pool2d", "stride")},
-                    {"padding", check_pool_pair(padding, "max_pool2d", "padding")},
-                    {"dilation", check_pool_pair(dilation, "max_pool2d", "dilation")},
-                    {"ceil_mode", ceil_mode}};
-  auto [values, indices] = run_max_pool("max_pool2d", "MaxPool2DWithIndicesBackward0", x, attrs);
-  return {unbatch(values, batched), unbatch(indices, batched)};
+  return max_pool_nd(2, input, kernel_size, stride, padding, dilation, ceil_mode);
 }
 
 Tensor max_pool2d(const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding,
                   const Shape& dilation, bool ceil_mode) {
-  return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode).first;
+  return max_pool_nd(2, input, kernel_size, stride, padding, dilation, ceil_mode).first;
+}
+
+std::pair<Tensor, Tensor> max_pool3d_with_indices(const Tensor& input, const Shape& kernel_size, const Shape& stride,
+                                                  const Shape& padding, const Shape& dilation, bool ceil_mode) {
+  return max_pool_nd(3, input, kernel_size, stride, padding, dilation, ceil_mode);
 }
 
 Tensor avg_pool2d(const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding,
                   bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
-  PF_CHECK(input.dim() == 3 || input.dim() == 4, "non-empty 3D or 4D (batch mode) tensor expected for input, but got ",
-           shape_str(input.sizes()));
-  check_float(input, "avg_pool2d");
-  PF_CHECK(!divisor_override || *divisor_override != 0, "divisor must be not zero");
-  const bool batched = input.dim() == 4;
-  const Tensor x = batched ? input : unsqueeze(input, 0);
-  const Shape k = check_pool_pair(kernel_size, "avg_pool2d", "kernel_size");
-  const Attrs attrs{{"kernel_size", k},
-                    {"stride", check_pool_pair(pool_stride(stride, k), "avg_pool2d", "stride")},
-                    {"padding", check_pool_pair(padding, "avg_pool2d", "padding")},
-                    {"ceil_mode", ceil_mode},
-                    {"count_include_pad", count_include_pad},
-                    {"divisor", divisor_override.value_or(0)}};
-  return unbatch(run_linear_pair("avg_pool2d", "AvgPool2DBackward0", "AvgPool2DBackwardBackward0", x, attrs), batched);
+  return avg_pool_nd(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+}
+
+Tensor avg_pool3d(const Tensor& input, const Shape& kernel_size, const Shape& stride, const Shape& padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+  return avg_pool_nd(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, const Shape& output_size) {
-  PF_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got ",
-           shape_str(input.sizes()));
-  check_float(input, "adaptive_avg_pool2d");
-  const Shape os = check_pool_pair(output_size, "adaptive_avg_pool2d", "output_size");
-  const bool batched = input.dim() == 4;
-  const Tensor x = batched ? input : unsqueeze(input, 0);
-  const Shape out{os[0] == -1 ? x.sizes()[2] : os[0], os[1] == -1 ? x.sizes()[3] : os[1]};
-  return unbatch(run_linear_pair("adaptive_avg_pool2d", "AdaptiveAvgPool2DBackward0",
-                                 "AdaptiveAvgPool2DBackwardBackward0", x, Attrs{{"output_size", out}}),
-                 batched);
+  return adaptive_avg_pool_nd(2, input, output_size);
+}
+
+Tensor adaptive_avg_pool3d(const Tensor& input, const Shape& output_size) {
+  return adaptive_avg_pool_nd(3, input, output_size);
 }
 
 std::pair<Tensor, Tensor> adaptive_max_pool2d(const Tensor& input, const Shape& output_size) {
-  PF_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_max_pool2d(): Expected 3D or 4D tensor, but got: ",
-           shape_str(input.sizes()));
-  check_float(input, "adaptive_max_pool2d");
-  const Shape os = check_pool_pair(output_size, "adaptive_max_pool2d", "output_size");
-  const bool batched = input.dim() == 4;
-  const Tensor x = batched ? input : unsqueeze(input, 0);
-  const Shape out{os[0] == -1 ? x.sizes()[2] : os[0], os[1] == -1 ? x.sizes()[3] : os[1]};
-  auto [values, indices] =
-      run_max_pool("adaptive_max_pool2d", "AdaptiveMaxPool2DBackward0", x, Attrs{{"output_size", out}});
-  return {unbatch(values, batched), unbatch(indices, batched)};
+  return adaptive_max_pool_nd(2, input, output_size);
+}
+
+std::pair<Tensor, Tensor> adaptive_max_pool3d(const Tensor& input, const Shape& output_size) {
+  return adaptive_max_pool_nd(3, input, output_size);
 }
 
 namespace {

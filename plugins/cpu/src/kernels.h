@@ -16,12 +16,12 @@ void register_indexing_kernels(Registrar& reg);   // index, index_put, where, no
 void register_math_kernels(Registrar& reg);       // clamp, lerp, addcmul, addcdiv
 void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, cumsum, cumprod, softmax, log_softmax
 void register_norm_kernels(Registrar& reg);       // batch/layer/group norm (+ backward), embedding (+ backward), dropout
-void register_conv_kernels(Registrar& reg);       // conv2d, conv2d_grad_input, conv2d_grad_weight
-void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling, upsampling and their backwards
+void register_conv_kernels(Registrar& reg);       // conv2d/conv3d, their _grad_input and _grad_weight
+void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling (2-d, 3-d), upsampling and their backwards
 void register_optim_kernels(Registrar& reg);      // sgd_step_, adam_step_ (fused optimizer updates)
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 void register_fused_kernels(Registrar& reg);       // conv2d_fused, mm_fused, fold_conv_bn (nn.Graph's fusion passes)
-void register_onednn_conv_kernels(Registrar& reg);  // conv2d and its gradients on oneDNN (float32), Priority::Optimized
+void register_onednn_conv_kernels(Registrar& reg);  // conv2d (float32, bfloat16) and its gradients on oneDNN, Priority::Optimized
 // The other oneDNN kernels (float32, Priority::Optimized over the plugin's own, which stay the
 // float64 path and their fallback):
 void register_onednn_pool_kernels(Registrar& reg);        // max_pool2d, avg_pool2d (+ backward)
@@ -30,10 +30,10 @@ void register_onednn_softmax_kernels(Registrar& reg);     // softmax (log_softma
 void register_onednn_fused_kernels(Registrar& reg);       // mm_fused (conv2d_fused is with the convolutions)
 void register_onednn_matmul_kernels(Registrar& reg);      // mm, bmm (bfloat16 only: float32 keeps sgemm)
 
-// The im2col + BLAS conv kernels: the float64 path and the oneDNN kernels' fallback.
-void conv2d_im2col(KernelContext& ctx);
-void conv2d_grad_input_im2col(KernelContext& ctx);
-void conv2d_grad_weight_im2col(KernelContext& ctx);
+// The im2col + BLAS conv kernels (2-d and 3-d): the float64 path and the oneDNN kernels' fallback.
+void conv_im2col(KernelContext& ctx);
+void conv_grad_input_im2col(KernelContext& ctx);
+void conv_grad_weight_im2col(KernelContext& ctx);
 // The fused ops' own kernels (fused.cpp): the plain op's kernel, then the epilogue.
 void conv2d_fused_native(KernelContext& ctx);
 void mm_fused_native(KernelContext& ctx);
@@ -44,9 +44,9 @@ void fused_epilogue(const KernelContext& ctx, const Tensor& result, const Tensor
                     const std::string& activation, const Tensor& out);
 // The plugin's own kernels of the ops that also have oneDNN kernels: the float64 path and the
 // oneDNN kernels' fallback.
-void max_pool2d_native(KernelContext& ctx);
-void avg_pool2d_native(KernelContext& ctx);
-void avg_pool2d_backward_native(KernelContext& ctx);
+void max_pool_native(KernelContext& ctx);
+void avg_pool_native(KernelContext& ctx);
+void avg_pool_backward_native(KernelContext& ctx);
 void layer_norm_native(KernelContext& ctx);
 void softmax_native(KernelContext& ctx);
 void mm_native(KernelContext& ctx);

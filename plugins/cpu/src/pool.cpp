@@ -1,17 +1,19 @@
-// Pooling and upsampling (docs/kernels.md, "Conv family") for float32/float64: max_pool2d,
-// adaptive_max_pool2d, avg_pool2d(+_backward), adaptive_avg_pool2d(+_backward),
-// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward). The forward poolings also
-// take float16/bfloat16 (sums and comparisons in float, one rounding); the other ops run those
-// on float32 copies (run_widened), so their accumulations do not round at every add.
+// Pooling and upsampling (docs/kernels.md, "Conv family") for float32/float64: max_pool2d/3d,
+// adaptive_max_pool2d/3d, avg_pool2d/3d(+_backward), adaptive_avg_pool2d/3d(+_backward),
+// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward).
 //
-// Every op maps each (n, c) plane on its own, so planes run in parallel; inputs are read with
-// their strides, outputs are contiguous. Backward kernels zero their plane and add into it,
-// so overlapping windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's
-// Pool.h, AdaptivePooling.h and UpSample.h), including its float rounding of scales, so
-// sample positions agree exactly.
+// Every op maps each (n, c) plane (volume, in 3-d) on its own, so they run in parallel; inputs
+// are read with their strides, outputs are contiguous. A 2-d op is the 3-d one with a depth of
+// 1, so pooling is written once. Backward kernels zero their volume and add into it, so
+// overlapping windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's Pool.h,
+// AdaptivePooling.h and UpSample.h), including its float rounding of scales, so sample
+// positions agree exactly.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "kernels.h"
 #include "loops.h"
@@ -19,28 +21,42 @@
 namespace plugflow::cpu {
 namespace {
 
-// One image plane: its data pointer and strides (elements).
+// The spatial sizes of an (N, C, [D,] H, W) tensor, D = 1 for a 4-d one.
+struct Extent {
+  int64_t D, H, W;
+  explicit Extent(const Tensor& t)
+      : D(t.dim() == 5 ? t.sizes()[2] : 1), H(t.sizes()[t.dim() - 2]), W(t.sizes()[t.dim() - 1]) {}
+  int64_t volume() const { return D * H * W; }
+};
+
+// One image volume (a plane when D = 1): its data pointer and strides (elements).
 template <typename T>
-struct Plane {
+struct Volume {
   T* data;
-  int64_t sh, sw;
+  int64_t sd, sh, sw;
+  T& at(int64_t d, int64_t h, int64_t w) const { return data[d * sd + h * sh + w * sw]; }
   T& at(int64_t h, int64_t w) const { return data[h * sh + w * sw]; }
 };
 
-// Calls f(in_plane, out_plane_index) for every (n, c) plane of `in`, planes in parallel;
-// `work` is the cost of one plane in elements (for the grain).
+// Calls f(in_volume, out_volume_index) for every (n, c) volume of `in`, in parallel; `work` is
+// the cost of one volume in elements (for the grain).
 template <typename T, typename F>
-void for_each_plane(const Tensor& in, int64_t work, const F& f) {
+void for_each_volume(const Tensor& in, int64_t work, const F& f) {
+  const int64_t r = in.dim();
   const int64_t C = in.sizes()[1], sn = in.strides()[0], sc = in.strides()[1];
+  const int64_t sd = r == 5 ? in.strides()[2] : 0, sh = in.strides()[r - 2], sw = in.strides()[r - 1];
   T* base = in.data<T>();
   parallel_for(in.sizes()[0] * C, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, work)),
                [&](int64_t b, int64_t e) {
-                 for (int64_t k = b; k < e; ++k)
-                   f(Plane<T>{base + (k / C) * sn + (k % C) * sc, in.strides()[2], in.strides()[3]}, k);
+                 for (int64_t k = b; k < e; ++k) f(Volume<T>{base + (k / C) * sn + (k % C) * sc, sd, sh, sw}, k);
                });
 }
 
-const Shape& pair(const KernelContext& ctx, const char* name) { return ctx.attr<Shape>(name); }
+// Attribute `name` as (depth, height, width), depth `fill` for a 2-d attribute.
+std::array<int64_t, 3> spatial3(const KernelContext& ctx, const char* name, int64_t fill) {
+  const Shape& v = ctx.attr<Shape>(name);
+  return v.size() == 3 ? std::array<int64_t, 3>{v[0], v[1], v[2]} : std::array<int64_t, 3>{fill, v[0], v[1]};
+}
 
 template <template <typename> class Fn>
 void dispatch_float(KernelContext& ctx) {
@@ -48,51 +64,43 @@ void dispatch_float(KernelContext& ctx) {
   switch (ctx.input(0).dtype()) {
     case DType::Float32: Fn<float>::run(ctx); break;
     case DType::Float64: Fn<double>::run(ctx); break;
-    case DType::BFloat16: Fn<BFloat16>::run(ctx); break;
-    case DType::Float16: Fn<Half>::run(ctx); break;
-    default: PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports floating dtypes only, got ",
+    default: PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports float32 and float64, got ",
                       dtype_name(ctx.input(0).dtype()));
   }
 }
 
-// The 16-bit dtypes of the ops whose kernels accumulate in T: through float32 copies.
-template <template <typename> class Fn>
-void dispatch_widened(KernelContext& ctx) {
-  const DType dt = ctx.input(0).dtype();
-  if (dt == DType::BFloat16 || dt == DType::Float16) run_widened(ctx, dispatch_widened<Fn>);
-  else if (dt == DType::Float32) Fn<float>::run(ctx);
-  else if (dt == DType::Float64) Fn<double>::run(ctx);
-  else PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports floating dtypes only, got ", dtype_name(dt));
-}
-
-// The max of each window and its index h * W + w in the plane; NaN wins (the last NaN seen).
-// When every element is -inf the index is the window's first valid element, as PyTorch.
+// The max of each window and its index (d * H + h) * W + w in the volume; NaN wins (the last NaN
+// seen). window(od, oh, ow, in, visit) calls visit(d, h, w) for the window's positions in the
+// input and returns the index reported when no element beats -inf: PyTorch's, the window's
+// first non-negative tap in each dim (the first valid element, or for a window that lies in the
+// padding along some dim, a position past the input there).
 template <typename T, typename Window>
-void max_pool_planes(const KernelContext& ctx, const Window& window) {
+void max_pool_volumes(const KernelContext& ctx, const Window& window) {
   const Tensor& x = ctx.input(0);
-  const int64_t H = x.sizes()[2], W = x.sizes()[3];
-  const int64_t OH = ctx.output(0).sizes()[2], OW = ctx.output(0).sizes()[3];
-  T* out = ctx.output(0).data<T>();
+  const Extent in(x), out(ctx.output(0));
+  const int64_t out_volume = out.volume();
+  T* values = ctx.output(0).data<T>();
   int64_t* idx = ctx.output(1).data<int64_t>();
-  using A = opmath_t<T>;
-  for_each_plane<T>(x, OH * OW * 4, [&](const Plane<T>& in, int64_t k) {
-    T* o = out + k * OH * OW;
-    int64_t* id = idx + k * OH * OW;
-    for (int64_t oh = 0; oh < OH; ++oh)
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        A best = -std::numeric_limits<A>::infinity();
-        int64_t best_i = -1;
-        window(oh, ow, H, W, [&](int64_t ih, int64_t iw) {
-          const A v = static_cast<A>(in.at(ih, iw));
-          if (best_i < 0) best_i = ih * W + iw;
-          if (v > best || std::isnan(v)) {
-            best = v;
-            best_i = ih * W + iw;
-          }
-        });
-        o[oh * OW + ow] = best;
-        id[oh * OW + ow] = best_i;
-      }
+  for_each_volume<T>(x, out_volume * 4, [&](const Volume<T>& v, int64_t k) {
+    T* o = values + k * out_volume;
+    int64_t* id = idx + k * out_volume;
+    for (int64_t od = 0; od < out.D; ++od)
+      for (int64_t oh = 0; oh < out.H; ++oh)
+        for (int64_t ow = 0; ow < out.W; ++ow) {
+          T best = -std::numeric_limits<T>::infinity();
+          int64_t best_i = -1;
+          const int64_t first = window(od, oh, ow, in, [&](int64_t d, int64_t h, int64_t w) {
+            const T e = v.at(d, h, w);
+            const int64_t i = (d * in.H + h) * in.W + w;
+            if (e > best || std::isnan(e)) {
+              best = e;
+              best_i = i;
+            }
+          });
+          const int64_t o_i = (od * out.H + oh) * out.W + ow;
+          o[o_i] = best;
+          id[o_i] = best_i < 0 ? first : best_i;
+        }
   });
 }
 
@@ -103,18 +111,27 @@ inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return ((o + 1
 template <typename T>
 struct MaxPool {
   static void run(const KernelContext& ctx) {
-    const Shape &k = pair(ctx, "kernel_size"), &s = pair(ctx, "stride"), &p = pair(ctx, "padding"),
-                &d = pair(ctx, "dilation");
-    max_pool_planes<T>(ctx, [&](int64_t oh, int64_t ow, int64_t H, int64_t W, const auto& visit) {
-      const int64_t h0 = oh * s[0] - p[0], w0 = ow * s[1] - p[1];
-      for (int64_t i = 0; i < k[0]; ++i) {
-        const int64_t ih = h0 + i * d[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t j = 0; j < k[1]; ++j) {
-          const int64_t iw = w0 + j * d[1];
-          if (iw >= 0 && iw < W) visit(ih, iw);
+    const auto k = spatial3(ctx, "kernel_size", 1), s = spatial3(ctx, "stride", 1), p = spatial3(ctx, "padding", 0),
+               dil = spatial3(ctx, "dilation", 1);
+    // The first tap at or after 0 of a window starting at `start`.
+    const auto first_tap = [](int64_t start, int64_t dilation) {
+      return start >= 0 ? start : start + (-start + dilation - 1) / dilation * dilation;
+    };
+    max_pool_volumes<T>(ctx, [&](int64_t od, int64_t oh, int64_t ow, const Extent& in, const auto& visit) {
+      const int64_t d0 = od * s[0] - p[0], h0 = oh * s[1] - p[1], w0 = ow * s[2] - p[2];
+      for (int64_t t = 0; t < k[0]; ++t) {
+        const int64_t id = d0 + t * dil[0];
+        if (id < 0 || id >= in.D) continue;
+        for (int64_t i = 0; i < k[1]; ++i) {
+          const int64_t ih = h0 + i * dil[1];
+          if (ih < 0 || ih >= in.H) continue;
+          for (int64_t j = 0; j < k[2]; ++j) {
+            const int64_t iw = w0 + j * dil[2];
+            if (iw >= 0 && iw < in.W) visit(id, ih, iw);
+          }
         }
       }
+      return (first_tap(d0, dil[0]) * in.H + first_tap(h0, dil[1])) * in.W + first_tap(w0, dil[2]);
     });
   }
 };
@@ -122,64 +139,83 @@ struct MaxPool {
 template <typename T>
 struct AdaptiveMaxPool {
   static void run(const KernelContext& ctx) {
-    const int64_t OH = ctx.output(0).sizes()[2], OW = ctx.output(0).sizes()[3];
-    max_pool_planes<T>(ctx, [&](int64_t oh, int64_t ow, int64_t H, int64_t W, const auto& visit) {
-      for (int64_t ih = adaptive_start(oh, OH, H); ih < adaptive_end(oh, OH, H); ++ih)
-        for (int64_t iw = adaptive_start(ow, OW, W); iw < adaptive_end(ow, OW, W); ++iw) visit(ih, iw);
+    const Extent out(ctx.output(0));
+    max_pool_volumes<T>(ctx, [&](int64_t od, int64_t oh, int64_t ow, const Extent& in, const auto& visit) {
+      const int64_t d0 = adaptive_start(od, out.D, in.D), h0 = adaptive_start(oh, out.H, in.H),
+                    w0 = adaptive_start(ow, out.W, in.W);
+      for (int64_t id = d0; id < adaptive_end(od, out.D, in.D); ++id)
+        for (int64_t ih = h0; ih < adaptive_end(oh, out.H, in.H); ++ih)
+          for (int64_t iw = w0; iw < adaptive_end(ow, out.W, in.W); ++iw) visit(id, ih, iw);
+      return (d0 * in.H + h0) * in.W + w0;
     });
   }
 };
 
 // ---- average pooling ----------------------------------------------------------------------------
 
-// The clipped window of output (oh, ow) and its divisor (PyTorch's avg_pool2d rules).
+// The clipped window [lo, hi) per dim (depth, height, width) of one output, and its divisor.
 struct AvgWindow {
-  int64_t h0, h1, w0, w1, divisor;
+  int64_t lo[3], hi[3], divisor;
+  bool empty() const { return lo[0] >= hi[0] || lo[1] >= hi[1] || lo[2] >= hi[2]; }
 };
 
+// PyTorch's avg_pool2d/3d rules: window [o * s - p, min(o * s - p + k, in + p)) clipped to
+// [0, in); the divisor is the override, or the unclipped window's size (count_include_pad), or
+// the clipped one's.
 struct AvgPoolGeometry {
-  int64_t kh, kw, sh, sw, ph, pw, divisor_override;
+  std::array<int64_t, 3> k, s, p;
+  int64_t divisor_override;
   bool count_include_pad;
   explicit AvgPoolGeometry(const KernelContext& ctx)
-      : kh(pair(ctx, "kernel_size")[0]), kw(pair(ctx, "kernel_size")[1]), sh(pair(ctx, "stride")[0]),
-        sw(pair(ctx, "stride")[1]), ph(pair(ctx, "padding")[0]), pw(pair(ctx, "padding")[1]),
+      : k(spatial3(ctx, "kernel_size", 1)), s(spatial3(ctx, "stride", 1)), p(spatial3(ctx, "padding", 0)),
         divisor_override(ctx.attr<int64_t>("divisor")), count_include_pad(ctx.attr<bool>("count_include_pad")) {}
-  AvgWindow window(int64_t oh, int64_t ow, int64_t H, int64_t W) const {
-    int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;
-    int64_t h1 = std::min(h0 + kh, H + ph), w1 = std::min(w0 + kw, W + pw);
-    const int64_t padded_size = (h1 - h0) * (w1 - w0);
-    h0 = std::max<int64_t>(h0, 0);
-    w0 = std::max<int64_t>(w0, 0);
-    h1 = std::min(h1, H);
-    w1 = std::min(w1, W);
-    const int64_t divisor =
-        divisor_override ? divisor_override : (count_include_pad ? padded_size : (h1 - h0) * (w1 - w0));
-    return {h0, h1, w0, w1, divisor};
+  int64_t window_size() const { return k[0] * k[1] * k[2]; }
+  AvgWindow window(const int64_t (&o)[3], const Extent& in) const {
+    const int64_t size[3] = {in.D, in.H, in.W};
+    AvgWindow w{};
+    int64_t padded = 1, clipped = 1;
+    for (int i = 0; i < 3; ++i) {
+      w.lo[i] = o[i] * s[i] - p[i];
+      w.hi[i] = std::min(w.lo[i] + k[i], size[i] + p[i]);
+      padded *= w.hi[i] - w.lo[i];
+      w.lo[i] = std::max<int64_t>(w.lo[i], 0);
+      w.hi[i] = std::min(w.hi[i], size[i]);
+      clipped *= w.hi[i] - w.lo[i];
+    }
+    w.divisor = divisor_override ? divisor_override : (count_include_pad ? padded : clipped);
+    return w;
   }
 };
+
+// Calls f(output index, window) for every output of a volume of `out` extent.
+template <typename F>
+void for_each_window(const AvgPoolGeometry& geo, const Extent& in, const Extent& out, const F& f) {
+  int64_t i = 0;
+  for (int64_t od = 0; od < out.D; ++od)
+    for (int64_t oh = 0; oh < out.H; ++oh)
+      for (int64_t ow = 0; ow < out.W; ++ow, ++i) f(i, geo.window({od, oh, ow}, in));
+}
 
 template <typename T>
 struct AvgPool {
   static void run(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const AvgPoolGeometry geo(ctx);
-    const int64_t H = x.sizes()[2], W = x.sizes()[3];
-    const int64_t OH = ctx.output(0).sizes()[2], OW = ctx.output(0).sizes()[3];
-    T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(x, OH * OW * geo.kh * geo.kw, [&](const Plane<T>& in, int64_t k) {
-      T* o = out + k * OH * OW;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const AvgWindow win = geo.window(oh, ow, H, W);
-          if (win.h0 >= win.h1 || win.w0 >= win.w1) {  // a window entirely in the padding
-            o[oh * OW + ow] = T(0.0f);
-            continue;
-          }
-          opmath_t<T> sum = 0;
-          for (int64_t ih = win.h0; ih < win.h1; ++ih)
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += static_cast<opmath_t<T>>(in.at(ih, iw));
-          o[oh * OW + ow] = static_cast<T>(sum / static_cast<opmath_t<T>>(win.divisor));
+    const Extent in(x), out(ctx.output(0));
+    T* values = ctx.output(0).data<T>();
+    for_each_volume<T>(x, out.volume() * geo.window_size(), [&](const Volume<T>& v, int64_t k) {
+      T* o = values + k * out.volume();
+      for_each_window(geo, in, out, [&](int64_t i, const AvgWindow& win) {
+        if (win.empty()) {  // a window entirely in the padding
+          o[i] = T(0);
+          return;
         }
+        T sum = 0;
+        for (int64_t d = win.lo[0]; d < win.hi[0]; ++d)
+          for (int64_t h = win.lo[1]; h < win.hi[1]; ++h)
+            for (int64_t w = win.lo[2]; w < win.hi[2]; ++w) sum += v.at(d, h, w);
+        o[i] = sum / static_cast<T>(win.divisor);
+      });
     });
   }
 };
@@ -189,20 +225,38 @@ struct AvgPoolBackward {
   static void run(const KernelContext& ctx) {
     const Tensor& g = ctx.input(0);
     const AvgPoolGeometry geo(ctx);
-    const int64_t H = ctx.output(0).sizes()[2], W = ctx.output(0).sizes()[3];
-    const int64_t OH = g.sizes()[2], OW = g.sizes()[3];
-    T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(g, H * W + OH * OW * geo.kh * geo.kw, [&](const Plane<T>& go, int64_t k) {
-      T* gi = out + k * H * W;
-      std::fill(gi, gi + H * W, T(0));
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const AvgWindow win = geo.window(oh, ow, H, W);
-          const T share = go.at(oh, ow) / static_cast<T>(win.divisor);
-          for (int64_t ih = win.h0; ih < win.h1; ++ih)
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) gi[ih * W + iw] += share;
-        }
+    const Extent in(ctx.output(0)), out(g);
+    T* grad_in = ctx.output(0).data<T>();
+    for_each_volume<T>(g, in.volume() + out.volume() * geo.window_size(), [&](const Volume<T>& go, int64_t k) {
+      T* gi = grad_in + k * in.volume();
+      std::fill(gi, gi + in.volume(), T(0));
+      int64_t i = 0;
+      for (int64_t od = 0; od < out.D; ++od)
+        for (int64_t oh = 0; oh < out.H; ++oh)
+          for (int64_t ow = 0; ow < out.W; ++ow, ++i) {
+            const AvgWindow win = geo.window({od, oh, ow}, in);
+            const T share = go.at(od, oh, ow) / static_cast<T>(win.divisor);
+            for (int64_t d = win.lo[0]; d < win.hi[0]; ++d)
+              for (int64_t h = win.lo[1]; h < win.hi[1]; ++h)
+                for (int64_t w = win.lo[2]; w < win.hi[2]; ++w) gi[(d * in.H + h) * in.W + w] += share;
+          }
     });
+  }
+};
+
+// The adaptive window of each output along the three dims.
+struct AdaptiveWindows {
+  std::vector<int64_t> lo[3], hi[3];
+  AdaptiveWindows(const Extent& in, const Extent& out) {
+    const int64_t i[3] = {in.D, in.H, in.W}, o[3] = {out.D, out.H, out.W};
+    for (int d = 0; d < 3; ++d)
+      for (int64_t k = 0; k < o[d]; ++k) {
+        lo[d].push_back(adaptive_start(k, o[d], i[d]));
+        hi[d].push_back(adaptive_end(k, o[d], i[d]));
+      }
+  }
+  int64_t size(int64_t od, int64_t oh, int64_t ow) const {
+    return (hi[0][od] - lo[0][od]) * (hi[1][oh] - lo[1][oh]) * (hi[2][ow] - lo[2][ow]);
   }
 };
 
@@ -210,21 +264,20 @@ template <typename T>
 struct AdaptiveAvgPool {
   static void run(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    const int64_t H = x.sizes()[2], W = x.sizes()[3];
-    const int64_t OH = ctx.output(0).sizes()[2], OW = ctx.output(0).sizes()[3];
-    T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(x, H * W + OH * OW, [&](const Plane<T>& in, int64_t k) {
-      T* o = out + k * OH * OW;
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        const int64_t h0 = adaptive_start(oh, OH, H), h1 = adaptive_end(oh, OH, H);
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t w0 = adaptive_start(ow, OW, W), w1 = adaptive_end(ow, OW, W);
-          opmath_t<T> sum = 0;
-          for (int64_t ih = h0; ih < h1; ++ih)
-            for (int64_t iw = w0; iw < w1; ++iw) sum += static_cast<opmath_t<T>>(in.at(ih, iw));
-          o[oh * OW + ow] = static_cast<T>(sum / static_cast<opmath_t<T>>((h1 - h0) * (w1 - w0)));
-        }
-      }
+    const Extent in(x), out(ctx.output(0));
+    const AdaptiveWindows win(in, out);
+    T* values = ctx.output(0).data<T>();
+    for_each_volume<T>(x, in.volume() + out.volume(), [&](const Volume<T>& v, int64_t k) {
+      T* o = values + k * out.volume();
+      for (int64_t od = 0; od < out.D; ++od)
+        for (int64_t oh = 0; oh < out.H; ++oh)
+          for (int64_t ow = 0; ow < out.W; ++ow) {
+            T sum = 0;
+            for (int64_t d = win.lo[0][od]; d < win.hi[0][od]; ++d)
+              for (int64_t h = win.lo[1][oh]; h < win.hi[1][oh]; ++h)
+                for (int64_t w = win.lo[2][ow]; w < win.hi[2][ow]; ++w) sum += v.at(d, h, w);
+            *o++ = sum / static_cast<T>(win.size(od, oh, ow));
+          }
     });
   }
 };
@@ -233,21 +286,20 @@ template <typename T>
 struct AdaptiveAvgPoolBackward {
   static void run(const KernelContext& ctx) {
     const Tensor& g = ctx.input(0);
-    const int64_t H = ctx.output(0).sizes()[2], W = ctx.output(0).sizes()[3];
-    const int64_t OH = g.sizes()[2], OW = g.sizes()[3];
-    T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(g, H * W + OH * OW, [&](const Plane<T>& go, int64_t k) {
-      T* gi = out + k * H * W;
-      std::fill(gi, gi + H * W, T(0));
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        const int64_t h0 = adaptive_start(oh, OH, H), h1 = adaptive_end(oh, OH, H);
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t w0 = adaptive_start(ow, OW, W), w1 = adaptive_end(ow, OW, W);
-          const T share = go.at(oh, ow) / static_cast<T>((h1 - h0) * (w1 - w0));
-          for (int64_t ih = h0; ih < h1; ++ih)
-            for (int64_t iw = w0; iw < w1; ++iw) gi[ih * W + iw] += share;
-        }
-      }
+    const Extent in(ctx.output(0)), out(g);
+    const AdaptiveWindows win(in, out);
+    T* grad_in = ctx.output(0).data<T>();
+    for_each_volume<T>(g, in.volume() + out.volume(), [&](const Volume<T>& go, int64_t k) {
+      T* gi = grad_in + k * in.volume();
+      std::fill(gi, gi + in.volume(), T(0));
+      for (int64_t od = 0; od < out.D; ++od)
+        for (int64_t oh = 0; oh < out.H; ++oh)
+          for (int64_t ow = 0; ow < out.W; ++ow) {
+            const T share = go.at(od, oh, ow) / static_cast<T>(win.size(od, oh, ow));
+            for (int64_t d = win.lo[0][od]; d < win.hi[0][od]; ++d)
+              for (int64_t h = win.lo[1][oh]; h < win.hi[1][oh]; ++h)
+                for (int64_t w = win.lo[2][ow]; w < win.hi[2][ow]; ++w) gi[(d * in.H + h) * in.W + w] += share;
+          }
     });
   }
 };
@@ -321,7 +373,7 @@ struct UpsampleNearest {
     const UpsampleSizes s = upsample_sizes(ctx, false);
     const auto ih = nearest_indices(s.H, s.OH, s.scale_h), iw = nearest_indices(s.W, s.OW, s.scale_w);
     T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(ctx.input(0), s.OH * s.OW, [&](const Plane<T>& in, int64_t k) {
+    for_each_volume<T>(ctx.input(0), s.OH * s.OW, [&](const Volume<T>& in, int64_t k) {
       T* o = out + k * s.OH * s.OW;
       for (int64_t oh = 0; oh < s.OH; ++oh)
         for (int64_t ow = 0; ow < s.OW; ++ow) o[oh * s.OW + ow] = in.at(ih[oh], iw[ow]);
@@ -335,7 +387,7 @@ struct UpsampleNearestBackward {
     const UpsampleSizes s = upsample_sizes(ctx, true);
     const auto ih = nearest_indices(s.H, s.OH, s.scale_h), iw = nearest_indices(s.W, s.OW, s.scale_w);
     T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(ctx.input(0), s.H * s.W + s.OH * s.OW, [&](const Plane<T>& go, int64_t k) {
+    for_each_volume<T>(ctx.input(0), s.H * s.W + s.OH * s.OW, [&](const Volume<T>& go, int64_t k) {
       T* gi = out + k * s.H * s.W;
       std::fill(gi, gi + s.H * s.W, T(0));
       for (int64_t oh = 0; oh < s.OH; ++oh)
@@ -351,7 +403,7 @@ struct UpsampleBilinear {
     const bool ac = ctx.attr<bool>("align_corners");
     const auto th = linear_taps<T>(s.H, s.OH, ac, s.scale_h), tw = linear_taps<T>(s.W, s.OW, ac, s.scale_w);
     T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(ctx.input(0), s.OH * s.OW * 4, [&](const Plane<T>& in, int64_t k) {
+    for_each_volume<T>(ctx.input(0), s.OH * s.OW * 4, [&](const Volume<T>& in, int64_t k) {
       T* o = out + k * s.OH * s.OW;
       for (int64_t oh = 0; oh < s.OH; ++oh) {
         const int64_t h0 = th.i0[oh], h1 = th.i1[oh];
@@ -373,7 +425,7 @@ struct UpsampleBilinearBackward {
     const bool ac = ctx.attr<bool>("align_corners");
     const auto th = linear_taps<T>(s.H, s.OH, ac, s.scale_h), tw = linear_taps<T>(s.W, s.OW, ac, s.scale_w);
     T* out = ctx.output(0).data<T>();
-    for_each_plane<T>(ctx.input(0), s.H * s.W + s.OH * s.OW * 4, [&](const Plane<T>& go, int64_t k) {
+    for_each_volume<T>(ctx.input(0), s.H * s.W + s.OH * s.OW * 4, [&](const Volume<T>& go, int64_t k) {
       T* gi = out + k * s.H * s.W;
       std::fill(gi, gi + s.H * s.W, T(0));
       for (int64_t oh = 0; oh < s.OH; ++oh) {
@@ -395,22 +447,39 @@ struct UpsampleBilinearBackward {
 
 }  // namespace
 
-void max_pool2d_native(KernelContext& ctx) { dispatch_float<MaxPool>(ctx); }
-void avg_pool2d_native(KernelContext& ctx) { dispatch_float<AvgPool>(ctx); }
-void avg_pool2d_backward_native(KernelContext& ctx) { dispatch_widened<AvgPoolBackward>(ctx); }
+void max_pool_native(KernelContext& ctx) { dispatch_float<MaxPool>(ctx); }
+void avg_pool_native(KernelContext& ctx) { dispatch_float<AvgPool>(ctx); }
+void avg_pool_backward_native(KernelContext& ctx) { dispatch_float<AvgPoolBackward>(ctx); }
+
+namespace {
+// float16/bfloat16 (autocast runs pooling in its input's type) through float32 copies: sums and
+// comparisons in float32, one rounding of the result.
+template <KernelFn fn>
+void widened(KernelContext& ctx) {
+  run_widened(ctx, fn);
+}
+
+template <KernelFn fn>
+void reg_all(Registrar& reg, const std::string& op) {
+  reg.kernel(op, DeviceType::CPU, {DType::Float32, DType::Float64}, fn);
+  reg.kernel(op, DeviceType::CPU, {DType::Float16, DType::BFloat16}, widened<fn>);
+}
+}  // namespace
 
 void register_pool_kernels(Registrar& reg) {
-  const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
-  reg.kernel("max_pool2d", DeviceType::CPU, floats, max_pool2d_native);
-  reg.kernel("adaptive_max_pool2d", DeviceType::CPU, floats, dispatch_float<AdaptiveMaxPool>);
-  reg.kernel("avg_pool2d", DeviceType::CPU, floats, avg_pool2d_native);
-  reg.kernel("avg_pool2d_backward", DeviceType::CPU, floats, avg_pool2d_backward_native);
-  reg.kernel("adaptive_avg_pool2d", DeviceType::CPU, floats, dispatch_float<AdaptiveAvgPool>);
-  reg.kernel("adaptive_avg_pool2d_backward", DeviceType::CPU, floats, dispatch_widened<AdaptiveAvgPoolBackward>);
-  reg.kernel("upsample_nearest2d", DeviceType::CPU, floats, dispatch_widened<UpsampleNearest>);
-  reg.kernel("upsample_nearest2d_backward", DeviceType::CPU, floats, dispatch_widened<UpsampleNearestBackward>);
-  reg.kernel("upsample_bilinear2d", DeviceType::CPU, floats, dispatch_widened<UpsampleBilinear>);
-  reg.kernel("upsample_bilinear2d_backward", DeviceType::CPU, floats, dispatch_widened<UpsampleBilinearBackward>);
+  for (const char* rank : {"2d", "3d"}) {
+    const std::string d = rank;
+    reg_all<max_pool_native>(reg, "max_pool" + d);
+    reg_all<dispatch_float<AdaptiveMaxPool>>(reg, "adaptive_max_pool" + d);
+    reg_all<avg_pool_native>(reg, "avg_pool" + d);
+    reg_all<avg_pool_backward_native>(reg, "avg_pool" + d + "_backward");
+    reg_all<dispatch_float<AdaptiveAvgPool>>(reg, "adaptive_avg_pool" + d);
+    reg_all<dispatch_float<AdaptiveAvgPoolBackward>>(reg, "adaptive_avg_pool" + d + "_backward");
+  }
+  reg_all<dispatch_float<UpsampleNearest>>(reg, "upsample_nearest2d");
+  reg_all<dispatch_float<UpsampleNearestBackward>>(reg, "upsample_nearest2d_backward");
+  reg_all<dispatch_float<UpsampleBilinear>>(reg, "upsample_bilinear2d");
+  reg_all<dispatch_float<UpsampleBilinearBackward>>(reg, "upsample_bilinear2d_backward");
 }
 
 }  // namespace plugflow::cpu

@@ -1,9 +1,9 @@
 """Convolution, pooling and upsampling for plugflow.nn.functional (torch.nn.functional's
 signatures and argument rules, PyTorch 1.13).
 
-The 2-d ops run the core's conv family through _C; the 1-d ones are the 2-d ones on a height-1
-view (an unsqueezed dim), and interpolate's 'area' mode is adaptive average pooling, as in
-PyTorch.
+The 2-d and 3-d ops run the core's conv family through _C; the 1-d ones are the 2-d ones on a
+height-1 view (an unsqueezed dim), and interpolate's 'area' mode is adaptive average pooling, as
+in PyTorch.
 """
 
 import math
@@ -14,12 +14,13 @@ from .. import _C
 from ..amp.autocast_mode import _autocast_op
 
 __all__ = [
-    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d",
-    "max_pool1d", "max_pool2d", "max_pool1d_with_indices", "max_pool2d_with_indices",
-    "avg_pool1d", "avg_pool2d",
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool1d_with_indices",
-    "adaptive_max_pool2d_with_indices",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "avg_pool1d", "avg_pool2d", "avg_pool3d",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
     "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
 ]
 
@@ -38,14 +39,21 @@ def _ints(value, n, name):
         raise TypeError(f"{name} must be an int or a tuple of {n} ints, not {type(value).__name__}") from None
 
 
-def _pool_pair(value, op, name, allow_empty=False):
-    """A pooling argument as (h, w): an int, or a tuple of one or two ints (or empty for stride)."""
-    items = _ints(value, 2, name)
-    if len(items) != 2 and not (allow_empty and len(items) == 0):
-        what = {"kernel_size": "must either be a single int, or a tuple of two ints",
-                "stride": "must either be omitted, a single int, or a tuple of two ints",
-                "padding": "must be either be a single int, or a tuple of two ints",
-                "dilation": "must be either a single int, or a tuple of two ints"}[name]
+def _pool_arg(value, n, op, name, allow_empty=False):
+    """A pooling argument as n ints: an int, or a tuple of one or n ints (or empty for stride).
+    PyTorch words the error for avg_pool3d differently from the others."""
+    items = _ints(value, n, name)
+    if len(items) != n and not (allow_empty and len(items) == 0):
+        count = {2: "two", 3: "three"}[n]
+        if op == "avg_pool3d":
+            what = {"kernel_size": "must be a single int, or a tuple of three ints",
+                    "stride": "must be omitted, a single int, or a tuple of three ints",
+                    "padding": "must be a single int, or a tuple of three ints"}[name]
+        else:
+            what = {"kernel_size": f"must either be a single int, or a tuple of {count} ints",
+                    "stride": f"must either be omitted, a single int, or a tuple of {count} ints",
+                    "padding": f"must be either be a single int, or a tuple of {count} ints",
+                    "dilation": f"must be either a single int, or a tuple of {count} ints"}[name]
         raise RuntimeError(f"{op}: {name} {what}")
     return items
 
@@ -92,12 +100,29 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return out.squeeze(-2)
 
 
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d cross-correlation of (N, C, D, H, W) or (C, D, H, W) input with (O, C/groups, kD, kH, kW)
+    weight; padding may be an int, a triple, 'valid' or 'same'."""
+    if not isinstance(padding, str):
+        padding = _ints(padding, 3, "padding")
+    return _C._conv3d(input, weight, bias, _ints(stride, 3, "stride"), padding, _ints(dilation, 3, "dilation"),
+                      operator.index(groups))
+
+
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """The transposed 2-d convolution (the gradient of conv2d with respect to its input);
     weight is (C_in, C_out/groups, kH, kW)."""
     return _C._conv_transpose2d(input, weight, bias, _ints(stride, 2, "stride"), _ints(padding, 2, "padding"),
                                 _ints(output_padding, 2, "output_padding"), operator.index(groups),
                                 _ints(dilation, 2, "dilation"))
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """The transposed 3-d convolution (the gradient of conv3d with respect to its input);
+    weight is (C_in, C_out/groups, kD, kH, kW)."""
+    return _C._conv_transpose3d(input, weight, bias, _ints(stride, 3, "stride"), _ints(padding, 3, "padding"),
+                                _ints(output_padding, 3, "output_padding"), operator.index(groups),
+                                _ints(dilation, 3, "dilation"))
 
 
 @_autocast_op("conv_transpose1d")
@@ -121,15 +146,32 @@ def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation
                             return_indices=False):
     """(values, indices) of 2-d max pooling; indices are positions h * W + w in each input plane."""
     op = "max_pool2d"
-    return _C._max_pool2d_with_indices(input, _pool_pair(kernel_size, op, "kernel_size"),
-                                       [] if stride is None else _pool_pair(stride, op, "stride", True),
-                                       _pool_pair(padding, op, "padding"), _pool_pair(dilation, op, "dilation"),
+    return _C._max_pool2d_with_indices(input, _pool_arg(kernel_size, 2, op, "kernel_size"),
+                                       [] if stride is None else _pool_arg(stride, 2, op, "stride", True),
+                                       _pool_arg(padding, 2, op, "padding"), _pool_arg(dilation, 2, op, "dilation"),
                                        bool(ceil_mode))
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """2-d max pooling over (N, C, H, W) or (C, H, W); with return_indices, (values, indices)."""
     out = max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
+    return out if return_indices else out[0]
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=False):
+    """(values, indices) of 3-d max pooling; indices are positions (d * H + h) * W + w in each
+    input volume."""
+    op = "max_pool3d"
+    return _C._max_pool3d_with_indices(input, _pool_arg(kernel_size, 3, op, "kernel_size"),
+                                       [] if stride is None else _pool_arg(stride, 3, op, "stride", True),
+                                       _pool_arg(padding, 3, op, "padding"), _pool_arg(dilation, 3, op, "dilation"),
+                                       bool(ceil_mode))
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """3-d max pooling over (N, C, D, H, W) or (C, D, H, W); with return_indices, (values, indices)."""
+    out = max_pool3d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
     return out if return_indices else out[0]
 
 
@@ -158,9 +200,21 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     op = "avg_pool2d"
     if divisor_override is not None:
         divisor_override = operator.index(divisor_override)
-    return _C._avg_pool2d(input, _pool_pair(kernel_size, op, "kernel_size"),
-                          [] if stride is None else _pool_pair(stride, op, "stride", True),
-                          _pool_pair(padding, op, "padding"), bool(ceil_mode), bool(count_include_pad),
+    return _C._avg_pool2d(input, _pool_arg(kernel_size, 2, op, "kernel_size"),
+                          [] if stride is None else _pool_arg(stride, 2, op, "stride", True),
+                          _pool_arg(padding, 2, op, "padding"), bool(ceil_mode), bool(count_include_pad),
+                          divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """3-d average pooling over (N, C, D, H, W) or (C, D, H, W)."""
+    op = "avg_pool3d"
+    if divisor_override is not None:
+        divisor_override = operator.index(divisor_override)
+    return _C._avg_pool3d(input, _pool_arg(kernel_size, 3, op, "kernel_size"),
+                          [] if stride is None else _pool_arg(stride, 3, op, "stride", True),
+                          _pool_arg(padding, 3, op, "padding"), bool(ceil_mode), bool(count_include_pad),
                           divisor_override)
 
 
@@ -198,6 +252,12 @@ def adaptive_avg_pool2d(input, output_size):
     return _C._adaptive_avg_pool2d(input, _adaptive_size(output_size, 2, "adaptive_avg_pool2d"))
 
 
+def adaptive_avg_pool3d(input, output_size):
+    """Averages over PyTorch's adaptive windows to output_size (D, H, W); None entries keep the
+    input's size."""
+    return _C._adaptive_avg_pool3d(input, _adaptive_size(output_size, 3, "adaptive_avg_pool3d"))
+
+
 def adaptive_avg_pool1d(input, output_size):
     """1-d adaptive average pooling over (N, C, L) or (C, L)."""
     _check_dim(input, (2, 3), "adaptive_avg_pool1d")
@@ -213,6 +273,17 @@ def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
 def adaptive_max_pool2d(input, output_size, return_indices=False):
     """2-d adaptive max pooling; with return_indices, (values, indices)."""
     out = adaptive_max_pool2d_with_indices(input, output_size)
+    return out if return_indices else out[0]
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
+    """(values, indices) of 3-d adaptive max pooling."""
+    return _C._adaptive_max_pool3d(input, _adaptive_size(output_size, 3, "adaptive_max_pool3d"))
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """3-d adaptive max pooling; with return_indices, (values, indices)."""
+    out = adaptive_max_pool3d_with_indices(input, output_size)
     return out if return_indices else out[0]
 
 

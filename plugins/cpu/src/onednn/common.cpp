@@ -28,9 +28,8 @@ bool overlapping(const Dims& dims, const Dims& strides) {
 
 Operand operand(const Tensor& t, const Dims& dims) {
   Operand op{dims, Dims(t.strides().begin(), t.strides().end())};
-  if (dims.size() != op.strides.size()) {  // grouped weights: (O, C/g, kh, kw) seen as (g, O/g, ...)
-    const Dims& s = op.strides;
-    op.strides = {s[0] * dims[1], s[0], s[1], s[2], s[3]};
+  if (dims.size() != op.strides.size()) {  // grouped weights: (O, C/g, k...) seen as (g, O/g, C/g, k...)
+    op.strides.insert(op.strides.begin(), op.strides[0] * dims[1]);
   }
   op.copy = overlapping(op.dims, op.strides);
   int64_t dense = 1;

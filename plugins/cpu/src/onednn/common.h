@@ -64,8 +64,8 @@ struct Operand {
   bool copy = false;
 };
 
-// `t` seen with `dims`: its own sizes, or (for grouped convolution weights) (O, C/g, kh, kw)
-// split into (g, O/g, C/g, kh, kw).
+// `t` seen with `dims`: its own sizes, or (for grouped convolution weights) (O, C/g, k...)
+// split into (g, O/g, C/g, k...).
 Operand operand(const Tensor& t, const Dims& dims);
 
 // Appends a fused epilogue's activation ("none", "relu", "gelu", "gelu_tanh", "silu", as the

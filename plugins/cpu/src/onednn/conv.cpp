@@ -489,9 +489,9 @@ template <Kind kind>
 void conv_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
   run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
-    const KernelFn im2col = kind == Kind::Forward        ? (ctx.op.name == "conv2d_fused" ? conv2d_fused_native : conv2d_im2col)
-                            : kind == Kind::BackwardData ? conv2d_grad_input_im2col
-                                                         : conv2d_grad_weight_im2col;
+    const KernelFn im2col = kind == Kind::Forward        ? (ctx.op.name == "conv2d_fused" ? conv2d_fused_native : conv_im2col)
+                            : kind == Kind::BackwardData ? conv_grad_input_im2col
+                                                         : conv_grad_weight_im2col;
     if (ctx.input(0).dtype() == DType::BFloat16) run_widened(ctx, im2col);
     else im2col(ctx);
   });

@@ -344,9 +344,9 @@ void pool_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
   run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
     switch (kind) {
-      case Kind::Max: max_pool2d_native(ctx); break;
-      case Kind::Avg: avg_pool2d_native(ctx); break;
-      case Kind::AvgBackward: avg_pool2d_backward_native(ctx); break;
+      case Kind::Max: max_pool_native(ctx); break;
+      case Kind::Avg: avg_pool_native(ctx); break;
+      case Kind::AvgBackward: avg_pool_backward_native(ctx); break;
     }
   });
 }

@@ -1,4 +1,5 @@
-"""BatchNorm1d, BatchNorm2d and SyncBatchNorm (torch.nn.modules.batchnorm), on F.batch_norm.
+"""BatchNorm1d, BatchNorm2d, BatchNorm3d and SyncBatchNorm (torch.nn.modules.batchnorm), on
+F.batch_norm (whose kernel takes (N, C, L): every dim after C is folded into L).
 
 In training the batch statistics normalize and update the running ones (exponential average
 with `momentum`, or the cumulative average when momentum is None); in eval the running
@@ -14,7 +15,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "SyncBatchNorm"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 
 
 class _NormBase(Module):
@@ -107,6 +108,14 @@ class BatchNorm2d(_BatchNorm):
     def _check_input_dim(self, input):
         if input.dim() != 4:
             raise ValueError(f"expected 4D input (got {input.dim()}D input)")
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch norm over (N, C, D, H, W) inputs, per channel C."""
+
+    def _check_input_dim(self, input):
+        if input.dim() != 5:
+            raise ValueError(f"expected 5D input (got {input.dim()}D input)")
 
 
 class _SyncBatchNormFunction(Function):

@@ -1,5 +1,5 @@
-"""Conv1d, Conv2d, ConvTranspose1d and ConvTranspose2d (torch.nn.modules.conv), on
-nn.functional's convolutions.
+"""Conv1d/2d/3d and ConvTranspose1d/2d/3d (torch.nn.modules.conv), on nn.functional's
+convolutions.
 
 Padding may be an int, a tuple, 'valid' or 'same' (stride 1); padding_mode other than 'zeros'
 pads with F.pad first, as PyTorch does.
@@ -13,7 +13,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 
 def _ntuple(value, n):
@@ -151,6 +151,26 @@ class Conv2d(_ConvNd):
         return self._conv_forward(input, self.weight, self.bias)
 
 
+class Conv3d(_ConvNd):
+    """3-d convolution over (N, C_in, D, H, W) or (C_in, D, H, W) inputs."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
+                 padding_mode="zeros", device=None, dtype=None):
+        padding = padding if isinstance(padding, str) else _ntuple(padding, 3)
+        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 3), _ntuple(stride, 3), padding,
+                         _ntuple(dilation, 3), False, (0, 0, 0), groups, bias, padding_mode, device=device,
+                         dtype=dtype)
+
+    def _conv_forward(self, input, weight, bias):
+        if self.padding_mode != "zeros":
+            return F.conv3d(F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode), weight, bias,
+                            self.stride, (0, 0, 0), self.dilation, self.groups)
+        return F.conv3d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, input):
+        return self._conv_forward(input, self.weight, self.bias)
+
+
 class _ConvTransposeNd(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride, padding, dilation, transposed, output_padding,
                  groups, bias, padding_mode, device=None, dtype=None):
@@ -218,4 +238,22 @@ class ConvTranspose2d(_ConvTransposeNd):
         output_padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size, 2,
                                               self.dilation)
         return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, output_padding,
+                                  self.groups, self.dilation)
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-d transposed convolution (the gradient of Conv3d with respect to its input)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, _ntuple(kernel_size, 3), _ntuple(stride, 3), _ntuple(padding, 3),
+                         _ntuple(dilation, 3), True, _ntuple(output_padding, 3), groups, bias, padding_mode,
+                         device=device, dtype=dtype)
+
+    def forward(self, input, output_size=None):
+        if self.padding_mode != "zeros":
+            raise ValueError("Only `zeros` padding mode is supported for ConvTranspose3d")
+        output_padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size, 3,
+                                              self.dilation)
+        return F.conv_transpose3d(input, self.weight, self.bias, self.stride, self.padding, output_padding,
                                   self.groups, self.dilation)

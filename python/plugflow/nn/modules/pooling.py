@@ -1,11 +1,11 @@
-"""Pooling modules (torch.nn.modules.pooling): max, average and adaptive pooling in 1-d and 2-d,
-on nn.functional's ops."""
+"""Pooling modules (torch.nn.modules.pooling): max, average and adaptive pooling in 1-d, 2-d and
+3-d, on nn.functional's ops."""
 
 from .. import functional as F
 from .module import Module
 
-__all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
-           "AdaptiveMaxPool1d", "AdaptiveMaxPool2d"]
+__all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+           "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"]
 
 
 class _MaxPoolNd(Module):
@@ -38,6 +38,15 @@ class MaxPool2d(_MaxPoolNd):
 
     def forward(self, input):
         return F.max_pool2d(input, self.kernel_size, self.stride, self.padding, self.dilation,
+                            ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+
+class MaxPool3d(_MaxPoolNd):
+    """Max over kernel_size windows of (N, C, D, H, W) or (C, D, H, W) inputs (stride defaults to
+    kernel_size)."""
+
+    def forward(self, input):
+        return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
 
@@ -85,6 +94,32 @@ class AvgPool2d(_AvgPoolNd):
                             self.count_include_pad, self.divisor_override)
 
 
+class AvgPool3d(_AvgPoolNd):
+    """Mean over kernel_size windows of (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    __constants__ = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if (stride is not None) else kernel_size
+        self.padding = padding
+        self.ceil_mode = ceil_mode
+        self.count_include_pad = count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, input):
+        return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def __setstate__(self, d):
+        super().__setstate__(d)
+        self.__dict__.setdefault("padding", 0)
+        self.__dict__.setdefault("ceil_mode", False)
+        self.__dict__.setdefault("count_include_pad", True)
+
+
 def _single(value):
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
@@ -114,6 +149,13 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
         return F.adaptive_avg_pool2d(input, self.output_size)
 
 
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
+    """Mean pooling to a fixed output_size (D, H, W); None keeps that input size."""
+
+    def forward(self, input):
+        return F.adaptive_avg_pool3d(input, self.output_size)
+
+
 class _AdaptiveMaxPoolNd(Module):
     __constants__ = ["output_size", "return_indices"]
 
@@ -138,3 +180,10 @@ class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
 
     def forward(self, input):
         return F.adaptive_max_pool2d(input, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """Max pooling to a fixed output_size (D, H, W); None keeps that input size."""
+
+    def forward(self, input):
+        return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
