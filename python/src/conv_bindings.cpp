@@ -2,7 +2,8 @@
 // plugflow.nn.functional (python/plugflow/nn/_functional_conv.py), which parses PyTorch's
 // argument forms (an int or a tuple, None, strings) and passes two- or three-value lists here.
 // Arguments are plain C++ types, so the GIL is released while the op runs. Also binds
-// PyTorch's top-level aliases (plugflow.conv2d, plugflow.max_pool1d, ...).
+// PyTorch's top-level aliases (plugflow.conv2d, plugflow.max_pool1d, ...) and grid sampling
+// (plugflow.grid_sampler, plugflow.affine_grid_generator, behind F.grid_sample / F.affine_grid).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -14,6 +15,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "plugflow/error.h"
 #include "plugflow/ops.h"
 
 namespace py = pybind11;
@@ -22,6 +24,7 @@ namespace plugflow::python {
 
 void bind_conv(py::module_& m) {
   const auto nogil = py::call_guard<py::gil_scoped_release>();
+  py::object public_names = m.attr("_public_functions");
   using Padding = std::variant<Shape, std::string>;
 
   m.def(
@@ -150,6 +153,29 @@ void bind_conv(py::module_& m) {
       },
       py::arg("input"), py::arg("output_size"), py::arg("align_corners"), py::arg("scales"), nogil);
 
+  m.def(
+      "grid_sampler",
+      [](const Tensor& input, const Tensor& grid, int64_t interpolation_mode, int64_t padding_mode,
+         bool align_corners) {
+        // torch.grid_sampler's enum values
+        static const char* const modes[] = {"bilinear", "nearest", "bicubic"};
+        static const char* const paddings[] = {"zeros", "border", "reflection"};
+        PF_CHECK(interpolation_mode >= 0 && interpolation_mode < 3, "grid_sampler(): unknown interpolation mode ",
+                 interpolation_mode);
+        PF_CHECK(padding_mode >= 0 && padding_mode < 3, "grid_sampler(): unknown padding mode ", padding_mode);
+        return ops::grid_sample(input, grid, modes[interpolation_mode], paddings[padding_mode], align_corners);
+      },
+      py::arg("input"), py::arg("grid"), py::arg("interpolation_mode"), py::arg("padding_mode"),
+      py::arg("align_corners"), nogil);
+  m.def(
+      "affine_grid_generator",
+      [](const Tensor& theta, const Shape& size, bool align_corners) {
+        return ops::affine_grid(theta, size, align_corners);
+      },
+      py::arg("theta"), py::arg("size"), py::arg("align_corners"), nogil);
+  public_names.attr("append")("grid_sampler");
+  public_names.attr("append")("affine_grid_generator");
+
   // torch.conv2d & co.: PyTorch's top-level aliases of nn.functional ops run the Python
   // implementations (one argument parser), looked up per call because that module imports _C.
   // torch.adaptive_max_pool1d returns (values, indices), hence its target.
@@ -168,7 +194,6 @@ void bind_conv(py::module_& m) {
       {"adaptive_avg_pool1d", "adaptive_avg_pool1d"},
       {"adaptive_max_pool1d", "adaptive_max_pool1d_with_indices"},
   };
-  py::object public_names = m.attr("_public_functions");
   for (const auto& [name, target] : aliases) {
     m.attr(name) = py::cpp_function(
         [target = target](const py::args& args, const py::kwargs& kwargs) {

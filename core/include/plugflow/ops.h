@@ -121,5 +121,6 @@ PF_API Tensor matmul(const Tensor& a, const Tensor& b);  // numpy/PyTorch semant
 #include "plugflow/ops_math.h"      // clamp, lerp, addcmul/addcdiv, activations, addmm, baddbmm, dot, outer, einsum, ...
 #include "plugflow/ops_reduction.h"  // var, std, var_mean, logsumexp, norm, all, any, cumsum, cumprod, softmax, log_softmax
 #include "plugflow/ops_norm.h"      // batch_norm, layer_norm, group_norm, embedding, dropout
-#include "plugflow/ops_conv.h"  // conv2d, conv_transpose2d, max/avg/adaptive pooling, upsampling
+#include "plugflow/ops_conv.h"  // conv2d/3d, conv_transpose2d/3d, max/avg/adaptive pooling, upsampling
+#include "plugflow/ops_sampling.h"  // grid_sample, affine_grid
 #include "plugflow/ops_optim.h"  // sgd_step_, adam_step_: fused optimizer updates

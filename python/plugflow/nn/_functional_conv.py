@@ -3,7 +3,8 @@ signatures and argument rules, PyTorch 1.13).
 
 The 2-d and 3-d ops run the core's conv family through _C; the 1-d ones are the 2-d ones on a
 height-1 view (an unsqueezed dim), and interpolate's 'area' mode is adaptive average pooling, as
-in PyTorch.
+in PyTorch. grid_sample and affine_grid run the core's grid sampling (_C.grid_sampler,
+_C.affine_grid_generator) after PyTorch's Python-level checks and warnings.
 """
 
 import math
@@ -21,7 +22,7 @@ __all__ = [
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
     "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
-    "interpolate", "upsample", "upsample_nearest", "upsample_bilinear",
+    "interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "grid_sample", "affine_grid",
 ]
 
 
@@ -397,3 +398,59 @@ def upsample_bilinear(input, size=None, scale_factor=None):
     """Deprecated: interpolate(mode='bilinear', align_corners=True)."""
     warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.")
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+# ---- grid sampling ----------------------------------------------------------------------------------
+
+_GRID_MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
+_GRID_PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
+
+
+def _default_align_corners(align_corners):
+    if align_corners is None:
+        warnings.warn("Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. "
+                      "Please specify align_corners=True if the old behavior is desired. See the documentation of "
+                      "grid_sample for details.")
+        return False
+    return bool(align_corners)
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """Samples input (N, C, H, W) at grid (N, OH, OW, 2), or (N, C, D, H, W) at (N, OD, OH, OW, 3),
+    whose last dim holds (x, y[, z]) in [-1, 1] across the input; modes 'bilinear', 'nearest',
+    'bicubic' (4-d only), padding 'zeros', 'border', 'reflection'. Differentiable in input and
+    grid."""
+    if mode not in _GRID_MODES:
+        raise ValueError("nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but "
+                         f"got: '{mode}'")
+    if padding_mode not in _GRID_PADDINGS:
+        raise ValueError("nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
+                         f"'reflection', but got: '{padding_mode}'")
+    return _C.grid_sampler(input, grid, _GRID_MODES[mode], _GRID_PADDINGS[padding_mode],
+                           _default_align_corners(align_corners))
+
+
+def affine_grid(theta, size, align_corners=None):
+    """The sampling grid of a batch of affine maps theta (N, 2, 3) for an output of size
+    (N, C, H, W), or (N, 3, 4) for (N, C, D, H, W): grid_sample's grid argument."""
+    align_corners = _default_align_corners(align_corners)
+    if not theta.is_floating_point():
+        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+    if len(size) == 4:
+        if theta.dim() != 3 or theta.shape[-2] != 2 or theta.shape[-1] != 3:
+            raise ValueError(f"Expected a batch of 2D affine matrices of shape Nx2x3 for size {size}. Got "
+                             f"{theta.shape}.")
+    elif len(size) == 5:
+        if theta.dim() != 3 or theta.shape[-2] != 3 or theta.shape[-1] != 4:
+            raise ValueError(f"Expected a batch of 3D affine matrices of shape Nx3x4 for size {size}. Got "
+                             f"{theta.shape}.")
+    else:
+        raise NotImplementedError("affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+                                  f"respectively. Got size {size}.")
+    if align_corners and min(size[2:]) == 1:
+        warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size grids when "
+                      "align_corners=True. This is not an intended use case of affine_grid. See the documentation "
+                      "of affine_grid for details.")
+    elif min(size) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    return _C.affine_grid_generator(theta, [operator.index(s) for s in size], align_corners)
