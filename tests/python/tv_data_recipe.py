@@ -77,6 +77,14 @@ def transforms(rng):
     out["resized_crop"] = TF.resized_crop(x, 2, 3, 10, 12, [8, 8])
     out["five_crop"] = torch.stack(TF.five_crop(x, 6))
     out["erase"] = TF.erase(x.clone(), 2, 3, 4, 5, torch.zeros(3, 4, 5))
+    # the geometric transforms sample tensors with grid_sample (perspective needs torch.linalg)
+    out["rotate"] = TF.rotate(x, 30.0, interpolation=InterpolationMode.BILINEAR)
+    out["rotate_expand_fill"] = TF.rotate(x, 45.0, expand=True, fill=[0.5, 0.2, 0.9])
+    out["uint8_rotate"] = TF.rotate(u8, 30.0, interpolation=InterpolationMode.BILINEAR)
+    out["affine"] = TF.affine(x, angle=15.0, translate=[2, 1], scale=1.1, shear=[5.0, 3.0],
+                              interpolation=InterpolationMode.BILINEAR)
+    displacement = torch.from_numpy(rng.uniform(-0.1, 0.1, (1, 20, 24, 2)).astype(np.float32))
+    out["elastic"] = TF.elastic_transform(x, displacement)
     # A random crop position is drawn from each framework's own generator: check only that the
     # crop is a window of the image.
     crop = T.RandomCrop(8)(x)

@@ -43,6 +43,13 @@ FAST = {
     "swin_v2_t": (32, {}),
     "vit_b_32": (64, {"image_size": 64}),
     "maxvit_t": (224, {}),  # its 7 x 7 partitions need 224 x 224
+    # video (input: channels, frames, height, width): conv3d, 3-d pooling, BatchNorm3d
+    "r3d_18": ((3, 4, 32, 32), {}),
+    # optical flow (input: two images stacked on the channels): grid_sample, bilinear with
+    # align_corners=True, in its correlation lookups. Its four-level correlation pyramid starts at
+    # 1/8 resolution and needs 128 x 128: a level of one pixel divides by zero in RAFT's own
+    # coordinate normalization (NaN in PyTorch too).
+    "raft_small": ((6, 128, 128), {}),
 }
 
 # The rest, opt-in (PLUGFLOW_SLOW_TESTS=1): the larger variants, inception_v3 with its auxiliary
@@ -52,15 +59,40 @@ SLOW = {name: (FAST.get(name, (32, {}))[0], {}) for name in models.list_models(m
         if name not in FAST or name == "inception_v3"}
 SLOW.update({"inception_v3": (299, {}), "vit_b_16": (64, {"image_size": 64}), "vit_l_16": (64, {"image_size": 64}),
              "vit_l_32": (64, {"image_size": 64}), "vit_h_14": (56, {"image_size": 56})})
+# the other video models (S3D's final pooling and MViT's position embeddings need 16 x 224 x 224)
+# and RAFT's large variant
+SLOW.update({"mc3_18": ((3, 4, 32, 32), {}), "r2plus1d_18": ((3, 4, 32, 32), {}), "s3d": ((3, 16, 224, 224), {}),
+             "mvit_v1_b": ((3, 16, 224, 224), {}), "mvit_v2_s": ((3, 16, 224, 224), {}),
+             "raft_large": ((6, 128, 128), {})})
+FLOW = {"raft_small", "raft_large"}
 
 NUM_CLASSES = 10
 STEPS = 3
 SAMPLE = 65536  # larger gradients and weights are recorded at this many evenly spaced elements
 
 
+class FlowPair(torch.nn.Module):
+    """An optical flow model called on one tensor: two images stacked on the channels."""
+
+    def __init__(self, flow):
+        super().__init__()
+        self.flow = flow
+
+    def forward(self, x):
+        return self.flow(x[:, :3], x[:, 3:])
+
+
+def input_shape(size):
+    """One sample's shape: (3, size, size) for an image size, else the table's shape."""
+    return size if isinstance(size, tuple) else (3, size, size)
+
+
 def build(name, kwargs):
     """The model (float32), with dropout and stochastic depth at p = 0."""
-    model = models.get_model(name, weights=None, num_classes=NUM_CLASSES, **kwargs)
+    if name in FLOW:
+        model = FlowPair(models.get_model(name, weights=None, **kwargs))
+    else:
+        model = models.get_model(name, weights=None, num_classes=NUM_CLASSES, **kwargs)
     for module in model.modules():
         if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
             module.p = 0.0
@@ -77,7 +109,13 @@ def cast_state(state, dtype):
 
 
 def loss_of(model, output, target):
-    """Cross-entropy of the logits, plus 0.4x that of GoogLeNet's and Inception's auxiliary heads."""
+    """Cross-entropy of the logits, plus 0.4x that of GoogLeNet's and Inception's auxiliary heads.
+    For RAFT (a list of flow predictions, one per refinement) the sequence loss of its paper
+    (weights 0.8^(n - 1 - i), mean L1 error) toward zero flow, there being no flow targets; its
+    "logits" are the final flow."""
+    if isinstance(output, list):
+        n = len(output)
+        return sum(0.8 ** (n - 1 - i) * flow.abs().mean() for i, flow in enumerate(output)), output[-1]
     criterion = torch.nn.CrossEntropyLoss()
     if isinstance(output, torch.Tensor):
         return criterion(output, target), output
