@@ -1,5 +1,6 @@
-"""Every classification model of torchvision 0.14, unmodified, trained on plugflow through
-plugflow.mock_torch and compared with PyTorch 1.13 on the same weights and data.
+"""Every classification model of torchvision 0.14, and its video and optical flow models,
+unmodified, trained on plugflow through plugflow.mock_torch and compared with PyTorch 1.13 on the
+same weights and data.
 
 The recipe (tv_recipe.py) runs first with PyTorch in this process, which saves the initial
 weights and the batch with torch.save; then in a fresh interpreter under mock_torch, where

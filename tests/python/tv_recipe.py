@@ -8,7 +8,8 @@ the networks that downsample 32x; at 32 x 32 their last stage is 1 x 1, and a ba
 values makes the gradients upstream pure rounding noise, in PyTorch as in plugflow), or the
 smallest the model accepts when it has no such layer. Randomness inside the forward (dropout,
 stochastic depth) cannot draw the same numbers in two frameworks, so those layers get p = 0;
-everything else runs as written.
+everything else runs as written. The video models (r3d_18 & co.) and RAFT (optical flow) are
+listed with their input shape; RAFT gets its two images stacked on the channels (FlowPair).
 """
 
 import copy
