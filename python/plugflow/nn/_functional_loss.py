@@ -221,16 +221,34 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _reduce((input - target).abs(), reduction)
 
 
+def _huber_branches(d, delta):
+    """PyTorch's huber / smooth-L1 branches, picked on the signed difference d as its backward
+    picks them: (outside, linear, inside). outside: d <= -delta or d >= delta, where the loss is
+    linear (|d| - delta / 2); inside: d where the loss is quadratic (NaN included), 0 elsewhere.
+    Each branch sees only its own elements, so an infinity in one never turns another branch's
+    gradient into 0 * inf = NaN."""
+    below, above = d <= -delta, d >= delta
+    outside = below | above
+    linear = _C.where(below, 0 - d, d) - 0.5 * delta  # (0 - d: +0 at d = 0, as |d|)
+    return outside, linear, _C.where(outside, 0.0, d)
+
+
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
-    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta=0 is l1."""
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target)."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     _warn_if_size_differs(input, target)
-    diff = (input - target).abs()
-    if beta == 0:
-        return _reduce(diff, reduction)
-    return _reduce(_C.where(diff < beta, diff.square() * (0.5 / beta), diff - 0.5 * beta), reduction)
+    d = input - target
+    outside, linear, inside = _huber_branches(d, beta)
+    if beta > 0:
+        return _reduce(_C.where(outside, linear, inside.square() * 0.5 / beta), reduction)
+    # beta = 0: only NaN is inside, where PyTorch's gradient d / beta is NaN, as d^2's is. At
+    # d = 0 its gradient is -1 for input and target alike (target's backward runs with the two
+    # swapped): a zero whose gradient is -1 in each.
+    loss = _C.where(outside, linear, inside.square())
+    tie = (input.detach() - input) + (target.detach() - target)
+    return _reduce(_C.where(d == 0, tie, loss), reduction)
 
 
 def huber_loss(input, target, reduction="mean", delta=1.0):
@@ -239,8 +257,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     _warn_if_size_differs(input, target)
-    diff = (input - target).abs()
-    return _reduce(_C.where(diff < delta, diff.square() * 0.5, (diff - 0.5 * delta) * delta), reduction)
+    outside, linear, inside = _huber_branches(input - target, delta)
+    return _reduce(_C.where(outside, linear * delta, inside.square() * 0.5), reduction)
 
 
 # ---- binary classification -----------------------------------------------------------------------
