@@ -43,8 +43,6 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
     if atol < 0:
         raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
-    if input.dtype == _C.bool:
-        return input == other
     close = input == other
     if equal_nan and input.dtype in _FLOATS:
         close = close | (input.isnan() & other.isnan())
@@ -481,6 +479,10 @@ _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
     _check_tensor(input, fn)
+    if not isinstance(q, Tensor) and not 0 <= q <= 1:
+        raise RuntimeError(f"{fn}() q must be in the range [0, 1] but got {q}")
+    if input.numel() == 0:  # (PyTorch's message names quantile for nanquantile too)
+        raise RuntimeError("quantile() input tensor must be non-empty")
     if input.dtype not in (_C.float32, _C.float64):
         raise RuntimeError(f"{fn}() input tensor must be either float or double dtype")
     if interpolation not in _INTERPOLATIONS:
@@ -488,8 +490,6 @@ def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
                            f"but got {interpolation}")
     scalar_q = not isinstance(q, Tensor)
     if scalar_q:
-        if not 0 <= q <= 1:
-            raise RuntimeError(f"{fn}() q must be in the range [0, 1] but got {q}")
         qt = _creation.full((1,), float(q), dtype=input.dtype, device=input.device)
     else:
         if q.dim() > 1:
@@ -515,33 +515,29 @@ def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
                 del out_shape[d]
     nq = qt.shape[0]
     n = x.shape[-1]
-    lead = tuple(x.shape[:-1])
-    if n == 0:
-        result = _creation.full(lead + (nq,), math.nan, dtype=input.dtype, device=input.device)
+    values, _, nans = _sorted_last(x)
+    valid = (n - nans).to(input.dtype)                                  # (..., 1)
+    if ignore_nan:
+        ranks = qt * (valid - 1)
+        ranks = _C.where(ranks < 0, ranks * 0, ranks)
     else:
-        values, _, nans = _sorted_last(x)
-        valid = (n - nans).to(input.dtype)                                  # (..., 1)
-        if ignore_nan:
-            ranks = qt * (valid - 1)
-            ranks = _C.where(ranks < 0, ranks * 0, ranks)
-        else:
-            ranks = qt * (n - 1) + valid * 0
-            ranks = _C.where(nans > 0, ranks * 0 + (n - 1), ranks)
-        if interpolation == "lower":
-            ranks = ranks.floor()
-        elif interpolation == "higher":
-            ranks = ranks.ceil()
-        elif interpolation == "nearest":
-            ranks = ranks.round()
-        below = ranks.floor().to(_C.int64)
-        above = ranks.ceil().to(_C.int64).clamp(0, n - 1)
-        v_below = values.gather(-1, below)
-        if interpolation in ("lower", "higher", "nearest"):
-            result = v_below
-        else:
-            weights = ranks - below.to(input.dtype) if interpolation == "linear" else ranks * 0 + 0.5
-            v_above = values.gather(-1, above)
-            result = v_below + weights * (v_above - v_below)
+        ranks = qt * (n - 1) + valid * 0
+        ranks = _C.where(nans > 0, ranks * 0 + (n - 1), ranks)
+    if interpolation == "lower":
+        ranks = ranks.floor()
+    elif interpolation == "higher":
+        ranks = ranks.ceil()
+    elif interpolation == "nearest":
+        ranks = ranks.round()
+    below = ranks.floor().to(_C.int64)
+    above = ranks.ceil().to(_C.int64).clamp(0, n - 1)
+    v_below = values.gather(-1, below)
+    if interpolation in ("lower", "higher", "nearest"):
+        result = v_below
+    else:
+        weights = ranks - below.to(input.dtype) if interpolation == "linear" else ranks * 0 + 0.5
+        v_above = values.gather(-1, above)
+        result = v_below + weights * (v_above - v_below)
     result = result.movedim(-1, 0).reshape(tuple([nq] + out_shape))
     if scalar_q:
         result = result.squeeze(0)
@@ -733,6 +729,16 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     if input.dim() == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
     dim = _wrap_dim(dim, input.dim())
+    for other in (prepend, append):  # checked whatever n, as PyTorch
+        if other is None:
+            continue
+        if other.dim() != input.dim():
+            raise RuntimeError("diff expects prepend or append to be the same dimension as input")
+        for i in range(input.dim()):
+            if i != dim and other.shape[i] != input.shape[i]:
+                raise RuntimeError("diff expects the shape of tensor to prepend or append to match that of input "
+                                   f"except along the differencing dimension; input.size({i}) = {input.shape[i]}, "
+                                   f"but got tensor.size({i}) = {other.shape[i]}")
     if n == 0:  # PyTorch ignores prepend and append then
         return input.clone()
     parts = [t for t in (prepend, input, append) if t is not None]

@@ -96,6 +96,10 @@ def test_quantile_errors():
         raises_same(lambda: pf.quantile(*args), lambda: torch.quantile(*targs))
     raises_same(lambda: pf.quantile(pf.ones(2), 0.5, interpolation="foo"),
                 lambda: torch.quantile(torch.ones(2), 0.5, interpolation="foo"))
+    # an empty input is refused, whatever the dim (found by the fuzzer)
+    for fn in ("quantile", "nanquantile"):
+        for shape, dim in (((0,), None), ((0,), -1), ((0, 3), 1), ((2, 0), 0)):
+            raises_same(lambda: getattr(pf, fn)(pf.zeros(shape), 0.7, dim), lambda: getattr(torch, fn)(torch.zeros(shape), 0.7, dim))
 
 
 def test_bincount_searchsorted_bucketize_histc(rng):
@@ -146,6 +150,16 @@ def test_diff(rng):
     close(pf.diff(pf.tensor(b)), torch.diff(torch.tensor(b)))
     raises_same(lambda: pf.diff(pf.tensor(1.)), lambda: torch.diff(torch.tensor(1.)))
     close(pf.diff(pf.ones(3), n=-1), torch.diff(torch.ones(3), n=-1))
+    # prepend / append are checked even when n = 0 ignores them (found by the fuzzer)
+    for kw in ({"n": 0, "dim": 0, "prepend": pf.zeros(4, 2)}, {"n": 0, "dim": 1, "append": pf.zeros(4)},
+               {"n": 0, "dim": 1, "prepend": pf.zeros(3, 6, dtype=pf.int8)}, {"n": 1, "dim": 1, "prepend": pf.zeros(3, 2)}):
+        tkw = {k: torch.from_numpy(v.numpy()) if isinstance(v, pf.Tensor) else v for k, v in kw.items()}
+        with pytest.raises(RuntimeError, match="diff expects") as expected:
+            torch.diff(t.detach(), **tkw)
+        with pytest.raises(RuntimeError) as got:
+            pf.diff(p.detach(), **kw)
+        assert str(got.value) == str(expected.value)
+    close(pf.diff(p, n=0, dim=1, prepend=pp), torch.diff(t, n=0, dim=1, prepend=tp))
 
 
 @pytest.mark.parametrize("p_norm", [2.0, 1.0, 0.0, 3.0, float("inf")])
