@@ -556,9 +556,9 @@ def _torch_bool_exponent_backward(call, t, p):
         re.search(r"\*\*|pow\(", call.code) is not None and not compare(canon(p.result), canon(t.result), call.tol)
 
 
-# Activations whose PyTorch 1.13 backward has a vectorized loop that picks another branch than
-# its scalar loop for NaN or a boundary value (hardswish at 3: slope 1 vectorized, 1.5 scalar;
-# hardtanh / relu6 at NaN: 0 vectorized, the gradient scalar; elu / selu / celu at NaN).
+# Activations whose PyTorch 1.13 vectorized backward picks another branch than its scalar loop
+# for NaN or a boundary value (hardswish at 3: slope 1 vectorized, 1.5 scalar; hardtanh / relu6
+# at NaN: 0 vectorized, the gradient scalar; elu / selu / celu at NaN).
 SCALAR_LOOP_BACKWARD = re.compile(r"F\.(hardswish|hardtanh|relu6|elu|selu|celu)\(")
 
 
@@ -572,6 +572,26 @@ def _torch_vectorized_backward(call, t, p):
         return False
     scalar = execute(call, torch, strided=True)
     return isinstance(scalar, Done) and not _compare_done(call, scalar, p)
+
+
+def _torch_vectorized_remainder(call, t, p):
+    # PyTorch 1.13's vectorized fmod / remainder compute x - trunc(x / y) * y: with a tiny
+    # divisor (1e-40) the quotient overflows and the result is NaN; its scalar loop and plugflow
+    # give the exact remainder. Accepted when plugflow's values are numpy's fmod / remainder in
+    # the result dtype.
+    import numpy as np
+    import torch
+    m = re.fullmatch(r"(?:lib\.(fmod|remainder)\(t0, ([^,()]+)\)|t0\.(fmod|remainder)\(([^,()]+)\))", call.code)
+    if not m or not (isinstance(t, Done) and isinstance(p, Done)):
+        return False
+    result = canon(p.result)
+    if result[0] != "tensor" or result[1] not in ("float32", "float64"):
+        return False
+    fn = np.fmod if (m.group(1) or m.group(3)) == "fmod" else np.remainder
+    x = call.specs["t0"].build(torch)[0].detach().numpy().astype(result[1])
+    with np.errstate(all="ignore"):
+        expected = fn(x, np.asarray(float(eval(m.group(2) or m.group(4))), dtype=result[1]))  # noqa: S307
+    return compare(result, ("tensor", result[1], tuple(expected.shape), expected)) is None
 
 
 def _int64_limit(call, t, p):
@@ -602,6 +622,7 @@ ALLOWED = [
      _torch_bool_exponent_backward),
     ("torch-vectorized-backward", "PyTorch's vectorized activation backward disagrees with its scalar one",
      _torch_vectorized_backward),
+    ("torch-vectorized-remainder", "PyTorch's vectorized fmod / remainder by a tiny divisor", _torch_vectorized_remainder),
     ("torch-integer-backward", "PyTorch's backward wraps an integer operand", _torch_integer_backward),
     ("torch-gemv-zero-alpha", "PyTorch's gemv path ignores a zero-alpha product", _torch_gemv_zero_alpha),
     ("torch-vectorized-math", "PyTorch's vectorized log1p & co. near the dtype's limits", _torch_vectorized_math),
