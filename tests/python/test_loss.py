@@ -240,6 +240,28 @@ def test_regression_losses_at_nan_and_infinity(rng, case):
     close(y_p.grad, y_t.grad)
 
 
+@pytest.mark.parametrize("pos_weight", [False, True])
+def test_bce_with_logits_gradient_at_infinities(rng, pos_weight):
+    # PyTorch's gradient is (pos_weight t + 1 - t) sigmoid(x) - pos_weight t even where the loss
+    # is NaN (x = -inf): finite, not exp(inf - inf) = NaN (found by the fuzzer).
+    x = np.array([-math.inf, math.inf, math.nan, -3.4e38, 3.4e38, 0.0, -50.0, 50.0] + list(rng.normal(0, 3, 8)))
+    y = rng.uniform(0, 1, x.size)
+    x_p, x_t = tensor_pair(x, grad=True)
+    y_p, y_t = tensor_pair(y, grad=True)
+    kw_p, kw_t = {}, {}
+    if pos_weight:
+        w = rng.uniform(0.5, 2, x.size)
+        kw_p, kw_t = {"pos_weight": pf.from_numpy(w)}, {"pos_weight": torch.from_numpy(w)}
+    out_t = TF.binary_cross_entropy_with_logits(x_t, y_t, reduction="none", **kw_t)
+    out_p = PF.binary_cross_entropy_with_logits(x_p, y_p, reduction="none", **kw_p)
+    close(out_p, out_t)
+    upstream = rng.normal(size=x.shape)
+    out_t.backward(torch.from_numpy(upstream))
+    out_p.backward(pf.from_numpy(upstream))
+    close(x_p.grad, x_t.grad)
+    close(y_p.grad, y_t.grad)
+
+
 @pytest.mark.parametrize("fn", ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
 def test_regression_broadcast_warns(rng, fn):
     x_p, x_t = tensor_pair(rng.normal(size=(3, 1)), grad=True)

@@ -291,16 +291,20 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """binary_cross_entropy(sigmoid(input), target) computed stably from logits, in PyTorch's
-    arrangement: (1 - t) x + (1 + (pos_weight - 1) t) (m + log(exp(-m) + exp(-x - m))) with
-    m = max(-x, 0), times weight (so an input of -inf gives NaN there too)."""
+    arrangement: (1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x)), times weight (so an
+    input of -inf gives NaN there too)."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
     if target.shape != input.shape:
         raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
     if not target.is_floating_point():
         raise RuntimeError(f"result type {_type_name(input.dtype)} can't be cast to the desired output type "
                            f"{_type_name(target.dtype)}")
-    max_val = (-input).clamp_min(0)
-    log_one_plus_exp = ((-max_val).exp() + (-input - max_val).exp()).log() + max_val  # log(1 + exp(-x))
+    # log(1 + exp(-x)) as PyTorch computes it, -x + log(exp(x) + 1) for x < 0 and log(1 + exp(-x))
+    # otherwise, each branch fed only its own elements: at x = -inf the gradient is then
+    # PyTorch's sigmoid(x) - target, not exp(inf - inf) = NaN.
+    negative = input < 0
+    x_neg, x_pos = _C.where(negative, input, 0.0), _C.where(negative, 0.0, input)
+    log_one_plus_exp = _C.where(negative, (x_neg.exp() + 1).log() - x_neg, ((-x_pos).exp() + 1).log())
     if pos_weight is not None:
         log_one_plus_exp = log_one_plus_exp * ((pos_weight - 1) * target + 1)
     loss = (1 - target) * input + log_one_plus_exp
