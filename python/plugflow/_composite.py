@@ -717,8 +717,9 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002
     inside = (x >= lo) & (x <= hi)
     # The bin in double, as PyTorch: (x - lo) / (hi - lo) * bins (in bfloat16 0.898 * 10 is 9.0).
     pos = ((x.double() - lo) / (hi - lo) * bins).floor().to(_C.int64).clamp(0, bins - 1)
-    counts = _creation.zeros(bins, dtype=input.dtype, device=input.device)
-    return counts.scatter_add(0, pos, inside.to(input.dtype))
+    # Counted in double, then rounded to the dtype once (counted in float16, 2048 + 1 stayed 2048).
+    counts = _creation.zeros(bins, dtype=_C.float64, device=input.device)
+    return counts.scatter_add(0, pos, inside.to(_C.float64)).to(input.dtype)
 
 
 # ---------------------------------------------------------------- differences and geometry
