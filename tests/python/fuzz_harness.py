@@ -558,8 +558,8 @@ def _torch_bool_exponent_backward(call, t, p):
 
 # Activations whose PyTorch 1.13 vectorized backward picks another branch than its scalar loop
 # for NaN or a boundary value (hardswish at 3: slope 1 vectorized, 1.5 scalar; hardtanh / relu6
-# at NaN: 0 vectorized, the gradient scalar; elu / selu / celu at NaN).
-SCALAR_LOOP_BACKWARD = re.compile(r"F\.(hardswish|hardtanh|relu6|elu|selu|celu)\(")
+# / hardshrink at NaN: 0 vectorized, the gradient scalar; elu / selu / celu at NaN).
+SCALAR_LOOP_BACKWARD = re.compile(r"F\.(hardswish|hardtanh|relu6|elu|selu|celu|hardshrink|softshrink)\(")
 
 
 def _torch_vectorized_backward(call, t, p):
@@ -572,6 +572,42 @@ def _torch_vectorized_backward(call, t, p):
         return False
     scalar = execute(call, torch, strided=True)
     return isinstance(scalar, Done) and not _compare_done(call, scalar, p)
+
+
+def _torch_var_0d_grad(call, t, p):
+    # PyTorch 1.13's var / std of a 0-d tensor over dim 0 (one element, unbiased: 0 / 0) has the
+    # gradient inf, where the same element as a 1-element 1-d tensor gets NaN, as plugflow's
+    # does for both. Accepted when plugflow's results and gradients are PyTorch's for t0.reshape(1).
+    import torch
+    if not re.match(r"lib\.(var|std)(_mean)?\(t0, ", call.code) or call.specs["t0"].shape != () or \
+            not (isinstance(t, Done) and isinstance(p, Done)):
+        return False
+    as_1d = execute(call.with_code(call.code.replace("(t0, ", "(t0.reshape(1), ", 1)), torch)
+    return isinstance(as_1d, Done) and not _compare_done(call, as_1d, p)
+
+
+def _torch_circular_pad_past_crop(call, t, p):
+    # PyTorch 1.13's circular F.pad with a negative pad crops first, then wraps the cropped
+    # input; it checks the other pad against the uncropped size, so a pad larger than what the
+    # crop leaves reads past it (uninitialized values). plugflow wraps the cropped input again,
+    # as numpy's 'wrap' does. Accepted when plugflow's values are numpy's.
+    import numpy as np
+    import torch
+    m = re.fullmatch(r"F\.pad\(t0, (\([-\d, ]+\)), mode='circular'\)", call.code)
+    if not m or not (isinstance(t, Done) and isinstance(p, Done)):
+        return False
+    pads = eval(m.group(1))  # noqa: S307
+    x = call.specs["t0"].build(torch, "float64")[0].detach().numpy()
+    widths = [(0, 0)] * x.ndim
+    for i in range(len(pads) // 2):
+        dim = x.ndim - 1 - i
+        before, after = pads[2 * i], pads[2 * i + 1]
+        x = x[(slice(None),) * dim + (slice(max(-before, 0), x.shape[dim] - max(-after, 0)),)]
+        widths[dim] = (max(before, 0), max(after, 0))
+    if 0 in x.shape or not any(w[0] > x.shape[d] or w[1] > x.shape[d] for d, w in enumerate(widths)):
+        return False
+    expected = np.pad(x, widths, mode="wrap")
+    return compare(canon(p.result), _cast_like(("tensor", "float64", expected.shape, expected), canon(p.result))) is None
 
 
 def _torch_vectorized_remainder(call, t, p):
@@ -622,6 +658,10 @@ ALLOWED = [
      _torch_bool_exponent_backward),
     ("torch-vectorized-backward", "PyTorch's vectorized activation backward disagrees with its scalar one",
      _torch_vectorized_backward),
+    ("torch-var-0d-grad", "PyTorch 1.13's var of a 0-d tensor has the gradient inf, its 1-d one NaN",
+     _torch_var_0d_grad),
+    ("torch-circular-pad-past-crop", "PyTorch 1.13's circular pad reads past its cropped input",
+     _torch_circular_pad_past_crop),
     ("torch-vectorized-remainder", "PyTorch's vectorized fmod / remainder by a tiny divisor", _torch_vectorized_remainder),
     ("torch-integer-backward", "PyTorch's backward wraps an integer operand", _torch_integer_backward),
     ("torch-gemv-zero-alpha", "PyTorch's gemv path ignores a zero-alpha product", _torch_gemv_zero_alpha),
