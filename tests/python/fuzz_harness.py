@@ -610,6 +610,42 @@ def _torch_circular_pad_past_crop(call, t, p):
     return compare(canon(p.result), _cast_like(("tensor", "float64", expected.shape, expected), canon(p.result))) is None
 
 
+def _atan2_by_division(a, b):
+    """torch.atan2 whose backward divides by a^2 + b^2 (PyTorch 1.13 multiplies by its
+    reciprocal)."""
+    import torch
+
+    class Atan2(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return torch.atan2(a, b)
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            wide = torch.promote_types(torch.promote_types(a.dtype, b.dtype), torch.float32)
+            a2, b2 = a.to(wide), b.to(wide)
+            denominator = a2 * a2 + b2 * b2
+            return (g * b2 / denominator).sum_to_size(a.shape).to(a.dtype) if ctx.needs_input_grad[0] else None, \
+                (-g * a2 / denominator).sum_to_size(b.shape).to(b.dtype) if ctx.needs_input_grad[1] else None
+
+    return Atan2.apply(a, b)
+
+
+def _torch_atan2_reciprocal(call, t, p):
+    # PyTorch 1.13's atan2 backward multiplies by 1 / (a^2 + b^2): for a subnormal a^2 + b^2
+    # that reciprocal is inf, and 0 * inf gives NaN where the gradient b / (a^2 + b^2) is 0;
+    # plugflow divides. Accepted when only gradients differ and plugflow's are the division's.
+    import torch
+    if not call.code.startswith("lib.atan2(") or not (isinstance(t, Done) and isinstance(p, Done)) or \
+            not t.grads or compare(canon(p.result), canon(t.result), call.tol):
+        return False
+    by_division = execute(call.with_code(call.code.replace("lib.atan2(", "_atan2_by_division(", 1)), torch,
+                          extra_env={"_atan2_by_division": _atan2_by_division})
+    return isinstance(by_division, Done) and not _compare_done(call, by_division, p)
+
+
 def _torch_vectorized_remainder(call, t, p):
     # PyTorch 1.13's vectorized fmod / remainder compute x - trunc(x / y) * y: with a tiny
     # divisor (1e-40) the quotient overflows and the result is NaN; its scalar loop and plugflow
@@ -662,6 +698,8 @@ ALLOWED = [
      _torch_var_0d_grad),
     ("torch-circular-pad-past-crop", "PyTorch 1.13's circular pad reads past its cropped input",
      _torch_circular_pad_past_crop),
+    ("torch-atan2-reciprocal", "PyTorch 1.13's atan2 backward multiplies by an overflowing reciprocal",
+     _torch_atan2_reciprocal),
     ("torch-vectorized-remainder", "PyTorch's vectorized fmod / remainder by a tiny divisor", _torch_vectorized_remainder),
     ("torch-integer-backward", "PyTorch's backward wraps an integer operand", _torch_integer_backward),
     ("torch-gemv-zero-alpha", "PyTorch's gemv path ignores a zero-alpha product", _torch_gemv_zero_alpha),
