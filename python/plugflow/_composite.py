@@ -729,10 +729,10 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     _check_tensor(input, "diff")
     if input.dim() == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
-    dim = _wrap_dim(dim, input.dim())
-    for other in (prepend, append):  # checked whatever n, as PyTorch
+    for other in (prepend, append):  # checked whatever n, as PyTorch (dim only when one is given)
         if other is None:
             continue
+        dim = _wrap_dim(dim, input.dim())
         if other.dim() != input.dim():
             raise RuntimeError("diff expects prepend or append to be the same dimension as input")
         for i in range(input.dim()):
@@ -742,6 +742,7 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
                                    f"but got tensor.size({i}) = {other.shape[i]}")
     if n == 0:  # PyTorch ignores prepend and append then
         return input.clone()
+    dim = _wrap_dim(dim, input.dim())
     parts = [t for t in (prepend, input, append) if t is not None]
     x = _C.cat(parts, dim) if len(parts) > 1 else input
     for _ in range(n):

@@ -169,6 +169,7 @@ def test_diff(rng):
             pf.diff(p.detach(), **kw)
         assert str(got.value) == str(expected.value)
     close(pf.diff(p, n=0, dim=1, prepend=pp), torch.diff(t, n=0, dim=1, prepend=tp))
+    close(pf.diff(p, n=0, dim=64), torch.diff(t, n=0, dim=64))  # (nothing to check the dim against)
 
 
 @pytest.mark.parametrize("p_norm", [2.0, 1.0, 0.0, 3.0, float("inf")])
