@@ -14,7 +14,7 @@ import fuzz_ops
 
 SEED = 20261201
 CHUNKS = 4
-CALLS_PER_CHUNK = 1500
+CALLS_PER_CHUNK = 1000
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
