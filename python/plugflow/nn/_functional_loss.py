@@ -6,6 +6,7 @@ PyTorch's, so a fused kernel can later replace a body without changing callers. 
 `size_average`/`reduce` arguments map to `reduction` with PyTorch's deprecation warning.
 """
 
+import math
 import warnings
 
 from .. import _C, _creation
@@ -307,7 +308,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     log_one_plus_exp = _C.where(negative, (x_neg.exp() + 1).log() - x_neg, ((-x_pos).exp() + 1).log())
     if pos_weight is not None:
         log_one_plus_exp = log_one_plus_exp * ((pos_weight - 1) * target + 1)
-    loss = (1 - target) * input + log_one_plus_exp
+    # PyTorch's value at x = -inf is NaN whatever the target (exp(inf - inf)): added as a
+    # constant, so that the gradients stay its finite ones.
+    loss = (1 - target) * input + log_one_plus_exp + _C.where(input == -math.inf, math.nan, 0.0)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
