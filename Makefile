@@ -6,6 +6,8 @@
 #   make bench   benchmarks against PyTorch in the same run
 #   make test-sanitize  ASan + UBSan build (build-sanitize/) running the GoogleTest suites and a
 #                pytest subset (tests/sanitize/run.sh; g++ ships the sanitizer runtimes)
+#   make fuzz    randomized differential test against PyTorch, a new seed each run
+#                (FUZZ_SEED=n to replay a run, FUZZ_CALLS, FUZZ_SECONDS to bound it)
 SHELL := /bin/bash
 VENV := .venv
 PY := $(CURDIR)/$(VENV)/bin/python
@@ -18,7 +20,7 @@ APT_PACKAGES := meson ninja-build g++ pkg-config cmake pybind11-dev libyaml-cpp-
   python3-dev python3-venv python3-numpy python3-pytest python3-pytest-xdist python3-torch \
   python3-torchvision python3-sklearn python3-tqdm python3-matplotlib
 
-.PHONY: all deps venv build test test-cpp test-python test-sanitize demo demo-ddp bench clean
+.PHONY: all deps venv build test test-cpp test-python test-sanitize demo demo-ddp bench fuzz clean
 
 all: build
 
@@ -66,6 +68,13 @@ demo-ddp: build
 bench: build
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/ddp.py
+
+FUZZ_SEED ?=
+FUZZ_CALLS ?= 50000
+FUZZ_SECONDS ?=
+fuzz: build
+	cd tests/python && $(PY) fuzz_harness.py --calls $(FUZZ_CALLS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) \
+	  $(if $(FUZZ_SECONDS),--seconds $(FUZZ_SECONDS))
 
 clean:
 	rm -rf $(BUILD) build-sanitize

@@ -44,8 +44,6 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         raise RuntimeError(f"rtol must be greater than or equal to zero, but got {rtol}")
     if atol < 0:
         raise RuntimeError(f"atol must be greater than or equal to zero, but got {atol}")
-    if input.dtype == _C.bool:
-        return input == other
     close = input == other
     if equal_nan and input.dtype in _FLOATS:
         close = close | (input.isnan() & other.isnan())
@@ -482,6 +480,10 @@ _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
     _check_tensor(input, fn)
+    if not isinstance(q, Tensor) and not 0 <= q <= 1:
+        raise RuntimeError(f"{fn}() q must be in the range [0, 1] but got {q}")
+    if input.numel() == 0:  # (PyTorch's message names quantile for nanquantile too)
+        raise RuntimeError("quantile() input tensor must be non-empty")
     if input.dtype not in (_C.float32, _C.float64):
         raise RuntimeError(f"{fn}() input tensor must be either float or double dtype")
     if interpolation not in _INTERPOLATIONS:
@@ -489,8 +491,6 @@ def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
                            f"but got {interpolation}")
     scalar_q = not isinstance(q, Tensor)
     if scalar_q:
-        if not 0 <= q <= 1:
-            raise RuntimeError(f"{fn}() q must be in the range [0, 1] but got {q}")
         qt = _creation.full((1,), float(q), dtype=input.dtype, device=input.device)
     else:
         if q.dim() > 1:
@@ -516,33 +516,29 @@ def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
                 del out_shape[d]
     nq = qt.shape[0]
     n = x.shape[-1]
-    lead = tuple(x.shape[:-1])
-    if n == 0:
-        result = _creation.full(lead + (nq,), math.nan, dtype=input.dtype, device=input.device)
+    values, _, nans = _sorted_last(x)
+    valid = (n - nans).to(input.dtype)                                  # (..., 1)
+    if ignore_nan:
+        ranks = qt * (valid - 1)
+        ranks = _C.where(ranks < 0, ranks * 0, ranks)
     else:
-        values, _, nans = _sorted_last(x)
-        valid = (n - nans).to(input.dtype)                                  # (..., 1)
-        if ignore_nan:
-            ranks = qt * (valid - 1)
-            ranks = _C.where(ranks < 0, ranks * 0, ranks)
-        else:
-            ranks = qt * (n - 1) + valid * 0
-            ranks = _C.where(nans > 0, ranks * 0 + (n - 1), ranks)
-        if interpolation == "lower":
-            ranks = ranks.floor()
-        elif interpolation == "higher":
-            ranks = ranks.ceil()
-        elif interpolation == "nearest":
-            ranks = ranks.round()
-        below = ranks.floor().to(_C.int64)
-        above = ranks.ceil().to(_C.int64).clamp(0, n - 1)
-        v_below = values.gather(-1, below)
-        if interpolation in ("lower", "higher", "nearest"):
-            result = v_below
-        else:
-            weights = ranks - below.to(input.dtype) if interpolation == "linear" else ranks * 0 + 0.5
-            v_above = values.gather(-1, above)
-            result = v_below + weights * (v_above - v_below)
+        ranks = qt * (n - 1) + valid * 0
+        ranks = _C.where(nans > 0, ranks * 0 + (n - 1), ranks)
+    if interpolation == "lower":
+        ranks = ranks.floor()
+    elif interpolation == "higher":
+        ranks = ranks.ceil()
+    elif interpolation == "nearest":
+        ranks = ranks.round()
+    below = ranks.floor().to(_C.int64)
+    above = ranks.ceil().to(_C.int64).clamp(0, n - 1)
+    v_below = values.gather(-1, below)
+    if interpolation in ("lower", "higher", "nearest"):
+        result = v_below
+    else:
+        weights = ranks - below.to(input.dtype) if interpolation == "linear" else ranks * 0 + 0.5
+        v_above = values.gather(-1, above)
+        result = v_below + weights * (v_above - v_below)
     result = result.movedim(-1, 0).reshape(tuple([nq] + out_shape))
     if scalar_q:
         result = result.squeeze(0)
@@ -724,8 +720,9 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002
     inside = (x >= lo) & (x <= hi)
     # The bin in double, as PyTorch: (x - lo) / (hi - lo) * bins (in bfloat16 0.898 * 10 is 9.0).
     pos = ((x.double() - lo) / (hi - lo) * bins).floor().to(_C.int64).clamp(0, bins - 1)
-    counts = _creation.zeros(bins, dtype=input.dtype, device=input.device)
-    return counts.scatter_add(0, pos, inside.to(input.dtype))
+    # Counted in double, then rounded to the dtype once (counted in float16, 2048 + 1 stayed 2048).
+    counts = _creation.zeros(bins, dtype=_C.float64, device=input.device)
+    return counts.scatter_add(0, pos, inside.to(_C.float64)).to(input.dtype)
 
 
 # ---------------------------------------------------------------- differences and geometry
@@ -735,9 +732,20 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     _check_tensor(input, "diff")
     if input.dim() == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
-    dim = _wrap_dim(dim, input.dim())
+    for other in (prepend, append):  # checked whatever n, as PyTorch (dim only when one is given)
+        if other is None:
+            continue
+        dim = _wrap_dim(dim, input.dim())
+        if other.dim() != input.dim():
+            raise RuntimeError("diff expects prepend or append to be the same dimension as input")
+        for i in range(input.dim()):
+            if i != dim and other.shape[i] != input.shape[i]:
+                raise RuntimeError("diff expects the shape of tensor to prepend or append to match that of input "
+                                   f"except along the differencing dimension; input.size({i}) = {input.shape[i]}, "
+                                   f"but got tensor.size({i}) = {other.shape[i]}")
     if n == 0:  # PyTorch ignores prepend and append then
         return input.clone()
+    dim = _wrap_dim(dim, input.dim())
     parts = [t for t in (prepend, input, append) if t is not None]
     x = _C.cat(parts, dim) if len(parts) > 1 else input
     for _ in range(n):

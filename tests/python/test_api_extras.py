@@ -63,6 +63,10 @@ def test_isclose_allclose_equal(rng):
     close(pf.tensor(x).isclose(pf.tensor(x)), torch.tensor(x).isclose(torch.tensor(x)))
     i = np.array([1, 2, 3])
     close(pf.isclose(pf.tensor(i), pf.tensor(i + 1), atol=1), torch.isclose(torch.tensor(i), torch.tensor(i + 1), atol=1))
+    # bools compare as numbers too: True is within atol=1 of False (found by the fuzzer)
+    u, v = rng.integers(0, 2, 8).astype(bool), rng.integers(0, 2, 8).astype(bool)
+    for kw in ({}, {"atol": 1.0}, {"atol": 0.5, "rtol": 0.5}, {"rtol": 1.0}):
+        close(pf.isclose(pf.tensor(u), pf.tensor(v), **kw), torch.isclose(torch.tensor(u), torch.tensor(v), **kw))
     assert pf.equal(pf.tensor(x), pf.tensor(x)) is True
     assert pf.tensor(x).equal(pf.tensor(x[::-1].copy())) == torch.equal(torch.tensor(x), torch.tensor(x[::-1].copy()))
     assert pf.equal(pf.ones(2), pf.ones(3)) is False

@@ -96,6 +96,10 @@ def test_quantile_errors():
         raises_same(lambda: pf.quantile(*args), lambda: torch.quantile(*targs))
     raises_same(lambda: pf.quantile(pf.ones(2), 0.5, interpolation="foo"),
                 lambda: torch.quantile(torch.ones(2), 0.5, interpolation="foo"))
+    # an empty input is refused, whatever the dim (found by the fuzzer)
+    for fn in ("quantile", "nanquantile"):
+        for shape, dim in (((0,), None), ((0,), -1), ((0, 3), 1), ((2, 0), 0)):
+            raises_same(lambda: getattr(pf, fn)(pf.zeros(shape), 0.7, dim), lambda: getattr(torch, fn)(torch.zeros(shape), 0.7, dim))
 
 
 def test_bincount_searchsorted_bucketize_histc(rng):
@@ -132,6 +136,15 @@ def test_bincount_searchsorted_bucketize_histc(rng):
         close(pf.histc(pf.tensor(h), **kw), torch.histc(torch.tensor(h), **kw))
     close(pf.tensor(h).histc(4), torch.tensor(h).histc(4))
     raises_same(lambda: pf.histc(pf.tensor([1, 2])), lambda: torch.histc(torch.tensor([1, 2])))
+    # float16 / bfloat16 counts past 2048 / 256 are exact counts rounded once, as PyTorch's
+    # float64 ones (accumulated in float16, 2048 + 1 stayed 2048; found by the fuzzer)
+    big = rng.uniform(-3, 3, 5000)
+    for dtype in ("float16", "bfloat16"):
+        values = torch.tensor(big).to(getattr(torch, dtype))
+        expected = torch.histc(values.double(), 3, -3, 3).to(values.dtype)
+        counts = pf.histc(pf.tensor(big).to(getattr(pf, dtype)), 3, -3, 3)
+        assert counts.dtype == getattr(pf, dtype)
+        close(counts.double(), expected.double())
     raises_same(lambda: pf.histc(pf.tensor([1.]), bins=0), lambda: torch.histc(torch.tensor([1.]), bins=0))
     raises_same(lambda: pf.histc(pf.tensor([1.]), min=3, max=1), lambda: torch.histc(torch.tensor([1.]), min=3, max=1))
 
@@ -146,6 +159,17 @@ def test_diff(rng):
     close(pf.diff(pf.tensor(b)), torch.diff(torch.tensor(b)))
     raises_same(lambda: pf.diff(pf.tensor(1.)), lambda: torch.diff(torch.tensor(1.)))
     close(pf.diff(pf.ones(3), n=-1), torch.diff(torch.ones(3), n=-1))
+    # prepend / append are checked even when n = 0 ignores them (found by the fuzzer)
+    for kw in ({"n": 0, "dim": 0, "prepend": pf.zeros(4, 2)}, {"n": 0, "dim": 1, "append": pf.zeros(4)},
+               {"n": 0, "dim": 1, "prepend": pf.zeros(3, 6, dtype=pf.int8)}, {"n": 1, "dim": 1, "prepend": pf.zeros(3, 2)}):
+        tkw = {k: torch.from_numpy(v.numpy()) if isinstance(v, pf.Tensor) else v for k, v in kw.items()}
+        with pytest.raises(RuntimeError, match="diff expects") as expected:
+            torch.diff(t.detach(), **tkw)
+        with pytest.raises(RuntimeError) as got:
+            pf.diff(p.detach(), **kw)
+        assert str(got.value) == str(expected.value)
+    close(pf.diff(p, n=0, dim=1, prepend=pp), torch.diff(t, n=0, dim=1, prepend=tp))
+    close(pf.diff(p, n=0, dim=64), torch.diff(t, n=0, dim=64))  # (nothing to check the dim against)
 
 
 @pytest.mark.parametrize("p_norm", [2.0, 1.0, 0.0, 3.0, float("inf")])

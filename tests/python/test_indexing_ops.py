@@ -462,6 +462,27 @@ def test_scatter_grad_src_larger_than_index():
     assert x.grad.tolist() == [[1, 0, 1, 1], [0, 1, 1, 1]]
 
 
+@pytest.mark.parametrize("op", ["scatter", "scatter_add", "diag_embed"])
+def test_empty_index_keeps_the_autograd_connection(op):
+    # An empty index writes nothing, but the result is still part of the graph: self's and
+    # src's gradients flow (zeros for src), as PyTorch's (found by the fuzzer via diag_embed).
+    results = []
+    for lib in (torch, pf):
+        self_ = lib.ones(2, 3, dtype=lib.float64, requires_grad=True)
+        src = lib.ones(2, 0, dtype=lib.float64, requires_grad=True)
+        index = lib.zeros(2, 0, dtype=lib.int64)
+        if op == "diag_embed":
+            out = lib.diag_embed(src)
+        else:
+            out = getattr(self_ * 2, op)(1, index, src)
+        assert out.requires_grad
+        out.sum().backward()
+        results.append((src.grad, self_.grad))
+    assert_matches(results[1][0], results[0][0])
+    if op != "diag_embed":
+        assert_matches(results[1][1], results[0][1])
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_scatter_add(seed):
     rng = np.random.default_rng(200 + seed)

@@ -209,10 +209,6 @@ def test_regression_losses(rng, case, reduction):
         layout = "transposed" if len(shape) >= 2 and rng.random() < 0.5 else "contiguous"
         x = rng.normal(0, 2, size=shape)
         offsets = [-3.0, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 2.5]  # on the thresholds exactly
-        if kwargs.get("beta") == 0:
-            # PyTorch's smooth_l1 gradient at d = 0 with beta = 0 is -1 for input AND target (no
-            # subgradient pair); plugflow gives l1's 0. Compared away from d = 0.
-            offsets.remove(0.0)
         y = x + rng.choice(offsets, size=shape)
         x_p, x_t = tensor_pair(x, layout, grad=True)
         y_p, y_t = tensor_pair(y, grad=True)
@@ -221,6 +217,51 @@ def test_regression_losses(rng, case, reduction):
         close(out_p, out_t)
         if out_t.numel() and not torch.isnan(out_t).any():
             check_grads(rng, out_p, out_t, [(x_p, x_t), (y_p, y_t)])
+
+
+@pytest.mark.parametrize("case", sorted(REGRESSION))
+def test_regression_losses_at_nan_and_infinity(rng, case):
+    # Each branch's gradient stays its own: an infinite difference takes the linear slope (not
+    # 0 * inf = NaN from the quadratic branch), NaN gives NaN, d = 0 with beta = 0 gives -1
+    # (found by the fuzzer).
+    fn, kwargs = _regression_fn(case), REGRESSION[case]
+    special = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e38, -1e38, 0.5, -2.0]
+    x = np.array(special + list(rng.normal(0, 2, size=7)))
+    y = np.array(list(rng.choice([0.0, 1.0, -math.inf], size=len(special))) + list(rng.normal(size=7)))
+    x_p, x_t = tensor_pair(x, grad=True)
+    y_p, y_t = tensor_pair(y, grad=True)
+    out_t = getattr(TF, fn)(x_t, y_t, reduction="none", **kwargs)
+    out_p = getattr(PF, fn)(x_p, y_p, reduction="none", **kwargs)
+    close(out_p, out_t)
+    upstream = rng.normal(size=x.shape)
+    out_t.backward(torch.from_numpy(upstream))
+    out_p.backward(pf.from_numpy(upstream))
+    close(x_p.grad, x_t.grad)
+    close(y_p.grad, y_t.grad)
+
+
+@pytest.mark.parametrize("pos_weight", [False, True])
+def test_bce_with_logits_gradient_at_infinities(rng, pos_weight):
+    # PyTorch's gradient is (pos_weight t + 1 - t) sigmoid(x) - pos_weight t even where the loss
+    # is NaN (x = -inf): finite, not exp(inf - inf) = NaN (found by the fuzzer).
+    x = np.array([-math.inf, math.inf, math.nan, -3.4e38, 3.4e38, 0.0, -50.0, 50.0, -math.inf, -math.inf] +
+                 list(rng.normal(0, 3, 8)))
+    y = rng.uniform(0, 1, x.size)
+    y[8:10] = [2.0, -0.5]  # (targets outside [0, 1]: the loss at -inf is still NaN)
+    x_p, x_t = tensor_pair(x, grad=True)
+    y_p, y_t = tensor_pair(y, grad=True)
+    kw_p, kw_t = {}, {}
+    if pos_weight:
+        w = rng.uniform(1, 2, x.size)  # (below 1, plugflow's target gradient at x = -inf is inf - inf)
+        kw_p, kw_t = {"pos_weight": pf.from_numpy(w)}, {"pos_weight": torch.from_numpy(w)}
+    out_t = TF.binary_cross_entropy_with_logits(x_t, y_t, reduction="none", **kw_t)
+    out_p = PF.binary_cross_entropy_with_logits(x_p, y_p, reduction="none", **kw_p)
+    close(out_p, out_t)
+    upstream = rng.normal(size=x.shape)
+    out_t.backward(torch.from_numpy(upstream))
+    out_p.backward(pf.from_numpy(upstream))
+    close(x_p.grad, x_t.grad)
+    close(y_p.grad, y_t.grad)
 
 
 @pytest.mark.parametrize("fn", ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])

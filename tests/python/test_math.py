@@ -576,6 +576,25 @@ def test_hardtanh_boundary_gradient():
         assert_matches(x.grad, t.grad)
 
 
+@pytest.mark.parametrize("name", ["relu", "relu6", "hardtanh", "hardswish", "leaky_relu", "elu"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_piecewise_activation_gradients_at_nan_and_infinity(name, dtype):
+    # The branch PyTorch's backward picks for NaN, +-inf and the boundaries (NaN passes relu's,
+    # relu6's and hardtanh's gradient through; hardswish's is 0 at -inf, 1 at inf and NaN, never
+    # 0 * inf = NaN), found by the fuzzer. PyTorch 1.13's vectorized loop disagrees with its
+    # scalar loop there (hardswish at 3, relu6 at NaN); plugflow gives the scalar loop's answer,
+    # which PyTorch computes for a strided input.
+    data = np.array([np.nan, np.inf, -np.inf, -3.0, 3.0, -1.0, 0.0, 6.0, 3.4e38, -3.4e38, 0.25] * 3)
+    upstream = np.linspace(-1, 1, data.size)
+    x = pf.tensor(data.tolist(), dtype=getattr(pf, dtype), requires_grad=True)
+    t = torch.tensor(data.tolist(), dtype=getattr(torch, dtype), requires_grad=True)
+    t_strided = torch.stack([t, t], -1)[:, 0]
+    assert_matches(getattr(F, name)(x), getattr(TF, name)(t_strided).detach())
+    getattr(F, name)(x).backward(pf.tensor(upstream.tolist(), dtype=getattr(pf, dtype)))
+    getattr(TF, name)(t_strided).backward(torch.tensor(upstream.tolist(), dtype=getattr(torch, dtype)))
+    assert_matches(x.grad, t.grad)
+
+
 # ================================================================================================
 # addmm / addmv / mv / baddbmm / addbmm
 # ================================================================================================

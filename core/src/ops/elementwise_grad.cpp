@@ -155,10 +155,12 @@ const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
          return mul(g, add(sp, mul(mul(a, s), one_minus(mul(sp, sp)))));
        }, "a"}},
       {"hardswish", {[](auto& g, auto& a, auto&, auto&) {
-         // 0 for a < -3, a/3 + 1/2 for -3 <= a <= 3, 1 above (PyTorch's boundaries).
-         Tensor mid = mul(mask_as(cmp("ge", a, Scalar(-3)), g.dtype()), mask_as(cmp("le", a, Scalar(3)), g.dtype()));
+         // PyTorch's hardswish_backward: 0 for a < -3, a/3 + 1/2 for a <= 3, 1 otherwise (NaN
+         // included). Branches picked with where, not masks multiplied: the slope of -inf is
+         // -inf, and 0 * -inf would be NaN.
          Tensor slope = ops::binary("add", ops::binary("div", a, Scalar(3)), Scalar(0.5));
-         return mul(g, add(mul(mid, slope), mask_as(cmp("gt", a, Scalar(3)), g.dtype())));
+         Tensor d = ops::where(cmp("lt", a, Scalar(-3)), Scalar(0), ops::where(cmp("le", a, Scalar(3)), slope, Scalar(1)));
+         return mul(g, d);
        }, "a"}},
       {"hardsigmoid", {[](auto& g, auto& a, auto&, auto&) {
          Tensor mid = mul(mask_as(cmp("gt", a, Scalar(-3)), g.dtype()), mask_as(cmp("lt", a, Scalar(3)), g.dtype()));

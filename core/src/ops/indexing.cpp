@@ -311,6 +311,7 @@ Tensor scatter_view(const Tensor& t, const Tensor& index1, int64_t dim, bool zer
 
 // The gradient of src in scatter: g at the index-shaped corner of zeros shaped like src.
 Tensor pad_to(const Tensor& g_in, const Shape& shape) {
+  if (g_in.numel() == 0) return zeros(shape, g_in.dtype(), g_in.device());  // (an empty index: any rank)
   Tensor g = g_in;
   if (g.dim() != static_cast<int64_t>(shape.size())) g = reshape(g, shape.empty() ? Shape{} : Shape{1});
   if (g.sizes() == shape) return g;
@@ -332,34 +333,36 @@ void scatter_impl(Tensor& self, int64_t dim_in, const Tensor& index_in, const Te
     PF_CHECK(src_in.dtype() == self.dtype(), "scatter(): Expected self.dtype to be equal to src.dtype");
   check_no_internal_overlap(self);
   ag::check_inplace(self);
-  if (index_in.numel() == 0) return;
-  PF_CHECK(index_in.dtype() == DType::Int64, "scatter(): Expected dtype int64 for index");
-  PF_CHECK(nd1(index_in) == nd1(self), "Index tensor must have the same number of dimensions as self tensor");
-  if (has_src)
-    PF_CHECK(nd1(index_in) == nd1(src_in), "Index tensor must have the same number of dimensions as src tensor");
-  for (int64_t d = 0; d < nd1(self); ++d) {
-    const bool ok = (d == dim || size1(index_in, d) <= size1(self, d)) && (!has_src || size1(index_in, d) <= size1(src_in, d));
-    if (ok) continue;
-    if (has_src)
-      PF_THROW(Error, "Expected index ", shape_str(index_in.sizes()), " to be smaller than self ",
-               shape_str(self.sizes()), " apart from dimension ", dim, " and to be smaller size than src ",
-               shape_str(src_in.sizes()));
-    PF_THROW(Error, "Expected index ", shape_str(index_in.sizes()), " to be smaller than self ", shape_str(self.sizes()),
-             " apart from dimension ", dim);
-  }
   const bool grad = is_floating(self.dtype()) && ag::any_requires_grad({&self, &src_in});
   const Tensor index = on_device(index_in, self.device());
-  {
-    ag::GradModeGuard no_grad(false);
-    const Tensor index1 = one_d_view(unaliased(index, self));
-    const Tensor dst = scatter_view(self, index1, dim, true);
-    Tensor values;
-    if (has_src) values = scatter_view(unaliased(src_in, self), index1, dim, false);
-    else values = raw_expand(scalar_tensor(value, self.dtype(), self.device()), index1.sizes());
-    as_runtime_error([&] {
-      run_index_put(dst, values, {{index1}, {size1(self, dim)}, {stride1(self, dim)}, {dim}, false},
-                    kind == ScatterKind::Add);
-    });
+  // An empty index writes nothing, but the result is still recorded (its gradient flows).
+  if (index_in.numel() > 0) {
+    PF_CHECK(index_in.dtype() == DType::Int64, "scatter(): Expected dtype int64 for index");
+    PF_CHECK(nd1(index_in) == nd1(self), "Index tensor must have the same number of dimensions as self tensor");
+    if (has_src)
+      PF_CHECK(nd1(index_in) == nd1(src_in), "Index tensor must have the same number of dimensions as src tensor");
+    for (int64_t d = 0; d < nd1(self); ++d) {
+      const bool ok = (d == dim || size1(index_in, d) <= size1(self, d)) && (!has_src || size1(index_in, d) <= size1(src_in, d));
+      if (ok) continue;
+      if (has_src)
+        PF_THROW(Error, "Expected index ", shape_str(index_in.sizes()), " to be smaller than self ",
+                 shape_str(self.sizes()), " apart from dimension ", dim, " and to be smaller size than src ",
+                 shape_str(src_in.sizes()));
+      PF_THROW(Error, "Expected index ", shape_str(index_in.sizes()), " to be smaller than self ", shape_str(self.sizes()),
+               " apart from dimension ", dim);
+    }
+    {
+      ag::GradModeGuard no_grad(false);
+      const Tensor index1 = one_d_view(unaliased(index, self));
+      const Tensor dst = scatter_view(self, index1, dim, true);
+      Tensor values;
+      if (has_src) values = scatter_view(unaliased(src_in, self), index1, dim, false);
+      else values = raw_expand(scalar_tensor(value, self.dtype(), self.device()), index1.sizes());
+      as_runtime_error([&] {
+        run_index_put(dst, values, {{index1}, {size1(self, dim)}, {stride1(self, dim)}, {dim}, false},
+                      kind == ScatterKind::Add);
+      });
+    }
   }
   if (!grad) return;
   std::shared_ptr<ag::FunctionNode> node;

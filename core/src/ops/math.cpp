@@ -331,8 +331,9 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) {
 // ---- hardtanh: clamp's values, strict-inequality gradient ---------------------------------------
 
 namespace {
+// PyTorch's hardtanh_backward: zero where a <= lo or a >= hi, the gradient elsewhere (NaN included).
 Tensor hardtanh_grad(const Tensor& g, const Tensor& a, Scalar lo, Scalar hi) {
-  return grad_where(binary("logical_and", cmp("gt", a, lo), cmp("lt", a, hi)), g);
+  return where(binary("logical_or", cmp("le", a, lo), cmp("ge", a, hi)), Scalar(0), g);
 }
 void check_hardtanh(const Tensor& a) {
   PF_CHECK(a.dtype() != DType::Bool, "\"hardtanh_cpu\" not implemented for 'Bool'");

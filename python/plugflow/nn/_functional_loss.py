@@ -6,6 +6,7 @@ PyTorch's, so a fused kernel can later replace a body without changing callers. 
 `size_average`/`reduce` arguments map to `reduction` with PyTorch's deprecation warning.
 """
 
+import math
 import warnings
 
 from .. import _C, _creation
@@ -226,17 +227,35 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _reduce((input - target).abs(), reduction)
 
 
+def _huber_branches(d, delta):
+    """PyTorch's huber / smooth-L1 branches, picked on the signed difference d as its backward
+    picks them: (outside, linear, inside). outside: d <= -delta or d >= delta, where the loss is
+    linear (|d| - delta / 2); inside: d where the loss is quadratic (NaN included), 0 elsewhere.
+    Each branch sees only its own elements, so an infinity in one never turns another branch's
+    gradient into 0 * inf = NaN."""
+    below, above = d <= -delta, d >= delta
+    outside = below | above
+    linear = _C.where(below, 0 - d, d) - 0.5 * delta  # (0 - d: +0 at d = 0, as |d|)
+    return outside, linear, _C.where(outside, 0.0, d)
+
+
 @_autocast_op("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
-    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target); beta=0 is l1."""
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target)."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     _warn_if_size_differs(input, target)
-    diff = (input - target).abs()
-    if beta == 0:
-        return _reduce(diff, reduction)
-    return _reduce(_C.where(diff < beta, diff.square() * (0.5 / beta), diff - 0.5 * beta), reduction)
+    d = input - target
+    outside, linear, inside = _huber_branches(d, beta)
+    if beta > 0:
+        return _reduce(_C.where(outside, linear, inside.square() * 0.5 / beta), reduction)
+    # beta = 0: only NaN is inside, where PyTorch's gradient d / beta is NaN, as d^2's is. At
+    # d = 0 its gradient is -1 for input and target alike (target's backward runs with the two
+    # swapped): a zero whose gradient is -1 in each.
+    loss = _C.where(outside, linear, inside.square())
+    tie = (input.detach() - input) + (target.detach() - target)
+    return _reduce(_C.where(d == 0, tie, loss), reduction)
 
 
 @_autocast_op("huber_loss")
@@ -246,8 +265,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0):
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     _warn_if_size_differs(input, target)
-    diff = (input - target).abs()
-    return _reduce(_C.where(diff < delta, diff.square() * 0.5, (diff - 0.5 * delta) * delta), reduction)
+    outside, linear, inside = _huber_branches(input - target, delta)
+    return _reduce(_C.where(outside, linear * delta, inside.square() * 0.5), reduction)
 
 
 # ---- binary classification -----------------------------------------------------------------------
@@ -282,19 +301,25 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """binary_cross_entropy(sigmoid(input), target) computed stably from logits, in PyTorch's
-    arrangement: (1 - t) x + (1 + (pos_weight - 1) t) (m + log(exp(-m) + exp(-x - m))) with
-    m = max(-x, 0), times weight (so an input of -inf gives NaN there too)."""
+    arrangement: (1 - t) x + (1 + (pos_weight - 1) t) log(1 + exp(-x)), times weight (so an
+    input of -inf gives NaN there too)."""
     reduction = _resolve_reduction(size_average, reduce, reduction)
     if target.shape != input.shape:
         raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
     if not target.is_floating_point():
         raise RuntimeError(f"result type {_type_name(input.dtype)} can't be cast to the desired output type "
                            f"{_type_name(target.dtype)}")
-    max_val = (-input).clamp_min(0)
-    log_one_plus_exp = ((-max_val).exp() + (-input - max_val).exp()).log() + max_val  # log(1 + exp(-x))
+    # log(1 + exp(-x)) as PyTorch computes it, -x + log(exp(x) + 1) for x < 0 and log(1 + exp(-x))
+    # otherwise, each branch fed only its own elements: at x = -inf the gradient is then
+    # PyTorch's sigmoid(x) - target, not exp(inf - inf) = NaN.
+    negative = input < 0
+    x_neg, x_pos = _C.where(negative, input, 0.0), _C.where(negative, 0.0, input)
+    log_one_plus_exp = _C.where(negative, (x_neg.exp() + 1).log() - x_neg, ((-x_pos).exp() + 1).log())
     if pos_weight is not None:
         log_one_plus_exp = log_one_plus_exp * ((pos_weight - 1) * target + 1)
-    loss = (1 - target) * input + log_one_plus_exp
+    # PyTorch's value at x = -inf is NaN whatever the target (exp(inf - inf)): added as a
+    # constant, so that the gradients stay its finite ones.
+    loss = (1 - target) * input + log_one_plus_exp + _C.where(input == -math.inf, math.nan, 0.0)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
