@@ -165,8 +165,10 @@ def test_batch_norm_errors():
                 lambda: F.batch_norm(pf.randn(2, 3), pf.zeros(3), pf.ones(3), pf.ones(4)))
     raises_like(RuntimeError, r"not implemented for 'Long'",
                 lambda: F.batch_norm(pf.ones((2, 3), dtype=pf.int64), None, None, training=True))
-    raises_like(RuntimeError, r"expected scalar type Float but found Double",
+    raises_like(RuntimeError, r"mixed dtype \(CPU\): expect parameter to have scalar type of Float",
                 lambda: F.batch_norm(pf.randn(2, 3), None, None, pf.ones(3, dtype=pf.float64), training=True))
+    raises_like(RuntimeError, r"mixed dtype \(CPU\): expect input to have scalar type of BFloat16",
+                lambda: F.batch_norm(pf.randn(2, 3, dtype=pf.float64), None, None, pf.ones(3), training=True))
     raises_like(TypeError, r"momentum",
                 lambda: F.batch_norm(pf.randn(2, 3), pf.zeros(3), pf.ones(3), training=True, momentum=None))
 

@@ -334,8 +334,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   for (const Tensor* p : {&weight, &bias, &running_mean, &running_var})
     if (first == nullptr && p->defined()) first = p;
   const bool mixed = first != nullptr && first->dtype() != input.dtype();
-  if (mixed)
+  if (mixed) {  // PyTorch's order: the parameters' type first, then the input's
+    for (const auto& [p, name] : params)
+      PF_CHECK(!p->defined() || p->dtype() == DType::Float32,
+               "mixed dtype (CPU): expect parameter to have scalar type of Float");
     PF_CHECK(input.dtype() == DType::BFloat16, "mixed dtype (CPU): expect input to have scalar type of BFloat16");
+  }
   for (const auto& [p, name] : params) {
     if (!p->defined()) continue;
     PF_CHECK(p->numel() == c, name, " should contain ", c, " elements not ", p->numel());
