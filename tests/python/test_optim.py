@@ -75,10 +75,10 @@ def set_random_grads(rng, pf_params, torch_params, skip=()):
         t.grad = torch.from_numpy(g.copy())
 
 
-def assert_params_match(pf_params, torch_params, dtype="float32"):
+def assert_params_match(pf_params, torch_params, dtype="float32", tol=None):
     for i, (p, t) in enumerate(zip(pf_params, torch_params)):
         assert p.is_leaf and p.requires_grad
-        assert_matches(p.detach(), t.detach(), **TOL[dtype])
+        assert_matches(p.detach(), t.detach(), **(tol or TOL[dtype]))
 
 
 def torch_to_pf(obj):
@@ -598,7 +598,11 @@ def test_fused_and_op_by_op_paths_match_torch(rng, monkeypatch, name, kwargs, dt
         set_random_grads(rng, pf_params, torch_params)
         pf_opt.step()
         torch_opt.step()
-        assert_params_match(pf_params, torch_params, dtype)
+        # Among 40000 elements one may have a near-zero gradient history: Adam's m / sqrt(v) is
+        # then of order 1 from tiny float32 values and its update moves by up to ~1% of lr
+        # (seen: 5e-5 with lr 0.01); the state dicts below keep the tight tolerance.
+        tol = dict(rtol=2e-6, atol=1e-2 * kwargs["lr"]) if dtype == "float32" and name != "SGD" else None
+        assert_params_match(pf_params, torch_params, dtype, tol)
     assert_state_dicts_match(pf_opt.state_dict(), torch_opt.state_dict(), dtype)
     # (A size-0 gradient made by from_numpy has strides 0, which plugflow does not call contiguous.)
     dense = [p.shape for p in pf_params if p.is_contiguous() and p.grad.is_contiguous()]
