@@ -455,3 +455,17 @@ def test_resize_out_reuses_a_large_enough_storage():
     pf.add(pf.ones(4, 4), 1, out=out)
     assert out.shape == (4, 4) and out.sum().item() == 32.0
     assert to_torch(out).shape == (4, 4)
+
+
+def test_found_by_the_fuzzer_flatten_dims_of_a_0d_tensor_and_bool_scans():
+    # flatten checks its dims on a 0-d tensor too; PyTorch's scans have no bool kernel (0-d and
+    # empty inputs never reach it).
+    for lib in (torch, pf):
+        assert tuple(lib.flatten(lib.tensor(True), 0, -1).shape) == (1,)
+        with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-1, 0\], but got 64\)"):
+            lib.flatten(lib.tensor(True), start_dim=64)
+        for op in ("cumsum", "cumprod"):
+            with pytest.raises(RuntimeError, match=f"\"{op}_out_cpu\" not implemented for 'Bool'"):
+                getattr(lib.ones(3, 2), op)(1, dtype=lib.bool)
+            assert getattr(lib.tensor(2.0), op)(0, dtype=lib.bool).item() is True
+            assert tuple(getattr(lib.ones(0), op)(0, dtype=lib.bool).shape) == (0,)

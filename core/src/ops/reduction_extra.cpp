@@ -265,6 +265,8 @@ Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool revers
 Tensor scan(const std::string& op, const Tensor& a, int64_t dim, std::optional<DType> dtype) {
   const int64_t d = wrap_dim(dim, a.dim());
   const DType out_dtype = dtype.value_or(is_floating(a.dtype()) ? a.dtype() : DType::Int64);
+  // PyTorch's scan kernels have no bool variant; a 0-d or empty input never reaches them.
+  PF_CHECK(out_dtype != DType::Bool || a.dim() == 0 || a.numel() == 0, "\"", op, "_out_cpu\" not implemented for 'Bool'");
   // PyTorch fills a 0-d result with the value: converted with overflow checks.
   if (a.dim() == 0 && a.dtype() != out_dtype) check_scalar_fits(item(a), out_dtype);
   const Tensor x = to(a.dim() == 0 ? reshape(a, {1}) : a, std::nullopt, out_dtype);

@@ -182,9 +182,9 @@ Tensor reshape(const Tensor& t, const Shape& sizes) {
 }
 
 Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
-  if (t.dim() == 0) return reshape(t, {1});
-  start_dim = wrap_dim(start_dim, t.dim());
+  start_dim = wrap_dim(start_dim, t.dim());  // checked for a 0-d tensor too (dims 0 and -1)
   end_dim = wrap_dim(end_dim, t.dim());
+  if (t.dim() == 0) return reshape(t, {1});
   PF_CHECK(start_dim <= end_dim, "flatten() has invalid args: start_dim cannot come after end_dim");
   if (start_dim == end_dim) return t;
   Shape shape(t.sizes().begin(), t.sizes().begin() + start_dim);
