@@ -27,6 +27,10 @@ def rng():
 
 def close(actual, expected, dtype="float64"):
     rtol, atol = TOL[dtype]
+    if dtype == "float32" and expected.numel():
+        # A norm's gradient scales with 1/sigma: a row of few, close values makes large entries
+        # whose float32 rounding (plugflow's and PyTorch's, summed in other orders) scales too.
+        atol *= max(1.0, float(expected.detach().double().abs().nan_to_num(0).max()))
     assert_matches(actual, expected.detach(), rtol=rtol, atol=atol)
 
 
