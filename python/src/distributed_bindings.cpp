@@ -27,6 +27,7 @@
 #include "casters.h"
 #include "plugflow/communicator.h"
 #include "plugflow/error.h"
+#include "plugflow/graph.h"
 #include "plugflow/ops.h"
 #include "plugflow/runtime.h"
 
@@ -107,7 +108,7 @@ class Work {
 // Blocking calls submit and wait. close() drops the communicator with the GIL released: a
 // destructor may wait on the peers (NCCL flushes outstanding work), and Python's GC must not
 // hold the GIL through that.
-class PyCommunicator {
+class PyCommunicator : public std::enable_shared_from_this<PyCommunicator> {
  public:
   using Job = std::function<void(Communicator&)>;
 
@@ -197,13 +198,77 @@ class PyCommunicator {
 
 // Runs `job` on the communicator's worker: returns its Work with async_op, else waits for it
 // (GIL released) and returns None.
-py::object run(PyCommunicator& c, bool async_op, PyCommunicator::Job job) {
+py::object run(PyCommunicator& c, bool async_op, PyCommunicator::Job job, const char* name) {
+  PF_CHECK_T(!graph::capturing(), graph::CaptureError, name, " inside an nn.Graph's build(): a graph captures only "
+             "all_reduce and broadcast (what DistributedDataParallel and SyncBatchNorm's statistics need)");
   std::shared_ptr<Work> work = c.submit(std::move(job));
   if (async_op) return py::cast(work);
   {
     py::gil_scoped_release nogil;
     work->wait(std::nullopt);
   }
+  return py::none();
+}
+
+// A collective of an nn.Graph: while build() is captured, all_reduce and broadcast become two
+// host nodes of the graph instead of running. The start node submits the operation, on the
+// tensor bound for that replay, to the communicator's thread at its place in the plan (so a
+// bucket started mid-backward overlaps the rest of the backward, as in eager mode); the wait
+// node blocks until it is done. A blocking call records both at once; async_op returns a
+// CapturedWork whose wait() records the wait node where build() waits.
+using TensorJob = std::function<void(Communicator&, Tensor&)>;
+
+struct PendingCollective {
+  std::shared_ptr<Work> work;  // set by the start node of the running replay, taken by the wait
+};
+
+class CapturedWork {
+ public:
+  CapturedWork(std::shared_ptr<const graph::HostCall> wait_call, Tensor t)
+      : wait_call_(std::move(wait_call)), tensor_(std::move(t)) {}
+  void wait(std::optional<double>) {
+    PF_CHECK_T(graph::capturing(), graph::CaptureError, "a collective started inside an nn.Graph's build() must be "
+               "waited for inside build()");
+    if (waited_) return;
+    std::vector<Tensor> ts{tensor_};
+    graph::record_host_call(wait_call_, ts, ts);
+    waited_ = true;
+  }
+  bool completed() const {
+    graph::check_host_read("Work.is_completed() of a collective inside build()");
+    return waited_;
+  }
+
+ private:
+  std::shared_ptr<const graph::HostCall> wait_call_;
+  Tensor tensor_;
+  bool waited_ = false;
+};
+
+py::object run_on(PyCommunicator& c, const char* name, Tensor t, bool async_op, TensorJob job) {
+  if (!graph::capturing())
+    return run(c, async_op, [t, job](Communicator& comm) mutable { job(comm, t); }, name);
+  c.get();  // a destroyed group fails now, not at the first replay
+  auto pending = std::make_shared<PendingCollective>();
+  auto start = std::make_shared<graph::HostCall>();
+  start->name = std::string(name) + ".start";
+  start->run = [comm = c.shared_from_this(), job, pending, name = start->name](std::span<Tensor>,
+                                                                               std::span<Tensor> out) {
+    PF_CHECK(pending->work == nullptr, name, ": the previous replay's operation was never waited for");
+    pending->work = comm->submit([job, t = out[0]](Communicator& cm) mutable { job(cm, t); });
+  };
+  auto wait = std::make_shared<graph::HostCall>();
+  wait->name = std::string(name) + ".wait";
+  wait->run = [pending](std::span<Tensor>, std::span<Tensor>) {
+    std::shared_ptr<Work> work = std::move(pending->work);
+    PF_CHECK(work != nullptr, "a graph's collective wait ran without its start");
+    work->wait(std::nullopt);
+  };
+  std::vector<Tensor> ts{t};
+  graph::record_host_call(start, ts, ts);
+  auto work = std::make_shared<CapturedWork>(wait, t);
+  if (async_op) return py::cast(work);
+  work->wait(std::nullopt);
   return py::none();
 }
 
@@ -229,7 +294,13 @@ void bind_distributed(py::module_& m) {
       .def("is_completed", &Work::completed)
       .def("is_success", &Work::succeeded);
 
-  py::class_<PyCommunicator>(m, "_Communicator",
+  py::class_<CapturedWork, std::shared_ptr<CapturedWork>>(
+      m, "_CapturedWork", "A collective recorded into an nn.Graph: wait() records where the graph waits for it.")
+      .def("wait", &CapturedWork::wait, py::arg("timeout_s") = py::none())
+      .def("is_completed", &CapturedWork::completed)
+      .def("is_success", &CapturedWork::completed);
+
+  py::class_<PyCommunicator, std::shared_ptr<PyCommunicator>>(m, "_Communicator",
                              "One process group's communicator. Every operation is collective (send/recv: "
                              "between two ranks) and in place; operations run in call order on the "
                              "communicator's thread, and each returns when complete, or at once with a _Work "
@@ -251,7 +322,7 @@ void bind_distributed(py::module_& m) {
                ensure_backend(backend);
                comm = create_communicator(backend, rv);
              }
-             return std::make_unique<PyCommunicator>(std::move(comm));
+             return std::make_shared<PyCommunicator>(std::move(comm));
            }),
            py::arg("backend"), py::arg("master_addr") = "127.0.0.1", py::arg("master_port") = 29500,
            py::arg("store_path") = "", py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("timeout_s") = 1800.0,
@@ -267,17 +338,17 @@ void bind_distributed(py::module_& m) {
            "Destroy the communicator now (later calls raise RuntimeError).")
       .def("all_reduce",
            [](PyCommunicator& c, Tensor t, ReduceOp op, bool async_op) {
-             return run(c, async_op, [t, op](Communicator& comm) mutable { comm.all_reduce(t, op); });
+             return run_on(c, "all_reduce", t, async_op, [op](Communicator& comm, Tensor& x) { comm.all_reduce(x, op); });
            },
            py::arg("tensor"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false)
       .def("broadcast",
            [](PyCommunicator& c, Tensor t, int src, bool async_op) {
-             return run(c, async_op, [t, src](Communicator& comm) mutable { comm.broadcast(t, src); });
+             return run_on(c, "broadcast", t, async_op, [src](Communicator& comm, Tensor& x) { comm.broadcast(x, src); });
            },
            py::arg("tensor"), py::arg("src"), py::arg("async_op") = false)
       .def("all_gather",
            [](PyCommunicator& c, std::vector<Tensor> out, const Tensor& in, bool async_op) {
-             return run(c, async_op, [out, in](Communicator& comm) mutable { comm.all_gather(out, in); });
+             return run(c, async_op, [out, in](Communicator& comm) mutable { comm.all_gather(out, in); }, "all_gather");
            },
            py::arg("tensor_list"), py::arg("tensor"), py::arg("async_op") = false,
            "tensor_list[i] receives rank i's tensor; the tensors of the list are written in place.")
@@ -294,7 +365,7 @@ void bind_distributed(py::module_& m) {
              const Tensor flat = ops::view(out, {n * ws});
              std::vector<Tensor> chunks;
              for (int r = 0; r < ws; ++r) chunks.push_back(ops::view(ops::narrow(flat, 0, n * r, n), in.sizes()));
-             return run(c, async_op, [chunks, in](Communicator& comm) mutable { comm.all_gather(chunks, in); });
+             return run(c, async_op, [chunks, in](Communicator& comm) mutable { comm.all_gather(chunks, in); }, "all_gather_into_tensor");
            },
            py::arg("output_tensor"), py::arg("input_tensor"), py::arg("async_op") = false,
            "output (world_size x input elements, contiguous) receives every rank's input in rank order.")
@@ -319,27 +390,27 @@ void bind_distributed(py::module_& m) {
                ops::copy_(slot, inputs[r]);
              }
              return run(c, async_op,
-                        [out, stacked, op](Communicator& comm) mutable { comm.reduce_scatter(out, stacked, op); });
+                        [out, stacked, op](Communicator& comm) mutable { comm.reduce_scatter(out, stacked, op); }, "reduce_scatter");
            },
            py::arg("output"), py::arg("input_list"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false,
            "output receives the reduction over ranks of input_list[rank].")
       .def("reduce_scatter_tensor",
            [](PyCommunicator& c, Tensor out, const Tensor& in, ReduceOp op, bool async_op) {
-             return run(c, async_op, [out, in, op](Communicator& comm) mutable { comm.reduce_scatter(out, in, op); });
+             return run(c, async_op, [out, in, op](Communicator& comm) mutable { comm.reduce_scatter(out, in, op); }, "reduce_scatter_tensor");
            },
            py::arg("output"), py::arg("input"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false,
            "input is split on dim 0 into world_size chunks; output receives the reduction of chunk `rank`.")
       .def("barrier",
-           [](PyCommunicator& c, bool async_op) { return run(c, async_op, [](Communicator& comm) { comm.barrier(); }); },
+           [](PyCommunicator& c, bool async_op) { return run(c, async_op, [](Communicator& comm) { comm.barrier(); }, "barrier"); },
            py::arg("async_op") = false)
       .def("send",
            [](PyCommunicator& c, const Tensor& t, int dst, int tag, bool async_op) {
-             return run(c, async_op, [t, dst, tag](Communicator& comm) { comm.send(t, dst, tag); });
+             return run(c, async_op, [t, dst, tag](Communicator& comm) { comm.send(t, dst, tag); }, "send");
            },
            py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, py::arg("async_op") = false)
       .def("recv",
            [](PyCommunicator& c, Tensor t, int src, int tag, bool async_op) {
-             return run(c, async_op, [t, src, tag](Communicator& comm) mutable { comm.recv(t, src, tag); });
+             return run(c, async_op, [t, src, tag](Communicator& comm) mutable { comm.recv(t, src, tag); }, "recv");
            },
            py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, py::arg("async_op") = false)
       .def("__repr__", [](const PyCommunicator& c) {

@@ -35,7 +35,7 @@ void bind_graph(py::module_& m) {
       .def_property_readonly("num_nodes", [](const graph::Graph& g) { return g.nodes.size(); })
       .def("node_ops", [](const graph::Graph& g) {
         std::vector<std::string> out;
-        for (const auto& n : g.nodes) out.push_back(n.kind == graph::NodeKind::Kernel ? n.op->name : "device_copy");
+        for (const auto& n : g.nodes) out.push_back(graph::node_name(n));
         return out;
       })
       .def("node_tags", [](const graph::Graph& g) {
@@ -83,7 +83,7 @@ void bind_graph(py::module_& m) {
       }, "run() that also returns each node's wall time in seconds (synchronizing after each node)")
       .def("node_ops", [](const graph::Plan& p) {
         std::vector<std::string> out;
-        for (const auto& n : p.graph().nodes) out.push_back(n.kind == graph::NodeKind::Kernel ? n.op->name : "device_copy");
+        for (const auto& n : p.graph().nodes) out.push_back(graph::node_name(n));
         return out;
       })
       .def(

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,11 +58,20 @@ struct Value {
   DType dtype = DType::Float32;
 };
 
-enum class NodeKind : uint8_t { Kernel, DeviceCopy };
+enum class NodeKind : uint8_t { Kernel, DeviceCopy, Host };
+
+// Host code the graph calls without seeing into it: a process group's collective, which the
+// core knows only as a function. `run` gets the node's inputs and outputs bound to the memory
+// of the running replay, and runs at the node's place in the plan.
+struct HostCall {
+  std::string name;  // for dumps: "all_reduce.start"
+  std::function<void(std::span<Tensor> inputs, std::span<Tensor> outputs)> run;
+};
 
 struct Node {
   NodeKind kind = NodeKind::Kernel;
   const OpDef* op = nullptr;  // Kernel
+  std::shared_ptr<const HostCall> host;  // Host: never dead, never folded, never moved by a pass
   Attrs attrs;
   std::vector<Value> inputs, outputs;  // DeviceCopy: inputs[0] -> outputs[0] (dense, same bytes)
   std::string scope;  // the module path at capture ("layer1.0.conv1"), for dumps
@@ -74,6 +84,9 @@ struct Node {
   // external buffers it owns.
   bool cached = false;
 };
+
+// The node's op name ("device_copy", "host:<name>" for the other kinds).
+PF_API std::string node_name(const Node& n);
 
 struct Graph {
   std::vector<Buffer> buffers;
@@ -118,6 +131,11 @@ PF_API bool capturing();
 // References to `s` that the running capture holds itself (0 or 1), so code that checks whether
 // a buffer is shared (autograd's gradient accumulation) can discount them.
 PF_API long capture_references(const Storage* s);
+// Records a Host node calling `call` with these tensors (while capturing). The node reads
+// `inputs` and writes `outputs`: a collective started on a tensor and the wait that completes it
+// both list it, so the tensor stays live (and unread by others) in between.
+PF_API void record_host_call(std::shared_ptr<const HostCall> call, std::span<const Tensor> inputs,
+                             std::span<Tensor> outputs);
 // Host code is about to read a tensor's values (item(), printing, numpy, a data-dependent
 // size): a CaptureError naming `what` while capturing.
 PF_API void check_host_read(const char* what);

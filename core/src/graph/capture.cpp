@@ -146,6 +146,25 @@ void check_host_read(const char* what) {
              "graph cannot depend on data (no .item(), printing, numpy or Python control flow on tensor values)");
 }
 
+void record_host_call(std::shared_ptr<const HostCall> call, std::span<const Tensor> inputs,
+                      std::span<Tensor> outputs) {
+  PF_CHECK(g_state != nullptr, "record_host_call: no nn.Graph is capturing on this thread");
+  Capture::State& s = *g_state;
+  Node n;
+  n.kind = NodeKind::Host;
+  for (const Tensor& t : inputs) {
+    n.inputs.push_back(s.value_of(t));
+    s.note_read(n.inputs.back());
+  }
+  const std::string what = "'" + call->name + "'";
+  for (const Tensor& t : outputs) {
+    n.outputs.push_back(s.value_of(t));
+    s.note_write(n.outputs.back(), what.c_str());
+  }
+  n.host = std::move(call);
+  s.push(std::move(n));
+}
+
 namespace internal {
 
 bool active() { return g_state != nullptr; }

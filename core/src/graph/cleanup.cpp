@@ -13,7 +13,9 @@ Tensor view_of_buffer(const Buffer& b, const Value& v) {
   return Tensor::view_of(b.storage, v.sizes, v.strides, v.offset, v.dtype);
 }
 
+// Whether a node has an effect beyond the temporaries it writes (a host call talks to peers).
 bool writes_externally(const Graph& g, const Node& n) {
+  if (n.kind == NodeKind::Host) return true;
   for (const Value& v : n.outputs)
     if (g.buffers[v.buffer].kind != BufferKind::Temporary) return true;
   return n.kind == NodeKind::Kernel && !n.op->mutated_inputs.empty();

@@ -8,6 +8,15 @@
 
 namespace plugflow::graph {
 
+std::string node_name(const Node& n) {
+  switch (n.kind) {
+    case NodeKind::DeviceCopy: return "device_copy";
+    case NodeKind::Host: return "host:" + n.host->name;
+    case NodeKind::Kernel: break;
+  }
+  return n.op->name;
+}
+
 std::string_view buffer_kind_name(BufferKind k) {
   switch (k) {
     case BufferKind::Input: return "input";
@@ -44,7 +53,6 @@ std::string value_str(const Value& v) {
   return s;
 }
 
-std::string node_name(const Node& n) { return n.kind == NodeKind::DeviceCopy ? "device_copy" : n.op->name; }
 
 std::string node_line(const Node& n, const std::string& provider) {
   std::string s;

@@ -207,7 +207,7 @@ int new_temporary(Graph& g, Device device, size_t nbytes) {
 
 std::string describe(const Graph& g, int node) {
   const Node& n = g.nodes[node];
-  std::string s = n.kind == NodeKind::Kernel ? n.op->name : "device_copy";
+  std::string s = node_name(n);
   if (!n.scope.empty()) s += " (" + n.scope + ")";
   return s;
 }

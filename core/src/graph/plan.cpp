@@ -219,7 +219,7 @@ Plan::Plan(Graph graph) : impl_(std::make_unique<Impl>()) {
       s.fn = find_kernel(*n.op, s.device.type, key);
       p.providers.push_back(chosen_provider(*n.op, s.device.type, key));
     } else {
-      p.providers.push_back("copy");
+      p.providers.push_back(n.kind == NodeKind::Host ? "host" : "copy");
     }
     p.steps.push_back(std::move(s));
   }
@@ -279,6 +279,8 @@ std::vector<Tensor> Plan::run(const std::vector<Tensor>& inputs, std::vector<dou
         profiler::record_kernel(profiler::EventKind::GraphKernel, *n.op, s.device, key, s.in, 0, t0,
                                 profiler::now_ns());
       }
+    } else if (n.kind == NodeKind::Host) {
+      n.host->run(s.in, s.out);
     } else {
       const Tensor& src = s.in[0];
       const Tensor& dst = s.out[0];
