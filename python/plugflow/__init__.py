@@ -82,6 +82,7 @@ short = int16
 
 _C.ensure_initialized()
 
+from . import futures  # noqa: E402,F401  (plugflow.futures.Future)
 from . import distributed  # noqa: E402,F401  (plugflow.distributed after `import plugflow`)
 from . import utils, mock_torch  # noqa: E402,F401  (plugflow.utils.data; mock_torch.enable())
 from .serialization import save, load  # noqa: E402,F401

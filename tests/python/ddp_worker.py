@@ -49,6 +49,64 @@ def make_batches(steps, micro=1):
               pf.randint(0, 5, (GLOBAL_BATCH,), generator=g)) for _ in range(micro)] for _ in range(steps)]
 
 
+def resnet18(seed):
+    """torchvision's ResNet-18 (benchmarks/workloads.py writes it out; CIFAR stem), float64, its
+    BatchNorms made SyncBatchNorm when running under DDP."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "benchmarks"))
+    from workloads import _resnet
+    pf.manual_seed(seed)
+    return _resnet(pf, 18, 5, cifar_stem=True).double()
+
+
+def make_image_batches(steps):
+    """Global batches of 3-channel 8x8 images for resnet18()."""
+    g = pf.Generator().manual_seed(4321)
+    return [[(pf.randn(GLOBAL_BATCH, 3, 8, 8, generator=g, dtype=pf.float64),
+              pf.randint(0, 5, (GLOBAL_BATCH,), generator=g))] for _ in range(steps)]
+
+
+def graph_step(model, opt):
+    """An nn.Graph training step (forward, backward and the optimizer update) over `model`."""
+    class Step(nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = F.cross_entropy(self.model(x), y)
+            loss.backward()
+            return loss
+    return Step()
+
+
+def join_steps(rank, options):
+    """How many steps rank `rank` takes in the join scenario: ranks run out one after another,
+    rank 0 first."""
+    return options.get("first_steps", 1) + rank
+
+
+def comm_hook(name, record):
+    """The communication hook of the comm_hook scenario: a default hook, or a user hook that
+    averages with all_reduce + Future.then and records what it saw of each GradBucket."""
+    from plugflow.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if name != "custom":
+        return {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+                "bf16": default_hooks.bf16_compress_hook}[name]
+
+    def hook(state, bucket):
+        buffer = bucket.buffer()
+        grads, params = bucket.gradients(), bucket.parameters()
+        flat = pf.cat([g.reshape(-1) for g in grads])
+        record.append({"index": bucket.index(), "is_last": bucket.is_last(), "numel": buffer.numel(),
+                       "shapes_match": [list(g.shape) == list(p.shape) for g, p in zip(grads, params)],
+                       "grads_view_buffer": bool(pf.equal(flat, buffer)), "state": state})
+        fut = dist.all_reduce(buffer, async_op=True).get_future()
+        return fut.then(lambda f: f.value()[0].div_(dist.get_world_size()))
+    return hook
+
+
 def train(model, batches, rows, step_fn=None):
     """SGD with momentum over `batches`; each process uses `rows` of every global batch. Each
     step's micro-batches accumulate (the first ones under `no_sync` when `model` is DDP)."""
@@ -75,10 +133,15 @@ class _nothing:
         return False
 
 
-def params_of(model):
-    """Parameters and floating buffers (running statistics), as lists of floats by name."""
+def state_of(model):
+    """Parameters and floating buffers (running statistics) by name."""
     state = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
-    return {name: t.detach().reshape(-1).tolist() for name, t in state}
+    return {name: t.detach() for name, t in state}
+
+
+def params_of(model):
+    """state_of(model) as lists of floats."""
+    return {name: t.reshape(-1).tolist() for name, t in state_of(model).items()}
 
 
 def extras(rank, ws):
@@ -116,6 +179,11 @@ def main():
     rank = int(os.environ["RANK"])
     with open(os.path.join(out_dir, f"pid{rank}"), "w") as f:
         f.write(str(os.getpid()))
+    if "first_bucket_bytes" in options:
+        # DDP's first bucket holds 1 MB (PyTorch's), all of these small models: a smaller one
+        # makes the tiny bucket_cap_mb of the tests split them into several buckets.
+        import plugflow.nn.parallel.distributed as ddp_module
+        ddp_module._DEFAULT_FIRST_BUCKET_BYTES = options["first_bucket_bytes"]
     timeout_s = options.get("timeout_s", 60)
     import datetime
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
@@ -158,6 +226,47 @@ def main():
             train(model, make_batches(3), rows, step_fn=die)
         except (RuntimeError, TimeoutError) as e:
             result["error"] = f"{type(e).__name__}: {e}"
+    elif scenario == "graph":
+        # DDP inside an nn.Graph: the buckets' all-reduces and the update are nodes of the graph.
+        model = DDP(make_model(seed=rank), bucket_cap_mb=options.get("bucket_cap_mb", 25),
+                    gradient_as_bucket_view=options.get("gradient_as_bucket_view", False))
+        step = graph_step(model, pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+        for ((x, y),) in make_batches(options.get("steps", 3)):
+            step(x[rows].clone(), y[rows].clone())
+        result["params"] = params_of(model.module)
+        result["ops"] = step._last.plan.node_ops()
+        result["buckets"] = len(model._buckets)
+    elif scenario == "resnet18":
+        model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(resnet18(seed=rank)))
+        train(model, make_image_batches(options.get("steps", 2)), rows)
+        # 11 M values: saved as tensors, not as JSON lists.
+        result["params_file"] = os.path.join(out_dir, f"params{rank}.pt")
+        pf.save(state_of(model.module), result["params_file"])
+    elif scenario == "join":
+        # Uneven inputs: rank r takes join_steps(r) steps of its rows of the global batches.
+        model = DDP(make_model(seed=rank), bucket_cap_mb=options.get("bucket_cap_mb", 25))
+        batches = make_batches(join_steps(rank, options))
+        try:
+            with model.join(divide_by_initial_world_size=options.get("divide_by_initial_world_size", True),
+                            throw_on_early_termination=options.get("throw", False)):
+                train(model, batches, rows)
+        except RuntimeError as e:
+            result["error"] = str(e)
+        result["params"] = params_of(model.module)
+    elif scenario == "comm_hook":
+        model = DDP(make_model(seed=rank), bucket_cap_mb=options.get("bucket_cap_mb", 25))
+        record = []
+        # The default hooks' state is the process group (None: the default one).
+        state = "the state" if options["hook"] == "custom" else None
+        model.register_comm_hook(state, comm_hook(options["hook"], record))
+        try:
+            model.register_comm_hook(None, comm_hook("allreduce", record))
+        except RuntimeError as e:
+            result["second_registration"] = str(e)
+        train(model, make_batches(options.get("steps", 3)), rows)
+        result["params"] = params_of(model.module)
+        result["buckets_seen"] = record
+        result["buckets"] = len(model._buckets)
     elif scenario == "env":
         dist.barrier()
     elif scenario == "extras":

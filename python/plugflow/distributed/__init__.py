@@ -28,7 +28,7 @@ from .._C import PluginError, Tensor, device
 from .._creation import empty, tensor as _tensor
 
 __all__ = [
-    "Backend", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
+    "Backend", "GradBucket", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
     "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single", "barrier", "broadcast",
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "get_backend", "get_rank",
     "get_world_size", "group", "init_process_group", "is_available", "is_gloo_available", "is_initialized",
@@ -134,9 +134,47 @@ class Work:
     def result(self):
         return self._result
 
+    def get_future(self):
+        """A plugflow.futures.Future whose value is result() once the operation is complete."""
+        from ..futures import Future
+        return Future._of_work(self._handle, self._result)
+
     def __repr__(self):
         state = "completed" if self.is_completed() else "pending"
         return f"<plugflow.distributed.Work ({state})>"
+
+
+class GradBucket:
+    """One DistributedDataParallel gradient bucket, as a communication hook sees it (PyTorch's
+    dist.GradBucket): buffer() is the flat tensor of the bucket's gradients, gradients() its
+    views per parameter, parameters() the parameters they belong to, in the same order."""
+
+    def __init__(self, index, buffer, gradients, parameters, is_last):
+        self._index = index
+        self._buffer = buffer
+        self._gradients = gradients
+        self._parameters = parameters
+        self._is_last = is_last
+
+    def index(self):
+        return self._index
+
+    def buffer(self):
+        return self._buffer
+
+    def set_buffer(self, buffer):
+        """Replaces the bucket's values with `buffer`'s (a tensor of the same size)."""
+        self._buffer.copy_(buffer)
+
+    def gradients(self):
+        return list(self._gradients)
+
+    def parameters(self):
+        return list(self._parameters)
+
+    def is_last(self):
+        """True for the bucket whose hook runs last in the step (the first parameters)."""
+        return self._is_last
 
 
 _default_pg = None

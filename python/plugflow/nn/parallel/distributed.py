@@ -23,8 +23,10 @@ import zlib
 
 from ... import _C
 from ... import distributed as dist
-from ..._creation import empty, tensor as _tensor, zeros
+from ..._creation import empty, tensor as _tensor, zeros, zeros_like
 from ...autograd import grad_mode
+from ...distributed.algorithms.join import Join, Joinable, JoinHook
+from ...futures import Future
 from ..modules.module import Module
 from . import _device_index, _to_device
 
@@ -77,17 +79,21 @@ class _Bucket:
 
     def __init__(self, indices, params):
         self.indices = indices
+        self.params = [params[i] for i in indices]
         first = params[indices[0]]
         total = sum(params[i].numel() for i in indices)
         self.buffer = zeros(total, dtype=first.dtype, device=first.device)
-        self.views = {}
-        offset = 0
-        for i in indices:
-            n = params[i].numel()
-            self.views[i] = self.buffer.narrow(0, offset, n).view(params[i].shape)
-            offset += n
+        self.views = dict(zip(indices, self.views_of(self.buffer)))
         self.pending = len(indices)
-        self.work = None
+        self.work = None  # the bucket's collective (a Work) or communication hook (a Future)
+
+    def views_of(self, buffer):
+        """Each parameter's slot of a flat buffer laid out like this bucket's."""
+        views, offset = [], 0
+        for p in self.params:
+            views.append(buffer.narrow(0, offset, p.numel()).view(p.shape))
+            offset += p.numel()
+        return views
 
 
 def _assign_buckets(params, first_cap, cap):
@@ -112,7 +118,7 @@ def _assign_buckets(params, first_cap, cap):
     return buckets
 
 
-class DistributedDataParallel(Module):
+class DistributedDataParallel(Module, Joinable):
     """PyTorch's DistributedDataParallel (see the module docstring for how it works).
 
     module: the model (the same on every rank; rank 0's parameters and buffers are copied to the
@@ -123,13 +129,16 @@ class DistributedDataParallel(Module):
     zero on this rank; a parameter no rank used keeps its .grad). gradient_as_bucket_view: the
     parameters' .grad are views into the buckets (no copy back, less memory). static_graph:
     accepted for PyTorch compatibility; unused parameters are then found as with
-    find_unused_parameters.
+    find_unused_parameters. join() trains on uneven inputs; register_comm_hook() replaces the
+    buckets' all-reduce. Inside an nn.Graph's build(), the buckets' all-reduces become nodes of
+    the graph (docs/distributed.md).
     """
 
     def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
                  process_group=None, bucket_cap_mb=25, find_unused_parameters=False, check_reduction=False,
                  gradient_as_bucket_view=False, static_graph=False):
         super().__init__()
+        Joinable.__init__(self)
         params = []
         seen = set()
         for p in module.parameters():
@@ -174,6 +183,10 @@ class DistributedDataParallel(Module):
         self._params = params
         self._world_size = self.process_group.size()
         self._rank = self.process_group.rank()
+        self._comm_hook = None
+        self._comm_hook_state = None
+        self._divide_by_initial_world_size = True  # join(): the gradients' divisor
+        self._divisor = self._world_size
 
         self._verify_params_across_processes()
         self._broadcast_coalesced(list(module.parameters()) + list(module.buffers()))
@@ -229,9 +242,9 @@ class DistributedDataParallel(Module):
                                        f"the same param in process {r if self._rank == 0 else 0} (rank {r}'s "
                                        f"params[{i}] differs from rank 0's).")
 
-    def _broadcast_coalesced(self, tensors):
-        """Copies rank 0's values of `tensors` to every rank: one broadcast per dtype and
-        device, of up to 250 MB each."""
+    def _broadcast_coalesced(self, tensors, src=0):
+        """Copies the values of `tensors` on the group's rank `src` to every rank: one broadcast
+        per dtype and device, of up to 250 MB each."""
         groups = {}
         for t in tensors:
             groups.setdefault((t.dtype, str(t.device)), []).append(t)
@@ -240,18 +253,18 @@ class DistributedDataParallel(Module):
             for t in group:
                 nbytes = t.numel() * t.element_size()
                 if chunk and size + nbytes > _BROADCAST_BUCKET_BYTES:
-                    self._broadcast_flat(chunk)
+                    self._broadcast_flat(chunk, src)
                     chunk, size = [], 0
                 chunk.append(t)
                 size += nbytes
-            self._broadcast_flat(chunk)
+            self._broadcast_flat(chunk, src)
 
-    def _broadcast_flat(self, tensors):
+    def _broadcast_flat(self, tensors, src):
         with grad_mode.no_grad():
             flat = _C.cat([t.detach().reshape(-1) for t in tensors])
             if flat.numel() == 0:
                 return
-            dist.broadcast(flat, 0, group=self.process_group)
+            self.process_group._comm.broadcast(flat, src, False)
             offset = 0
             for t in tensors:
                 t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape))
@@ -271,14 +284,30 @@ class DistributedDataParallel(Module):
             self.require_backward_grad_sync = old
 
     def forward(self, *inputs, **kwargs):
+        if _C._graph_capturing():
+            self._check_graph_capture()
         sync = grad_mode.is_grad_enabled() and self.require_backward_grad_sync
         if sync:
             self._check_previous_reduction()
         self._expect_sync = False
+        # Under join(): tell joined ranks this one still trains (the count of such ranks divides
+        # the gradients unless divide_by_initial_world_size).
+        join_work = Join.notify_join_context(self)
+        self._divisor = self._world_size
+        if join_work is not None and not self._divide_by_initial_world_size:
+            join_work.wait()
+            self._divisor = int(join_work.result()[0].item())
         if self.require_forward_param_sync and self.broadcast_buffers:
             buffers = list(self.module.buffers())
             if buffers:
-                self._broadcast_coalesced(buffers)
+                # Under join() rank 0 may have joined, with stale buffers: the highest rank
+                # still training is the source.
+                src = self._find_common_rank(True) if self._join_config.enable else 0
+                self._broadcast_coalesced(buffers, src)
+        if self._join_config.enable:
+            # Tells joined ranks whether this step's backward synchronizes (they shadow it).
+            flag = _tensor([1.0 if sync else 0.0])
+            self.process_group._comm.all_reduce(flag, dist.ReduceOp.SUM, True)
         if self.device_ids:
             device = _C.device("cuda", self.device_ids[0])
             inputs, kwargs = _to_device(inputs, device), _to_device(kwargs, device)
@@ -367,31 +396,48 @@ class DistributedDataParallel(Module):
         return zeros((), dtype=grad.dtype, device=grad.device).expand(grad.shape)
 
     def _mark_ready(self, index, grad):
-        """Writes grad / world_size into the parameter's bucket slot (a parameter unused on
-        this rank contributes what its .grad holds, or zero) and launches every bucket that is
-        complete, in bucket order."""
+        """Writes grad / world_size into the parameter's bucket slot (grad itself with a
+        communication hook, which averages; a parameter unused on this rank contributes what
+        its .grad holds, or zero) and launches every bucket that is complete, in bucket order."""
         view = self._bucket_of[index].views[index]
         with grad_mode.no_grad():
             if grad is None:
                 grad = self._params[index].grad
             if grad is None:
                 view.zero_()
+            elif self._comm_hook is not None:
+                view.copy_(grad)
             else:
-                _C.mul(grad, 1.0 / self._world_size, out=view)
+                _C.mul(grad, 1.0 / self._divisor, out=view)
         self._ready[index] = True
         bucket = self._bucket_of[index]
         bucket.pending -= 1
         while self._next_bucket < len(self._buckets) and self._buckets[self._next_bucket].pending == 0:
             b = self._buckets[self._next_bucket]
-            b.work = self.process_group._comm.all_reduce(b.buffer, dist.ReduceOp.SUM, True)
+            b.work = self._reduce_bucket(self._next_bucket, b.buffer)
             self._next_bucket += 1
+
+    def _reduce_bucket(self, index, buffer):
+        """Starts averaging bucket `index` (its values in `buffer`): its Work, or the Future of
+        the communication hook."""
+        if self._comm_hook is None:
+            return self.process_group._comm.all_reduce(buffer, dist.ReduceOp.SUM, True)
+        b = self._buckets[index]
+        grad_bucket = dist.GradBucket(index, buffer, b.views_of(buffer), b.params, index == len(self._buckets) - 1)
+        fut = self._comm_hook(self._comm_hook_state, grad_bucket)
+        if not isinstance(fut, Future):
+            raise RuntimeError(f"the communication hook must return a plugflow.futures.Future, got "
+                               f"{type(fut).__name__}")
+        return fut
 
     def _finalize(self, last=None):
         """Waits for every bucket and puts the averaged gradients in .grad (`last`: the
         parameter whose hook runs this; the caller lets AccumulateGrad finish it)."""
         self._expect_sync = False
         for b in self._buckets:
-            b.work.wait()
+            result = b.work.wait()
+            if self._comm_hook is not None:
+                self._take_hook_result(b, result)
         used_anywhere = None
         if self._used_work is not None:
             self._used_work.wait()
@@ -407,3 +453,103 @@ class DistributedDataParallel(Module):
                 p.grad = view.clone()
             else:
                 p.grad.copy_(view)
+
+    def _take_hook_result(self, bucket, result):
+        if not isinstance(result, _C.Tensor) or result.numel() != bucket.buffer.numel():
+            what = f"a tensor of {result.numel()} elements" if isinstance(result, _C.Tensor) else type(result).__name__
+            raise RuntimeError(f"the communication hook's Future must hold the bucket's averaged values (a tensor of "
+                               f"{bucket.buffer.numel()} elements, like bucket.buffer()), got {what}")
+        if result is not bucket.buffer:
+            with grad_mode.no_grad():
+                bucket.buffer.copy_(result.reshape(-1))
+
+    # ---- communication hooks ---------------------------------------------------------------
+
+    def register_comm_hook(self, state, hook):
+        """Averages each gradient bucket with `hook(state, bucket)` instead of the built-in
+        all-reduce: `bucket` is a plugflow.distributed.GradBucket whose buffer() holds this
+        rank's gradients (not divided by the world size), and the hook returns a
+        plugflow.futures.Future whose value is the averaged bucket (e.g.
+        distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook). Once, before
+        training."""
+        if not callable(hook):
+            raise TypeError("Communication hook must be callable.")
+        if self._comm_hook is not None:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
+        if self._expect_sync:
+            raise RuntimeError("register_comm_hook must be called before a synchronized forward, not between it and "
+                               "its backward")
+        self._comm_hook, self._comm_hook_state = hook, state
+
+    # ---- join (uneven inputs) --------------------------------------------------------------
+
+    def join(self, divide_by_initial_world_size=True, enable=True, throw_on_early_termination=False):
+        """A context manager for inputs of different lengths per rank (PyTorch's semantics): a
+        rank that runs out shadows the others' collectives (zero gradients) until all ran out,
+        then every rank takes the parameters of a rank that finished last. Gradients are divided
+        by the initial world size, or by the number of ranks still training with
+        divide_by_initial_world_size=False. throw_on_early_termination: every rank raises
+        RuntimeError at the step after one ran out."""
+        return Join([self], enable, throw_on_early_termination,
+                    divide_by_initial_world_size=divide_by_initial_world_size)
+
+    def join_hook(self, **kwargs):
+        return _DDPJoinHook(self, divide_by_initial_world_size=kwargs.get("divide_by_initial_world_size", True))
+
+    @property
+    def join_device(self):
+        return self._params[0].device
+
+    @property
+    def join_process_group(self):
+        return self.process_group
+
+    def _find_common_rank(self, rank_cond):
+        """The highest group rank among those passing rank_cond=True (one all-reduce)."""
+        rank = _tensor([self._rank if rank_cond else -1], dtype=_C.int64)
+        self.process_group._comm.all_reduce(rank, dist.ReduceOp.MAX, False)
+        return int(rank.item())
+
+    def _check_graph_capture(self):
+        if self.find_unused_parameters or self.static_graph:
+            raise NotImplementedError("DistributedDataParallel inside an nn.Graph: find_unused_parameters and "
+                                      "static_graph are not supported (a graph's parameters are all used by "
+                                      "construction, or the graph has to be rebuilt)")
+        if self._join_config.enable:
+            raise NotImplementedError("DistributedDataParallel.join() inside an nn.Graph is not supported: the "
+                                      "graph's steps are replayed without Python, so a joined rank cannot shadow "
+                                      "them")
+
+
+class _DDPJoinHook(JoinHook):
+    """What a rank that ran out of inputs does for DDP while others train (main_hook, per step),
+    matching their collectives one for one, and once all have joined (post_hook)."""
+
+    def __init__(self, ddp, divide_by_initial_world_size):
+        self.ddp = ddp
+        ddp._divide_by_initial_world_size = divide_by_initial_world_size
+
+    def main_hook(self):
+        ddp = self.ddp
+        comm = ddp.process_group._comm
+        if ddp.require_forward_param_sync and ddp.broadcast_buffers:
+            buffers = list(ddp.module.buffers())
+            if buffers:
+                ddp._broadcast_coalesced(buffers, ddp._find_common_rank(False))
+        flag = zeros(1)
+        comm.all_reduce(flag, dist.ReduceOp.SUM, False)
+        should_sync = flag.item() != 0
+        ddp.require_forward_param_sync = should_sync
+        if not should_sync:
+            return
+        if ddp.find_unused_parameters or ddp.static_graph:
+            comm.all_reduce(zeros(len(ddp._params), dtype=_C.int32), dist.ReduceOp.SUM, False)
+        # Zero gradients, bucket by bucket, through the same all-reduce or hook as the others.
+        works = [ddp._reduce_bucket(i, zeros_like(b.buffer)) for i, b in enumerate(ddp._buckets)]
+        for work in works:
+            work.wait()
+
+    def post_hook(self, is_last_joiner):
+        ddp = self.ddp
+        src = ddp._find_common_rank(is_last_joiner)
+        ddp._broadcast_coalesced(list(ddp.module.parameters()) + list(ddp.module.buffers()), src)
