@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """2-process data-parallel training, plugflow against PyTorch 1.13 (DDP over Gloo), on the
-digits CNN of examples/train_digits.py (float32, a global batch of 64: 32 images per rank).
+digits CNN of examples/train_digits.py (float32, a global batch of 64: 32 images per rank),
+plugflow both eagerly and as an nn.Graph over the DDP model (the buckets' all-reduces are
+nodes of the graph).
 
 The driver starts 2 ranks per framework (OMP_NUM_THREADS=1 each, the environment a launcher
 sets; PyTorch 1.13's torchrun fails under Python 3.11 here); every rank times, in turn:
   compute  the training step without DDP (no communication; both ranks still share the cores)
   comm     the gradient all-reduce alone: one all_reduce per DDP bucket's worth of bytes
   ddp      the training step through DistributedDataParallel (communication overlapping backward)
-and rank 0 prints the medians. "hidden" is compute + comm - ddp: the communication time that
-overlap hid (negative: DDP costs more than the two apart).
+and, for plugflow, the same two steps as an nn.Graph (graph compute: a graph over the model
+alone; graph ddp: a graph over the DDP model); rank 0 prints the medians. "hidden" is
+compute + comm - ddp: the communication time that overlap hid (negative: DDP costs more than
+the two apart).
 
     .venv/bin/python benchmarks/ddp.py [--steps 30] [--rounds 5]
 """
@@ -48,6 +52,25 @@ def build(fw):
     return DigitsCNN()
 
 
+def graph_step(fw, net, opt, x, y):
+    """A training step of `net` as a plugflow nn.Graph (forward, backward, update)."""
+    F = fw.nn.functional
+
+    class Step(fw.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            self.add_optimizer(opt)
+
+        def build(self, x, y):
+            loss = F.cross_entropy(self.net(x), y)
+            loss.backward()
+            return loss
+
+    step = Step()
+    return lambda: step(x, y)
+
+
 def worker(framework, steps, rounds):
     fw = __import__(framework)
     dist = fw.distributed
@@ -72,6 +95,9 @@ def worker(framework, steps, rounds):
     modes = {"compute": lambda: train_step(model, plain_opt),
              "comm": lambda: dist.all_reduce(bucket),
              "ddp": lambda: train_step(ddp, ddp_opt)}
+    if framework == "plugflow":
+        modes["graph_compute"] = graph_step(fw, model, plain_opt, x, y)
+        modes["graph_ddp"] = graph_step(fw, ddp, ddp_opt, x, y)
     times = {m: [] for m in modes}
     for fn in modes.values():  # warm-up
         for _ in range(3):
@@ -111,13 +137,17 @@ def main():
             raise SystemExit(f"{framework} failed:\n" + "\n".join(out + err for out, err in outs))
         results[framework] = json.loads(lines[-1][len("RESULT "):])
     print("2-process DDP, digits CNN, float32, 32 images per rank, OMP_NUM_THREADS=1 (ms per step, median)")
-    print(f"{'':10s}{'compute':>10s}{'comm':>10s}{'sum':>10s}{'ddp':>10s}{'hidden':>10s}")
-    for framework, r in results.items():
-        total = r["compute"] + r["comm"]
-        print(f"{framework:10s}{1e3 * r['compute']:10.2f}{1e3 * r['comm']:10.2f}{1e3 * total:10.2f}"
-              f"{1e3 * r['ddp']:10.2f}{1e3 * (total - r['ddp']):10.2f}")
-    ratio = results["torch"]["ddp"] / results["plugflow"]["ddp"]
-    print(f"DDP step time, PyTorch / plugflow: {ratio:.2f} (> 1: plugflow is faster)")
+    print(f"{'':16s}{'compute':>10s}{'comm':>10s}{'sum':>10s}{'ddp':>10s}{'hidden':>10s}")
+    rows = [("torch", results["torch"]["compute"], results["torch"]["ddp"]),
+            ("plugflow", results["plugflow"]["compute"], results["plugflow"]["ddp"]),
+            ("plugflow graph", results["plugflow"]["graph_compute"], results["plugflow"]["graph_ddp"])]
+    for name, compute, ddp in rows:
+        comm = results["torch" if name == "torch" else "plugflow"]["comm"]
+        print(f"{name:16s}{1e3 * compute:10.2f}{1e3 * comm:10.2f}{1e3 * (compute + comm):10.2f}"
+              f"{1e3 * ddp:10.2f}{1e3 * (compute + comm - ddp):10.2f}")
+    torch_ddp = results["torch"]["ddp"]
+    print(f"DDP step time, PyTorch / plugflow: eager {torch_ddp / results['plugflow']['ddp']:.2f}, "
+          f"graph {torch_ddp / results['plugflow']['graph_ddp']:.2f} (> 1: plugflow is faster)")
 
 
 if __name__ == "__main__":
