@@ -198,9 +198,9 @@ class PyCommunicator : public std::enable_shared_from_this<PyCommunicator> {
 
 // Runs `job` on the communicator's worker: returns its Work with async_op, else waits for it
 // (GIL released) and returns None.
-py::object run(PyCommunicator& c, bool async_op, PyCommunicator::Job job, const char* name) {
+py::object run(PyCommunicator& c, const char* name, bool async_op, PyCommunicator::Job job) {
   PF_CHECK_T(!graph::capturing(), graph::CaptureError, name, " inside an nn.Graph's build(): a graph captures only "
-             "all_reduce and broadcast (what DistributedDataParallel and SyncBatchNorm's statistics need)");
+             "all_reduce and broadcast (what DistributedDataParallel's buckets and buffers need)");
   std::shared_ptr<Work> work = c.submit(std::move(job));
   if (async_op) return py::cast(work);
   {
@@ -247,7 +247,7 @@ class CapturedWork {
 
 py::object run_on(PyCommunicator& c, const char* name, Tensor t, bool async_op, TensorJob job) {
   if (!graph::capturing())
-    return run(c, async_op, [t, job](Communicator& comm) mutable { job(comm, t); }, name);
+    return run(c, name, async_op, [t, job](Communicator& comm) mutable { job(comm, t); });
   c.get();  // a destroyed group fails now, not at the first replay
   auto pending = std::make_shared<PendingCollective>();
   auto start = std::make_shared<graph::HostCall>();
@@ -300,11 +300,12 @@ void bind_distributed(py::module_& m) {
       .def("is_completed", &CapturedWork::completed)
       .def("is_success", &CapturedWork::completed);
 
-  py::class_<PyCommunicator, std::shared_ptr<PyCommunicator>>(m, "_Communicator",
-                             "One process group's communicator. Every operation is collective (send/recv: "
-                             "between two ranks) and in place; operations run in call order on the "
-                             "communicator's thread, and each returns when complete, or at once with a _Work "
-                             "when async_op=True. TimeoutError when a peer does not answer within the timeout.")
+  py::class_<PyCommunicator, std::shared_ptr<PyCommunicator>>(
+      m, "_Communicator",
+      "One process group's communicator. Every operation is collective (send/recv: "
+      "between two ranks) and in place; operations run in call order on the "
+      "communicator's thread, and each returns when complete, or at once with a _Work "
+      "when async_op=True. TimeoutError when a peer does not answer within the timeout.")
       .def(py::init([](const std::string& backend, const std::string& master_addr, int master_port,
                        const std::string& store_path, int rank, int world_size, double timeout_s,
                        const std::string& run_id) {
@@ -338,17 +339,20 @@ void bind_distributed(py::module_& m) {
            "Destroy the communicator now (later calls raise RuntimeError).")
       .def("all_reduce",
            [](PyCommunicator& c, Tensor t, ReduceOp op, bool async_op) {
-             return run_on(c, "all_reduce", t, async_op, [op](Communicator& comm, Tensor& x) { comm.all_reduce(x, op); });
+             return run_on(c, "all_reduce", t, async_op,
+                           [op](Communicator& comm, Tensor& x) { comm.all_reduce(x, op); });
            },
            py::arg("tensor"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false)
       .def("broadcast",
            [](PyCommunicator& c, Tensor t, int src, bool async_op) {
-             return run_on(c, "broadcast", t, async_op, [src](Communicator& comm, Tensor& x) { comm.broadcast(x, src); });
+             return run_on(c, "broadcast", t, async_op,
+                           [src](Communicator& comm, Tensor& x) { comm.broadcast(x, src); });
            },
            py::arg("tensor"), py::arg("src"), py::arg("async_op") = false)
       .def("all_gather",
            [](PyCommunicator& c, std::vector<Tensor> out, const Tensor& in, bool async_op) {
-             return run(c, async_op, [out, in](Communicator& comm) mutable { comm.all_gather(out, in); }, "all_gather");
+             return run(c, "all_gather", async_op,
+                        [out, in](Communicator& comm) mutable { comm.all_gather(out, in); });
            },
            py::arg("tensor_list"), py::arg("tensor"), py::arg("async_op") = false,
            "tensor_list[i] receives rank i's tensor; the tensors of the list are written in place.")
@@ -365,7 +369,8 @@ void bind_distributed(py::module_& m) {
              const Tensor flat = ops::view(out, {n * ws});
              std::vector<Tensor> chunks;
              for (int r = 0; r < ws; ++r) chunks.push_back(ops::view(ops::narrow(flat, 0, n * r, n), in.sizes()));
-             return run(c, async_op, [chunks, in](Communicator& comm) mutable { comm.all_gather(chunks, in); }, "all_gather_into_tensor");
+             return run(c, "all_gather_into_tensor", async_op,
+                        [chunks, in](Communicator& comm) mutable { comm.all_gather(chunks, in); });
            },
            py::arg("output_tensor"), py::arg("input_tensor"), py::arg("async_op") = false,
            "output (world_size x input elements, contiguous) receives every rank's input in rank order.")
@@ -389,28 +394,31 @@ void bind_distributed(py::module_& m) {
                Tensor slot = ops::select(stacked, 0, r);
                ops::copy_(slot, inputs[r]);
              }
-             return run(c, async_op,
-                        [out, stacked, op](Communicator& comm) mutable { comm.reduce_scatter(out, stacked, op); }, "reduce_scatter");
+             return run(c, "reduce_scatter", async_op,
+                        [out, stacked, op](Communicator& comm) mutable { comm.reduce_scatter(out, stacked, op); });
            },
            py::arg("output"), py::arg("input_list"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false,
            "output receives the reduction over ranks of input_list[rank].")
       .def("reduce_scatter_tensor",
            [](PyCommunicator& c, Tensor out, const Tensor& in, ReduceOp op, bool async_op) {
-             return run(c, async_op, [out, in, op](Communicator& comm) mutable { comm.reduce_scatter(out, in, op); }, "reduce_scatter_tensor");
+             return run(c, "reduce_scatter_tensor", async_op,
+                        [out, in, op](Communicator& comm) mutable { comm.reduce_scatter(out, in, op); });
            },
            py::arg("output"), py::arg("input"), py::arg("op") = ReduceOp::Sum, py::arg("async_op") = false,
            "input is split on dim 0 into world_size chunks; output receives the reduction of chunk `rank`.")
       .def("barrier",
-           [](PyCommunicator& c, bool async_op) { return run(c, async_op, [](Communicator& comm) { comm.barrier(); }, "barrier"); },
+           [](PyCommunicator& c, bool async_op) {
+             return run(c, "barrier", async_op, [](Communicator& comm) { comm.barrier(); });
+           },
            py::arg("async_op") = false)
       .def("send",
            [](PyCommunicator& c, const Tensor& t, int dst, int tag, bool async_op) {
-             return run(c, async_op, [t, dst, tag](Communicator& comm) { comm.send(t, dst, tag); }, "send");
+             return run(c, "send", async_op, [t, dst, tag](Communicator& comm) { comm.send(t, dst, tag); });
            },
            py::arg("tensor"), py::arg("dst"), py::arg("tag") = 0, py::arg("async_op") = false)
       .def("recv",
            [](PyCommunicator& c, Tensor t, int src, int tag, bool async_op) {
-             return run(c, async_op, [t, src, tag](Communicator& comm) mutable { comm.recv(t, src, tag); }, "recv");
+             return run(c, "recv", async_op, [t, src, tag](Communicator& comm) mutable { comm.recv(t, src, tag); });
            },
            py::arg("tensor"), py::arg("src"), py::arg("tag") = 0, py::arg("async_op") = false)
       .def("__repr__", [](const PyCommunicator& c) {

@@ -207,7 +207,7 @@ def test_graph_over_ddp_trains_like_one_process_on_the_global_batch(tmp_path, np
             assert starts[0] < starts[1] < last_gradient
 
 
-def test_graph_over_ddp_refuses_what_it_cannot_replay():
+def test_collectives_in_graphs_in_process():
     import plugflow.distributed as dist
     from plugflow.nn.parallel import DistributedDataParallel as DDP
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
@@ -235,6 +235,15 @@ def test_graph_over_ddp_refuses_what_it_cannot_replay():
         assert g(pf.ones(2)).tolist() == [3.0, 3.0]
         assert g(pf.full((2,), 5.0)).tolist() == [11.0, 11.0]
         assert "host:all_reduce.start" in g._last.plan.node_ops()
+
+        # no_sync() is part of the signature: its plan has no all-reduce, the next synced call's has.
+        model = DDP(ddp_worker.make_model(seed=0))
+        step = ddp_worker.graph_step(model, pf.optim.SGD(model.parameters(), lr=0.1))
+        with model.no_sync():
+            step(x, y)
+        assert "host:all_reduce.start" not in step._last.plan.node_ops()
+        step(x, y)
+        assert "host:all_reduce.start" in step._last.plan.node_ops()
     finally:
         dist.destroy_process_group()
 

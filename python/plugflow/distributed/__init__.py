@@ -523,7 +523,11 @@ def _describe_call(row):
 def _check_same_call(pg, fn, t=None, op=None, src=None):
     """Every rank shares what it is about to run (`fn` on `t` with reduction `op`, root `src`)
     and all raise the same RuntimeError, naming the ranks and their calls, when they differ.
-    The collective itself has not run then, so the group stays usable."""
+    The collective itself has not run then, so the group stays usable. Not while an nn.Graph
+    captures build(): the exchange would be recorded into the graph, and its host-side compare
+    cannot be."""
+    if _C._graph_capturing():
+        return
     shape = tuple(t.shape) if t is not None else ()
     dims = list(shape[:_DEBUG_SHOWN_DIMS]) + [0] * (_DEBUG_SHOWN_DIMS - min(len(shape), _DEBUG_SHOWN_DIMS))
     mine = [_DEBUG_OPS.index(fn), -1 if op is None else int(op), -1 if src is None else src,

@@ -304,14 +304,18 @@ class Graph:
     # ---- compilation -----------------------------------------------------------------------
 
     def _signature(self, spec, tensors):
-        modes = tuple(m.training for top in self._modules.values() for m in top.modules())
+        from .parallel import DistributedDataParallel
+        modules = [m for top in self._modules.values() for m in top.modules()]
+        modes = tuple(m.training for m in modules)
+        # A DDP model captured under no_sync() has no all-reduce in its plan.
+        syncs = tuple(m.require_backward_grad_sync for m in modules if isinstance(m, DistributedDataParallel))
         params = tuple(p.data_ptr() for optim, _ in self._optimizers for g in optim.param_groups
                        for p in g["params"])
         inputs = tuple((tuple(t.shape), t.dtype, str(t.device), t.requires_grad) for t in tensors)
         # An eager autocast region around the call is captured too.
         autocast = (_C.is_autocast_cpu_enabled(), _C.get_autocast_cpu_dtype(), _C.is_autocast_enabled(),
                     _C.get_autocast_gpu_dtype())
-        return (repr(spec), inputs, modes, params, autocast, self.config._key())
+        return (repr(spec), inputs, modes, syncs, params, autocast, self.config._key())
 
     def _compile(self, args, tensors):
         if self._grad_scaler is not None:
