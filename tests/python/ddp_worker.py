@@ -228,14 +228,26 @@ def main():
             result["error"] = f"{type(e).__name__}: {e}"
     elif scenario == "graph":
         # DDP inside an nn.Graph: the buckets' all-reduces and the update are nodes of the graph.
-        model = DDP(make_model(seed=rank), bucket_cap_mb=options.get("bucket_cap_mb", 25),
-                    gradient_as_bucket_view=options.get("gradient_as_bucket_view", False))
+        # With "compare_eager", an eager DDP copy trains alongside on the same group.
+        def ddp_model():
+            model = DDP(make_model(seed=rank, batch_norm=options.get("batch_norm", False)),
+                        bucket_cap_mb=options.get("bucket_cap_mb", 25),
+                        gradient_as_bucket_view=options.get("gradient_as_bucket_view", False))
+            if "hook" in options:
+                model.register_comm_hook(None, comm_hook(options["hook"], []))
+            return model
+        model = ddp_model()
         step = graph_step(model, pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
-        for ((x, y),) in make_batches(options.get("steps", 3)):
+        batches = make_batches(options.get("steps", 3))
+        for ((x, y),) in batches:
             step(x[rows].clone(), y[rows].clone())
         result["params"] = params_of(model.module)
         result["ops"] = step._last.plan.node_ops()
         result["buckets"] = len(model._buckets)
+        if options.get("compare_eager"):
+            eager = ddp_model()
+            train(eager, batches, rows)
+            result["eager_params"] = params_of(eager.module)
     elif scenario == "resnet18":
         model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(resnet18(seed=rank)))
         train(model, make_image_batches(options.get("steps", 2)), rows)

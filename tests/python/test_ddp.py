@@ -207,6 +207,23 @@ def test_graph_over_ddp_trains_like_one_process_on_the_global_batch(tmp_path, np
             assert starts[0] < starts[1] < last_gradient
 
 
+@pytest.mark.parametrize("options", [
+    {"batch_norm": True},  # per-rank statistics, rank 0's buffers broadcast by each forward
+    {"hook": "fp16"},
+])
+def test_graph_over_ddp_matches_eager_ddp(tmp_path, options):
+    """What the graph captures of DDP's forward (the buffers' broadcast) and of a communication
+    hook (fp16 compression) replays as eager DDP runs it."""
+    _, results = launch("graph", tmp_path, dict(options, compare_eager=True))
+    for r in results.values():
+        assert_same_params(r["params"], r["eager_params"])
+        assert ("host:broadcast.start" in r["ops"]) == ("batch_norm" in options)
+    if "batch_norm" in options:
+        assert "bn.running_mean" in results[0]["params"]
+    else:
+        assert results[0]["params"] != reference()  # float16 averages, not float64 ones
+
+
 def test_collectives_in_graphs_in_process():
     import plugflow.distributed as dist
     from plugflow.nn.parallel import DistributedDataParallel as DDP
