@@ -14,7 +14,7 @@ _PENDING = object()
 
 
 class Future:
-    def __init__(self, *, devices=None):
+    def __init__(self, *, devices=None):  # devices: PyTorch's CUDA stream sync, nothing to do here
         self._value = _PENDING
         self._error = None
         self._callbacks = []
