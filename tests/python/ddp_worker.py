@@ -250,7 +250,14 @@ def main():
             result["eager_params"] = params_of(eager.module)
     elif scenario == "resnet18":
         model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(resnet18(seed=rank)))
-        train(model, make_image_batches(options.get("steps", 2)), rows)
+        batches = make_image_batches(options.get("steps", 2))
+        if options.get("graph"):
+            # SyncBatchNorm's statistics all-reduces are captured with DDP's buckets.
+            step = graph_step(model, pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+            for ((x, y),) in batches:
+                step(x[rows].clone(), y[rows].clone())
+        else:
+            train(model, batches, rows)
         # 11 M values: saved as tensors, not as JSON lists.
         result["params_file"] = os.path.join(out_dir, f"params{rank}.pt")
         pf.save(state_of(model.module), result["params_file"])

@@ -267,11 +267,12 @@ def test_collectives_in_graphs_in_process():
 
 # ---- ResNet-18 --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_resnet18_with_sync_batch_norm_trains_like_one_process(tmp_path, nproc):
+@pytest.mark.parametrize("nproc,graph", [(2, False), (4, False), (2, True)])
+def test_resnet18_with_sync_batch_norm_trains_like_one_process(tmp_path, nproc, graph):
     """Under DDP, BatchNorm normalizes with each rank's own statistics, so only SyncBatchNorm
-    (convert_sync_batchnorm) matches BatchNorm on the global batch: the ranks run it."""
-    _, results = launch("resnet18", tmp_path, {"steps": 2}, nproc=nproc)
+    (convert_sync_batchnorm) matches BatchNorm on the global batch: the ranks run it, eagerly
+    or as an nn.Graph over the DDP model."""
+    _, results = launch("resnet18", tmp_path, {"steps": 2, "graph": graph}, nproc=nproc)
     model = ddp_worker.resnet18(seed=0)
     ddp_worker.train(model, ddp_worker.make_image_batches(2), slice(None))
     expected = ddp_worker.state_of(model)

@@ -130,13 +130,14 @@ class _SyncBatchNormFunction(Function):
         dims = [0] + list(range(2, input.dim()))
         shape = [1, channels] + [1] * (input.dim() - 2)
         local_count = input.numel() // channels
+        # The global count stays a tensor (no host read), so an nn.Graph can capture this
+        # forward; the check is PyTorch's, on what this rank knows.
+        if local_count == 1 and dist.get_world_size(group) < 2:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(input.shape)}")
         stats = _C.cat([input.sum(dims), _creation.tensor([float(local_count)], dtype=input.dtype,
                                                           device=input.device)])
         dist.all_reduce(stats, group=group)
-        count = stats[channels].item()
-        if count <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(input.shape)}"
-                             " over the process group")
+        count = stats[channels]
         mean = stats[:channels] / count
         xmu = input - mean.view(shape)
         var_sum = (xmu * xmu).sum(dims)
