@@ -11,6 +11,7 @@
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
+#include "opdefs.h"
 
 namespace plugflow::autocast {
 namespace {
@@ -84,22 +85,6 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"kl_div", {P::Float32, P::Float32}},
       {"binary_cross_entropy_with_logits", {P::Float32, P::Float32}},
       {"binary_cross_entropy", {P::Float32, P::Banned}},
-      {"acos", {P::None, P::Float32}},
-      {"asin", {P::None, P::Float32}},
-      {"cosh", {P::None, P::Float32}},
-      {"sinh", {P::None, P::Float32}},
-      {"tan", {P::None, P::Float32}},
-      {"erfinv", {P::None, P::Float32}},
-      {"exp", {P::None, P::Float32}},
-      {"expm1", {P::None, P::Float32}},
-      {"log", {P::None, P::Float32}},
-      {"log10", {P::None, P::Float32}},
-      {"log2", {P::None, P::Float32}},
-      {"log1p", {P::None, P::Float32}},
-      {"reciprocal", {P::None, P::Float32}},
-      {"rsqrt", {P::None, P::Float32}},
-      {"pow", {P::None, P::Float32}},
-      {"softplus", {P::None, P::Float32}},
       {"layer_norm", {P::None, P::Float32}},
       {"group_norm", {P::None, P::Float32}},
       {"norm", {P::None, P::Float32}},
@@ -115,13 +100,16 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"stack", {P::Promote, P::None}},
       {"addcmul", {P::None, P::Promote}},
       {"addcdiv", {P::None, P::Promote}},
-      {"atan2", {P::None, P::Promote}},
       {"bilinear", {P::None, P::Promote}},
       {"cross", {P::None, P::Promote}},
       {"dot", {P::Native, P::Promote}},
       {"tensordot", {P::None, P::Promote}},
       {"index_put", {P::None, P::Promote}},
       {"scatter_add", {P::None, P::Promote}},
+  // the elementwise ops' entries come from their definitions (core/opdefs/elementwise.yaml)
+#define PF_X(name, cpu, cuda) {name, {P::cpu, P::cuda}},
+      PF_OPDEFS_AUTOCAST(PF_X)
+#undef PF_X
   };
   return t;
 }

@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "opdefs.h"
 #include "plugflow/autocast.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
@@ -546,26 +547,22 @@ void bind_math(py::module_& m) {
   function("tensordot", py::cpp_function(&tensordot_dispatch, py::name("tensordot"), arg("a"), arg("b"),
                                          arg("dims") = 2));
 
-  // ---- in-place aliases PyTorch has ------------------------------------------------------------------
-  for (auto [alias, target] : {std::pair{"multiply_", "mul_"}, std::pair{"subtract_", "sub_"},
-                               std::pair{"divide_", "div_"}, std::pair{"true_divide_", "div_"},
-                               std::pair{"absolute_", "abs_"}, std::pair{"negative_", "neg_"}})
-    if (!py::hasattr(cls, alias) && py::hasattr(cls, target)) cls.attr(alias) = cls.attr(target);
+  // ---- in-place aliases PyTorch has (core/opdefs/elementwise.yaml's `aliases`) -------------------------
+#define PF_X(alias, op, generic)                                     \
+  if (!py::hasattr(cls, alias "_") && py::hasattr(cls, op "_")) \
+    cls.attr(alias "_") = cls.attr(op "_");
+  PF_OPDEFS_PY_ALIASES(PF_X)
+#undef PF_X
 
   // ---- out= --------------------------------------------------------------------------------------------
-  for (const char* name :
-       {"add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "remainder", "fmod",
-        "floor_divide", "atan2", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and",
-        "logical_or", "logical_xor", "eq", "ne", "lt", "le", "gt", "ge", "exp", "exp2", "expm1", "log", "log2",
-        "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-        "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv", "reciprocal", "logical_not", "isnan", "isinf",
-        "isfinite", "lerp", "outer", "ger", "tensordot"})
-    add_out_param(m, name, OutKind::Cast);
+  // The elementwise ops' from their definitions (`out:`), then the others'.
+#define PF_X(name, kind) add_out_param(m, name, OutKind::kind);
+  PF_OPDEFS_PY_OUT(PF_X)
+#undef PF_X
+  for (const char* name : {"lerp", "outer", "ger", "tensordot"}) add_out_param(m, name, OutKind::Cast);
   // PyTorch builds these as unary ops of one dtype (addcmul/addcdiv cannot cast into out either).
-  for (const char* name : {"neg", "negative", "abs", "absolute", "square", "sign", "floor", "ceil", "round", "trunc",
-                           "frac", "bitwise_not", "clamp", "clip", "addcmul", "addcdiv"})
-    add_out_param(m, name, OutKind::SameDtype);
-  for (const char* name : {"pow", "clamp_min", "clamp_max"}) add_out_param(m, name, OutKind::SameDtypeForNumber);
+  for (const char* name : {"clamp", "clip", "addcmul", "addcdiv"}) add_out_param(m, name, OutKind::SameDtype);
+  for (const char* name : {"clamp_min", "clamp_max"}) add_out_param(m, name, OutKind::SameDtypeForNumber);
   for (const char* name : {"matmul", "mm", "bmm", "addmm", "addmv", "mv", "baddbmm", "addbmm", "dot", "vdot"})
     add_out_param(m, name, OutKind::Exact);
   for (const char* name : {"sum", "prod", "nansum"}) add_out_param(m, name, OutKind::Accumulate);

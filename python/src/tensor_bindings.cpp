@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "opdefs.h"
 #include "plugflow/autograd.h"
 #include "plugflow/error.h"
 #include "plugflow/graph.h"
@@ -882,21 +884,41 @@ void def_function(py::module_& m, const char* name, F f, const Extra&... extra) 
   public_functions().emplace_back(name);
 }
 
-const std::vector<std::string> kUnaryTensorOps = {
-    "exp",   "exp2",    "expm1", "log",   "log2",   "log10",      "log1p",       "sqrt",       "rsqrt",  "sin",
-    "cos",   "tan",     "asin",  "acos",  "atan",   "sinh",       "cosh",        "tanh",       "asinh",  "acosh",
-    "atanh", "sigmoid", "erf",   "erfc",  "erfinv", "reciprocal", "neg",         "abs",        "square", "sign",
-    "relu",  "floor",   "ceil",  "round", "trunc",  "frac",       "logical_not", "bitwise_not"};
-// Output is bool: no in-place form.
-const std::vector<std::string> kUnaryPredicates = {"isnan", "isinf", "isfinite"};
-// torch.nn.functional's, not Tensor methods: bound on _C only for plugflow.nn.functional.
-const std::vector<std::string> kUnaryFunctionalOnly = {"silu", "mish", "hardswish", "hardsigmoid"};
+// The elementwise ops' Python exposure, from their definitions (core/opdefs/elementwise.yaml).
+struct UnaryExposure {
+  std::string name;
+  bool function, method, inplace;
+  bool nn_functional;  // torch.nn.functional's: bound on _C only, for plugflow.nn.functional
+};
+const std::vector<UnaryExposure> kUnaryOps = {
+#define PF_X(name, function, method, inplace, nn_functional) {name, function, method, inplace, nn_functional},
+    PF_OPDEFS_PY_UNARY(PF_X)
+#undef PF_X
+};
 
-const std::vector<std::string> kBinaryOps = {"mul",        "pow",         "remainder",  "fmod",        "floor_divide",
-                                             "atan2",      "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and",
-                                             "logical_or", "logical_xor", "eq",         "ne",          "lt",
-                                             "le",         "gt",          "ge"};
-const std::vector<std::string> kBinaryNoInplace = {"maximum", "minimum"};
+struct BinaryExposure {
+  std::string name;
+  bool function, method, inplace;
+  bool tensor_only;  // no Python number as the other operand (maximum, minimum)
+};
+const std::vector<BinaryExposure> kBinaryOps = {
+#define PF_X(name, function, method, inplace, tensor_only) {name, function, method, inplace, tensor_only},
+    PF_OPDEFS_PY_BINARY(PF_X)
+#undef PF_X
+};
+
+struct Alias {
+  std::string alias, op;
+};
+// Aliases of ops bound by the loops below (those of hand-bound ops are bound with them).
+const std::vector<Alias> kGenericAliases = [] {
+  std::vector<Alias> v;
+#define PF_X(alias, op, generic) \
+  if (generic) v.push_back({alias, op});
+  PF_OPDEFS_PY_ALIASES(PF_X)
+#undef PF_X
+  return v;
+}();
 
 // torch.Generator: a Philox stream (seed + counter offset). Seeds are taken modulo 2^64 like
 // PyTorch's. get_state() returns a uint8 tensor in plugflow's own layout (PyTorch's CPU state is
@@ -1353,24 +1375,23 @@ void bind_tensor(py::module_& m) {
         return self;
       },
       py::arg("other"), py::kw_only(), py::arg("rounding_mode") = py::none());
-  def_method_and_function(
-      cls, m, "multiply", [](const Tensor& self, py::handle other) { return binary_method(kMul, self, other); },
-      py::arg("other"));
 
-  for (const std::string& name : kBinaryOps) {
-    const std::string* n = &name;
-    def_method_and_function(
-        cls, m, name.c_str(), [n](const Tensor& self, py::handle other) { return binary_method(*n, self, other); },
-        py::arg("other"));
-    cls.def((name + "_").c_str(),
-            [n](py::object self, py::handle other) { return inplace_binary(*n, std::move(self), other, false); },
-            py::arg("other"));
-  }
-  for (const std::string& name : kBinaryNoInplace) {
-    const std::string* n = &name;
-    def_method_and_function(
-        cls, m, name.c_str(), [n](const Tensor& self, const Tensor& other) { return ops::binary(*n, self, other); },
-        py::arg("other"));
+  for (const BinaryExposure& op : kBinaryOps) {
+    const std::string* n = &op.name;
+    const char* name = n->c_str();
+    if (op.tensor_only) {
+      const auto f = [n](const Tensor& self, const Tensor& other) { return ops::binary(*n, self, other); };
+      if (op.method) cls.def(name, f, py::arg("other"));
+      if (op.function) def_function(m, name, f, py::arg("input"), py::arg("other"));
+      continue;
+    }
+    const auto f = [n](const Tensor& self, py::handle other) { return binary_method(*n, self, other); };
+    if (op.method) cls.def(name, f, py::arg("other"));
+    if (op.function) def_function(m, name, f, py::arg("input"), py::arg("other"));
+    if (op.inplace)
+      cls.def((op.name + "_").c_str(),
+              [n](py::object self, py::handle other) { return inplace_binary(*n, std::move(self), other, false); },
+              py::arg("other"));
   }
   // torch.pow(2, t): a number as the base.
   m.def(
@@ -1446,26 +1467,35 @@ void bind_tensor(py::module_& m) {
           py::is_operator());
 
   // -- unary math
-  for (const std::string& name : kUnaryTensorOps) {
-    const std::string* n = &name;
-    def_method_and_function(cls, m, name.c_str(), [n](const Tensor& t) { return ops::unary(*n, t); });
-    cls.def((name + "_").c_str(), [n](py::object self) {
-      ops::unary_(*n, tensor_ref(self));
-      return self;
-    });
+  for (const UnaryExposure& op : kUnaryOps) {
+    const std::string* n = &op.name;
+    const char* name = n->c_str();
+    const std::string inplace_name = op.name + "_";
+    if (op.nn_functional) {
+      m.def(name, [n](const Tensor& t) { return ops::unary(*n, t); }, py::arg("input"));
+      if (op.inplace)
+        m.def(inplace_name.c_str(), [n](Tensor& t) -> Tensor& { return ops::unary_(*n, t); }, py::arg("input"));
+      continue;
+    }
+    const auto f = [n](const Tensor& t) { return ops::unary(*n, t); };
+    if (op.method) cls.def(name, f);
+    if (op.function) def_function(m, name, f, py::arg("input"));
+    if (op.inplace)
+      cls.def(inplace_name.c_str(), [n](py::object self) {
+        ops::unary_(*n, tensor_ref(self));
+        return self;
+      });
   }
-  for (const std::string& name : kUnaryPredicates) {
-    const std::string* n = &name;
-    def_method_and_function(cls, m, name.c_str(), [n](const Tensor& t) { return ops::unary(*n, t); });
+  for (const Alias& a : kGenericAliases) {
+    const std::string* op = &a.op;
+    const bool unary = std::any_of(kUnaryOps.begin(), kUnaryOps.end(), [&](const auto& u) { return u.name == a.op; });
+    if (unary)
+      def_method_and_function(cls, m, a.alias.c_str(), [op](const Tensor& t) { return ops::unary(*op, t); });
+    else
+      def_method_and_function(
+          cls, m, a.alias.c_str(), [op](const Tensor& self, py::handle other) { return binary_method(*op, self, other); },
+          py::arg("other"));
   }
-  for (const std::string& name : kUnaryFunctionalOnly) {
-    const std::string* n = &name;
-    m.def(
-        name.c_str(), [n](const Tensor& t) { return ops::unary(*n, t); }, py::arg("input"));
-    m.def((name + "_").c_str(), [n](Tensor& t) -> Tensor& { return ops::unary_(*n, t); }, py::arg("input"));
-  }
-  def_method_and_function(cls, m, "absolute", [](const Tensor& t) { return ops::unary(kAbs, t); });
-  def_method_and_function(cls, m, "negative", [](const Tensor& t) { return ops::unary(kNeg, t); });
 
   // -- reductions
   for (const std::string* name : {&kSum, &kMean}) {

@@ -6,6 +6,7 @@
 #include "../autograd/grad_utils.h"
 #include "grad.h"
 #include "op_tables.h"
+#include "opdefs_derivatives.inc"
 
 namespace plugflow::internal {
 namespace {
@@ -25,6 +26,8 @@ Tensor zeros_like(const Tensor& t) { return ops::zeros(t.sizes(), t.dtype(), t.d
 Tensor sigmoid_of(const Tensor& a) { return un("sigmoid", a); }
 Tensor one_minus(const Tensor& t) { return ops::binary("sub", Scalar(1), t); }
 
+constexpr double kPi = 3.14159265358979323846;
+
 // d/da, d/db of a binary op given grad g, inputs a, b, output out.
 using BinaryFn = std::function<std::pair<Tensor, Tensor>(const Tensor& g, const Tensor& a, const Tensor& b,
                                                          const Tensor& out, const Attrs& attrs)>;
@@ -35,182 +38,127 @@ struct BinaryGrad {
   const char* needs;  // subset of "abo": a, b, the output
 };
 
-const std::unordered_map<std::string, BinaryGrad>& binary_grads() {
-  static const std::unordered_map<std::string, BinaryGrad> table = {
-      {"add", {[](auto& g, auto&, auto&, auto&, const Attrs& at) {
-         return std::pair{g, mul(g, at.get<Scalar>("alpha"))};
-       }, ""}},
-      {"sub", {[](auto& g, auto&, auto&, auto&, const Attrs& at) {
-         return std::pair{g, mul(neg(g), at.get<Scalar>("alpha"))};
-       }, ""}},
-      {"mul", {[](auto& g, auto& a, auto& b, auto&, auto&) { return std::pair{mul(g, b), mul(g, a)}; }, "ab"}},
-      {"div", {[](auto& g, auto& a, auto& b, auto&, const Attrs& at) {
-         if (at.has("rounding_mode") && !at.get<std::string>("rounding_mode").empty())
-           return std::pair{zeros_like(g), zeros_like(g)};
-         return std::pair{div_(g, b), neg(div_(mul(g, a), mul(b, b)))};
-       }, "ab"}},
-      {"pow", {[](auto& g, auto& a, auto& b, auto& out, auto&) {
-         // d/da = b * a^(b-1), 0 where b == 0 (the exponent is made 1 there, so that 0 * a^0
-         // stays 0 even at a == 0); d/db = out * log(a), 0 where a == 0 and b >= 0.
-         Tensor b_safe = add(b, mask_as(cmp("eq", b, Scalar(0)), b.dtype()));
-         Tensor da = mul(mul(g, b), ops::binary("pow", a, ops::binary("sub", b_safe, Scalar(1))));
-         // log(1) where a == 0 and b >= 0 (PyTorch masks those to 0; b < 0 keeps -inf * inf).
-         Tensor zero_base = ops::binary("logical_and", cmp("eq", a, Scalar(0)), cmp("ge", b, Scalar(0)));
-         Tensor safe_log = un("log", add(a, mask_as(zero_base, a.dtype())));
-         Tensor db = mul(mul(g, out), safe_log);
-         return std::pair{da, db};
-       }, "abo"}},
-      {"maximum", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         // PyTorch 1.13: ties split the gradient evenly; the smaller operand gets none; with a
-         // NaN both get all of it.
-         Tensor half_tie = mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5));
-         Tensor w = ops::binary("sub", one_minus(mask_as(cmp("lt", a, b), g.dtype())), half_tie);
-         Tensor wb = ops::binary("sub", one_minus(mask_as(cmp("gt", a, b), g.dtype())), half_tie);
-         return std::pair{mul(g, w), mul(g, wb)};
-       }, "ab"}},
-      {"minimum", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         Tensor half_tie = mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5));
-         Tensor w = ops::binary("sub", one_minus(mask_as(cmp("gt", a, b), g.dtype())), half_tie);
-         Tensor wb = ops::binary("sub", one_minus(mask_as(cmp("lt", a, b), g.dtype())), half_tie);
-         return std::pair{mul(g, w), mul(g, wb)};
-       }, "ab"}},
-      {"remainder", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         return std::pair{g, mul(neg(g), ops::div(a, b, "floor"))};
-       }, "ab"}},
-      {"fmod", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         return std::pair{g, mul(neg(g), ops::div(a, b, "trunc"))};
-       }, "ab"}},
-      {"atan2", {[](auto& g, auto& a, auto& b, auto&, auto&) {
-         Tensor denom = add(mul(a, a), mul(b, b));
-         return std::pair{mul(g, div_(b, denom)), mul(g, div_(neg(a), denom))};
-       }, "ab"}},
-      {"floor_divide", {[](auto& g, auto&, auto&, auto&, auto&) { return std::pair{zeros_like(g), zeros_like(g)}; }, ""}},
-      // Linear in the gradient; the result only selects (double backward of relu).
-      {"relu_backward", {[](auto& g, auto&, auto& b, auto&, auto&) {
-         return std::pair{ops::binary("relu_backward", g, b), zeros_like(b)};
-       }, "b"}},
-  };
-  return table;
-}
-
-constexpr double kPi = 3.14159265358979323846;
-
 using UnaryFn = std::function<Tensor(const Tensor& g, const Tensor& a, const Tensor& out, const Attrs& attrs)>;
 struct UnaryGrad {
   UnaryFn fn;
   const char* needs;  // subset of "ao": the input, the output
 };
 
+// ---- backwards too long for a one-line formula, named by their op definitions ------------------
 
-const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
-  static const std::unordered_map<std::string, UnaryGrad> table = {
-      {"neg", {[](auto& g, auto&, auto&, auto&) { return neg(g); }, ""}},
-      {"abs", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("sign", a)); }, "a"}},
-      {"exp", {[](auto& g, auto&, auto& out, auto&) { return mul(g, out); }, "o"}},
-      {"exp2", {[](auto& g, auto&, auto& out, auto&) { return mul(mul(g, out), Scalar(std::log(2.0))); }, "o"}},
-      {"expm1", {[](auto& g, auto&, auto& out, auto&) { return mul(g, ops::binary("add", out, Scalar(1))); }, "o"}},
-      {"log", {[](auto& g, auto& a, auto&, auto&) { return div_(g, a); }, "a"}},
-      {"log2", {[](auto& g, auto& a, auto&, auto&) { return div_(g, mul(a, Scalar(std::log(2.0)))); }, "a"}},
-      {"log10", {[](auto& g, auto& a, auto&, auto&) { return div_(g, mul(a, Scalar(std::log(10.0)))); }, "a"}},
-      {"log1p", {[](auto& g, auto& a, auto&, auto&) { return div_(g, ops::binary("add", a, Scalar(1))); }, "a"}},
-      {"sqrt", {[](auto& g, auto&, auto& out, auto&) { return div_(g, mul(out, Scalar(2))); }, "o"}},
-      {"rsqrt", {[](auto& g, auto&, auto& out, auto&) { return mul(mul(g, mul(out, mul(out, out))), Scalar(-0.5)); }, "o"}},
-      {"sin", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("cos", a)); }, "a"}},
-      {"cos", {[](auto& g, auto& a, auto&, auto&) { return mul(g, neg(un("sin", a))); }, "a"}},
-      {"tan", {[](auto& g, auto&, auto& out, auto&) { return mul(g, ops::binary("add", mul(out, out), Scalar(1))); }, "o"}},
-      {"asin", {[](auto& g, auto& a, auto&, auto&) { return div_(g, un("sqrt", one_minus(mul(a, a)))); }, "a"}},
-      {"acos", {[](auto& g, auto& a, auto&, auto&) { return neg(div_(g, un("sqrt", one_minus(mul(a, a))))); }, "a"}},
-      {"atan", {[](auto& g, auto& a, auto&, auto&) { return div_(g, ops::binary("add", mul(a, a), Scalar(1))); }, "a"}},
-      {"sinh", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("cosh", a)); }, "a"}},
-      {"cosh", {[](auto& g, auto& a, auto&, auto&) { return mul(g, un("sinh", a)); }, "a"}},
-      {"tanh", {[](auto& g, auto&, auto& out, auto&) { return mul(g, one_minus(mul(out, out))); }, "o"}},
-      {"asinh", {[](auto& g, auto& a, auto&, auto&) {
-         return div_(g, un("sqrt", ops::binary("add", mul(a, a), Scalar(1))));
-       }, "a"}},
-      {"acosh", {[](auto& g, auto& a, auto&, auto&) {
-         return div_(g, un("sqrt", ops::binary("sub", mul(a, a), Scalar(1))));
-       }, "a"}},
-      {"atanh", {[](auto& g, auto& a, auto&, auto&) { return div_(g, one_minus(mul(a, a))); }, "a"}},
-      {"sigmoid", {[](auto& g, auto&, auto& out, auto&) { return mul(g, mul(out, one_minus(out))); }, "o"}},
-      {"erf", {[](auto& g, auto& a, auto&, auto&) {
-         return mul(mul(g, un("exp", neg(mul(a, a)))), Scalar(2.0 / std::sqrt(kPi)));
-       }, "a"}},
-      {"erfc", {[](auto& g, auto& a, auto&, auto&) {
-         return mul(mul(g, un("exp", neg(mul(a, a)))), Scalar(-2.0 / std::sqrt(kPi)));
-       }, "a"}},
-      {"erfinv", {[](auto& g, auto&, auto& out, auto&) {
-         return mul(mul(g, un("exp", mul(out, out))), Scalar(std::sqrt(kPi) / 2.0));
-       }, "o"}},
-      {"reciprocal", {[](auto& g, auto&, auto& out, auto&) { return neg(mul(g, mul(out, out))); }, "o"}},
-      {"square", {[](auto& g, auto& a, auto&, auto&) { return mul(mul(g, a), Scalar(2)); }, "a"}},
-      // One fused pass (ReLU's backward was a tenth of a ResNet training step as gt + where).
-      {"relu", {[](auto& g, auto&, auto& out, auto&) { return ops::binary("relu_backward", g, out); }, "o"}},
-      {"silu", {[](auto& g, auto& a, auto&, auto&) {
-         Tensor s = sigmoid_of(a);
-         return mul(g, mul(s, ops::binary("add", mul(a, one_minus(s)), Scalar(1))));
-       }, "a"}},
-      {"mish", {[](auto& g, auto& a, auto&, auto&) {
-         Tensor sp = ops::unary("tanh", ops::unary("log1p", un("exp", a)));  // tanh(softplus(a))
-         Tensor s = sigmoid_of(a);
-         return mul(g, add(sp, mul(mul(a, s), one_minus(mul(sp, sp)))));
-       }, "a"}},
-      {"hardswish", {[](auto& g, auto& a, auto&, auto&) {
-         // PyTorch's hardswish_backward: 0 for a < -3, a/3 + 1/2 for a <= 3, 1 otherwise (NaN
-         // included). Branches picked with where, not masks multiplied: the slope of -inf is
-         // -inf, and 0 * -inf would be NaN.
-         Tensor slope = ops::binary("add", ops::binary("div", a, Scalar(3)), Scalar(0.5));
-         Tensor d = ops::where(cmp("lt", a, Scalar(-3)), Scalar(0), ops::where(cmp("le", a, Scalar(3)), slope, Scalar(1)));
-         return mul(g, d);
-       }, "a"}},
-      {"hardsigmoid", {[](auto& g, auto& a, auto&, auto&) {
-         Tensor mid = mul(mask_as(cmp("gt", a, Scalar(-3)), g.dtype()), mask_as(cmp("lt", a, Scalar(3)), g.dtype()));
-         return mul(mul(g, mid), Scalar(1.0 / 6.0));
-       }, "a"}},
-      {"frac", {[](auto& g, auto&, auto&, auto&) { return g; }, ""}},
-      {"sign", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
-      {"floor", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
-      {"ceil", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
-      {"round", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
-      {"trunc", {[](auto& g, auto&, auto&, auto&) { return zeros_like(g); }, ""}},
-      {"gelu", {[](auto& g, auto& a, auto&, const Attrs& at) {
-         if (at.get<std::string>("approximate") == "tanh") {
-           const double k = std::sqrt(2.0 / kPi);
-           Tensor a3 = mul(a, mul(a, a));
-           Tensor inner = mul(add(a, mul(a3, Scalar(0.044715))), Scalar(k));
-           Tensor t = un("tanh", inner);
-           Tensor dinner = mul(ops::binary("add", mul(mul(a, a), Scalar(3 * 0.044715)), Scalar(1)), Scalar(k));
-           Tensor left = mul(ops::binary("add", t, Scalar(1)), Scalar(0.5));
-           Tensor right = mul(mul(mul(a, Scalar(0.5)), one_minus(mul(t, t))), dinner);
-           return mul(g, add(left, right));
-         }
-         Tensor cdf = mul(ops::binary("add", un("erf", mul(a, Scalar(1.0 / std::sqrt(2.0)))), Scalar(1)), Scalar(0.5));
-         Tensor pdf = mul(un("exp", mul(mul(a, a), Scalar(-0.5))), Scalar(1.0 / std::sqrt(2.0 * kPi)));
-         return mul(g, add(cdf, mul(a, pdf)));
-       }, "a"}},
-      {"softplus", {[](auto& g, auto& a, auto&, const Attrs& at) {
-         const double beta = at.get<double>("beta"), threshold = at.get<double>("threshold");
-         Tensor ba = mul(a, Scalar(beta));
-         Tensor below = mask_as(cmp("le", ba, Scalar(threshold)), g.dtype());
-         Tensor d = add(mul(below, sigmoid_of(ba)), one_minus(below));
-         return mul(g, d);
-       }, "a"}},
-      {"leaky_relu", {[](auto& g, auto& a, auto&, const Attrs& at) {
-         const double slope = at.get<double>("negative_slope");
-         Tensor pos = mask_as(cmp("gt", a, Scalar(0)), g.dtype());
-         return mul(g, add(pos, mul(one_minus(pos), Scalar(slope))));
-       }, "a"}},
-      {"elu", {[](auto& g, auto& a, auto&, const Attrs& at) {
-         const double alpha = at.get<double>("alpha"), scale = at.get<double>("scale"),
-                      input_scale = at.get<double>("input_scale");
-         // PyTorch's elu_backward: x <= 0 takes the exponential branch, anything else (NaN
-         // included) the linear one; a branch not taken never enters (exp(x) of a large x is inf).
-         Tensor negd = mul(un("exp", mul(a, Scalar(input_scale))), Scalar(alpha * scale * input_scale));
-         return mul(g, ops::where(cmp("le", a, Scalar(0)), negd, ops::full({}, Scalar(scale), g.dtype(), g.device())));
-       }, "a"}},
-  };
+std::pair<Tensor, Tensor> div_backward(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&,
+                                       const Attrs& at) {
+  if (at.has("rounding_mode") && !at.get<std::string>("rounding_mode").empty())
+    return std::pair{zeros_like(g), zeros_like(g)};
+  return std::pair{div_(g, b), neg(div_(mul(g, a), mul(b, b)))};
+}
+
+std::pair<Tensor, Tensor> pow_backward(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out,
+                                       const Attrs&) {
+  // d/da = b * a^(b-1), 0 where b == 0 (the exponent is made 1 there, so that 0 * a^0
+  // stays 0 even at a == 0); d/db = out * log(a), 0 where a == 0 and b >= 0.
+  Tensor b_safe = add(b, mask_as(cmp("eq", b, Scalar(0)), b.dtype()));
+  Tensor da = mul(mul(g, b), ops::binary("pow", a, ops::binary("sub", b_safe, Scalar(1))));
+  // log(1) where a == 0 and b >= 0 (PyTorch masks those to 0; b < 0 keeps -inf * inf).
+  Tensor zero_base = ops::binary("logical_and", cmp("eq", a, Scalar(0)), cmp("ge", b, Scalar(0)));
+  Tensor safe_log = un("log", add(a, mask_as(zero_base, a.dtype())));
+  Tensor db = mul(mul(g, out), safe_log);
+  return std::pair{da, db};
+}
+
+// PyTorch 1.13: ties split the gradient evenly; the smaller operand gets none; with a NaN
+// both get all of it.
+std::pair<Tensor, Tensor> maximum_backward(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&,
+                                           const Attrs&) {
+  Tensor half_tie = mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5));
+  Tensor w = ops::binary("sub", one_minus(mask_as(cmp("lt", a, b), g.dtype())), half_tie);
+  Tensor wb = ops::binary("sub", one_minus(mask_as(cmp("gt", a, b), g.dtype())), half_tie);
+  return std::pair{mul(g, w), mul(g, wb)};
+}
+
+std::pair<Tensor, Tensor> minimum_backward(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&,
+                                           const Attrs&) {
+  Tensor half_tie = mul(mask_as(cmp("eq", a, b), g.dtype()), Scalar(0.5));
+  Tensor w = ops::binary("sub", one_minus(mask_as(cmp("gt", a, b), g.dtype())), half_tie);
+  Tensor wb = ops::binary("sub", one_minus(mask_as(cmp("lt", a, b), g.dtype())), half_tie);
+  return std::pair{mul(g, w), mul(g, wb)};
+}
+
+Tensor silu_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs&) {
+  Tensor s = sigmoid_of(a);
+  return mul(g, mul(s, ops::binary("add", mul(a, one_minus(s)), Scalar(1))));
+}
+
+Tensor mish_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs&) {
+  Tensor sp = ops::unary("tanh", ops::unary("log1p", un("exp", a)));  // tanh(softplus(a))
+  Tensor s = sigmoid_of(a);
+  return mul(g, add(sp, mul(mul(a, s), one_minus(mul(sp, sp)))));
+}
+
+Tensor hardswish_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs&) {
+  // PyTorch's hardswish_backward: 0 for a < -3, a/3 + 1/2 for a <= 3, 1 otherwise (NaN
+  // included). Branches picked with where, not masks multiplied: the slope of -inf is
+  // -inf, and 0 * -inf would be NaN.
+  Tensor slope = ops::binary("add", ops::binary("div", a, Scalar(3)), Scalar(0.5));
+  Tensor d = ops::where(cmp("lt", a, Scalar(-3)), Scalar(0), ops::where(cmp("le", a, Scalar(3)), slope, Scalar(1)));
+  return mul(g, d);
+}
+
+Tensor hardsigmoid_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs&) {
+  Tensor mid = mul(mask_as(cmp("gt", a, Scalar(-3)), g.dtype()), mask_as(cmp("lt", a, Scalar(3)), g.dtype()));
+  return mul(mul(g, mid), Scalar(1.0 / 6.0));
+}
+
+Tensor gelu_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs& at) {
+  if (at.get<std::string>("approximate") == "tanh") {
+    const double k = std::sqrt(2.0 / kPi);
+    Tensor a3 = mul(a, mul(a, a));
+    Tensor inner = mul(add(a, mul(a3, Scalar(0.044715))), Scalar(k));
+    Tensor t = un("tanh", inner);
+    Tensor dinner = mul(ops::binary("add", mul(mul(a, a), Scalar(3 * 0.044715)), Scalar(1)), Scalar(k));
+    Tensor left = mul(ops::binary("add", t, Scalar(1)), Scalar(0.5));
+    Tensor right = mul(mul(mul(a, Scalar(0.5)), one_minus(mul(t, t))), dinner);
+    return mul(g, add(left, right));
+  }
+  Tensor cdf = mul(ops::binary("add", un("erf", mul(a, Scalar(1.0 / std::sqrt(2.0)))), Scalar(1)), Scalar(0.5));
+  Tensor pdf = mul(un("exp", mul(mul(a, a), Scalar(-0.5))), Scalar(1.0 / std::sqrt(2.0 * kPi)));
+  return mul(g, add(cdf, mul(a, pdf)));
+}
+
+Tensor softplus_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs& at) {
+  const double beta = at.get<double>("beta"), threshold = at.get<double>("threshold");
+  Tensor ba = mul(a, Scalar(beta));
+  Tensor below = mask_as(cmp("le", ba, Scalar(threshold)), g.dtype());
+  Tensor d = add(mul(below, sigmoid_of(ba)), one_minus(below));
+  return mul(g, d);
+}
+
+Tensor leaky_relu_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs& at) {
+  const double slope = at.get<double>("negative_slope");
+  Tensor pos = mask_as(cmp("gt", a, Scalar(0)), g.dtype());
+  return mul(g, add(pos, mul(one_minus(pos), Scalar(slope))));
+}
+
+Tensor elu_backward(const Tensor& g, const Tensor& a, const Tensor&, const Attrs& at) {
+  const double alpha = at.get<double>("alpha"), scale = at.get<double>("scale"),
+               input_scale = at.get<double>("input_scale");
+  // PyTorch's elu_backward: x <= 0 takes the exponential branch, anything else (NaN
+  // included) the linear one; a branch not taken never enters (exp(x) of a large x is inf).
+  Tensor negd = mul(un("exp", mul(a, Scalar(input_scale))), Scalar(alpha * scale * input_scale));
+  return mul(g, ops::where(cmp("le", a, Scalar(0)), negd, ops::full({}, Scalar(scale), g.dtype(), g.device())));
+}
+
+// The tables: one-line formulas and the names above, from the op definitions
+// (core/opdefs/elementwise.yaml, `derivative:`).
+const std::unordered_map<std::string, BinaryGrad>& binary_grads() {
+  static const std::unordered_map<std::string, BinaryGrad> table = {PF_OPDEFS_BINARY_DERIVATIVES};
   return table;
 }
 
+const std::unordered_map<std::string, UnaryGrad>& unary_grads() {
+  static const std::unordered_map<std::string, UnaryGrad> table = {PF_OPDEFS_UNARY_DERIVATIVES};
+  return table;
+}
 
 // PyTorch names backward nodes after the op: "MulBackward0".
 std::string node_name(const std::string& op) {

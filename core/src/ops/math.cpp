@@ -632,8 +632,8 @@ Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value)
 namespace {
 
 bool is_param_activation(const std::string& name) {
-  for (auto n : internal::kParamActivations)
-    if (n == name) return true;
+  for (const auto& act : internal::kParamActivations)
+    if (act.name == name) return true;
   return false;
 }
 

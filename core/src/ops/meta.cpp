@@ -103,16 +103,13 @@ const bool kCatalogRegistered = [] {
   register_op("normal", "normal(Tensor(a!) out, float mean, float std, int seed, int offset)", caller_outputs);
   register_op("randint", "randint(Tensor(a!) out, int low, int high, int seed, int offset)", caller_outputs);
 
-  for (const auto& b : internal::kBinaryOps) {
-    std::string sig = std::string(b.name) + "(Tensor a, Tensor b) -> Tensor";
-    register_op(std::string(b.name), sig, b.kind == BinaryKind::Arithmetic ? same_as_input : bool_output);
-  }
-  for (const auto& u : internal::kUnaryOps) {
-    std::string sig = std::string(u.name) + "(Tensor a) -> Tensor";
-    register_op(std::string(u.name), sig, u.kind == UnaryKind::BoolOut ? bool_output : same_as_input);
-  }
-  for (auto name : internal::kParamActivations)
-    register_op(std::string(name), std::string(name) + "(Tensor a, attrs...) -> Tensor", same_as_input);
+  for (const auto& b : internal::kBinaryOps)
+    register_op(std::string(b.name), std::string(b.signature),
+                b.kind == BinaryKind::Arithmetic ? same_as_input : bool_output);
+  for (const auto& u : internal::kUnaryOps)
+    register_op(std::string(u.name), std::string(u.signature), u.kind == UnaryKind::BoolOut ? bool_output : same_as_input);
+  for (const auto& act : internal::kParamActivations)
+    register_op(std::string(act.name), std::string(act.signature), same_as_input);
   for (auto name : internal::kReduceOps)
     register_op(std::string(name), std::string(name) + "(Tensor a, int[] dims, bool keepdim) -> Tensor", reduce_meta);
   register_op("max_dim", "max_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",

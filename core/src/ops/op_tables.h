@@ -1,7 +1,9 @@
 // Core-internal: the elementwise op families, shared by the catalog (meta.cpp) and the
-// functional layer (elementwise.cpp). docs/kernels.md documents the same lists for plugins.
+// functional layer (elementwise.cpp), built from the generated definitions (opdefs.h).
 #pragma once
 #include <string_view>
+
+#include "opdefs.h"
 
 namespace plugflow::internal {
 
@@ -16,24 +18,7 @@ struct BinaryInfo {
   BinaryKind kind;
   bool integral_only = false;  // bitwise ops
   bool float_only = false;     // integers are promoted to float first (atan2)
-};
-
-inline constexpr BinaryInfo kBinaryOps[] = {
-    {"add", BinaryKind::Arithmetic},          {"sub", BinaryKind::Arithmetic},
-    {"mul", BinaryKind::Arithmetic},          {"div", BinaryKind::Arithmetic},
-    {"pow", BinaryKind::Arithmetic},          {"maximum", BinaryKind::Arithmetic},
-    {"minimum", BinaryKind::Arithmetic},      {"remainder", BinaryKind::Arithmetic},
-    {"fmod", BinaryKind::Arithmetic},         {"floor_divide", BinaryKind::Arithmetic},
-    {"atan2", BinaryKind::Arithmetic, false, true},
-    {"bitwise_and", BinaryKind::Arithmetic, true}, {"bitwise_or", BinaryKind::Arithmetic, true},
-    {"bitwise_xor", BinaryKind::Arithmetic, true},
-    // relu_backward(grad, result): grad where result > 0, else 0 (PyTorch's threshold_backward
-    // at 0: a NaN result passes the gradient). One pass instead of gt + where.
-    {"relu_backward", BinaryKind::Arithmetic},
-    {"logical_and", BinaryKind::Logical},     {"logical_or", BinaryKind::Logical},
-    {"logical_xor", BinaryKind::Logical},
-    {"eq", BinaryKind::Compare}, {"ne", BinaryKind::Compare}, {"lt", BinaryKind::Compare},
-    {"le", BinaryKind::Compare}, {"gt", BinaryKind::Compare}, {"ge", BinaryKind::Compare},
+  std::string_view signature;
 };
 
 enum class UnaryKind {
@@ -46,30 +31,25 @@ enum class UnaryKind {
 struct UnaryInfo {
   std::string_view name;
   UnaryKind kind;
-};
-
-inline constexpr UnaryInfo kUnaryOps[] = {
-    {"exp", UnaryKind::FloatMath},   {"exp2", UnaryKind::FloatMath},    {"expm1", UnaryKind::FloatMath},
-    {"log", UnaryKind::FloatMath},   {"log2", UnaryKind::FloatMath},    {"log10", UnaryKind::FloatMath},
-    {"log1p", UnaryKind::FloatMath}, {"sqrt", UnaryKind::FloatMath},    {"rsqrt", UnaryKind::FloatMath},
-    {"sin", UnaryKind::FloatMath},   {"cos", UnaryKind::FloatMath},     {"tan", UnaryKind::FloatMath},
-    {"asin", UnaryKind::FloatMath},  {"acos", UnaryKind::FloatMath},    {"atan", UnaryKind::FloatMath},
-    {"sinh", UnaryKind::FloatMath},  {"cosh", UnaryKind::FloatMath},    {"tanh", UnaryKind::FloatMath},
-    {"asinh", UnaryKind::FloatMath}, {"acosh", UnaryKind::FloatMath},   {"atanh", UnaryKind::FloatMath},
-    {"sigmoid", UnaryKind::FloatMath}, {"erf", UnaryKind::FloatMath},   {"erfc", UnaryKind::FloatMath},
-    {"erfinv", UnaryKind::FloatMath}, {"reciprocal", UnaryKind::FloatMath}, {"silu", UnaryKind::FloatMath},
-    {"mish", UnaryKind::FloatMath},  {"hardswish", UnaryKind::FloatMath}, {"hardsigmoid", UnaryKind::FloatMath},
-    {"neg", UnaryKind::AnyDtype},    {"abs", UnaryKind::AnyDtype},      {"square", UnaryKind::AnyDtype},
-    {"sign", UnaryKind::AnyDtype},   {"relu", UnaryKind::AnyDtype},     {"floor", UnaryKind::AnyDtype},
-    {"ceil", UnaryKind::AnyDtype},   {"round", UnaryKind::AnyDtype},    {"trunc", UnaryKind::AnyDtype},
-    {"frac", UnaryKind::AnyDtype},
-    {"logical_not", UnaryKind::BoolOut}, {"isnan", UnaryKind::BoolOut}, {"isinf", UnaryKind::BoolOut},
-    {"isfinite", UnaryKind::BoolOut},
-    {"bitwise_not", UnaryKind::IntegralOnly},
+  std::string_view signature;
 };
 
 // Activations with attributes (docs/kernels.md): float inputs only, output = input dtype.
-inline constexpr std::string_view kParamActivations[] = {"gelu", "softplus", "leaky_relu", "elu"};
+struct ActivationInfo {
+  std::string_view name;
+  std::string_view signature;
+};
+
+// The lists come from the op definitions (core/opdefs/elementwise.yaml, docs/opdefs.md).
+#define PF_X(name, kind, integral_only, float_only, sig) {name, BinaryKind::kind, integral_only, float_only, sig},
+inline constexpr BinaryInfo kBinaryOps[] = {PF_OPDEFS_BINARY(PF_X)};
+#undef PF_X
+#define PF_X(name, kind, sig) {name, UnaryKind::kind, sig},
+inline constexpr UnaryInfo kUnaryOps[] = {PF_OPDEFS_UNARY(PF_X)};
+#undef PF_X
+#define PF_X(name, sig) {name, sig},
+inline constexpr ActivationInfo kParamActivations[] = {PF_OPDEFS_ACTIVATION(PF_X)};
+#undef PF_X
 
 inline constexpr std::string_view kReduceOps[] = {"sum", "prod", "mean", "amax", "amin"};
 

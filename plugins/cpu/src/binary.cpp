@@ -12,6 +12,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -108,6 +109,9 @@ struct DivFloorOp : OpBase<T> {
     else return float_div_floor(a, b);
   }
 };
+
+template <typename T>
+using FloorDivideOp = DivFloorOp<T>;
 
 template <typename T>
 struct RemainderOp : OpBase<T> {
@@ -352,28 +356,13 @@ void div_kernel(KernelContext& ctx) {
 void register_binary_kernels(Registrar& reg) {
   register_supported<AddOp>(reg, "add", binary_kernel<AddOp>);
   register_supported<SubOp>(reg, "sub", binary_kernel<SubOp>);
-  register_supported<MulOp>(reg, "mul", binary_kernel<MulOp>);
   register_supported<DivSupported>(reg, "div", div_kernel);
   register_supported<PowOp>(reg, "pow", pow_kernel);
-  register_supported<MaximumOp>(reg, "maximum", binary_kernel<MaximumOp>);
-  register_supported<MinimumOp>(reg, "minimum", binary_kernel<MinimumOp>);
-  register_supported<ReluBackwardOp>(reg, "relu_backward", binary_kernel<ReluBackwardOp>);
-  register_supported<RemainderOp>(reg, "remainder", binary_kernel<RemainderOp>);
-  register_supported<FmodOp>(reg, "fmod", binary_kernel<FmodOp>);
-  register_supported<DivFloorOp>(reg, "floor_divide", binary_kernel<DivFloorOp>);
-  register_supported<Atan2Op>(reg, "atan2", binary_kernel<Atan2Op>);
-  register_supported<BitwiseAndOp>(reg, "bitwise_and", binary_kernel<BitwiseAndOp>);
-  register_supported<BitwiseOrOp>(reg, "bitwise_or", binary_kernel<BitwiseOrOp>);
-  register_supported<BitwiseXorOp>(reg, "bitwise_xor", binary_kernel<BitwiseXorOp>);
-  register_supported<LogicalAndOp>(reg, "logical_and", binary_kernel<LogicalAndOp>);
-  register_supported<LogicalOrOp>(reg, "logical_or", binary_kernel<LogicalOrOp>);
-  register_supported<LogicalXorOp>(reg, "logical_xor", binary_kernel<LogicalXorOp>);
-  register_supported<EqOp>(reg, "eq", binary_kernel<EqOp>);
-  register_supported<NeOp>(reg, "ne", binary_kernel<NeOp>);
-  register_supported<LtOp>(reg, "lt", binary_kernel<LtOp>);
-  register_supported<LeOp>(reg, "le", binary_kernel<LeOp>);
-  register_supported<GtOp>(reg, "gt", binary_kernel<GtOp>);
-  register_supported<GeOp>(reg, "ge", binary_kernel<GeOp>);
+  // Every other binary op of the definitions (core/opdefs/elementwise.yaml): its functor
+  // is named after it (atan2 -> Atan2Op).
+#define PF_X(name, Camel, dtypes, bool_out) register_supported<Camel##Op>(reg, name, binary_kernel<Camel##Op>);
+  PF_OPDEFS_BINARY_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

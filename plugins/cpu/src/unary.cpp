@@ -8,6 +8,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 #include "vec_math.h"
 
 namespace plugflow::cpu {
@@ -384,55 +385,16 @@ void unary_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_unary_kernels(Registrar& reg) {
-  PF_REGISTER_UNARY("exp", ExpOp);
-  PF_REGISTER_UNARY("exp2", Exp2Op);
-  PF_REGISTER_UNARY("expm1", Expm1Op);
-  PF_REGISTER_UNARY("log", LogOp);
-  PF_REGISTER_UNARY("log2", Log2Op);
-  PF_REGISTER_UNARY("log10", Log10Op);
-  PF_REGISTER_UNARY("log1p", Log1pOp);
-  PF_REGISTER_UNARY("sqrt", SqrtOp);
-  PF_REGISTER_UNARY("rsqrt", RsqrtOp);
-  PF_REGISTER_UNARY("sin", SinOp);
-  PF_REGISTER_UNARY("cos", CosOp);
-  PF_REGISTER_UNARY("tan", TanOp);
-  PF_REGISTER_UNARY("asin", AsinOp);
-  PF_REGISTER_UNARY("acos", AcosOp);
-  PF_REGISTER_UNARY("atan", AtanOp);
-  PF_REGISTER_UNARY("sinh", SinhOp);
-  PF_REGISTER_UNARY("cosh", CoshOp);
-  PF_REGISTER_UNARY("tanh", TanhOp);
-  PF_REGISTER_UNARY("asinh", AsinhOp);
-  PF_REGISTER_UNARY("acosh", AcoshOp);
-  PF_REGISTER_UNARY("atanh", AtanhOp);
-  PF_REGISTER_UNARY("sigmoid", SigmoidOp);
-  PF_REGISTER_UNARY("erf", ErfOp);
-  PF_REGISTER_UNARY("erfc", ErfcOp);
-  PF_REGISTER_UNARY("erfinv", ErfinvOp);
-  PF_REGISTER_UNARY("reciprocal", ReciprocalOp);
-  PF_REGISTER_UNARY("silu", SiluOp);
-  PF_REGISTER_UNARY("mish", MishOp);
-  PF_REGISTER_UNARY("hardswish", HardswishOp);
-  PF_REGISTER_UNARY("hardsigmoid", HardsigmoidOp);
   PF_REGISTER_UNARY("gelu", GeluOp);
   PF_REGISTER_UNARY("softplus", SoftplusOp);
   PF_REGISTER_UNARY("leaky_relu", LeakyReluOp);
   PF_REGISTER_UNARY("elu", EluOp);
-  PF_REGISTER_UNARY("neg", NegOp);
-  PF_REGISTER_UNARY("abs", AbsOp);
-  PF_REGISTER_UNARY("square", SquareOp);
-  PF_REGISTER_UNARY("sign", SignOp);
-  PF_REGISTER_UNARY("relu", ReluOp);
-  PF_REGISTER_UNARY("floor", FloorOp);
-  PF_REGISTER_UNARY("ceil", CeilOp);
-  PF_REGISTER_UNARY("round", RoundOp);
-  PF_REGISTER_UNARY("trunc", TruncOp);
-  PF_REGISTER_UNARY("frac", FracOp);
-  PF_REGISTER_UNARY("logical_not", LogicalNotOp);
-  PF_REGISTER_UNARY("isnan", IsnanOp);
-  PF_REGISTER_UNARY("isinf", IsinfOp);
-  PF_REGISTER_UNARY("isfinite", IsfiniteOp);
-  PF_REGISTER_UNARY("bitwise_not", BitwiseNotOp);
+  // Every other unary op of the definitions (core/opdefs/elementwise.yaml): its functor is
+  // named after it (erfinv -> ErfinvOp).
+#define PF_X(name, Camel, dtypes, bool_out) PF_REGISTER_UNARY(name, Camel##Op);
+  PF_OPDEFS_UNARY_FLOAT_KERNELS(PF_X)
+  PF_OPDEFS_UNARY_OTHER_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

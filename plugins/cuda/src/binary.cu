@@ -6,6 +6,7 @@
 #include "dmath.cuh"
 #include "elementwise.cuh"
 #include "launchers.h"
+#include "opdefs.h"
 
 namespace plugflow::cuda {
 namespace {
@@ -126,13 +127,13 @@ struct FloorDivideFn {
 struct Atan2Fn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return dm::atan2(a, b); }
 };
-struct BitAndFn {
+struct BitwiseAndFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return static_cast<C>(a & b); }
 };
-struct BitOrFn {
+struct BitwiseOrFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return static_cast<C>(a | b); }
 };
-struct BitXorFn {
+struct BitwiseXorFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return static_cast<C>(a ^ b); }
 };
 
@@ -219,28 +220,13 @@ std::vector<KernelDef> binary_kernels() {
   return {
       def<AddDesc>("add"),
       def<SubDesc>("sub"),
-      def<Stateless<MulFn, AllTypes>>("mul"),
       def<DivDesc>("div"),
       def<Stateless<PowFn, NumericTypes>>("pow"),
-      def<Stateless<MaximumFn, AllTypes>>("maximum"),
-      def<Stateless<MinimumFn, AllTypes>>("minimum"),
-      def<Stateless<ReluBackwardFn, NumericTypes>>("relu_backward"),
-      def<Stateless<RemainderFn, NumericTypes>>("remainder"),
-      def<Stateless<FmodFn, NumericTypes>>("fmod"),
-      def<Stateless<FloorDivideFn, NumericTypes>>("floor_divide"),
-      def<Stateless<Atan2Fn, FloatTypes>>("atan2"),
-      def<Stateless<BitAndFn, IntegralTypes>>("bitwise_and"),
-      def<Stateless<BitOrFn, IntegralTypes>>("bitwise_or"),
-      def<Stateless<BitXorFn, IntegralTypes>>("bitwise_xor"),
-      def<Stateless<LogicalAndFn, AllTypes, true>>("logical_and"),
-      def<Stateless<LogicalOrFn, AllTypes, true>>("logical_or"),
-      def<Stateless<LogicalXorFn, AllTypes, true>>("logical_xor"),
-      def<Stateless<EqFn, AllTypes, true>>("eq"),
-      def<Stateless<NeFn, AllTypes, true>>("ne"),
-      def<Stateless<LtFn, AllTypes, true>>("lt"),
-      def<Stateless<LeFn, AllTypes, true>>("le"),
-      def<Stateless<GtFn, AllTypes, true>>("gt"),
-      def<Stateless<GeFn, AllTypes, true>>("ge"),
+  // Every other binary op of the definitions (core/opdefs/elementwise.yaml): its functor is
+  // named after it (atan2 -> Atan2Fn).
+#define PF_X(name, Camel, dtypes, bool_out) def<Stateless<Camel##Fn, dtypes##Types, bool_out>>(name),
+      PF_OPDEFS_BINARY_KERNELS(PF_X)
+#undef PF_X
   };
 }
 

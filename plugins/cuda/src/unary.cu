@@ -1,6 +1,7 @@
 // Unary elementwise ops on any dtype (docs/kernels.md: neg abs square sign relu floor ceil
 // round trunc, logical_not, bitwise_not, isnan isinf isfinite; frac is in unary_math.cu).
 #include "dmath.cuh"
+#include "opdefs.h"
 #include "unary.cuh"
 
 namespace plugflow::cuda {
@@ -94,20 +95,11 @@ struct IsfiniteFn {
 
 std::vector<KernelDef> unary_kernels() {
   std::vector<KernelDef> defs = {
-      unary_def<Stateless<NegFn, NumericTypes>>("neg"),
-      unary_def<Stateless<AbsFn, NumericTypes>>("abs"),
-      unary_def<Stateless<SquareFn, AllTypes>>("square"),
-      unary_def<Stateless<SignFn, AllTypes>>("sign"),
-      unary_def<Stateless<ReluFn, NumericTypes>>("relu"),
-      unary_def<Stateless<FloorFn, NumericTypes>>("floor"),
-      unary_def<Stateless<CeilFn, NumericTypes>>("ceil"),
-      unary_def<Stateless<RoundFn, NumericTypes>>("round"),
-      unary_def<Stateless<TruncFn, NumericTypes>>("trunc"),
-      unary_def<Stateless<LogicalNotFn, AllTypes, true>>("logical_not"),
-      unary_def<Stateless<BitwiseNotFn, IntegralTypes>>("bitwise_not"),
-      unary_def<Stateless<IsnanFn, AllTypes, true>>("isnan"),
-      unary_def<Stateless<IsinfFn, AllTypes, true>>("isinf"),
-      unary_def<Stateless<IsfiniteFn, AllTypes, true>>("isfinite"),
+  // The other unary ops of the definitions (core/opdefs/elementwise.yaml): each functor is
+  // named after its op (bitwise_not -> BitwiseNotFn).
+#define PF_X(name, Camel, dtypes, bool_out) unary_def<Stateless<Camel##Fn, dtypes##Types, bool_out>>(name),
+      PF_OPDEFS_UNARY_OTHER_KERNELS(PF_X)
+#undef PF_X
   };
   for (auto& d : unary_math_kernels()) defs.push_back(std::move(d));
   return defs;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "dmath.cuh"
+#include "opdefs.h"
 #include "unary.cuh"
 
 namespace plugflow::cuda {
@@ -116,37 +117,11 @@ using Math = Stateless<F, FloatTypes>;
 
 std::vector<KernelDef> unary_math_kernels() {
   return {
-      unary_def<Math<ExpFn>>("exp"),
-      unary_def<Math<Exp2Fn>>("exp2"),
-      unary_def<Math<Expm1Fn>>("expm1"),
-      unary_def<Math<LogFn>>("log"),
-      unary_def<Math<Log2Fn>>("log2"),
-      unary_def<Math<Log10Fn>>("log10"),
-      unary_def<Math<Log1pFn>>("log1p"),
-      unary_def<Math<SqrtFn>>("sqrt"),
-      unary_def<Math<RsqrtFn>>("rsqrt"),
-      unary_def<Math<SinFn>>("sin"),
-      unary_def<Math<CosFn>>("cos"),
-      unary_def<Math<TanFn>>("tan"),
-      unary_def<Math<AsinFn>>("asin"),
-      unary_def<Math<AcosFn>>("acos"),
-      unary_def<Math<AtanFn>>("atan"),
-      unary_def<Math<SinhFn>>("sinh"),
-      unary_def<Math<CoshFn>>("cosh"),
-      unary_def<Math<TanhFn>>("tanh"),
-      unary_def<Math<AsinhFn>>("asinh"),
-      unary_def<Math<AcoshFn>>("acosh"),
-      unary_def<Math<AtanhFn>>("atanh"),
-      unary_def<Math<SigmoidFn>>("sigmoid"),
-      unary_def<Math<ErfFn>>("erf"),
-      unary_def<Math<ErfcFn>>("erfc"),
-      unary_def<Math<ErfinvFn>>("erfinv"),
-      unary_def<Math<ReciprocalFn>>("reciprocal"),
-      unary_def<Math<SiluFn>>("silu"),
-      unary_def<Math<MishFn>>("mish"),
-      unary_def<Math<HardswishFn>>("hardswish"),
-      unary_def<Math<HardsigmoidFn>>("hardsigmoid"),
-      unary_def<Math<FracFn>>("frac"),
+  // The floating unary ops of the definitions (core/opdefs/elementwise.yaml): each functor is
+  // named after its op (erfinv -> ErfinvFn).
+#define PF_X(name, Camel, dtypes, bool_out) unary_def<Math<Camel##Fn>>(name),
+      PF_OPDEFS_UNARY_FLOAT_KERNELS(PF_X)
+#undef PF_X
       unary_def<GeluDesc>("gelu"),
       unary_def<SoftplusDesc>("softplus"),
       unary_def<LeakyReluDesc>("leaky_relu"),

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cpu_test_util.h"
+#include "opdefs.h"
 #include "plugflow/device.h"
 #include "plugflow/kernel.h"
 
@@ -36,17 +37,17 @@ TEST_F(CpuTest, BackendIsRegistered) {
 }
 
 TEST_F(CpuTest, EveryDocumentedOpHasCpuKernels) {
-  const char* ops[] = {"fill", "copy", "arange", "linspace", "uniform", "normal", "randint", "add", "sub", "mul", "div",
-                       "pow", "maximum", "minimum", "remainder", "fmod", "floor_divide", "atan2", "bitwise_and",
-                       "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor", "eq", "ne", "lt", "le",
-                       "gt", "ge", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin",
-                       "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-                       "sigmoid", "erf", "erfc", "erfinv", "reciprocal", "silu", "mish", "hardswish", "hardsigmoid",
-                       "gelu", "softplus", "leaky_relu", "elu", "neg", "abs", "square", "sign", "relu", "floor", "ceil",
-                       "round", "trunc", "frac", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "sum",
-                       "prod", "mean", "amax", "amin", "max_dim", "min_dim", "argmax", "argmin", "mm", "bmm"};
+  // The elementwise ops come from their definitions (core/opdefs/elementwise.yaml).
+  std::vector<std::string> ops = {"fill",   "copy",    "arange",  "linspace", "uniform", "normal", "randint", "sum",
+                                  "prod",   "mean",    "amax",    "amin",     "max_dim", "min_dim", "argmax", "argmin",
+                                  "mm",     "bmm"};
+#define PF_X(name, ...) ops.emplace_back(name);
+  PF_OPDEFS_BINARY(PF_X)
+  PF_OPDEFS_UNARY(PF_X)
+  PF_OPDEFS_ACTIVATION(PF_X)
+#undef PF_X
   const auto kernels = plugflow::registered_kernels();
-  for (const char* op : ops) {
+  for (const std::string& op : ops) {
     int n = 0;
     for (const auto& k : kernels)
       if (k.op == op && k.provider == "cpu" && k.device == plugflow::DeviceType::CPU) ++n;

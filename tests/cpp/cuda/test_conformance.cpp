@@ -29,6 +29,7 @@
 #include "plugflow/runtime.h"
 #include "plugflow/tensor.h"
 #include "conformance_harness.h"
+#include "opdefs.h"
 
 namespace {
 
@@ -36,18 +37,13 @@ using namespace plugflow;
 using namespace cuda_conformance;
 namespace ops = plugflow::ops;
 
-// The ops of docs/kernels.md (this plugin's scope; cuDNN ops come later).
-const std::vector<std::string> kBinaryOps = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder",
-                                             "fmod", "floor_divide", "atan2", "bitwise_and", "bitwise_or",
-                                             "bitwise_xor", "logical_and", "logical_or", "logical_xor", "eq", "ne",
-                                             "lt", "le", "gt", "ge", "relu_backward"};
-const std::vector<std::string> kUnaryOps = {
-    "exp",   "exp2",  "expm1", "log",     "log2",  "log10", "log1p",      "sqrt",  "rsqrt",      "sin",
-    "cos",   "tan",   "asin",  "acos",    "atan",  "sinh",  "cosh",       "tanh",  "asinh",      "acosh",
-    "atanh", "sigmoid", "erf", "erfc",    "erfinv", "reciprocal", "silu", "mish",  "hardswish",  "hardsigmoid",
-    "neg",   "abs",   "square", "sign",   "relu",  "floor", "ceil",       "round", "trunc",      "frac",
-    "logical_not", "isnan", "isinf", "isfinite", "bitwise_not"};
-const std::vector<std::string> kActivations = {"gelu", "softplus", "leaky_relu", "elu"};
+// The ops of docs/kernels.md (this plugin's scope; cuDNN ops come later); the elementwise ones
+// from their definitions (core/opdefs/elementwise.yaml).
+#define PF_X(name, ...) name,
+const std::vector<std::string> kBinaryOps = {PF_OPDEFS_BINARY(PF_X)};
+const std::vector<std::string> kUnaryOps = {PF_OPDEFS_UNARY(PF_X)};
+const std::vector<std::string> kActivations = {PF_OPDEFS_ACTIVATION(PF_X)};
+#undef PF_X
 const std::vector<std::string> kReductions = {"sum", "prod", "mean", "amax", "amin"};
 const std::vector<std::string> kOtherOps = {"fill",   "copy",    "arange",  "linspace", "uniform", "normal",
                                             "randint", "max_dim", "min_dim", "argmax",   "argmin",  "mm",

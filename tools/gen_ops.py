@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Generates plugflow's op tables from the op definitions (core/opdefs/*.yaml, docs/opdefs.md).
+
+    gen_ops.py DEFS.yaml --header OUT.h --derivatives OUT.inc   (the build)
+    gen_ops.py DEFS.yaml --docs docs/kernels.md [--check]       (the generated docs section)
+
+The header holds X-macro lists (PF_OPDEFS_*) that the core, the in-tree plugins and the Python
+bindings expand; the .inc holds the backward formulas, compiled inside
+core/src/ops/elementwise_grad.cpp. Nothing generated is committed except the docs section,
+which a test keeps equal to what this script writes.
+"""
+import argparse
+import re
+import sys
+
+import yaml
+
+FAMILIES = ("unary", "binary", "activation")
+DTYPE_RULES = {
+    "unary": {"float": "FloatMath", "same": "AnyDtype", "bool": "BoolOut", "integral": "IntegralOnly"},
+    "binary": {"same": "Arithmetic", "float": "Arithmetic", "integral": "Arithmetic", "compare": "Compare",
+               "logical": "Logical"},
+    "activation": {"float": None},
+}
+DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float"}
+KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
+DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
+ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
+PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only"}
+OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber"}
+AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
+FIELDS = {"name", "family", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative", "doc"}
+INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"]}
+
+
+class DefinitionError(Exception):
+    pass
+
+
+def camel(name):
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        entries = yaml.safe_load(f)
+    ops, seen = [], set()
+    for e in entries:
+        ops.append(normalize(e, seen))
+    return ops
+
+
+def normalize(e, seen):
+    name = e.get("name")
+
+    def fail(msg):
+        raise DefinitionError(f"op '{name}': {msg}")
+
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise DefinitionError(f"bad or missing op name: {e!r}")
+    if name in seen:
+        fail("defined twice")
+    unknown = set(e) - FIELDS
+    if unknown:
+        fail(f"unknown fields {sorted(unknown)}")
+    family = e.get("family")
+    if family not in FAMILIES:
+        fail(f"family must be one of {FAMILIES}")
+    dtype = e.get("dtype", DEFAULT_DTYPE[family])
+    if dtype not in DTYPE_RULES[family]:
+        fail(f"dtype '{dtype}' is not a {family} rule ({sorted(DTYPE_RULES[family])})")
+
+    kernels = e.get("kernels", {})
+    if isinstance(kernels, str):
+        kernels = {"dtypes": kernels}
+    kdt = kernels.get("dtypes", DEFAULT_KERNEL_DTYPES.get(dtype))
+    if kdt not in KERNEL_DTYPES:
+        fail("kernels: say which dtypes the kernels cover (all, numeric, float, integral)")
+    custom_kernel = bool(kernels.get("custom", family == "activation"))
+
+    attrs = e.get("attrs", {})
+    for a, t in attrs.items():
+        if t not in ATTR_TYPES:
+            fail(f"attribute {a}: type {t} is not one of {sorted(ATTR_TYPES)}")
+
+    python = e.get("python", ["function", "method", "inplace"])
+    custom_python = python == "custom"
+    python = set() if custom_python else set(python)
+    if python - PY_TOKENS:
+        fail(f"python: unknown exposure {sorted(python - PY_TOKENS)}")
+    if "nn_functional" in python and python & {"function", "method"}:
+        fail("python: nn_functional ops are not torch functions or Tensor methods")
+    if "tensor_only" in python and (family != "binary" or "inplace" in python):
+        fail("python: tensor_only is for binary ops without an in-place form")
+    bool_out = dtype in ("bool", "compare", "logical")
+
+    out = e.get("out")
+    if out is not None and out not in OUT_KINDS:
+        fail(f"out: one of {sorted(OUT_KINDS)}")
+    aliases = e.get("aliases", [])
+    amp = e.get("amp", {})
+    for dev, pol in amp.items():
+        if dev not in ("cpu", "cuda") or pol not in AMP_POLICIES:
+            fail(f"amp: {dev}: {pol} (devices cpu, cuda; policies {sorted(AMP_POLICIES)})")
+
+    deriv = e.get("derivative")
+    if deriv is not None:
+        if bool_out:
+            fail("an op with a bool output has no derivative")
+        if "function" in deriv:
+            uses = deriv.get("uses", [])
+            if set(deriv) - {"function", "uses"} or set(uses) - set(INPUTS[family]) - {"result"}:
+                fail("derivative: `function` takes only `uses` (a subset of the inputs and result)")
+        elif set(deriv) != set(INPUTS[family]):
+            fail(f"derivative: give a formula for each input {INPUTS[family]}")
+    seen.add(name)
+    seen.update(aliases)
+    return dict(name=name, family=family, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel, attrs=attrs,
+                python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp, derivative=deriv,
+                bool_out=bool_out, doc=e.get("doc", ""))
+
+
+def signature(op):
+    ins = ", ".join(f"Tensor {i}" for i in INPUTS[op["family"]])
+    attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
+    if attrs:
+        attrs = ", *" + attrs
+    return f"{op['name']}({ins}{attrs}) -> Tensor"
+
+
+def cbool(b):
+    return "true" if b else "false"
+
+
+def macro(name, comment, rows):
+    lines = [f"// {comment}", f"#define {name}(X)"]
+    body = " \\\n".join(f"  X({', '.join(r)})" for r in rows)
+    return lines[0] + "\n" + lines[1] + (" \\\n" + body if rows else "") + "\n"
+
+
+def q(s):
+    return f'"{s}"'
+
+
+def header(ops):
+    unary = [o for o in ops if o["family"] == "unary"]
+    binary = [o for o in ops if o["family"] == "binary"]
+    acts = [o for o in ops if o["family"] == "activation"]
+    parts = [
+        "// Generated by tools/gen_ops.py from core/opdefs/elementwise.yaml: do not edit.\n"
+        "// X-macro lists of the elementwise ops (docs/opdefs.md says who expands which).\n#pragma once\n",
+        macro("PF_OPDEFS_UNARY", "X(name, UnaryKind, signature): the catalog's unary ops",
+              [[q(o["name"]), DTYPE_RULES["unary"][o["dtype"]], q(signature(o))] for o in unary]),
+        macro("PF_OPDEFS_BINARY", "X(name, BinaryKind, integral_only, float_only, signature)",
+              [[q(o["name"]), DTYPE_RULES["binary"][o["dtype"]], cbool(o["dtype"] == "integral"),
+                cbool(o["dtype"] == "float"), q(signature(o))] for o in binary]),
+        macro("PF_OPDEFS_ACTIVATION", "X(name, signature): unary ops with attributes, floating inputs",
+              [[q(o["name"]), q(signature(o))] for o in acts]),
+    ]
+
+    def kernel_rows(sel):
+        return [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], cbool(o["bool_out"])]
+                for o in sel if not o["custom_kernel"]]
+
+    parts += [
+        macro("PF_OPDEFS_UNARY_FLOAT_KERNELS",
+              "X(name, Camel, Dtypes, bool_out): in-tree plugins register functor Camel##Op (CPU) / Camel##Fn (CUDA)"
+              " for Dtypes##Types", kernel_rows([o for o in unary if o["kernel_dtypes"] == "float"])),
+        macro("PF_OPDEFS_UNARY_OTHER_KERNELS", "X(name, Camel, Dtypes, bool_out): the other unary kernels",
+              kernel_rows([o for o in unary if o["kernel_dtypes"] != "float"])),
+        macro("PF_OPDEFS_BINARY_KERNELS", "X(name, Camel, Dtypes, bool_out)", kernel_rows(binary)),
+    ]
+    py_unary = [o for o in unary if o["python"]]
+    py_binary = [o for o in binary if o["python"]]
+    parts += [
+        macro("PF_OPDEFS_PY_UNARY", "X(name, function, method, inplace, nn_functional): generic Python bindings",
+              [[q(o["name"])] + [cbool(t in o["python"]) for t in ("function", "method", "inplace", "nn_functional")]
+               for o in py_unary]),
+        macro("PF_OPDEFS_PY_BINARY", "X(name, function, method, inplace, tensor_only)",
+              [[q(o["name"])] + [cbool(t in o["python"]) for t in ("function", "method", "inplace", "tensor_only")]
+               for o in py_binary]),
+        macro("PF_OPDEFS_PY_ALIASES", "X(alias, op, bound_generically): other Python names of an op",
+              [[q(a), q(o["name"]), cbool(not o["custom_python"])] for o in ops for a in o["aliases"]]),
+        macro("PF_OPDEFS_PY_OUT", "X(name, OutKind): functions taking out= (aliases included)",
+              [[q(n), OUT_KINDS[o["out"]]] for o in ops if o["out"] for n in [o["name"]] + o["aliases"]]),
+        macro("PF_OPDEFS_AUTOCAST", "X(name, cpu Policy, cuda Policy): PyTorch 1.13's autocast lists",
+              [[q(o["name"]), AMP_POLICIES.get(o["amp"].get("cpu"), "None"),
+                AMP_POLICIES.get(o["amp"].get("cuda"), "None")] for o in ops if o["amp"]]),
+    ]
+    return "\n".join(parts)
+
+
+def uses_of(exprs, names):
+    return [n for n in names if any(re.search(rf"\b{n}\b", x) for x in exprs)]
+
+
+def derivatives(ops):
+    letters = {"self": "a", "other": "b", "result": "o"}
+    out = {"unary": [], "binary": []}
+    for o in ops:
+        d = o["derivative"]
+        if d is None:
+            continue
+        kind = "binary" if o["family"] == "binary" else "unary"
+        inputs = INPUTS[o["family"]]
+        if "function" in d:
+            fn, uses = d["function"], d.get("uses", [])
+        else:
+            exprs = [d[i] for i in inputs]
+            uses = uses_of(exprs, inputs + ["result"])
+            params = "const Tensor& grad, " + "".join(f"const Tensor& {i}, " for i in inputs)
+            params += "const Tensor& result, const Attrs& attrs"
+            if kind == "binary":
+                fn = f"[]({params}) -> std::pair<Tensor, Tensor> {{ return {{{exprs[0]}, {exprs[1]}}}; }}"
+            else:
+                fn = f"[]({params}) -> Tensor {{ return {exprs[0]}; }}"
+        needs = "".join(letters[u] for u in ("self", "other", "result") if u in uses)
+        out[kind].append(f'{{"{o["name"]}", {{{fn}, "{needs}"}}}},')
+    return ("// Generated by tools/gen_ops.py from core/opdefs/elementwise.yaml: do not edit.\n"
+            "// The backward formulas, as initializers of elementwise_grad.cpp's tables.\n"
+            "#define PF_OPDEFS_BINARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["binary"]) + "\n"
+            "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n")
+
+
+DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from core/opdefs/elementwise.yaml -->"
+DOC_END = "<!-- END generated -->"
+OUT_DTYPE = {"float": "a's dtype", "same": "a's dtype", "integral": "a's dtype", "bool": "**bool**",
+             "compare": "**bool**", "logical": "**bool**"}
+IN_DTYPE = {"float": "floating (the functional layer promotes integers to float32)", "same": "any",
+            "integral": "integral or bool", "bool": "any", "compare": "any", "logical": "any"}
+
+
+def docs_section(ops):
+    rows = ["| op | inputs | input dtypes | output | kernel dtypes | attrs | notes |",
+            "|---|---|---|---|---|---|---|"]
+    for o in ops:
+        ins = "a" if o["family"] != "binary" else "a, b (one dtype)"
+        attrs = "; ".join(f"{a}: {t}" for a, t in o["attrs"].items()) or "–"
+        kd = o["kernel_dtypes"] + (" (registered by hand)" if o["custom_kernel"] else "")
+        doc = o["doc"].replace("|", "\\|")
+        in_dtype = "floating" if o["family"] == "activation" else IN_DTYPE[o["dtype"]]
+        rows.append(f"| `{o['name']}` | {ins} | {in_dtype} | {OUT_DTYPE[o['dtype']]} | {kd} | {attrs} | "
+                    f"{doc} |")
+    return DOC_BEGIN + "\n" + "\n".join(rows) + "\n" + DOC_END
+
+
+def update_docs(ops, path, check):
+    text = open(path, encoding="utf-8").read()
+    start, end = text.find(DOC_BEGIN), text.find(DOC_END)
+    if start < 0 or end < start:
+        raise DefinitionError(f"{path}: no generated section ({DOC_BEGIN} ... {DOC_END})")
+    new = text[:start] + docs_section(ops) + text[end + len(DOC_END):]
+    if check:
+        if new != text:
+            sys.exit(f"{path}: the generated op table is out of date; run "
+                     f"tools/gen_ops.py core/opdefs/elementwise.yaml --docs {path}")
+        return
+    if new != text:
+        open(path, "w", encoding="utf-8").write(new)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("defs")
+    p.add_argument("--header")
+    p.add_argument("--derivatives")
+    p.add_argument("--docs")
+    p.add_argument("--check", action="store_true", help="with --docs: fail if the section is out of date")
+    args = p.parse_args()
+    try:
+        ops = load(args.defs)
+    except DefinitionError as e:
+        sys.exit(f"{args.defs}: {e}")
+    if args.header:
+        open(args.header, "w", encoding="utf-8").write(header(ops))
+    if args.derivatives:
+        open(args.derivatives, "w", encoding="utf-8").write(derivatives(ops))
+    if args.docs:
+        update_docs(ops, args.docs, args.check)
+
+
+if __name__ == "__main__":
+    main()
