@@ -143,6 +143,7 @@ BINARY = {  # name -> (a's range, b's range)
     "add": ((-3, 3), (-3, 3)), "sub": ((-3, 3), (-3, 3)), "mul": ((-3, 3), (-3, 3)), "div": ((-3, 3), (0.5, 3)),
     "pow": ((0.3, 3), (-2, 2)), "maximum": ((-3, 3), (-3, 3)), "minimum": ((-3, 3), (-3, 3)),
     "atan2": ((-3, 3), (-3, 3)), "remainder": ((-5, 5), (0.7, 2)), "fmod": ((-5, 5), (0.7, 2)),
+    "copysign": ((-3, 3), (-3, 3)),
 }
 
 
@@ -1252,6 +1253,7 @@ def test_binary_grads_at_special_values_match_torch():
         ("minimum", [nan, 1.0, 2.0, 3.0], [1.0, nan, 2.0, inf]),
         ("div", [1.0, 0.0, -1.0], [0.0, 0.0, 2.0]),
         ("atan2", [0.0, 1.0, 0.0], [0.0, 0.0, -1.0]),
+        ("copysign", [0.0, -0.0, 2.0, -3.0, nan], [-1.0, 1.0, -0.0, nan, 1.0]),
     ]
     for op, da, db in cases:
         a = pf.tensor(da, dtype=pf.float64, requires_grad=True)

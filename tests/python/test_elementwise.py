@@ -41,7 +41,7 @@ def layouts(rng, pf_t, torch_t):
         yield "strided", view, torch_t
 
 
-ARITH = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow"]
+ARITH = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow", "copysign"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]
 
 
@@ -59,6 +59,41 @@ def test_binary_float_broadcast_and_layouts(seed, op, dtype):
         for _, pb, _ in layouts(rng, b, tb):
             assert_matches(getattr(pf, op)(pa, pb), expected)
             assert_matches(getattr(pa, op)(pb), expected)
+
+
+SPECIALS = [0.0, -0.0, 1.5, -2.0, math.inf, -math.inf, math.nan, -math.nan, 1e-40, -3e38]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_copysign_takes_the_sign_bit(dtype):
+    """Every pair of special values (signed zeros, infinities, NaNs of either sign, subnormals):
+    the result has a's magnitude and b's sign bit, compared through signbit. bfloat16 NaNs are
+    the exception: a float result rounded to bfloat16 becomes one canonical NaN in plugflow (and
+    another in PyTorch's vectorized casts), so only their NaN-ness is compared."""
+    a = torch.tensor(SPECIALS, dtype=getattr(torch, dtype))
+    expected = torch.copysign(a[:, None], a[None, :])
+    got = to_torch(pf.copysign(from_torch(a)[:, None], from_torch(a)[None, :]))
+    assert_matches(from_torch(got), expected)
+    compared = ~torch.isnan(expected) if dtype == "bfloat16" else torch.ones_like(expected, dtype=torch.bool)
+    assert torch.equal(torch.signbit(got)[compared], torch.signbit(expected)[compared])
+    assert torch.equal(torch.isnan(got), torch.isnan(expected))
+
+
+def test_copysign_dtypes_numbers_and_forms():
+    """Integers and bools promote to float32, a Python number is the other operand, the in-place
+    form needs a floating self, out= casts: each as in PyTorch."""
+    for fn in (lambda lib: lib.copysign(lib.tensor([3, -4, 0]), lib.tensor([-1, 1, -1])),
+               lambda lib: lib.copysign(lib.tensor([True, False]), lib.tensor([False, True])),
+               lambda lib: lib.copysign(lib.tensor([3, -4], dtype=lib.int8), -0.0),
+               lambda lib: lib.copysign(lib.tensor([1.5, -2.0], dtype=lib.float64), lib.tensor(-1.0)),
+               lambda lib: lib.copysign(lib.tensor([1.5, -2.0], dtype=lib.float16), lib.tensor([1.0], dtype=lib.float64)),
+               lambda lib: lib.tensor([1.5, -2.0]).copysign(lib.tensor([[-1.0], [1.0]])),
+               lambda lib: lib.tensor([1.5, -2.0]).copysign_(-1),
+               lambda lib: lib.tensor([1, -2]).copysign_(-1.0),  # float result into int64: RuntimeError
+               lambda lib: lib.copysign(lib.tensor([1.5, -2.0]), -1, out=lib.empty(2, dtype=lib.float64)),
+               lambda lib: lib.copysign(lib.tensor([1.5, -2.0]), -1, out=lib.empty(2, dtype=lib.int32)),
+               lambda lib: lib.copysign(lib.tensor([1.5, -2.0]), lib.tensor([1.0, 2.0, 3.0]))):
+        assert_same_outcome(fn)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -202,6 +202,14 @@ struct Atan2Op : OpBase<T> {
   C operator()(C a, C b) const { return std::atan2(a, b); }
 };
 
+template <typename T>
+struct CopysignOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = is_float_v<T>;
+  C operator()(C a, C b) const { return std::copysign(a, b); }
+};
+
 // ---- bitwise (integral and bool) -------------------------------------------------------------
 
 template <typename T>

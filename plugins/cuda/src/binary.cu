@@ -127,6 +127,9 @@ struct FloorDivideFn {
 struct Atan2Fn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return dm::atan2(a, b); }
 };
+struct CopysignFn {
+  template <typename C> PF_DEVICE C operator()(C a, C b) const { return dm::copysign(a, b); }
+};
 struct BitwiseAndFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return static_cast<C>(a & b); }
 };
