@@ -1,0 +1,68 @@
+"""The op definitions (core/opdefs/elementwise.yaml) against PyTorch: every Python form an entry
+declares (function, Tensor method, in-place form, out=, aliases, nn.functional) exists in both
+libraries and gives the same result, and the forms it does not declare are missing from torch
+too, so a new entry is checked without a test of its own for its bindings."""
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+from helpers import assert_same_outcome
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import gen_ops  # noqa: E402  (the build's own reader of the definitions)
+
+OPS = gen_ops.load(ROOT / "core" / "opdefs" / "elementwise.yaml")
+PYTHON_OPS = [o for o in OPS if not o["custom_python"] and o["python"]]
+
+
+def inputs(lib, op):
+    """Operands inside every op's domain where one exists (0.1..0.9), integers for integral ops."""
+    rng = np.random.default_rng(0)
+    if op["dtype"] == "integral":
+        data = [rng.integers(-8, 8, size=(2, 3)) for _ in range(2)]
+    else:
+        data = [rng.uniform(0.1, 0.9, size=(2, 3)) for _ in range(2)]
+    tensors = [lib.tensor(d) for d in data]
+    return tensors[:2] if op["family"] == "binary" else tensors[:1]
+
+
+def names(op):
+    return [op["name"]] + op["aliases"]
+
+
+@pytest.mark.parametrize("op", PYTHON_OPS, ids=lambda o: o["name"])
+def test_declared_forms_match_torch(op):
+    for name in names(op):
+        if "nn_functional" in op["python"]:
+            assert_same_outcome(lambda lib: lib.nn.functional.__dict__[name](*inputs(lib, op)))
+            assert not hasattr(torch.Tensor, name)
+            continue
+        if "function" in op["python"]:
+            assert_same_outcome(lambda lib: getattr(lib, name)(*inputs(lib, op)))
+        if "method" in op["python"]:
+            assert_same_outcome(lambda lib: getattr(lib.Tensor, name)(*inputs(lib, op)))
+        inplace = "inplace" in op["python"]
+        assert hasattr(torch.Tensor, name + "_") == inplace, f"torch.Tensor.{name}_ exists: {not inplace}"
+        if inplace:
+            def run(lib):
+                a, *rest = inputs(lib, op)
+                return getattr(a, name + "_")(*rest), a
+            assert_same_outcome(run)
+
+
+@pytest.mark.parametrize("op", [o for o in OPS if o["out"] or "function" in o["python"]], ids=lambda o: o["name"])
+def test_out_forms_match_torch(op):
+    """out= where declared (both write into it); elsewhere both refuse the argument."""
+    for name in names(op):
+        def run(lib):
+            args = inputs(lib, op)
+            out = lib.empty(0, dtype=lib.bool if op["bool_out"] else args[0].dtype)
+            res = getattr(lib, name)(*args, out=out)
+            return res is out, out
+        assert_same_outcome(run)
