@@ -133,9 +133,8 @@ def cbool(b):
 
 
 def macro(name, comment, rows):
-    lines = [f"// {comment}", f"#define {name}(X)"]
-    body = " \\\n".join(f"  X({', '.join(r)})" for r in rows)
-    return lines[0] + "\n" + lines[1] + (" \\\n" + body if rows else "") + "\n"
+    """An X-macro: `#define name(X) X(row 1) X(row 2) ...`, one row a line."""
+    return f"// {comment}\n#define {name}(X)" + "".join(f" \\\n  X({', '.join(r)})" for r in rows) + "\n"
 
 
 def q(s):
