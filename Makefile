@@ -17,7 +17,7 @@ export PATH := /usr/local/cuda/bin:$(PATH)
 
 APT_PACKAGES := meson ninja-build g++ pkg-config cmake pybind11-dev libyaml-cpp-dev libboost-dev \
   libboost-filesystem-dev libgtest-dev libdnnl-dev libopenblas-dev libopenblas0-pthread libgloo-dev \
-  python3-dev python3-venv python3-numpy python3-pytest python3-pytest-xdist python3-torch \
+  python3-dev python3-venv python3-yaml python3-numpy python3-pytest python3-pytest-xdist python3-torch \
   python3-torchvision python3-sklearn python3-tqdm python3-matplotlib
 
 .PHONY: all deps venv build test test-cpp test-python test-sanitize demo demo-ddp bench fuzz clean
