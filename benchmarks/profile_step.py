@@ -3,6 +3,7 @@
 and on (medians of alternating rounds: the profiler's overhead) and the per-op table.
 
     .venv/bin/python benchmarks/profile_step.py resnet18_cifar_train --rounds 5
+    .venv/bin/python benchmarks/profile_step.py resnet18_infer --mode graph-bf16   # an nn.Graph with bf16 AMP
 """
 import argparse
 import os
@@ -12,6 +13,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plugflow as pf  # noqa: E402
+import workloads  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 
@@ -21,7 +23,10 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rows", type=int, default=12)
+    p.add_argument("--mode", choices=("eager", "graph", "graph-bf16"), default="eager",
+                   help="run the step eagerly or as an nn.Graph (float32, or with bf16 AMP)")
     args = p.parse_args()
+    workloads.MODE = args.mode
     pf.set_num_threads(args.threads)
     pf.manual_seed(0)
     step = WORKLOADS[args.workload][0](pf)
@@ -37,7 +42,7 @@ def main():
             step()
             on.append(time.perf_counter() - t)
     m_off, m_on = statistics.median(off), statistics.median(on)
-    print(f"{args.workload}, {args.threads} threads: off {m_off * 1e3:.1f} ms, on {m_on * 1e3:.1f} ms "
+    print(f"{args.workload} ({args.mode}), {args.threads} threads: off {m_off * 1e3:.1f} ms, on {m_on * 1e3:.1f} ms "
           f"({100 * (m_on / m_off - 1):+.1f}%), {len(prof.events())} kernel calls per step")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
 

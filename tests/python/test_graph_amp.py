@@ -1,5 +1,6 @@
 """nn.Graph with amp: the graph computes what eager autocast computes (it is captured under
 autocast), with float32 master weights; inference graphs cast each weight once per version;
+the fusion passes apply to bfloat16 graphs too (as close to float32 as eager autocast);
 graph.config.enable_amp and the YAML optimizations.amp switch it; loss scaling in graphs."""
 
 import copy
@@ -22,6 +23,37 @@ def cnn():
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
 
 
+class Residual(nn.Module):
+    """ResNet's basic block between a stem and a head: conv-bn-relu, and bn + add + relu."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.conv1, self.bn1 = nn.Conv2d(16, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        return self.head(F.relu(self.bn2(self.conv2(y)) + x))
+
+
+def randomize_batch_norms(model, rng):
+    """Statistics and affine parameters far from the identity, so that folding them matters."""
+    with pf.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                c = m.num_features
+                m.running_mean.copy_(pf.from_numpy(rng.standard_normal(c).astype("float32")))
+                m.running_var.copy_(pf.from_numpy(rng.uniform(0.2, 3.0, c).astype("float32")))
+                m.weight.copy_(pf.from_numpy(rng.uniform(0.5, 2.0, c).astype("float32")))
+                m.bias.copy_(pf.from_numpy(rng.standard_normal(c).astype("float32")))
+    return model
+
+
+FUSIONS = ("allow_fuse_pad_conv", "allow_fuse_conv_bn", "allow_fuse_bias_act", "allow_fuse_add_to_output")
+
+
 class Bert(nn.Module):
     def __init__(self):
         super().__init__()
@@ -36,11 +68,13 @@ class Bert(nn.Module):
 
 
 class EvalGraph(nn.Graph):
-    def __init__(self, model, amp=True):
+    def __init__(self, model, amp=True, fuse=True):
         super().__init__()
         self.model = model
         if amp:
             self.config.enable_amp(True, dtype=pf.bfloat16)
+        for allow in FUSIONS:
+            getattr(self.config, allow)(fuse)
 
     def build(self, x):
         return self.model(x)
@@ -71,19 +105,35 @@ def assert_same(a, b):
     np.testing.assert_array_equal(a.float().detach().numpy(), b.float().detach().numpy())
 
 
-def test_inference_graph_equals_eager_autocast():
+@pytest.mark.parametrize("model_name", ["cnn", "residual"])
+@pytest.mark.parametrize("fuse", [False, True])
+def test_inference_graph_equals_eager_autocast(model_name, fuse):
+    """Without the fusion passes the graph computes exactly what eager autocast computes. With
+    them, batch norm folds into the bfloat16 convolutions (the float32 weights folded, then
+    rounded once) and bias, residual and relu join their epilogues (added in float32 before one
+    rounding): the outputs are then as close to float32 as eager autocast's, not bit-equal."""
     rng = seeded_rng("PF_GRAPH_AMP_SEED", seed_plugflow=True)
-    model = cnn().eval()
-    g = EvalGraph(model)
+    model = randomize_batch_norms(cnn() if model_name == "cnn" else Residual(), rng).eval()
+    g = EvalGraph(model, fuse=fuse)
     for _ in range(3):
         x = images(rng)
         with pf.no_grad(), pf.autocast("cpu"):
             expected = model(x)
         out = g(x)
         assert out.dtype is pf.bfloat16
-        assert_same(out, expected)
+        if not fuse:
+            assert_same(out, expected)
+            continue
+        with pf.no_grad():
+            exact = model(x).numpy()
+        error = np.abs(out.float().numpy() - exact).max()
+        autocast_error = np.abs(expected.float().numpy() - exact).max()
+        assert autocast_error > 0  # bfloat16 rounding shows
+        assert error <= 2 * autocast_error + 1e-3 * np.abs(exact).max(), (error, autocast_error)
     text = "\n".join(f"{name}: {report}" for name, report, _ in g._last.pass_reports)
     assert "amp: " in text and "run once per parameter version" in text, text
+    if fuse:
+        assert "folded into" in text and "conv2d_fused" in g._last.plan.text(), text
     assert all(p.dtype is pf.float32 for p in model.parameters())
 
 
@@ -109,12 +159,14 @@ def test_amp_off_graph_stays_float32():
     assert out.dtype is pf.float32
 
 
-@pytest.mark.parametrize("model_name", ["cnn", "bert"])
+@pytest.mark.parametrize("model_name", ["cnn", "residual", "bert"])
 def test_training_graph_equals_eager_autocast(model_name):
-    """Step for step: the graph's losses and parameters equal eager autocast training's."""
+    """Step for step: the graph's losses and parameters equal eager autocast training's, with
+    the bfloat16 batch norm + (add +) relu kernels and their backward, which round as the op
+    chains do."""
     rng = seeded_rng("PF_GRAPH_AMP_SEED", seed_plugflow=True)
-    if model_name == "cnn":
-        eager_model = cnn()
+    if model_name != "bert":
+        eager_model = cnn() if model_name == "cnn" else Residual()
         data = [(images(rng, 4), pf.from_numpy(rng.integers(0, 10, 4))) for _ in range(3)]
         loss_fn = F.cross_entropy
     else:
@@ -140,6 +192,11 @@ def test_training_graph_equals_eager_autocast(model_name):
     for (name, p), q in zip(eager_model.named_parameters(), graph_model.parameters()):
         assert q.dtype is pf.float32
         np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+    if model_name != "bert":
+        text = "\n".join(report for _, report, _ in g._last.pass_reports)
+        assert "batch norm + relu fused, and its backward" in text, text
+        if model_name == "residual":
+            assert "batch norm + add + relu fused, and its backward" in text, text
 
 
 def test_graph_inside_an_eager_region_is_captured_with_it():

@@ -8,7 +8,11 @@
 // them into buffers the graph owns, marked `cached`: the plan runs it on the first call and
 // again only when one of its inputs' storage versions changed. Guards: the sources are
 // parameters/buffers (or constants) that no node of the graph writes, the convolution's output
-// feeds only the batch norm, and the batch norm's statistics outputs are unused.
+// feeds only the batch norm, and the batch norm's statistics outputs are unused. Under amp the
+// convolution reads autocast's lower-precision copy of the weight (a `copy` node of the float32
+// parameter, read by nothing else): the fold then computes from the float32 parameter, that
+// copy casts the folded weight instead, and a new copy casts the folded bias, so the weights
+// are rounded to bfloat16 once, after folding (the amp pass caches both casts with the fold).
 //
 // Training graphs: batch_norm -> relu becomes batch_norm_fused (activation relu), and
 // batch_norm -> add(z) -> relu (ResNet's residual join) batch_norm_fused with the addend; both
@@ -50,7 +54,24 @@ bool stats_unused(const Graph& g, int j) {
 
 // ---- inference: fold into the convolution -----------------------------------------------------
 
-bool fold_into_conv(Graph& g, int i, std::string& report) {
+// The node that wrote the convolution weight `w` (read at `i`) as autocast's cast of a dense
+// parameter-like tensor of the same shape (its only writer, and `i` its only reader), or -1.
+int weight_cast(const Graph& g, const Value& w, int i) {
+  if (g.buffers[w.buffer].kind != BufferKind::Temporary || !covers_buffer(g, w)) return -1;
+  const std::vector<int> writers = g.writers(w.buffer);
+  if (writers.size() != 1 || writers[0] >= i || g.readers(w.buffer) != std::vector<int>{i}) return -1;
+  const Node& cast = g.nodes[writers[0]];
+  if (cast.kind != NodeKind::Kernel || cast.op->name != "copy" || cast.inputs.size() != 1 ||
+      cast.outputs.size() != 1 || !same_elements(cast.outputs[0], w))
+    return -1;
+  const Value& source = cast.inputs[0];
+  if (!is_dense(source) || source.sizes != w.sizes || !is_parameter_like(g, source)) return -1;
+  return writers[0];
+}
+
+// Folds the batch norm reading conv `i`'s output into it; the number of nodes it put in front
+// (the prologue computing the folded weights), 0 when the guards do not hold.
+int fold_into_conv(Graph& g, int i, std::string& report) {
   const Node& conv = g.nodes[i];
   if (conv.kind != NodeKind::Kernel || conv.op->name != "conv2d") return false;
   const Value& y = conv.outputs[0];
@@ -62,21 +83,23 @@ bool fold_into_conv(Graph& g, int i, std::string& report) {
   if (bn.kind != NodeKind::Kernel || bn.op->name != "batch_norm" || bn.attrs.get<bool>("training") ||
       !same_elements(bn.inputs[0], y) || needed_after(g, y.buffer, j) || !stats_unused(g, j) ||
       !is_dense(bn.outputs[0]))
-    return false;
+    return 0;
   const bool has_bias = conv.inputs.size() > 2, has_gamma = bn.attrs.get<bool>("has_weight");
   const bool has_beta = bn.attrs.get<bool>("has_bias");
+  // Autocast's weight cast: fold the float32 parameter (a cast bias as well is left alone).
+  const int cast = is_parameter_like(g, conv.inputs[1]) || has_bias ? -1 : weight_cast(g, conv.inputs[1], i);
+  const Value& w = cast >= 0 ? g.nodes[cast].inputs[0] : conv.inputs[1];
   Node fold;
   fold.op = &find_op("fold_conv_bn");
-  fold.inputs.push_back(conv.inputs[1]);
+  fold.inputs.push_back(w);
   if (has_bias) fold.inputs.push_back(conv.inputs[2]);
   if (has_gamma) fold.inputs.push_back(bn.inputs[1]);
   if (has_beta) fold.inputs.push_back(bn.inputs[2]);
   fold.inputs.push_back(bn.inputs[3]);
   fold.inputs.push_back(bn.inputs[4]);
   for (const Value& v : fold.inputs)
-    if (!is_parameter_like(g, v)) return false;
-  const Value& w = conv.inputs[1];
-  if (!is_dense(w) || !has_kernel(g, "fold_conv_bn", w)) return false;
+    if (!is_parameter_like(g, v) || v.dtype != w.dtype) return 0;
+  if (!is_dense(w) || !has_kernel(g, "fold_conv_bn", w)) return 0;
   const Device device = g.buffers[w.buffer].device;
   const int64_t o = w.sizes[0];
   Value w2{new_external(g, device, shape_numel(w.sizes) * itemsize(w.dtype)), w.sizes, contiguous_strides(w.sizes), 0,
@@ -92,14 +115,29 @@ bool fold_into_conv(Graph& g, int i, std::string& report) {
   check_node(g, fold);
   Node fused = conv;
   fused.inputs = {conv.inputs[0], w2, b2};
+  std::optional<Node> bias_cast;
+  if (cast >= 0) {  // the convolution reads the folded weight and bias in its own dtype
+    const Value& low = conv.inputs[1];
+    Value b2_low{new_temporary(g, device, o * itemsize(low.dtype)), {o}, {1}, 0, low.dtype};
+    bias_cast = g.nodes[cast];
+    bias_cast->inputs = {b2};
+    bias_cast->outputs = {b2_low};
+    add_note(*bias_cast, "fuse_conv_bn: casts the folded bias");
+    g.nodes[cast].inputs = {w2};
+    add_note(g.nodes[cast], "fuse_conv_bn: casts the folded weight");
+    fused.inputs = {conv.inputs[0], low, b2_low};
+  }
   fused.outputs = {reshaped(bn.outputs[0], y.sizes)};
   check_node(g, fused);
   add_note(fused, "fuse_conv_bn: batch norm folded in");
   report += std::string(report.empty() ? "" : "\n") + bn.scope + " folded into " + describe(g, i);
   g.nodes[i] = std::move(fused);
   erase_nodes(g, {j});
-  g.nodes.insert(g.nodes.begin(), std::move(fold));  // the prologue
-  return true;
+  // The prologue: the fold, and the bias cast after it (the weight cast, before the
+  // convolution, already runs after the fold).
+  if (bias_cast) g.nodes.insert(g.nodes.begin(), std::move(*bias_cast));
+  g.nodes.insert(g.nodes.begin(), std::move(fold));
+  return bias_cast ? 2 : 1;
 }
 
 // ---- training: batch norm + relu, batch norm + add + relu -------------------------------------
@@ -215,7 +253,7 @@ std::string fuse_conv_bn(Graph& g, const PassOptions& options) {
   std::string report;
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
     if (!options.training) {
-      if (fold_into_conv(g, i, report)) ++i;  // the fold node went in front: the conv is at i + 1
+      i += fold_into_conv(g, i, report);  // the prologue went in front: the conv moved that far
     } else if (fuse_bn_relu(g, i, report)) {
       --i;  // look at the node that took slot i
     }

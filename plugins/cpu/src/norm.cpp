@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels.h"
@@ -277,6 +278,102 @@ PF_NORM_LOOPS(float)
 PF_NORM_LOOPS(double)
 #undef PF_NORM_LOOPS
 
+// The bfloat16 batch norm loops: sums in double, the affine maps in float with each result
+// rounded to bfloat16 where the separate ops round it (batch_norm's output; then the add's; the
+// relu and its backward's mask are exact), so the fused kernels equal the op chains bit for bit.
+// Compiled per ISA as the loops above. They work on the bits (loads widen by a shift, stores
+// round with integer adds): a BFloat16 temporary inside an `omp simd` loop keeps GCC from
+// vectorizing it.
+using bf16 = BFloat16;
+inline float load(const bf16* p, int64_t j) { return BFloat16::to_float(p[j].bits); }
+inline void store(bf16* p, int64_t j, float v) { p[j].bits = BFloat16::from_float(v); }
+inline float round_bf16(float v) { return BFloat16::to_float(BFloat16::from_float(v)); }
+
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void bf16_shifted_sums(const bf16* x, int64_t n,
+                                                                                    double shift, double& s1,
+                                                                                    double& s2) {
+  double a = 0, q = 0;
+#pragma omp simd reduction(+ : a, q)
+  for (int64_t j = 0; j < n; ++j) {
+    const double d = static_cast<double>(load(x, j)) - shift;
+    a += d;
+    q += d * d;
+  }
+  s1 += a;
+  s2 += q;
+}
+
+// y = act(round((x - m) * scale + shift) + z), z optional, act none or relu.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void bf16_affine_act(const bf16* x, const bf16* z, bf16* y,
+                                                                                  int64_t n, float m, float scale,
+                                                                                  float shift, bool relu) {
+  const float floor = relu ? 0.0f : -std::numeric_limits<float>::infinity();
+  if (z) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = round_bf16(round_bf16((load(x, j) - m) * scale + shift) + load(z, j));
+      store(y, j, v < floor ? 0.0f : v);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = round_bf16((load(x, j) - m) * scale + shift);
+      store(y, j, v < floor ? 0.0f : v);
+    }
+  }
+}
+
+// sum(g') and sum(g' * (x - mean)) with g' = g, or with `out` (a relu's output) the masked
+// g' = (out <= 0 ? 0 : g), stored into gp when given.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void bf16_grad_sums(const bf16* g, const bf16* out,
+                                                                                 const bf16* x, bf16* gp, int64_t n,
+                                                                                 double mean, double& sum_g,
+                                                                                 double& dot) {
+  double a = 0, d = 0;
+  if (out && gp) {
+#pragma omp simd reduction(+ : a, d)
+    for (int64_t j = 0; j < n; ++j) {
+      const float gj = load(out, j) <= 0.0f ? 0.0f : load(g, j);
+      store(gp, j, gj);
+      a += static_cast<double>(gj);
+      d += static_cast<double>(gj) * (static_cast<double>(load(x, j)) - mean);
+    }
+  } else if (out) {
+#pragma omp simd reduction(+ : a, d)
+    for (int64_t j = 0; j < n; ++j) {
+      const float gj = load(out, j) <= 0.0f ? 0.0f : load(g, j);
+      a += static_cast<double>(gj);
+      d += static_cast<double>(gj) * (static_cast<double>(load(x, j)) - mean);
+    }
+  } else {
+#pragma omp simd reduction(+ : a, d)
+    for (int64_t j = 0; j < n; ++j) {
+      const float gj = load(g, j);
+      a += static_cast<double>(gj);
+      d += static_cast<double>(gj) * (static_cast<double>(load(x, j)) - mean);
+    }
+  }
+  sum_g += a;
+  dot += d;
+}
+
+// gx = g' * a + (x - m) * b + c, g' masked by `out` as in bf16_grad_sums.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) void bf16_grad_affine(const bf16* g, const bf16* out,
+                                                                                   const bf16* x, bf16* gx, int64_t n,
+                                                                                   float m, float a, float b,
+                                                                                   float c) {
+  if (out) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float gv = load(g, j);  // loaded unconditionally: a conditional load does not vectorize
+      store(gx, j, (load(out, j) <= 0.0f ? 0.0f : gv) * a + (load(x, j) - m) * b + c);
+    }
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) store(gx, j, load(g, j) * a + (load(x, j) - m) * b + c);
+  }
+}
+
 void check_contiguous(const KernelContext& ctx, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
     PF_CHECK(t->is_contiguous(), "cpu '", ctx.op.name, "' kernel needs contiguous inputs (the functional layer makes them)");
@@ -479,24 +576,16 @@ void batch_norm_reduced(const KernelContext& ctx) {
   T* yp = ctx.output(0).data<T>();
   float* save_mean = ctx.output(1).data<float>();
   float* save_invstd = ctx.output(2).data<float>();
+  // batch_norm_fused: y = act(batch_norm(x) + addend), act none or relu.
+  const bool relu = ctx.attrs.has("activation") && ctx.attr<std::string>("activation") == "relu";
+  const T* zp = ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend") ? ctx.input(5).data<T>() : nullptr;
   parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
     for (int64_t ch = c0; ch < c1; ++ch) {
       double mean, invstd;
       if (training) {
         const double shift0 = count > 0 ? assumed_mean(static_cast<float>(xp[ch * l])) : 0.0;
         double s1 = 0, s2 = 0, var;
-        for (int64_t i = 0; i < n; ++i) {
-          const T* row = xp + (i * c + ch) * l;
-          double a = 0, q = 0;
-#pragma omp simd reduction(+ : a, q)
-          for (int64_t j = 0; j < l; ++j) {
-            const double d = static_cast<double>(static_cast<float>(row[j])) - shift0;
-            a += d;
-            q += d * d;
-          }
-          s1 += a;
-          s2 += q;
-        }
+        for (int64_t i = 0; i < n; ++i) bf16_shifted_sums(xp + (i * c + ch) * l, l, shift0, s1, s2);
         moments(s1, s2, shift0, count, mean, var);
         invstd = 1.0 / std::sqrt(var + eps);
         if (has_running) {  // unbiased variance for the running estimate, as PyTorch
@@ -513,10 +602,8 @@ void batch_norm_reduced(const KernelContext& ctx) {
       const float m = static_cast<float>(mean), scale = static_cast<float>(invstd * (w.empty() ? 1.0 : w[ch]));
       const float shift = static_cast<float>(b.empty() ? 0.0 : b[ch]);
       for (int64_t i = 0; i < n; ++i) {
-        const T* row = xp + (i * c + ch) * l;
-        T* out = yp + (i * c + ch) * l;
-#pragma omp simd
-        for (int64_t j = 0; j < l; ++j) out[j] = static_cast<T>((static_cast<float>(row[j]) - m) * scale + shift);
+        const int64_t off = (i * c + ch) * l;
+        bf16_affine_act(xp + off, zp ? zp + off : nullptr, yp + off, l, m, scale, shift, relu);
       }
     }
   });
@@ -663,14 +750,20 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
 }
 
 // The backward of batch_norm_reduced: sums in double, grad_x in float with one rounding.
+// batch_norm_relu_backward likewise, with the gradient masked by the relu's output on the fly.
 template <typename T>
 void batch_norm_backward_reduced(const KernelContext& ctx) {
-  const Tensor& x = ctx.input(1);
+  const bool masked = ctx.op.name == "batch_norm_relu_backward";
+  const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
+  const Tensor& x = ctx.input(xi);
   const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2], count = n * l;
   const bool training = ctx.attr<bool>("training");
-  const std::vector<double> w = channel_values(ctx.input(2), ctx.attr<bool>("has_weight"), c);
-  const std::vector<double> mean_v = channel_values(ctx.input(3), true, c), invstd_v = channel_values(ctx.input(4), true, c);
+  const std::vector<double> w = channel_values(ctx.input(xi + 1), ctx.attr<bool>("has_weight"), c);
+  const std::vector<double> mean_v = channel_values(ctx.input(xi + 2), true, c),
+                            invstd_v = channel_values(ctx.input(xi + 3), true, c);
   const T* gp = ctx.input(0).data<T>();
+  const T* op = masked ? ctx.input(1).data<T>() : nullptr;
+  T* gpp = masked && ctx.attr<bool>("has_grad_pre") ? ctx.output(3).data<T>() : nullptr;
   const T* xp = x.data<T>();
   T* gxp = ctx.output(0).data<T>();
   float* gwp = ctx.output(1).data<float>();
@@ -680,17 +773,8 @@ void batch_norm_backward_reduced(const KernelContext& ctx) {
       const double mean = mean_v[ch], invstd = invstd_v[ch];
       double sum_g = 0, dot = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const T* g = gp + (i * c + ch) * l;
-        const T* xr = xp + (i * c + ch) * l;
-        double a = 0, d = 0;
-#pragma omp simd reduction(+ : a, d)
-        for (int64_t j = 0; j < l; ++j) {
-          const double gj = static_cast<double>(static_cast<float>(g[j]));
-          a += gj;
-          d += gj * (static_cast<double>(static_cast<float>(xr[j])) - mean);
-        }
-        sum_g += a;
-        dot += d;
+        const int64_t off = (i * c + ch) * l;
+        bf16_grad_sums(gp + off, op ? op + off : nullptr, xp + off, gpp ? gpp + off : nullptr, l, mean, sum_g, dot);
       }
       gwp[ch] = static_cast<float>(dot * invstd);
       gbp[ch] = static_cast<float>(sum_g);
@@ -698,10 +782,7 @@ void batch_norm_backward_reduced(const KernelContext& ctx) {
       const float m = static_cast<float>(mean);
       for (int64_t i = 0; i < n; ++i) {
         const int64_t off = (i * c + ch) * l;
-#pragma omp simd
-        for (int64_t j = 0; j < l; ++j)
-          gxp[off + j] =
-              static_cast<T>(static_cast<float>(gp[off + j]) * k.a + (static_cast<float>(xp[off + j]) - m) * k.b + k.c);
+        bf16_grad_affine(gp + off, op ? op + off : nullptr, xp + off, gxp + off, l, m, k.a, k.b, k.c);
       }
     }
   });
@@ -716,6 +797,7 @@ void batch_norm_backward_kernel(KernelContext& ctx) {
 
 void batch_norm_relu_backward_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
+  if (ctx.input(2).dtype() == DType::BFloat16) return batch_norm_backward_reduced<BFloat16>(ctx);
   dispatch_float(ctx, ctx.input(2).dtype(),
                  [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
 }
@@ -1049,8 +1131,9 @@ void register_norm_kernels(Registrar& reg) {
   reg.kernel("batch_norm", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64}, batch_norm_kernel);
   reg.kernel("batch_norm_backward", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64},
              batch_norm_backward_kernel);
-  reg.kernel("batch_norm_fused", DeviceType::CPU, floats, batch_norm_kernel);
-  reg.kernel("batch_norm_relu_backward", DeviceType::CPU, floats, batch_norm_relu_backward_kernel);
+  reg.kernel("batch_norm_fused", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64}, batch_norm_kernel);
+  reg.kernel("batch_norm_relu_backward", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64},
+             batch_norm_relu_backward_kernel);
   reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_native);
   reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_kernel);
   reg.kernel("group_norm", DeviceType::CPU, floats, group_norm_kernel);

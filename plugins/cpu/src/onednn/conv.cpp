@@ -305,7 +305,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   if (plan->user_output != out_md)
     plan->output_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, out_md, eng, plan->user_output));
   if (p.addend) {
-    plan->user_addend = user_desc(*p.addend);
+    plan->user_addend = user_desc(*p.addend, p.dt);
     plan->addend_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
         eng, plan->user_addend, eng, plan->output_reorder ? out_md : plan->user_output));
   }
@@ -506,7 +506,7 @@ void register_onednn_conv_kernels(Registrar& reg) {
   using onednn::Kind;
   const auto dtypes = {DType::Float32, DType::BFloat16};
   reg.kernel("conv2d", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
-  reg.kernel("conv2d_fused", DeviceType::CPU, {DType::Float32}, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
+  reg.kernel("conv2d_fused", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::Forward>, Priority::Optimized);
   reg.kernel("conv2d_grad_input", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::BackwardData>,
              Priority::Optimized);
   reg.kernel("conv2d_grad_weight", DeviceType::CPU, dtypes, onednn::conv_kernel<Kind::BackwardWeights>,

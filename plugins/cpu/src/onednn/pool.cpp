@@ -1,5 +1,6 @@
 // max_pool2d, avg_pool2d and avg_pool2d_backward (docs/kernels.md, "Conv family") on oneDNN's
-// pooling_v2 for float32, registered with Priority::Optimized over the plugin's own kernels
+// pooling_v2 for float32 (and max_pool2d for bfloat16: a maximum is exact in any type, so
+// bfloat16 needs no float32 copies; averages stay on the widened kernels), registered with Priority::Optimized over the plugin's own kernels
 // (pool.cpp), which stay the float64 path and this file's fallback. Max pooling's backward is
 // a scatter through the indices in autograd (core/src/ops/conv.cpp): no kernel here.
 //
@@ -54,6 +55,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../loops.h"
 #include "common.h"
 #include "plugflow/error.h"
 
@@ -80,11 +82,12 @@ struct Problem {
   dnnl::algorithm algorithm;
   Operand input;  // src, or diff_dst
   AvgScale scale;
+  memory::data_type dt = memory::data_type::f32;  // f32, or bf16 (max pooling only)
 
   Dims src_dims() const { return {N, C, H, W}; }
   Dims dst_dims() const { return {N, C, OH, OW}; }
-  memory::desc src_desc() const { return memory::desc(src_dims(), memory::data_type::f32, tag::nchw); }
-  memory::desc dst_desc() const { return memory::desc(dst_dims(), memory::data_type::f32, tag::nchw); }
+  memory::desc src_desc() const { return memory::desc(src_dims(), dt, tag::nchw); }
+  memory::desc dst_desc() const { return memory::desc(dst_dims(), dt, tag::nchw); }
   // The primitive's input: dense NCHW.
   memory::desc input_desc() const { return kind == Kind::AvgBackward ? dst_desc() : src_desc(); }
 
@@ -93,7 +96,7 @@ struct Problem {
     const auto dims = [&](const Dims& d) {
       for (size_t i = 0; i < d.size(); ++i) k << (i ? "x" : "") << d[i];
     };
-    k << "pool" << static_cast<int>(kind) << " alg" << static_cast<int>(algorithm) << " in=";
+    k << "pool" << static_cast<int>(kind) << (dt == memory::data_type::bf16 ? " bf16" : "") << " alg" << static_cast<int>(algorithm) << " in=";
     dims(src_dims());
     k << " out=";
     dims(dst_dims());
@@ -127,8 +130,9 @@ constexpr int64_t kMinElements = 4096;
 std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   const Tensor& in = ctx.input(0);
   const Tensor& out = ctx.output(0);
-  if (in.dtype() != DType::Float32 || out.dtype() != DType::Float32 || !out.is_contiguous() || in.numel() == 0 ||
-      out.numel() == 0)
+  const bool bf16 = kind == Kind::Max && in.dtype() == DType::BFloat16;
+  if ((in.dtype() != DType::Float32 && !bf16) || out.dtype() != in.dtype() || !out.is_contiguous() ||
+      in.numel() == 0 || out.numel() == 0)
     return std::nullopt;
   const Tensor& image = kind == Kind::AvgBackward ? out : in;   // (N, C, H, W)
   const Tensor& result = kind == Kind::AvgBackward ? in : out;  // (N, C, OH, OW)
@@ -157,6 +161,10 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
                                   padding[i]);
     if (!pr) return std::nullopt;
     p.pad_r[i] = *pr;
+  }
+  if (bf16) {
+    if (p.input.copy) return std::nullopt;  // an expanded bfloat16 input: the widened kernel
+    p.dt = memory::data_type::bf16;
   }
   if (kind != Kind::Max) {
     const int64_t divisor = ctx.attr<int64_t>("divisor");
@@ -196,7 +204,7 @@ bool jit(const char* implementation) { return std::strncmp(implementation, "jit"
 // The plan of `p`; an empty primitive when oneDNN cannot run it or would be slower.
 Plan make_plan(const Problem& p) {
   Plan plan;
-  plan.user_input = user_desc(p.input);
+  plan.user_input = user_desc(p.input, p.dt);
   const dnnl::engine& eng = engine();
   plan.primitive = cached_primitive(p.key(), [&]() -> dnnl::primitive {
     try {
@@ -264,8 +272,16 @@ void apply_scale(float* x, int64_t planes, int64_t OH, int64_t OW, const AvgScal
   });
 }
 
+// NaN and the lowest finite value, for float32 and for bfloat16 bits (0xff7f: oneDNN starts a
+// bfloat16 maximum from it as it starts a float32 one from -FLT_MAX).
+inline bool is_nan(float x) { return x != x; }
+inline bool is_nan(uint16_t bits) { return (bits & 0x7fffu) > 0x7f80u; }
+inline bool is_lowest(float x) { return x == std::numeric_limits<float>::lowest(); }
+inline bool is_lowest(uint16_t bits) { return bits == 0xff7fu; }
+
 // Whether x[0, n) holds a NaN (max pooling's fallback test, see the top of the file).
-bool has_nan(const float* x, int64_t n) {
+template <typename T>
+bool has_nan(const T* x, int64_t n) {
   std::atomic<bool> found{false};
   parallel_for(n, kGrainSize, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 1 << 14;  // stop early once another slice found one
@@ -273,7 +289,7 @@ bool has_nan(const float* x, int64_t n) {
       int nan = 0;
       const int64_t end = std::min(e, i + kBlock);
 #pragma omp simd reduction(| : nan)
-      for (int64_t j = i; j < end; ++j) nan |= x[j] != x[j];
+      for (int64_t j = i; j < end; ++j) nan |= is_nan(x[j]);
       if (nan) found = true;
     }
   });
@@ -281,9 +297,9 @@ bool has_nan(const float* x, int64_t n) {
 }
 
 // Turns the workspace's window positions into PyTorch's flat indices; false when an output is
-// -FLT_MAX (a window of -inf: see the top of the file).
-template <typename Pos>
-bool workspace_to_indices(const Problem& p, const Pos* ws, const float* out, int64_t* idx) {
+// the type's lowest finite value (a window of -inf: see the top of the file).
+template <typename Pos, typename T>
+bool workspace_to_indices(const Problem& p, const Pos* ws, const T* out, int64_t* idx) {
   std::atomic<bool> lowest{false};
   const int64_t KW = p.kernel[1], sh = p.stride[0], sw = p.stride[1], dh = p.dilation[0] + 1, dw = p.dilation[1] + 1;
   parallel_for(p.N * p.C * p.OH, std::max<int64_t>(1, kGrainSize / p.OW), [&](int64_t b, int64_t e) {
@@ -293,12 +309,28 @@ bool workspace_to_indices(const Problem& p, const Pos* ws, const float* out, int
       for (int64_t ow = 0; ow < p.OW; ++ow) {
         const int64_t o = r * p.OW + ow, pos = ws[o];
         idx[o] = (h0 + pos / KW * dh) * p.W + ow * sw - p.pad_l[1] + pos % KW * dw;
-        low |= out[o] == std::numeric_limits<float>::lowest();
+        low |= is_lowest(out[o]);
       }
     }
     if (low) lowest = true;
   });
   return !lowest;
+}
+
+// Max pooling of `in` into `out` (values) and `idx` (PyTorch's indices); `values` is `out` as
+// the element type (float, or bfloat16's bits). False when the native kernel must run it.
+template <typename T>
+bool run_max(const Problem& p, const Plan& plan, const memory& in, void* out, int64_t* idx, const T* values) {
+  Tensor workspace_temporary;
+  dnnl::stream& s = stream();
+  memory dst(p.dst_desc(), engine(), out);
+  memory ws = temporary_memory(plan.workspace, workspace_temporary);
+  plan.primitive.execute(s, {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, dst}, {DNNL_ARG_WORKSPACE, ws}});
+  s.wait();
+  const void* pos = ws.get_data_handle();
+  return plan.workspace.data_type() == memory::data_type::u8
+             ? workspace_to_indices(p, static_cast<const uint8_t*>(pos), values, idx)
+             : workspace_to_indices(p, static_cast<const int32_t*>(pos), values, idx);
 }
 
 // Runs the problem on oneDNN; false when the native kernel must run it instead.
@@ -309,9 +341,14 @@ bool run(const Problem& p, const KernelContext& ctx) {
   dnnl::stream& s = stream();
   const bool scale_input = p.kind == Kind::AvgBackward && p.scale.needed();
   std::unique_ptr<float[]> buffer;
-  Tensor input_temporary, workspace_temporary;
+  Tensor input_temporary;
   memory in = dense_input(p, plan, ctx.input(0), scale_input, buffer, input_temporary);
   s.wait();
+  if (p.dt == memory::data_type::bf16) {  // max pooling
+    if (has_nan(static_cast<const uint16_t*>(in.get_data_handle()), p.N * p.C * p.H * p.W)) return false;
+    return run_max(p, plan, in, ctx.output(0).data_ptr(), ctx.output(1).data<int64_t>(),
+                   static_cast<const uint16_t*>(ctx.output(0).data_ptr()));
+  }
   float* in_data = static_cast<float*>(in.get_data_handle());
   if (p.kind == Kind::Max && has_nan(in_data, p.N * p.C * p.H * p.W)) return false;
   if (scale_input) apply_scale(in_data, p.N * p.C, p.OH, p.OW, p.scale);
@@ -329,14 +366,7 @@ bool run(const Problem& p, const KernelContext& ctx) {
     if (p.scale.needed()) apply_scale(out_data, p.N * p.C, p.OH, p.OW, p.scale);
     return true;
   }
-  memory ws = temporary_memory(plan.workspace, workspace_temporary);
-  plan.primitive.execute(s, {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}, {DNNL_ARG_WORKSPACE, ws}});
-  s.wait();
-  int64_t* idx = ctx.output(1).data<int64_t>();
-  const void* pos = ws.get_data_handle();
-  return plan.workspace.data_type() == memory::data_type::u8
-             ? workspace_to_indices(p, static_cast<const uint8_t*>(pos), out_data, idx)
-             : workspace_to_indices(p, static_cast<const int32_t*>(pos), out_data, idx);
+  return run_max(p, plan, in, out_data, ctx.output(1).data<int64_t>(), out_data);
 }
 
 template <Kind kind>
@@ -344,7 +374,10 @@ void pool_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
   run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
     switch (kind) {
-      case Kind::Max: max_pool_native(ctx); break;
+      case Kind::Max:
+        if (ctx.input(0).dtype() == DType::BFloat16) run_widened(ctx, max_pool_native);
+        else max_pool_native(ctx);
+        break;
       case Kind::Avg: avg_pool_native(ctx); break;
       case Kind::AvgBackward: avg_pool_backward_native(ctx); break;
     }
@@ -359,7 +392,8 @@ namespace plugflow::cpu {
 void register_onednn_pool_kernels(Registrar& reg) {
   using onednn::Kind;
   const auto f32 = {DType::Float32};
-  reg.kernel("max_pool2d", DeviceType::CPU, f32, onednn::pool_kernel<Kind::Max>, Priority::Optimized);
+  reg.kernel("max_pool2d", DeviceType::CPU, {DType::Float32, DType::BFloat16}, onednn::pool_kernel<Kind::Max>,
+             Priority::Optimized);
   reg.kernel("avg_pool2d", DeviceType::CPU, f32, onednn::pool_kernel<Kind::Avg>, Priority::Optimized);
   reg.kernel("avg_pool2d_backward", DeviceType::CPU, f32, onednn::pool_kernel<Kind::AvgBackward>,
              Priority::Optimized);
