@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """nn.Graph's fusion passes, each alone and all together, against the graph with all of them off,
-on the benchmark workloads (benchmarks/workloads.py, MODE "graph").
+in float32 and with bfloat16 AMP, on the benchmark workloads (benchmarks/workloads.py), beside
+PyTorch float32 eager on the same workload in the same run.
 
-Every variant builds its own copy of the workload in this process (same seed, so the same
-weights and data); each round times the workload's steps per round (workloads.WORKLOADS) of
-every variant in turn, rotating the order, and the table shows the median ms per step, the
-ratio off / on (> 1: the pass helps) and the plan's peak of live temporary bytes.
+Every graph variant builds its own copy of the workload in this process (same seed, so the same
+weights and data); PyTorch runs in a worker process of benchmarks/run.py. Each round times the
+workload's steps per round (workloads.WORKLOADS) of every variant in turn, rotating the order,
+and the markdown table shows per variant the median ms per step, the ratio off / on within its
+precision (> 1: the pass helps), the ratio PyTorch float32 ms / its ms (> 1: faster than
+PyTorch) and the plan's peak of live temporary bytes.
 
     .venv/bin/python benchmarks/graph_passes.py                       # every workload
-    .venv/bin/python benchmarks/graph_passes.py resnet18_infer --rounds 9
+    .venv/bin/python benchmarks/graph_passes.py resnet18_infer resnet18_cifar_train --rounds 9
+    .venv/bin/python benchmarks/graph_passes.py resnet18_infer --amp off --no-torch
 """
 import argparse
 import os
@@ -23,10 +27,13 @@ import workloads  # noqa: E402
 
 PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
 WORKLOADS = [name for name in workloads.WORKLOADS if name != "small_op"]
+PRECISIONS = {"off": ("graph",), "bf16": ("graph-bf16",), "both": ("graph", "graph-bf16")}
+LABEL = {"graph": "float32", "graph-bf16": "bf16 AMP"}
 
 
-def build(make, passes):
-    """The workload's graph step with exactly `passes` on, and its graph."""
+def build(make, passes, mode):
+    """The workload's graph step in `mode` ("graph" or "graph-bf16") with exactly `passes` on,
+    and its graph."""
     made = []
     original = pf.nn.GraphConfig.__init__
 
@@ -40,6 +47,7 @@ def build(make, passes):
         made.append(real_graph(*args, **kwargs))
         return made[-1]
     workloads._graph = keep
+    workloads.MODE = mode
     try:
         pf.manual_seed(0)
         step = make(pf)
@@ -55,35 +63,62 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=float, default=1.0, help="scales each workload's steps per round")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--amp", choices=sorted(PRECISIONS), default="both",
+                        help="the graphs' precision: float32 (off), bf16 AMP, or both (default)")
+    parser.add_argument("--no-torch", dest="torch", action="store_false",
+                        help="leave out the PyTorch float32 eager reference (its worker process)")
     args = parser.parse_args()
     for name in args.workloads:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     pf.set_num_threads(args.threads)
-    workloads.MODE = "graph"
-    print(f"| workload | variant | ms/step | off/on | peak live MB |\n|---|---|---|---|---|")
+    print(f"`{' '.join(['benchmarks/graph_passes.py'] + sys.argv[1:])}`: {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{args.threads} threads, medians of {args.rounds} rounds, load average at start "
+          f"{os.getloadavg()[0]:.1f}\n")
+    print("| workload | precision | passes on | ms/step | off/on | PyTorch f32 / this | peak live MB |\n"
+          "|---|---|---|---:|---:|---:|---:|", flush=True)
     for name in args.workloads:
-        variants = {"off": ()} | {p: (p,) for p in PASSES} | {"all": PASSES}
-        make, _, per_round = workloads.WORKLOADS[name]
+        make, label, per_round = workloads.WORKLOADS[name]
         per_round = max(1, round(per_round * args.steps))
+        variants = {}  # (mode, variant) -> passes
+        for mode in PRECISIONS[args.amp]:
+            variants |= {(mode, "none"): ()} | {(mode, p): (p,) for p in PASSES} | {(mode, "all"): PASSES}
         steps, graphs = {}, {}
-        for v, passes in variants.items():
-            steps[v], graphs[v] = build(make, passes)
+        for key, passes in variants.items():
+            steps[key], graphs[key] = build(make, passes, key[0])
             for _ in range(2):
-                steps[v]()  # compile, warm up
-        times = {v: [] for v in variants}
-        order = list(variants)
-        for r in range(args.rounds):
-            for v in order[r % len(order):] + order[:r % len(order)]:
-                start = time.perf_counter()
-                for _ in range(per_round):
-                    steps[v]()
-                times[v].append((time.perf_counter() - start) / per_round * 1e3)
-        off = statistics.median(times["off"])
-        for v in variants:
-            ms = statistics.median(times[v])
-            peak = graphs[v]._last.plan.peak_live_bytes / 2**20
-            print(f"| {name} | {v} | {ms:.2f} | {off / ms:.2f} | {peak:.1f} |", flush=True)
+                steps[key]()  # compile, warm up
+        torch_worker = None
+        if args.torch:
+            import run  # benchmarks/run.py: the PyTorch worker process
+
+            torch_worker = run.Worker(run.TORCH, name, argparse.Namespace(threads=args.threads, warmup=2))
+        order = list(variants) + (["torch"] if torch_worker else [])
+        times = {v: [] for v in order}
+        try:
+            for r in range(args.rounds):
+                for v in order[r % len(order):] + order[:r % len(order)]:
+                    if v == "torch":
+                        time.sleep(0.3)  # let the other process's idle OpenMP threads stop spinning
+                        times[v].append(torch_worker.ask(f"round {per_round}") * 1e3)
+                        continue
+                    start = time.perf_counter()
+                    for _ in range(per_round):
+                        steps[v]()
+                    times[v].append((time.perf_counter() - start) / per_round * 1e3)
+        finally:
+            if torch_worker:
+                torch_worker.close()
+        torch_ms = statistics.median(times["torch"]) if torch_worker else None
+        if torch_worker:
+            print(f"| {label} | PyTorch float32 eager | | {torch_ms:.2f} | | 1.00 | |")
+        for mode, variant in variants:
+            ms = statistics.median(times[(mode, variant)])
+            off = statistics.median(times[(mode, "none")])
+            peak = graphs[(mode, variant)]._last.plan.peak_live_bytes / 2**20
+            vs_torch = f"{torch_ms / ms:.2f}" if torch_ms else "-"
+            print(f"| {label} | {LABEL[mode]} | {variant} | {ms:.2f} | {off / ms:.2f} | {vs_torch} | {peak:.1f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
