@@ -6,9 +6,9 @@ PyTorch float32 eager on the same workload in the same run.
 Every graph variant builds its own copy of the workload in this process (same seed, so the same
 weights and data); PyTorch runs in a worker process of benchmarks/run.py. Each round times the
 workload's steps per round (workloads.WORKLOADS) of every variant in turn, rotating the order,
-and the markdown table shows per variant the median ms per step, the ratio off / on within its
-precision (> 1: the pass helps), the ratio PyTorch float32 ms / its ms (> 1: faster than
-PyTorch) and the plan's peak of live temporary bytes.
+and the markdown table shows per set of passes and precision the median ms per step, the ratio
+off / on within the precision (> 1: the passes help), the ratio PyTorch float32 ms / its ms
+(> 1: faster than PyTorch) and the plan's peak of live temporary bytes.
 
     .venv/bin/python benchmarks/graph_passes.py                       # every workload
     .venv/bin/python benchmarks/graph_passes.py resnet18_infer resnet18_cifar_train --rounds 9
@@ -28,7 +28,6 @@ import workloads  # noqa: E402
 PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
 WORKLOADS = [name for name in workloads.WORKLOADS if name != "small_op"]
 PRECISIONS = {"off": ("graph",), "bf16": ("graph-bf16",), "both": ("graph", "graph-bf16")}
-LABEL = {"graph": "float32", "graph-bf16": "bf16 AMP"}
 
 
 def build(make, passes, mode):
@@ -75,8 +74,8 @@ def main():
     print(f"`{' '.join(['benchmarks/graph_passes.py'] + sys.argv[1:])}`: {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{args.threads} threads, medians of {args.rounds} rounds, load average at start "
           f"{os.getloadavg()[0]:.1f}\n")
-    print("| workload | precision | passes on | ms/step | off/on | PyTorch f32 / this | peak live MB |\n"
-          "|---|---|---|---:|---:|---:|---:|", flush=True)
+    print("| workload | passes on | f32 ms | f32 off/on | PyTorch f32 / f32 | bf16 ms | bf16 off/on | "
+          "PyTorch f32 / bf16 | peak live MB f32 / bf16 |\n|---|---|---:|---:|---:|---:|---:|---:|---|", flush=True)
     for name in args.workloads:
         make, label, per_round = workloads.WORKLOADS[name]
         per_round = max(1, round(per_round * args.steps))
@@ -111,14 +110,19 @@ def main():
                 torch_worker.close()
         torch_ms = statistics.median(times["torch"]) if torch_worker else None
         if torch_worker:
-            print(f"| {label} | PyTorch float32 eager | | {torch_ms:.2f} | | 1.00 | |")
-        for mode, variant in variants:
-            ms = statistics.median(times[(mode, variant)])
-            off = statistics.median(times[(mode, "none")])
-            peak = graphs[(mode, variant)]._last.plan.peak_live_bytes / 2**20
-            vs_torch = f"{torch_ms / ms:.2f}" if torch_ms else "-"
-            print(f"| {label} | {LABEL[mode]} | {variant} | {ms:.2f} | {off / ms:.2f} | {vs_torch} | {peak:.1f} |",
-                  flush=True)
+            print(f"| {label} | (PyTorch float32 eager) | {torch_ms:.2f} | | 1.00 | | | | |")
+        for variant in ["none", *PASSES, "all"]:
+            cells, peaks = [], []
+            for mode in ("graph", "graph-bf16"):
+                if (mode, variant) not in variants:
+                    cells += ["-", "-", "-"]
+                    peaks.append("-")
+                    continue
+                ms = statistics.median(times[(mode, variant)])
+                off = statistics.median(times[(mode, "none")])
+                cells += [f"{ms:.2f}", f"{off / ms:.2f}", f"{torch_ms / ms:.2f}" if torch_ms else "-"]
+                peaks.append(f"{graphs[(mode, variant)]._last.plan.peak_live_bytes / 2**20:.1f}")
+            print(f"| {label} | {variant} | {' | '.join(cells)} | {' / '.join(peaks)} |", flush=True)
 
 
 if __name__ == "__main__":
