@@ -8,8 +8,8 @@
 // them into buffers the graph owns, marked `cached`: the plan runs it on the first call and
 // again only when one of its inputs' storage versions changed. Guards: the sources are
 // parameters/buffers (or constants) that no node of the graph writes, the convolution's output
-// feeds only the batch norm, and the batch norm's statistics outputs are unused. Under amp the
-// convolution reads autocast's lower-precision copy of the weight (a `copy` node of the float32
+// feeds only the batch norm, and the batch norm's statistics outputs are unused. Under bfloat16 amp
+// the convolution reads autocast's bfloat16 copy of the weight (a `copy` node of the float32
 // parameter, read by nothing else): the fold then computes from the float32 parameter, that
 // copy casts the folded weight instead, and a new copy casts the folded bias, so the weights
 // are rounded to bfloat16 once, after folding (the amp pass caches both casts with the fold).
@@ -56,8 +56,11 @@ bool stats_unused(const Graph& g, int j) {
 
 // The node that wrote the convolution weight `w` (read at `i`) as autocast's cast of a dense
 // parameter-like tensor of the same shape (its only writer, and `i` its only reader), or -1.
+// Only a bfloat16 cast: it has float32's range, where float16's could overflow on a folded
+// weight that the batch norm scaled up (a tiny running variance).
 int weight_cast(const Graph& g, const Value& w, int i) {
-  if (g.buffers[w.buffer].kind != BufferKind::Temporary || !covers_buffer(g, w)) return -1;
+  if (w.dtype != DType::BFloat16 || g.buffers[w.buffer].kind != BufferKind::Temporary || !covers_buffer(g, w))
+    return -1;
   const std::vector<int> writers = g.writers(w.buffer);
   if (writers.size() != 1 || writers[0] >= i || g.readers(w.buffer) != std::vector<int>{i}) return -1;
   const Node& cast = g.nodes[writers[0]];
