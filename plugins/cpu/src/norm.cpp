@@ -29,6 +29,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "nn_math.h"
 #include "plugflow/philox.h"
 
 namespace plugflow::cpu {
@@ -60,30 +61,9 @@ template <typename T>
   s2 += b;
 }
 
-// The shift for shifted sums: a slice's first element, unless it is infinite or NaN (then
-// x - shift would turn an infinite mean into NaN; PyTorch's mean of -inf values is -inf).
-template <typename T>
-inline double assumed_mean(T first) {
-  const double d = static_cast<double>(first);
-  return std::isfinite(d) ? d : 0.0;
-}
-
-// Mean and biased variance from shifted sums over `count` elements. A NaN variance stays NaN
-// (the running variance of a NaN batch is NaN in PyTorch); rounding below zero is clamped.
-inline void moments(double s1, double s2, double shift, int64_t count, double& mean, double& var) {
-  const double m1 = s1 / static_cast<double>(count);
-  mean = shift + m1;
-  var = s2 / static_cast<double>(count) - m1 * m1;
-  if (var < 0) var = 0;
-}
-
-// A mean as T's nearest value plus the rounding remainder: (x - hi) - lo is x - mean to T's
-// precision.
-template <typename T>
-struct SplitMean {
-  T hi, lo;
-  explicit SplitMean(double mean) : hi(static_cast<T>(mean)), lo(static_cast<T>(mean - static_cast<double>(hi))) {}
-};
+using nn_math::assumed_mean;
+using nn_math::moments;
+using nn_math::SplitMean;
 
 // y = (x - mean) * scale + shift over n contiguous elements, in T's arithmetic type.
 template <typename T>
@@ -446,9 +426,8 @@ void batch_norm_typed(const KernelContext& ctx) {
     if (training) {
       invstd = 1.0 / std::sqrt(var + eps);
       if (has_running) {  // unbiased variance for the running estimate, as PyTorch
-        const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-        rm[ch * rm_s] = static_cast<T>(momentum * mean + (1 - momentum) * static_cast<double>(rm[ch * rm_s]));
-        rv[ch * rv_s] = static_cast<T>(momentum * unbiased + (1 - momentum) * static_cast<double>(rv[ch * rv_s]));
+        rm[ch * rm_s] = static_cast<T>(nn_math::running_mean_update(static_cast<double>(rm[ch * rm_s]), mean, momentum));
+        rv[ch * rv_s] = static_cast<T>(nn_math::running_var_update(static_cast<double>(rv[ch * rv_s]), var, count, momentum));
       }
     } else {
       mean = static_cast<double>(rm[ch * rm_s]);
@@ -589,9 +568,8 @@ void batch_norm_reduced(const KernelContext& ctx) {
         moments(s1, s2, shift0, count, mean, var);
         invstd = 1.0 / std::sqrt(var + eps);
         if (has_running) {  // unbiased variance for the running estimate, as PyTorch
-          const double unbiased = var * static_cast<double>(count) / static_cast<double>(count - 1);
-          store_channel(ctx.input(3), ch, momentum * mean + (1 - momentum) * rm[ch]);
-          store_channel(ctx.input(4), ch, momentum * unbiased + (1 - momentum) * rv[ch]);
+          store_channel(ctx.input(3), ch, nn_math::running_mean_update(rm[ch], mean, momentum));
+          store_channel(ctx.input(4), ch, nn_math::running_var_update(rv[ch], var, count, momentum));
         }
       } else {
         mean = rm[ch];
@@ -617,7 +595,8 @@ void batch_norm_kernel(KernelContext& ctx) {
 }
 
 // grad_x for training: w * invstd * (g - mean(g) - xhat * mean(g * xhat)), which per channel is
-// g * a + (x - mean) * b + c; for eval: g * w * invstd. grad_weight = sum(g * xhat), grad_bias = sum(g).
+// g * a + (x - mean) * b + c (nn_math::batch_norm_grad_coefs) with the coefficients rounded to T;
+// for eval: g * w * invstd. grad_weight = sum(g * xhat), grad_bias = sum(g).
 template <typename T>
 struct BatchNormGradCoefs {
   T a, b, c;
@@ -626,11 +605,8 @@ struct BatchNormGradCoefs {
 template <typename T>
 BatchNormGradCoefs<T> batch_norm_grad_coefs(bool training, double w, double invstd, double sum_g, double dot,
                                             int64_t count) {
-  const double a = w * invstd;
-  if (!training) return {static_cast<T>(a), T(0), T(0)};
-  const double b = -a * invstd * invstd * dot / static_cast<double>(count);
-  const double c = -a * sum_g / static_cast<double>(count);
-  return {static_cast<T>(a), static_cast<T>(b), static_cast<T>(c)};
+  const nn_math::BatchNormGradCoefs k = nn_math::batch_norm_grad_coefs(training, w, invstd, sum_g, dot, count);
+  return {static_cast<T>(k.a), static_cast<T>(k.b), static_cast<T>(k.c)};
 }
 
 // batch_norm_backward, and batch_norm_relu_backward: the same with the gradient masked by the
@@ -1082,9 +1058,7 @@ void dropout_typed(const KernelContext& ctx) {
   const T scale = static_cast<T>(ctx.attr<double>("scale"));
   const auto seed = static_cast<uint64_t>(ctx.attr<int64_t>("seed"));
   const auto offset = static_cast<uint64_t>(ctx.attr<int64_t>("offset"));
-  // Keep element i when its 24-bit uniform k (u = k / 2^24) satisfies u < 1 - p, i.e.
-  // k < ceil((1 - p) * 2^24): p = 0 keeps everything, p = 1 nothing.
-  const auto threshold = static_cast<uint32_t>(std::ceil((1.0 - p) * 16777216.0));
+  const uint32_t threshold = nn_math::dropout_threshold(p);
   const T* xp = x.data<T>();
   T* yp = ctx.output(0).data<T>();
   T* mp = ctx.output(1).data<T>();
@@ -1095,7 +1069,7 @@ void dropout_typed(const KernelContext& ctx) {
       Philox4x32::generate(seed, offset + static_cast<uint64_t>(q), w);
       const int64_t base = q * 4, end = std::min<int64_t>(4, numel - base);
       for (int64_t j = 0; j < end; ++j) {
-        const T m = (w[j] >> 8) < threshold ? scale : T(0);
+        const T m = nn_math::dropout_keeps(w[j], threshold) ? scale : T(0);
         mp[base + j] = m;
         yp[base + j] = xp[base + j] * m;
       }

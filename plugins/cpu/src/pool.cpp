@@ -17,9 +17,15 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "nn_math.h"
 
 namespace plugflow::cpu {
 namespace {
+
+using nn_math::adaptive_end;
+using nn_math::adaptive_start;
+using nn_math::AvgPoolGeometry;
+using nn_math::AvgWindow;
 
 // The spatial sizes of an (N, C, [D,] H, W) tensor, D = 1 for a 4-d one.
 struct Extent {
@@ -104,19 +110,12 @@ void max_pool_volumes(const KernelContext& ctx, const Window& window) {
   });
 }
 
-// PyTorch's adaptive window of output o: [floor(o * in / out), ceil((o + 1) * in / out)).
-inline int64_t adaptive_start(int64_t o, int64_t out, int64_t in) { return (o * in) / out; }
-inline int64_t adaptive_end(int64_t o, int64_t out, int64_t in) { return ((o + 1) * in + out - 1) / out; }
-
 template <typename T>
 struct MaxPool {
   static void run(const KernelContext& ctx) {
     const auto k = spatial3(ctx, "kernel_size", 1), s = spatial3(ctx, "stride", 1), p = spatial3(ctx, "padding", 0),
                dil = spatial3(ctx, "dilation", 1);
-    // The first tap at or after 0 of a window starting at `start`.
-    const auto first_tap = [](int64_t start, int64_t dilation) {
-      return start >= 0 ? start : start + (-start + dilation - 1) / dilation * dilation;
-    };
+    using nn_math::max_pool_first_tap;
     max_pool_volumes<T>(ctx, [&](int64_t od, int64_t oh, int64_t ow, const Extent& in, const auto& visit) {
       const int64_t d0 = od * s[0] - p[0], h0 = oh * s[1] - p[1], w0 = ow * s[2] - p[2];
       for (int64_t t = 0; t < k[0]; ++t) {
@@ -131,7 +130,8 @@ struct MaxPool {
           }
         }
       }
-      return (first_tap(d0, dil[0]) * in.H + first_tap(h0, dil[1])) * in.W + first_tap(w0, dil[2]);
+      return (max_pool_first_tap(d0, dil[0]) * in.H + max_pool_first_tap(h0, dil[1])) * in.W +
+             max_pool_first_tap(w0, dil[2]);
     });
   }
 };
@@ -153,39 +153,13 @@ struct AdaptiveMaxPool {
 
 // ---- average pooling ----------------------------------------------------------------------------
 
-// The clipped window [lo, hi) per dim (depth, height, width) of one output, and its divisor.
-struct AvgWindow {
-  int64_t lo[3], hi[3], divisor;
-  bool empty() const { return lo[0] >= hi[0] || lo[1] >= hi[1] || lo[2] >= hi[2]; }
-};
-
-// PyTorch's avg_pool2d/3d rules: window [o * s - p, min(o * s - p + k, in + p)) clipped to
-// [0, in); the divisor is the override, or the unclipped window's size (count_include_pad), or
-// the clipped one's.
-struct AvgPoolGeometry {
-  std::array<int64_t, 3> k, s, p;
-  int64_t divisor_override;
-  bool count_include_pad;
-  explicit AvgPoolGeometry(const KernelContext& ctx)
-      : k(spatial3(ctx, "kernel_size", 1)), s(spatial3(ctx, "stride", 1)), p(spatial3(ctx, "padding", 0)),
-        divisor_override(ctx.attr<int64_t>("divisor")), count_include_pad(ctx.attr<bool>("count_include_pad")) {}
-  int64_t window_size() const { return k[0] * k[1] * k[2]; }
-  AvgWindow window(const int64_t (&o)[3], const Extent& in) const {
-    const int64_t size[3] = {in.D, in.H, in.W};
-    AvgWindow w{};
-    int64_t padded = 1, clipped = 1;
-    for (int i = 0; i < 3; ++i) {
-      w.lo[i] = o[i] * s[i] - p[i];
-      w.hi[i] = std::min(w.lo[i] + k[i], size[i] + p[i]);
-      padded *= w.hi[i] - w.lo[i];
-      w.lo[i] = std::max<int64_t>(w.lo[i], 0);
-      w.hi[i] = std::min(w.hi[i], size[i]);
-      clipped *= w.hi[i] - w.lo[i];
-    }
-    w.divisor = divisor_override ? divisor_override : (count_include_pad ? padded : clipped);
-    return w;
-  }
-};
+// avg_pool2d/3d's attributes as the shared geometry (nn_math.h), a 2-d op's depth 1.
+AvgPoolGeometry avg_pool_geometry(const KernelContext& ctx) {
+  const auto k = spatial3(ctx, "kernel_size", 1), s = spatial3(ctx, "stride", 1), p = spatial3(ctx, "padding", 0);
+  return {{k[0], k[1], k[2]}, {s[0], s[1], s[2]}, {p[0], p[1], p[2]}, ctx.attr<int64_t>("divisor"),
+          ctx.attr<bool>("count_include_pad")};
+}
+int64_t window_size(const AvgPoolGeometry& geo) { return geo.k[0] * geo.k[1] * geo.k[2]; }
 
 // Calls f(output index, window) for every output of a volume of `out` extent.
 template <typename F>
@@ -193,17 +167,17 @@ void for_each_window(const AvgPoolGeometry& geo, const Extent& in, const Extent&
   int64_t i = 0;
   for (int64_t od = 0; od < out.D; ++od)
     for (int64_t oh = 0; oh < out.H; ++oh)
-      for (int64_t ow = 0; ow < out.W; ++ow, ++i) f(i, geo.window({od, oh, ow}, in));
+      for (int64_t ow = 0; ow < out.W; ++ow, ++i) f(i, geo.window(od, oh, ow, in.D, in.H, in.W));
 }
 
 template <typename T>
 struct AvgPool {
   static void run(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    const AvgPoolGeometry geo(ctx);
+    const AvgPoolGeometry geo = avg_pool_geometry(ctx);
     const Extent in(x), out(ctx.output(0));
     T* values = ctx.output(0).data<T>();
-    for_each_volume<T>(x, out.volume() * geo.window_size(), [&](const Volume<T>& v, int64_t k) {
+    for_each_volume<T>(x, out.volume() * window_size(geo), [&](const Volume<T>& v, int64_t k) {
       T* o = values + k * out.volume();
       for_each_window(geo, in, out, [&](int64_t i, const AvgWindow& win) {
         if (win.empty()) {  // a window entirely in the padding
@@ -224,17 +198,17 @@ template <typename T>
 struct AvgPoolBackward {
   static void run(const KernelContext& ctx) {
     const Tensor& g = ctx.input(0);
-    const AvgPoolGeometry geo(ctx);
+    const AvgPoolGeometry geo = avg_pool_geometry(ctx);
     const Extent in(ctx.output(0)), out(g);
     T* grad_in = ctx.output(0).data<T>();
-    for_each_volume<T>(g, in.volume() + out.volume() * geo.window_size(), [&](const Volume<T>& go, int64_t k) {
+    for_each_volume<T>(g, in.volume() + out.volume() * window_size(geo), [&](const Volume<T>& go, int64_t k) {
       T* gi = grad_in + k * in.volume();
       std::fill(gi, gi + in.volume(), T(0));
       int64_t i = 0;
       for (int64_t od = 0; od < out.D; ++od)
         for (int64_t oh = 0; oh < out.H; ++oh)
           for (int64_t ow = 0; ow < out.W; ++ow, ++i) {
-            const AvgWindow win = geo.window({od, oh, ow}, in);
+            const AvgWindow win = geo.window(od, oh, ow, in.D, in.H, in.W);
             const T share = go.at(od, oh, ow) / static_cast<T>(win.divisor);
             for (int64_t d = win.lo[0]; d < win.hi[0]; ++d)
               for (int64_t h = win.lo[1]; h < win.hi[1]; ++h)
@@ -306,26 +280,10 @@ struct AdaptiveAvgPoolBackward {
 
 // ---- upsampling ---------------------------------------------------------------------------------------
 
-// PyTorch's compute_scales_value: 1/scale when the user gave a scale (> 0), else in/out.
-template <typename A>
-A source_scale(double user_scale, int64_t in, int64_t out) {
-  return user_scale > 0 ? static_cast<A>(1.0 / user_scale) : static_cast<A>(in) / static_cast<A>(out);
-}
-
-// PyTorch's nearest source index, min(floor(o * scale), in - 1), computed in float as ATen
-// does so that indices match exactly. ATen's channels-last kernel and its backward also
-// special-case out == in (identity) and out == 2 in (o / 2), which differs from this only when
-// a scale factor that does not produce those sizes was given; plugflow follows the formula
-// (PyTorch's NCHW forward) in both directions, so forward and backward stay adjoint.
-inline int64_t nearest_index(int64_t o, int64_t in, int64_t out, double user_scale) {
-  const float scale = source_scale<float>(user_scale, in, out);
-  return std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale)), in - 1);
-}
-
 // Source rows (or columns) of each output for nearest upsampling.
 std::vector<int64_t> nearest_indices(int64_t in, int64_t out, double user_scale) {
   std::vector<int64_t> r(out);
-  for (int64_t o = 0; o < out; ++o) r[o] = nearest_index(o, in, out, user_scale);
+  for (int64_t o = 0; o < out; ++o) r[o] = nn_math::nearest_index(o, in, out, user_scale);
   return r;
 }
 
@@ -338,18 +296,13 @@ struct LinearTaps {
 
 template <typename T>
 LinearTaps<T> linear_taps(int64_t in, int64_t out, bool align_corners, double user_scale) {
-  const T scale = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
-                                : source_scale<T>(user_scale, in, out);
   LinearTaps<T> t{std::vector<int64_t>(out), std::vector<int64_t>(out), std::vector<T>(out), std::vector<T>(out)};
   for (int64_t o = 0; o < out; ++o) {
-    T src = align_corners ? scale * static_cast<T>(o) : scale * (static_cast<T>(o) + T(0.5)) - T(0.5);
-    if (src < 0) src = 0;
-    const int64_t i = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
-    const T lambda = std::clamp(src - static_cast<T>(i), T(0), T(1));
-    t.i0[o] = i;
-    t.i1[o] = i + (i < in - 1 ? 1 : 0);
-    t.w0[o] = T(1) - lambda;
-    t.w1[o] = lambda;
+    const auto tap = nn_math::linear_tap<T>(o, in, out, align_corners, user_scale);
+    t.i0[o] = tap.i0;
+    t.i1[o] = tap.i1;
+    t.w0[o] = tap.w0;
+    t.w1[o] = tap.w1;
   }
   return t;
 }

@@ -1,0 +1,110 @@
+// The nn index and coefficient formulas the CPU and CUDA kernels share
+// (plugins/common/nn_math.h), on the CPU: sample positions and windows against values PyTorch
+// 1.13 computes (F.interpolate, F.avg_pool2d, F.adaptive_avg_pool2d on a row of 5 or 7
+// values), the dropout threshold against its definition, and the norm helpers.
+#include "nn_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+namespace nm = plugflow::nn_math;
+
+TEST(NnMath, NearestIndexMatchesPyTorch) {
+  // F.interpolate(arange(5), size=7) and scale_factor=1.7 (8 outputs), mode='nearest'.
+  const std::vector<int64_t> by_size = {0, 0, 1, 2, 2, 3, 4}, by_scale = {0, 0, 1, 1, 2, 2, 3, 4};
+  for (int64_t o = 0; o < 7; ++o) EXPECT_EQ(nm::nearest_index(o, 5, 7, 0.0), by_size[o]) << o;
+  for (int64_t o = 0; o < 8; ++o) EXPECT_EQ(nm::nearest_index(o, 5, 8, 1.7), by_scale[o]) << o;
+}
+
+// out[o] of a linear interpolation of in[i] = i.
+double interpolate_arange(int64_t o, int64_t in, int64_t out, bool align_corners) {
+  const auto t = nm::linear_tap<float>(o, in, out, align_corners, 0.0);
+  EXPECT_GE(t.i0, 0);
+  EXPECT_LT(t.i1, in);
+  EXPECT_FLOAT_EQ(t.w0 + t.w1, 1.0f);
+  return t.w0 * static_cast<float>(t.i0) + t.w1 * static_cast<float>(t.i1);
+}
+
+TEST(NnMath, LinearTapsMatchPyTorch) {
+  // F.interpolate(arange(5), size=8, mode='bilinear') with align_corners False and True.
+  const std::vector<double> no_ac = {0.0, 0.4375, 1.0625, 1.6875, 2.3125, 2.9375, 3.5625, 4.0};
+  for (int64_t o = 0; o < 8; ++o) EXPECT_NEAR(interpolate_arange(o, 5, 8, false), no_ac[o], 1e-6) << o;
+  for (int64_t o = 0; o < 8; ++o) EXPECT_NEAR(interpolate_arange(o, 5, 8, true), o * 4.0 / 7.0, 1e-6) << o;
+  const auto single = nm::linear_tap<double>(0, 5, 1, true, 0.0);  // one output: the first input
+  EXPECT_EQ(single.i0, 0);
+  EXPECT_EQ(single.w0, 1.0);
+}
+
+TEST(NnMath, PoolingWindowsMatchPyTorch) {
+  const double row[7] = {1, 5, 2, 0, -1, 3, 7};
+  // F.adaptive_avg_pool2d(row, (1, 3)).
+  const double adaptive[3] = {8.0 / 3, 1.0 / 3, 3.0};
+  for (int64_t o = 0; o < 3; ++o) {
+    double sum = 0;
+    const int64_t lo = nm::adaptive_start(o, 3, 7), hi = nm::adaptive_end(o, 3, 7);
+    for (int64_t i = lo; i < hi; ++i) sum += row[i];
+    EXPECT_NEAR(sum / static_cast<double>(hi - lo), adaptive[o], 1e-12) << o;
+  }
+  // F.avg_pool2d(row, (1, 3), stride (1, 2), padding (0, 1), ceil_mode=True), with and without
+  // count_include_pad: 4 outputs, the last window half outside.
+  const double with_pad[4] = {2.0, 7.0 / 3, 2.0 / 3, 10.0 / 3}, without_pad[4] = {3.0, 7.0 / 3, 2.0 / 3, 5.0};
+  for (bool include : {true, false}) {
+    const nm::AvgPoolGeometry geo{{1, 1, 3}, {1, 1, 2}, {0, 0, 1}, 0, include};
+    for (int64_t o = 0; o < 4; ++o) {
+      const nm::AvgWindow w = geo.window(0, 0, o, 1, 1, 7);
+      ASSERT_FALSE(w.empty());
+      double sum = 0;
+      for (int64_t i = w.lo[2]; i < w.hi[2]; ++i) sum += row[i];
+      EXPECT_NEAR(sum / static_cast<double>(w.divisor), (include ? with_pad : without_pad)[o], 1e-12) << o;
+    }
+  }
+  const nm::AvgPoolGeometry override_geo{{1, 2, 2}, {1, 2, 2}, {0, 1, 1}, 3, false};
+  EXPECT_EQ(override_geo.window(0, 0, 0, 1, 4, 4).divisor, 3);
+  // Max pooling's fallback index: the first tap at or after 0.
+  EXPECT_EQ(nm::max_pool_first_tap(2, 3), 2);
+  EXPECT_EQ(nm::max_pool_first_tap(-2, 1), 0);
+  EXPECT_EQ(nm::max_pool_first_tap(-2, 3), 1);
+  EXPECT_EQ(nm::max_pool_first_tap(-3, 3), 0);
+}
+
+TEST(NnMath, DropoutThresholdIsTheCeiling) {
+  for (double p : {0.0, 1.0, 0.5, 0.1, 0.2, 0.3, 1.0 / 3, 0.9999999, 1e-9}) {
+    const uint32_t t = nm::dropout_threshold(p);
+    EXPECT_EQ(t, static_cast<uint32_t>(std::ceil((1.0 - p) * 16777216.0))) << p;
+  }
+  EXPECT_TRUE(nm::dropout_keeps(0xffffffffu, nm::dropout_threshold(0.0)));  // p = 0 keeps the largest draw
+  EXPECT_FALSE(nm::dropout_keeps(0u, nm::dropout_threshold(1.0)));          // p = 1 keeps nothing
+  EXPECT_TRUE(nm::dropout_keeps(0x7fffffffu, nm::dropout_threshold(0.5)));  // k = 2^23 - 1 < 2^23
+  EXPECT_FALSE(nm::dropout_keeps(0x80000000u, nm::dropout_threshold(0.5)));
+}
+
+TEST(NnMath, NormHelpers) {
+  EXPECT_EQ(nm::assumed_mean(2.5), 2.5);
+  EXPECT_EQ(nm::assumed_mean(std::numeric_limits<double>::infinity()), 0.0);
+  EXPECT_EQ(nm::assumed_mean(std::nan("")), 0.0);
+  // Shifted sums of {1e8 + 1, 1e8 + 2, 1e8 + 3} with the first element as shift.
+  double mean, var;
+  nm::moments(0 + 1 + 2, 0 + 1 + 4, 1e8 + 1, 3, mean, var);
+  EXPECT_DOUBLE_EQ(mean, 1e8 + 2);
+  EXPECT_DOUBLE_EQ(var, 2.0 / 3);
+  const nm::SplitMean<float> split(1e8 + 2.25);
+  EXPECT_EQ(split.centre(1e8f), -2.25f);  // exact, where 1e8f - float(mean) gives 0
+  EXPECT_NEAR(static_cast<double>(split.hi) + split.lo, 1e8 + 2.25, 1e-6);
+  const auto eval = nm::batch_norm_grad_coefs(false, 2.0, 0.5, 3.0, 4.0, 10);
+  EXPECT_EQ(eval.a, 1.0);
+  EXPECT_EQ(eval.b, 0.0);
+  EXPECT_EQ(eval.c, 0.0);
+  const auto train = nm::batch_norm_grad_coefs(true, 2.0, 0.5, 3.0, 4.0, 10);
+  EXPECT_DOUBLE_EQ(train.b, -1.0 * 0.25 * 4.0 / 10);
+  EXPECT_DOUBLE_EQ(train.c, -1.0 * 3.0 / 10);
+  EXPECT_DOUBLE_EQ(nm::running_mean_update(1.0, 3.0, 0.1), 1.2);
+  EXPECT_DOUBLE_EQ(nm::running_var_update(1.0, 2.0, 5, 0.1), 0.1 * 2.5 + 0.9);
+}
+
+}  // namespace
