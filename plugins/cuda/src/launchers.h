@@ -27,6 +27,8 @@ std::vector<KernelDef> indexing_kernels(); // indexing_ops.cu: index index_put w
 std::vector<KernelDef> math_kernels();     // math.cu: clamp lerp addcmul addcdiv
 std::vector<KernelDef> matmul_kernels();   // matmul.cpp: mm bmm (cuBLAS + integer kernel)
 std::vector<KernelDef> conv_kernels();     // conv.cpp: conv2d and its gradients (cuDNN)
+std::vector<KernelDef> pool_kernels();     // pool.cu: max/avg/adaptive pooling 2-d and 3-d, nearest/bilinear upsampling
+std::vector<KernelDef> norm_kernels();     // norm.cu: batch/layer/group norm (+ backward), embedding (+ backward), dropout
 
 // dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.
 void launch_copy(const Tensor& dst, const Tensor& src, void* stream);
