@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
 #include <optional>
 #include <set>
@@ -88,17 +89,66 @@ TEST_F(CudaPlugin, LoadsAndReportsItsDevices) {
   }
 }
 
+// Ops the CPU plugin registers that have no CUDA kernel yet: the honest gap, op by op. Entries
+// leave this list as their kernels land (the test fails while a listed op is registered on
+// CUDA, so the list cannot go stale).
+const std::map<std::string, std::string> kNotYetOnCuda = {
+    // The fused optimizer updates, the AMP kernels and the graph's fused convolution / matmul
+    // ops: another branch (cuda-train) writes them.
+    {"sgd_step_", "fused optimizer update"},
+    {"multi_sgd_step_", "fused optimizer update"},
+    {"adam_step_", "fused optimizer update"},
+    {"multi_adam_step_", "fused optimizer update"},
+    {"amp_update_scale_", "AMP GradScaler kernel"},
+    {"non_finite_check_and_unscale_", "AMP GradScaler kernel"},
+    {"conv2d_fused", "graph fused convolution"},
+    {"fold_conv_bn", "graph fused convolution"},
+    {"mm_fused", "graph fused matmul"},
+    // Not written yet.
+    {"conv3d", "3-d convolution (cuDNN N-d), not written yet"},
+    {"conv3d_grad_input", "3-d convolution (cuDNN N-d), not written yet"},
+    {"conv3d_grad_weight", "3-d convolution (cuDNN N-d), not written yet"},
+    {"grid_sampler_2d", "grid sampling, not written yet"},
+    {"grid_sampler_2d_backward", "grid sampling, not written yet"},
+    {"grid_sampler_3d", "grid sampling, not written yet"},
+    {"grid_sampler_3d_backward", "grid sampling, not written yet"},
+};
+
+// Dtypes CUDA registers beyond the CPU's (docs/kernels.md): half precision where the CPU has
+// none, for autocast on CUDA.
+const std::set<std::pair<std::string, DType>> kCudaOnlyKernels = {
+    {"conv2d", DType::Float16},     {"conv2d_grad_input", DType::Float16}, {"conv2d_grad_weight", DType::Float16},
+    {"batch_norm", DType::Float16}, {"batch_norm_backward", DType::Float16},
+};
+
+// The whole registry: every (op, dtype) of the CPU plugin is on CUDA, and CUDA has nothing
+// else but the documented extra half types, except the ops listed as not yet on CUDA.
 TEST_F(CudaPlugin, RegistersTheSameKernelsAsTheCpuPlugin) {
   const auto cpu = kernels_of("cpu", DeviceType::CPU);
   const auto cuda = kernels_of("cuda", DeviceType::CUDA);
-  for (const std::string& op : all_ops()) {
-    for (DType t : kAllDTypes) {
-      const bool c = cpu.count({op, t}) > 0, g = cuda.count({op, t}) > 0;
-      EXPECT_EQ(c, g) << "op '" << op << "' dtype " << dtype_name(t) << ": cpu " << (c ? "has" : "lacks")
-                      << " a kernel, cuda " << (g ? "has" : "lacks") << " one";
+  ASSERT_GT(cpu.size(), 100u) << "the CPU plugin registered too few kernels to compare";
+  std::set<std::string> cpu_ops;
+  for (const auto& [op, t] : cpu) {
+    cpu_ops.insert(op);
+    const bool on_cuda = cuda.count({op, t}) > 0;
+    if (kNotYetOnCuda.count(op)) {
+      EXPECT_FALSE(on_cuda) << "op '" << op << "' (" << dtype_name(t)
+                            << ") is on CUDA now: remove it from kNotYetOnCuda";
+    } else {
+      EXPECT_TRUE(on_cuda) << "op '" << op << "' dtype " << dtype_name(t) << " has a CPU kernel and no CUDA one";
     }
-    EXPECT_FALSE(common_dtypes(op).empty()) << "no dtype of '" << op << "' on both devices";
   }
+  for (const auto& [op, t] : cuda) {
+    if (cpu.count({op, t})) continue;
+    EXPECT_TRUE(kCudaOnlyKernels.count({op, t}) > 0 && (t == DType::Float16 || t == DType::BFloat16))
+        << "op '" << op << "' dtype " << dtype_name(t) << " is on CUDA only (not a documented extra half type)";
+  }
+  for (const auto& k : kCudaOnlyKernels)
+    EXPECT_TRUE(cuda.count(k) > 0) << "kCudaOnlyKernels lists '" << k.first << "' " << dtype_name(k.second)
+                                   << ", which CUDA does not register";
+  for (const auto& [op, why] : kNotYetOnCuda)
+    EXPECT_TRUE(cpu_ops.count(op) > 0) << "kNotYetOnCuda lists '" << op << "', which the CPU does not register";
+  for (const std::string& op : all_ops()) EXPECT_FALSE(common_dtypes(op).empty()) << "no dtype of '" << op << "' on both devices";
 }
 
 // ---- elementwise ------------------------------------------------------------------------------
