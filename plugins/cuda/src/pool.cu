@@ -11,8 +11,9 @@
 // Every kernel runs a thread per element it writes, so nothing is accumulated with atomics: a
 // backward kernel gathers, for its input element, the gradients of the outputs that read it, in
 // the order the CPU's scatter adds them (outputs in row-major order; for bilinear, the four
-// taps in the CPU's order), and this file is compiled without FMA contraction, so results are
-// the CPU's bit for bit (up to the ordering of NaN payloads) and deterministic.
+// taps in the CPU's order), and this file is compiled without FMA contraction: results are
+// deterministic and meant to equal the CPU's bit for bit (tests/cpp/cuda/test_nn.cpp compares
+// them within the usual tolerances).
 #include <cmath>
 #include <limits>
 
