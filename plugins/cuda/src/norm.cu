@@ -43,10 +43,11 @@ void dispatch_float(const KernelContext& ctx, DType t, F&& f) {
 }
 
 // The gradient through the fused relu, relu_backward(g, out): 0 where out <= 0 (a NaN output
-// passes the gradient, as PyTorch's threshold_backward); g itself without a relu.
+// passes the gradient, as PyTorch's threshold_backward); g itself without a relu. In opmath.
 template <typename D>
-PF_DEVICE D relu_masked(const D* grad, const D* relu_out, int64_t off) {
-  return relu_out && relu_out[off] <= D(0) ? D(0) : grad[off];
+PF_DEVICE opmath_t<D> relu_masked(const D* grad, const D* relu_out, int64_t off) {
+  using C = opmath_t<D>;
+  return relu_out && to_opmath(relu_out[off]) <= C(0) ? C(0) : to_opmath(grad[off]);
 }
 
 // ---- batch_norm ---------------------------------------------------------------------------------
@@ -60,7 +61,7 @@ struct BatchNormArgs {
 
 // One block per channel: statistics (training) or the running ones (eval), then the channel's
 // outputs. D is the storage type; 16-bit types take the CPU's reduced path (the affine map in
-// float with one rounding, no fused epilogue).
+// float, rounded to D where the separate ops round: batch_norm's output, then the add's).
 template <typename D>
 __global__ void batch_norm_channel_kernel(BatchNormArgs a, const D* x, D* y, const D* addend) {
   using C = opmath_t<D>;
@@ -104,7 +105,10 @@ __global__ void batch_norm_channel_kernel(BatchNormArgs a, const D* x, D* y, con
       const float shift = static_cast<float>(a.bias.present() ? a.bias.get(ch) : 0.0);
       for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
         const int64_t i = e / a.l, off = (i * a.c + ch) * a.l + (e - i * a.l);
-        y[off] = cast_to<D>((static_cast<float>(x[off]) - m) * scale + shift);
+        float v = static_cast<float>(cast_to<D>((static_cast<float>(x[off]) - m) * scale + shift));
+        if (addend) v = static_cast<float>(cast_to<D>(v + static_cast<float>(addend[off])));
+        if (a.relu && v < 0.0f) v = 0.0f;
+        y[off] = cast_to<D>(v);
       }
     } else {
       const SplitMean<C> split(mean);
@@ -124,7 +128,7 @@ __global__ void batch_norm_channel_kernel(BatchNormArgs a, const D* x, D* y, con
 
 unsigned channel_blocks(int64_t c) { return static_cast<unsigned>(std::min<int64_t>(c, 65535)); }
 
-// batch_norm and batch_norm_fused (the graph's batch_norm + add + relu, float32/float64).
+// batch_norm and batch_norm_fused (the graph's batch_norm + add + relu).
 void batch_norm_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& x = ctx.input(0);
@@ -148,8 +152,6 @@ void batch_norm_kernel(KernelContext& ctx) {
   if (a.c == 0) return;
   dispatch_float(ctx, x.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
-    PF_CHECK(!is_reduced_float_v<D> || (!has_addend && !a.relu), "cuda '", ctx.op.name,
-             "': the fused epilogue is float32/float64 only");
     const D* addend = has_addend ? static_cast<const D*>(ctx.input(5).data_ptr()) : nullptr;
     batch_norm_channel_kernel<D><<<channel_blocks(a.c), kNormThreads, 0, scope.stream>>>(
         a, static_cast<const D*>(x.data_ptr()), static_cast<D*>(ctx.output(0).data_ptr()), addend);
@@ -176,9 +178,7 @@ __global__ void batch_norm_backward_channel_kernel(BatchNormBackwardArgs a, cons
     double s[2] = {0.0, 0.0};
     for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
       const int64_t i = e / a.l, off = (i * a.c + ch) * a.l + (e - i * a.l);
-      double gd;
-      if constexpr (reduced) gd = static_cast<double>(to_opmath(grad[off]));
-      else gd = static_cast<double>(relu_masked(grad, relu_out, off));
+      const double gd = static_cast<double>(relu_masked(grad, relu_out, off));
       s[0] += gd;
       s[1] += gd * (static_cast<double>(to_opmath(x[off])) - mean);
     }
@@ -195,7 +195,9 @@ __global__ void batch_norm_backward_channel_kernel(BatchNormBackwardArgs a, cons
       const float m = static_cast<float>(mean);
       for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
         const int64_t i = e / a.l, off = (i * a.c + ch) * a.l + (e - i * a.l);
-        grad_x[off] = cast_to<D>(static_cast<float>(grad[off]) * ka + (static_cast<float>(x[off]) - m) * kb + kc);
+        const float g = relu_masked(grad, relu_out, off);
+        if (grad_pre) grad_pre[off] = cast_to<D>(g);  // exact: g is a D value or 0
+        grad_x[off] = cast_to<D>(g * ka + (static_cast<float>(x[off]) - m) * kb + kc);
       }
     } else {
       const C ka = static_cast<C>(k.a), kb = static_cast<C>(k.b), kc = static_cast<C>(k.c);
@@ -232,7 +234,6 @@ void batch_norm_backward_kernel(KernelContext& ctx) {
   if (a.c == 0) return;
   dispatch_float(ctx, x.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
-    PF_CHECK(!is_reduced_float_v<D> || !masked, "cuda 'batch_norm_relu_backward' is float32/float64 only");
     batch_norm_backward_channel_kernel<D><<<channel_blocks(a.c), kNormThreads, 0, scope.stream>>>(
         a, static_cast<const D*>(ctx.input(0).data_ptr()),
         masked ? static_cast<const D*>(ctx.input(1).data_ptr()) : nullptr, static_cast<const D*>(x.data_ptr()),
@@ -693,14 +694,14 @@ void dropout_kernel(KernelContext& ctx) {
 }  // namespace
 
 std::vector<KernelDef> norm_kernels() {
-  const std::vector<DType> floats = {DType::Float32, DType::Float64};
+  const std::vector<DType> bf16_floats = {DType::BFloat16, DType::Float32, DType::Float64};
   const std::vector<DType> all_floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   return {
       // float16 batch norm is CUDA-only (autocast on CUDA runs batch norm in float16, as PyTorch).
       {"batch_norm", all_floats, &batch_norm_kernel},
       {"batch_norm_backward", all_floats, &batch_norm_backward_kernel},
-      {"batch_norm_fused", floats, &batch_norm_kernel},
-      {"batch_norm_relu_backward", floats, &batch_norm_backward_kernel},
+      {"batch_norm_fused", bf16_floats, &batch_norm_kernel},
+      {"batch_norm_relu_backward", bf16_floats, &batch_norm_backward_kernel},
       {"layer_norm", all_floats, &layer_norm_kernel},
       {"layer_norm_backward", all_floats, &layer_norm_backward_kernel},
       {"group_norm", all_floats, &group_norm_kernel},
