@@ -580,6 +580,20 @@ def _torch_clamp_broadcast_backward(call, t, p):
     return isinstance(expanded, Done) and not _compare_done(call, expanded, p)
 
 
+def _torch_bool_prod(call, t, p):
+    # PyTorch 1.13's prod(dtype=torch.bool) of a few hundred elements or more is True although
+    # an element is 0 (its bool reduction combines partial results wrongly); for fewer it is
+    # right. Accepted when plugflow's result is "every element nonzero", PyTorch's all(t0 != 0)
+    # over the same dims.
+    import torch
+    if not call.code.startswith("lib.prod(t0") or ", dtype=lib.bool)" not in call.code or \
+            not (isinstance(t, Done) and isinstance(p, Done)):
+        return False
+    code = call.code.replace(", dtype=lib.bool)", ")").replace("lib.prod(t0", "lib.all(t0 != 0", 1)
+    every = execute(call.with_code(code), torch)
+    return isinstance(every, Done) and not _compare_done(call, every, p)
+
+
 def _torch_empty_product_integer_beta(call, t, p):
     # PyTorch 1.13's addmm / addbmm / baddbmm of integer tensors whose product is empty (k = 0 or
     # no batches) multiply self by beta as a float number, so a fractional beta raises "result
@@ -904,6 +918,7 @@ ALLOWED = [
     ("torch-bfloat16-histc", "PyTorch 1.13 counts a bfloat16 histc in bfloat16", _torch_bfloat16_histc),
     ("torch-clamp-broadcast-backward", "PyTorch 1.13's clamp backward fails for a broadcast input",
      _torch_clamp_broadcast_backward),
+    ("torch-bool-prod", "PyTorch 1.13's prod(dtype=bool) of many elements ignores a zero", _torch_bool_prod),
     ("torch-addmv-empty-matrix", "PyTorch 1.13's addmv of an empty matrix has self's shape", _torch_addmv_empty_matrix),
     ("torch-empty-product-integer-beta", "PyTorch 1.13 refuses a fractional beta for integer empty products",
      _torch_empty_product_integer_beta),
