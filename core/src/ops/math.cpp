@@ -1195,19 +1195,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
     ops.push_back(permute(op, perm));
   }
 
-  // An empty operand makes the result zeros (PyTorch's fast path).
-  if (num_ops > 1) {
-    bool empty = false;
-    for (const Tensor& op : ops) empty = empty || op.numel() == 0;
-    if (empty) {
-      Shape shape(out_size, 1);  // the broadcast size of each output dim
-      for (int64_t d = 0; d < out_size; ++d)
-        for (const Tensor& op : ops)
-          if (op.sizes()[d] != 1) shape[d] = op.sizes()[d];
-      return zeros(shape, operands[0].dtype(), operands[0].device());
-    }
-  }
-
+  // (An empty operand goes through the contraction too: a shortcut to zeros would leave the
+  // result out of autograd, where PyTorch 1.13's inputs get their zero gradients.)
   Tensor result;
   if (num_ops == 1) {
     result = ops[0];
