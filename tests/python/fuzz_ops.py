@@ -2,6 +2,7 @@
 over lib / F and tensors t0, t1, ...) of a family of ops. generate(seed, index) picks a family
 by weight and returns the Call; nothing but (seed, index) decides it."""
 
+import math
 import re
 
 import numpy as np
@@ -752,7 +753,12 @@ def index_op(g):
 def creation_shape(g):
     """A small shape, or (rarely) one that must be refused before any allocation."""
     if g.p(0.1):
-        return tuple(g.choice(HUGE_SIZES + [0, 3]) for _ in range(g.int(1, 3)))
+        shape = tuple(g.choice(HUGE_SIZES + [0, 3]) for _ in range(g.int(1, 3)))
+        # (beyond the worker's 8 GiB even at a byte an element, unless empty: 2**31 int8 elements
+        # fit, and PyTorch's result held beside plugflow's exhausted the worker, not the op)
+        if 0 not in shape and math.prod(shape) < 2**34:
+            shape += (2**36,)
+        return shape
     return g.shape(max_numel=4096)
 
 

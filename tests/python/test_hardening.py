@@ -661,3 +661,11 @@ def test_matmul_with_an_empty_contraction_folds_its_batch(shapes):
     rng = seeded_rng()
     a, b = (rng.uniform(-2, 2, s).astype("float32") for s in shapes)
     _both(lambda lib, x, y: lib.matmul(x, y), a, b)
+
+
+@pytest.mark.parametrize("equation, shapes", [("...ij,...jk", ((0, 3, 2), (2, 4))), ("bij,bjk->bik", ((2, 0, 3), (2, 3, 4))),
+                                              ("ij,jk", ((3, 0), (0, 2))), ("i,i->", ((0,), (0,)))])
+def test_einsum_with_an_empty_operand_stays_in_autograd(equation, shapes):
+    rng = seeded_rng()
+    a, b = (rng.uniform(-2, 2, s) for s in shapes)
+    _both(lambda lib, x, y: lib.einsum(equation, x, y), a, b, grad=(0, 1))
