@@ -669,3 +669,19 @@ def test_einsum_with_an_empty_operand_stays_in_autograd(equation, shapes):
     rng = seeded_rng()
     a, b = (rng.uniform(-2, 2, s) for s in shapes)
     _both(lambda lib, x, y: lib.einsum(equation, x, y), a, b, grad=(0, 1))
+
+
+def test_norm_p0_gives_no_gradient():
+    # PyTorch's norm backward returns no gradient for p = 0: a leaf reached only through it keeps
+    # .grad None, one reached by another path too gets only that path's gradient.
+    rng = seeded_rng()
+    x = rng.uniform(-2, 2, 5)
+    x[rng.integers(5)] = 0.0
+    grads = []
+    for lib in (torch, pf):
+        a, b = lib.from_numpy(x.copy()).requires_grad_(), lib.from_numpy(x.copy()).requires_grad_()
+        lib.norm(a, p=0).backward()
+        (lib.norm(b, p=0) + (b * 3).sum()).backward()
+        grads.append((a.grad, b.grad))
+    assert grads[0][0] is None and grads[1][0] is None
+    assert_matches(grads[1][1], grads[0][1])
