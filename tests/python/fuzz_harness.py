@@ -594,6 +594,20 @@ def _torch_bool_prod(call, t, p):
     return isinstance(every, Done) and not _compare_done(call, every, p)
 
 
+def _torch_invalid_gradient_shape(call, t, p):
+    # PyTorch 1.13's std / var backward over all elements of a one-element tensor (unbiased: 0 /
+    # 0) fails ("StdBackward0 returned an invalid gradient at index 0 - got [] but expected shape
+    # compatible with [1]"). Accepted when plugflow's results and gradients are PyTorch's for the
+    # same reduction over dim 0 of t0.reshape(-1).
+    import torch
+    m = re.match(r"lib\.(std|var)(_mean)?\(t0(?=[,)])", call.code)
+    if not m or not (isinstance(t, Done) and isinstance(p, Done)) or t.backward_error is None or \
+            "returned an invalid gradient at index" not in t.backward_error.message:
+        return False
+    over_dim = execute(call.with_code(call.code.replace(m.group(0), m.group(0) + ".reshape(-1), 0", 1)), torch)
+    return isinstance(over_dim, Done) and not _compare_done(call, over_dim, p)
+
+
 def _torch_empty_product_integer_beta(call, t, p):
     # PyTorch 1.13's addmm / addbmm / baddbmm of integer tensors whose product is empty (k = 0 or
     # no batches) multiply self by beta as a float number, so a fractional beta raises "result
@@ -919,6 +933,8 @@ ALLOWED = [
     ("torch-clamp-broadcast-backward", "PyTorch 1.13's clamp backward fails for a broadcast input",
      _torch_clamp_broadcast_backward),
     ("torch-bool-prod", "PyTorch 1.13's prod(dtype=bool) of many elements ignores a zero", _torch_bool_prod),
+    ("torch-invalid-gradient-shape", "PyTorch 1.13's std / var backward of one element fails",
+     _torch_invalid_gradient_shape),
     ("torch-addmv-empty-matrix", "PyTorch 1.13's addmv of an empty matrix has self's shape", _torch_addmv_empty_matrix),
     ("torch-empty-product-integer-beta", "PyTorch 1.13 refuses a fractional beta for integer empty products",
      _torch_empty_product_integer_beta),
