@@ -538,7 +538,7 @@ def _quantile_impl(input, q, dim, keepdim, interpolation, fn, ignore_nan):
     else:
         weights = ranks - below.to(input.dtype) if interpolation == "linear" else ranks * 0 + 0.5
         v_above = values.gather(-1, above)
-        result = v_below + weights * (v_above - v_below)
+        result = v_below.lerp(v_above, weights)  # (PyTorch's lerp: -inf and a finite value at 0.75 is -inf)
     result = result.movedim(-1, 0).reshape(tuple([nq] + out_shape))
     if scalar_q:
         result = result.squeeze(0)
@@ -1012,12 +1012,27 @@ def logaddexp(input, other, *, out=None):
     common = _C.result_type(input, other)  # an integer operand promotes (int8 and bfloat16: bfloat16)
     if common not in _FLOATS:
         raise RuntimeError(f"\"logaddexp_cpu\" not implemented for '{_type_name(common)}'")
-    input, other = input.to(common), other.to(common)
-    m = _C.maximum(input, other)
-    safe = _C.where(m.isinf(), _creation.zeros((), dtype=m.dtype, device=m.device), m.detach())
-    result = safe + ((input - safe).exp() + (other - safe).exp()).log()
-    same_inf = m.isinf() & (input == other)
-    return _C.where(same_inf, m, result)
+    return _Logaddexp.apply(input.to(common), other.to(common))
+
+
+class _Logaddexp(_Function):
+    """logaddexp with PyTorch's gradients, grad / (1 + exp(other - input)) for input (1 at
+    input = inf beside a finite other, where differentiating the stable forward gives NaN)."""
+
+    @staticmethod
+    def forward(ctx, input, other):
+        ctx.save_for_backward(input, other)
+        m = _C.maximum(input, other)
+        safe = _C.where(m.isinf(), _creation.zeros((), dtype=m.dtype, device=m.device), m)
+        result = safe + ((input - safe).exp() + (other - safe).exp()).log()
+        return _C.where(m.isinf() & (input == other), m, result)
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, other = ctx.saved_tensors
+        grad_input = (grad / (1 + (other - input).exp())).sum_to_size(input.shape) if ctx.needs_input_grad[0] else None
+        grad_other = (grad / (1 + (input - other).exp())).sum_to_size(other.shape) if ctx.needs_input_grad[1] else None
+        return grad_input, grad_other
 
 
 # ---------------------------------------------------------------- out=

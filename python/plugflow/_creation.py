@@ -4,7 +4,9 @@ Each one resolves PyTorch's defaults (dtype, device, the randint overloads) and 
 into the `_C` primitive, which parses sizes given either way: f(2, 3) or f((2, 3)).
 """
 
+import math
 import operator
+import struct
 
 from . import _C
 from ._C import Tensor
@@ -189,6 +191,8 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
         for value, what in ((low, "from"), (high - 1, "to - 1")):
             if not lo <= value <= hi:
                 raise RuntimeError(f"{what} is out of bounds for {name}")
+    elif name in _FLOAT_LIMITS:
+        low, high = _float_bounds(low, high, name)
     if dtype is _C.bool:  # drawn as uint8 0/1 (the kernels have no bool), as PyTorch allows
         return _finish(_C._randint(low, high, (size,), _C.uint8, _device(device), generator).bool(), requires_grad)
     return _finish(_C._randint(low, high, (size,), dtype, _device(device), generator), requires_grad)
@@ -196,6 +200,57 @@ def randint(*args, size=None, generator=None, dtype=None, device=None, requires_
 
 _INT_RANGES = {"bool": (0, 1), "uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
                "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+# A floating dtype's (mantissa digits, largest finite value, PyTorch's name for it in messages).
+_FLOAT_LIMITS = {"float16": (11, 65504.0, "c10::Half"), "bfloat16": (8, 3.3895313892515355e38, "c10::BFloat16"),
+                 "float32": (24, 3.4028234663852886e38, "float"), "float64": (53, 1.7976931348623157e308, "double")}
+
+
+def _as_float_and_back(value, name):
+    """An int64 converted to the floating dtype and back as PyTorch's C++ static_casts do on x86:
+    int64 -> float rounds to nearest even (float16 / bfloat16 round that float again); a result
+    outside int64 on the way back, inf included, becomes -2**63."""
+    if name == "float64":
+        f = float(value)  # (Python's int -> float rounds to nearest even)
+    else:
+        f = _int_to_float32(value)
+        if name == "float16":
+            f = struct.unpack("e", struct.pack("e", f))[0] if abs(f) < 65520.0 else math.copysign(math.inf, f)
+        elif name == "bfloat16":
+            bits = struct.unpack("I", struct.pack("f", f))[0]
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+            f = struct.unpack("f", struct.pack("I", bits))[0]
+    return int(f) if math.isfinite(f) and -2**63 <= f < 2**63 else -2**63
+
+
+def _int_to_float32(value):
+    """An int64 rounded once to float32 (nearest, ties to even), as a Python float."""
+    drop = abs(value).bit_length() - 24
+    if drop <= 0:
+        return float(value)
+    q, r = divmod(abs(value), 1 << drop)
+    half = 1 << (drop - 1)
+    if r > half or (r == half and q & 1):
+        q += 1
+    return math.copysign(float(q << drop), value)
+
+
+def _float_bounds(low, high, name):
+    """PyTorch's random_(from, to) for a floating dtype: [from, to) narrowed to values the
+    dtype holds (update_from / update_to), then checked against the dtype's range."""
+    digits, largest, torch_name = _FLOAT_LIMITS[name]
+    low_plus_1 = _as_float_and_back(low + 1, name)
+    if low_plus_1 < low:
+        low = low_plus_1 + (1 << (abs(low + 1).bit_length() - 1 - digits + 1))
+    high_minus_1 = _as_float_and_back(high - 1, name)
+    if high_minus_1 >= high:
+        high = high_minus_1 - (1 << (abs(high - 1).bit_length() - 1 - digits + 1))
+    if low >= high:
+        raise RuntimeError("random_ expects 'from' casted to dtype to be less than 'to' casted to dtype, but got "
+                           f"from={low} >= to={high}")
+    for value, what in ((low, "from"), (high - 1, "to - 1")):
+        if not -largest <= float(value) <= largest:
+            raise RuntimeError(f"{what} is out of bounds for {torch_name}")
+    return low, high
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):

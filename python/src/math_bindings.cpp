@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,7 +76,8 @@ enum class OutKind {
 
 // Writes `result` into `out` with PyTorch's out= rules.
 void write_out(const std::string& fn, const Tensor& out, const Tensor& result, OutKind kind) {
-  PF_CHECK(!(ag::is_grad_enabled() && ag::requires_grad(result)), fn,
+  // (PyTorch 1.13's floor_divide has no derivative, so its out= accepts inputs that require grad)
+  PF_CHECK(!(ag::is_grad_enabled() && ag::requires_grad(result)) || fn == "floor_divide", fn,
            "(): functions with out=... arguments don't support automatic differentiation, but one of the arguments "
            "requires grad.");
   PF_CHECK(out.device() == result.device(), "Expected out tensor to have device ", result.device().str(),
@@ -347,22 +349,28 @@ void bind_math(py::module_& m) {
                                   arg("max") = py::none()));
   }
   {
-    auto lo = [](const Tensor& t, py::handle min) {
+    // PyTorch's clamp_min / clamp_max fill NaN for a NaN number bound where clamp(min=NaN)
+    // ignores it: the bound given twice is clamp's both-bounds rule, which fills NaN.
+    auto other_bound = [](py::handle bound) -> py::object {
+      return PyFloat_Check(bound.ptr()) && std::isnan(PyFloat_AsDouble(bound.ptr())) ? py::reinterpret_borrow<py::object>(bound)
+                                                                                     : py::none();
+    };
+    auto lo = [other_bound](const Tensor& t, py::handle min) {
       PF_CHECK_T(!min.is_none(), TypeError, "clamp_min(): argument 'min' must be Number, not NoneType");
-      return clamp_dispatch(t, min, py::none(), "clamp_min");
+      return clamp_dispatch(t, min, other_bound(min), "clamp_min");
     };
-    auto hi = [](const Tensor& t, py::handle max) {
+    auto hi = [other_bound](const Tensor& t, py::handle max) {
       PF_CHECK_T(!max.is_none(), TypeError, "clamp_max(): argument 'max' must be Number, not NoneType");
-      return clamp_dispatch(t, py::none(), max, "clamp_max");
+      return clamp_dispatch(t, other_bound(max), max, "clamp_max");
     };
-    auto lo_ = [](py::object self, py::handle min) {
+    auto lo_ = [other_bound](py::object self, py::handle min) {
       PF_CHECK_T(!min.is_none(), TypeError, "clamp_min_(): argument 'min' must be Number, not NoneType");
-      clamp_dispatch_(tensor_ref(self), min, py::none(), "clamp_min_");
+      clamp_dispatch_(tensor_ref(self), min, other_bound(min), "clamp_min_");
       return self;
     };
-    auto hi_ = [](py::object self, py::handle max) {
+    auto hi_ = [other_bound](py::object self, py::handle max) {
       PF_CHECK_T(!max.is_none(), TypeError, "clamp_max_(): argument 'max' must be Number, not NoneType");
-      clamp_dispatch_(tensor_ref(self), py::none(), max, "clamp_max_");
+      clamp_dispatch_(tensor_ref(self), other_bound(max), max, "clamp_max_");
       return self;
     };
     function("clamp_min", py::cpp_function(lo, py::name("clamp_min"), arg("input"), arg("min")));

@@ -94,15 +94,14 @@ std::optional<int64_t> opt_dim(py::handle dim, const char* fn) {
   return to_int(dim, fn, "dim");
 }
 
-// Copies a joined result (stack, hstack, ...) into an out= tensor with cat's rules: the dtype
-// must be castable, no shared elements; resized when its shape differs, as PyTorch does.
-py::object write_out(py::object out, const Tensor& r) {
+// A join (stack, hstack, ...) into an out= tensor: cat's rules (PyTorch's are cat_out), each
+// input converted straight to out's dtype; out is resized when its shape differs.
+py::object join_out(py::object out, ops::Join join, const std::vector<Tensor>& tensors, int64_t dim = 0) {
   Tensor& o = out.cast<Tensor&>();
-  PF_CHECK(can_cast(r.dtype(), o.dtype()), "torch.cat(): input types can't be cast to the desired output type ",
-           scalar_type_name(o.dtype()));
-  ops::check_no_internal_overlap(o);
-  ops::resize_(o, r.sizes());
-  ops::copy_(o, r);
+  {
+    py::gil_scoped_release nogil;
+    ops::join_out(o, join, tensors, dim);
+  }
   return out;
 }
 
@@ -210,27 +209,29 @@ void bind_shape(py::module_& m) {
   }
   function("stack", py::cpp_function(
                         [](py::handle tensors, py::handle dim, py::object out) -> py::object {
-                          Tensor r = ops::stack(tensor_list(tensors, "stack"), to_int(dim, "stack", "dim"));
-                          if (!out.is_none()) return write_out(out, r);
-                          return py::cast(std::move(r));
+                          const std::vector<Tensor> ts = tensor_list(tensors, "stack");
+                          const int64_t d = to_int(dim, "stack", "dim");
+                          if (!out.is_none()) return join_out(out, ops::Join::Stack, ts, d);
+                          return py::cast(ops::stack(ts, d));
                         },
                         py::name("stack"), py::arg("tensors"), py::arg("dim") = 0, py::kw_only(),
                         py::arg("out") = py::none()));
   struct Joiner {
     const char* name;
     Tensor (*fn)(const std::vector<Tensor>&);
+    ops::Join join;
   };
-  for (Joiner j : {Joiner{"hstack", &ops::hstack}, Joiner{"vstack", &ops::vstack}, Joiner{"row_stack", &ops::vstack},
-                   Joiner{"dstack", &ops::dstack}, Joiner{"column_stack", &ops::column_stack}}) {
-    auto fn = j.fn;
-    const char* name = j.name;
-    function(name, py::cpp_function(
-                       [fn, name](py::handle tensors, py::object out) -> py::object {
-                         Tensor r = fn(tensor_list(tensors, name));
-                         if (!out.is_none()) return write_out(out, r);
-                         return py::cast(std::move(r));
-                       },
-                       py::name(name), py::arg("tensors"), py::kw_only(), py::arg("out") = py::none()));
+  for (Joiner j : {Joiner{"hstack", &ops::hstack, ops::Join::HStack}, Joiner{"vstack", &ops::vstack, ops::Join::VStack},
+                   Joiner{"row_stack", &ops::vstack, ops::Join::VStack},
+                   Joiner{"dstack", &ops::dstack, ops::Join::DStack},
+                   Joiner{"column_stack", &ops::column_stack, ops::Join::ColumnStack}}) {
+    function(j.name, py::cpp_function(
+                         [j](py::handle tensors, py::object out) -> py::object {
+                           const std::vector<Tensor> ts = tensor_list(tensors, j.name);
+                           if (!out.is_none()) return join_out(out, j.join, ts);
+                           return py::cast(j.fn(ts));
+                         },
+                         py::name(j.name), py::arg("tensors"), py::kw_only(), py::arg("out") = py::none()));
   }
   function("atleast_1d", py::cpp_function([](const py::args& a) { return atleast(a, &ops::atleast_1d, "atleast_1d"); },
                                           py::name("atleast_1d")));

@@ -680,15 +680,20 @@ py::object binary_operator(const std::string& name, const Tensor& self, py::hand
 
 // other (op) self, for reflected operators (2 - t). A number divided by a tensor and a number
 // raised to a tensor are PyTorch's Tensor.__rtruediv__ and __rpow__: reciprocal(t) * number
-// (so 1e-30 / subnormal is inf there too), and tensor(number, dtype=result_type) ** t (so the
-// number must fit that dtype).
+// (so 1e-30 / subnormal is inf there too), and tensor(number, dtype=result_type) ** t, which
+// converts as torch.tensor does: an integer dtype must hold the number, a floating one rounds
+// it (1e300 ** t is inf ** t in bfloat16).
 py::object reflected_operator(const std::string& name, const Tensor& self, py::handle other) {
   if (const Tensor* o = as_tensor(other)) return py::cast(ops::binary(name, *o, self));
   Scalar s;
   if (!to_scalar(other, s)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
   if (name == kDiv) return py::cast(ops::binary(kMul, ops::unary("reciprocal", self), s));
-  if (name == kPow)
-    return py::cast(ops::binary(kPow, ops::scalar_tensor(s, ops::result_type(self, s), self.device()), self));
+  if (name == kPow) {
+    const DType dt = ops::result_type(self, s);
+    const Tensor base = is_floating(dt) ? ops::wrapped_scalar_tensor(s, dt, self.device())
+                                        : ops::scalar_tensor(s, dt, self.device());
+    return py::cast(ops::binary(kPow, base, self));
+  }
   return py::cast(ops::binary(name, s, self));
 }
 

@@ -469,3 +469,219 @@ def test_found_by_the_fuzzer_flatten_dims_of_a_0d_tensor_and_bool_scans():
                 getattr(lib.ones(3, 2), op)(1, dtype=lib.bool)
             assert getattr(lib.tensor(2.0), op)(0, dtype=lib.bool).item() is True
             assert tuple(getattr(lib.ones(0), op)(0, dtype=lib.bool).shape) == (0,)
+
+
+# ---- classes found by the second fuzz run (seed 2729807199) and the third (2507438143) -------------
+
+SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e300, -1.7976931348623157e308, 1.7976931348623157e308]
+
+
+def _special_values(rng, n, dtype="float64"):
+    """n values mixing ordinary numbers with NaN, infinities, zeros and the dtype's limits."""
+    values = rng.uniform(-5, 5, n)
+    mask = rng.random(n) < 0.4
+    values[mask] = rng.choice(SPECIAL, int(mask.sum()))
+    with np.errstate(over="ignore"):
+        return values.astype(dtype)
+
+
+def _both(fn, *arrays, grad=()):
+    """fn(lib, *tensors) under torch and plugflow: (result, input gradients) of each, the
+    gradients from the same random upstream gradient."""
+    out = []
+    for lib in (torch, pf):
+        ts = [lib.from_numpy(a.copy()) for a in arrays]
+        for i in grad:
+            ts[i].requires_grad_(True)
+        r = fn(lib, *ts)
+        grads = []
+        if grad:
+            upstream = np.random.default_rng(0).uniform(-1, 1, tuple(r.shape))
+            r.backward(lib.from_numpy(upstream).to(r.dtype))
+            grads = [ts[i].grad for i in grad]
+        out.append((r, grads))
+    (tr, tg), (pr, pg) = out
+    assert_matches(pr.detach(), tr.detach())
+    for a, e in zip(pg, tg):
+        assert_matches(a, e)
+
+
+@pytest.mark.parametrize("op", ["clamp", "clip", "clamp_min", "clamp_max", "clamp_", "clamp_min_", "clamp_max_"])
+def test_clamp_with_a_nan_number_bound_matches_torch(op):
+    # PyTorch 1.13's clamp ignores a lone NaN number bound (its kernel's min(a, NaN) is a; the
+    # gradient is still 0); with both bounds, or in clamp_min / clamp_max, NaN fills the result.
+    rng = seeded_rng()
+    for _ in range(20):
+        dtype = str(rng.choice(["int64", "int16", "uint8", "float32", "float64"]))
+        x = (_special_values(rng, 7) if dtype.startswith("float") else rng.integers(0, 100, 7)).astype(dtype)
+        bounds = [(math.nan, None), (None, math.nan), (math.nan, 1.0), (-1.0, math.nan), (math.nan, math.nan)]
+        lo, hi = bounds[rng.integers(len(bounds))]
+        in_place = op.endswith("_")
+        if in_place and not dtype.startswith("float"):
+            continue
+        if op.startswith("clamp_min"):
+            args = {"min": lo if lo is not None else math.nan}
+        elif op.startswith("clamp_max"):
+            args = {"max": hi if hi is not None else math.nan}
+        else:
+            args = {"min": lo, "max": hi}
+        grad = () if in_place or not dtype.startswith("float") else (0,)
+        _both(lambda lib, t: getattr(t.clone() if in_place else t, op)(**args), x, grad=grad)
+
+
+def test_randint_float_bounds_follow_torch():
+    # PyTorch narrows [low, high) to values the floating dtype holds and refuses bounds past its
+    # range ("from is out of bounds for c10::Half").
+    rng = seeded_rng()
+    limits = [-2**63, -2**53 - 3, -2**31, -70000, -65504, -65505, -2049, -300, 0, 1, 255, 2049, 65504, 65505, 65520,
+              70000, 2**24 + 1, 2**31, 2**53 + 3, 2**63 - 1]
+    for _ in range(60):
+        dtype = str(rng.choice(["float16", "bfloat16", "float32", "float64"]))
+        low, high = sorted(int(v) for v in rng.choice(limits, 2))
+        outcomes = []
+        for lib in (torch, pf):
+            try:
+                r = lib.randint(low, high, (50,), dtype=getattr(lib, dtype))
+                values = r.double()
+                outcomes.append(("ok", bool(((values >= low) & (values < high)).all())))
+            except RuntimeError as e:
+                outcomes.append(("error", str(e).split(" is out of")[0].split(",")[0]))
+        assert outcomes[0] == outcomes[1], (dtype, low, high, outcomes)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "uint8", "int32"])
+def test_number_raised_to_a_tensor_converts_as_torch_tensor(dtype):
+    # number ** t is torch.tensor(number, dtype=result_type) ** t: a floating dtype rounds the
+    # number (1e300 is inf in bfloat16), an integer dtype must hold it.
+    for number in (1e300, -1e300, 1e40, 300, -129, 2.5, True):
+        outcomes = []
+        for lib in (torch, pf):
+            t = lib.tensor([0.0, 1.0, -1.0, 2.0, 0.5]).to(getattr(lib, dtype)) if dtype.startswith(("float", "bfloat")) \
+                else lib.tensor([0, 1, 2, 3]).to(getattr(lib, dtype))
+            try:
+                outcomes.append(number ** t)
+            except RuntimeError:
+                outcomes.append("error")
+        if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+            assert outcomes[0] == outcomes[1], (number, outcomes)
+        else:
+            assert_matches(outcomes[1], outcomes[0])
+
+
+@pytest.mark.parametrize("join", ["stack", "hstack", "vstack", "dstack", "column_stack", "cat"])
+def test_join_out_converts_each_input_to_the_out_dtype(join):
+    # PyTorch's joins with out= are cat_out: each input goes straight to out's dtype (an int64
+    # past float16's range is finite in bfloat16, not inf through a float16 promotion).
+    rng = seeded_rng()
+    dtypes = ["float16", "bfloat16", "int64", "int8", "bool", "float32", "float64", "int32"]
+    for _ in range(20):
+        picked = [str(d) for d in rng.permutation(["float16", "int64"] + list(rng.choice(dtypes, rng.integers(0, 3))))]
+        out_dtype = str(rng.choice(["bfloat16", "float32", "float64", "float16"]))
+        shape = tuple(int(s) for s in rng.integers(1, 4, rng.integers(0, 3)))
+        values = [np.asarray(rng.integers(-2**62, 2**62, shape) if d == "int64" else rng.uniform(-100, 100, shape))
+                  for d in picked]
+        outcomes = []
+        for lib in (torch, pf):
+            ts = [lib.from_numpy(v).to(getattr(lib, d)) for v, d in zip(values, picked)]
+            out = lib.zeros((), dtype=getattr(lib, out_dtype))
+            try:
+                getattr(lib, join)(ts, out=out)
+                outcomes.append(out)
+            except RuntimeError:
+                outcomes.append("error")
+        if isinstance(outcomes[0], str) or isinstance(outcomes[1], str):
+            assert outcomes[0] == outcomes[1], (picked, out_dtype, outcomes)
+        else:
+            assert_matches(outcomes[1], outcomes[0])
+
+
+def test_square_pow_and_mse_gradients_overflow_as_torch():
+    # g * (2a) and g * (b * a^(b-1)), PyTorch's order: 2 * 1.8e308 is inf even where g is small.
+    rng = seeded_rng()
+    for _ in range(10):
+        x, y = _special_values(rng, 9), _special_values(rng, 9)
+        _both(lambda lib, a: a.square(), x, grad=(0,))
+        _both(lambda lib, a: a ** 2, x, grad=(0,))
+        _both(lambda lib, a: a.pow(3.0), x, grad=(0,))
+        _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b, reduction="none"), x, y, grad=(0, 1))
+        _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b, reduction="sum"), x, y, grad=(0, 1))
+
+
+def test_pairwise_distance_of_0d_inputs_is_the_norm_with_its_gradient():
+    rng = seeded_rng()
+    for _ in range(20):
+        x, y = _special_values(rng, 1).reshape(()), _special_values(rng, 1).reshape(())
+        for p in (2.0, 1.0, math.inf, 3.0):
+            _both(lambda lib, a, b: lib.nn.functional.pairwise_distance(a, b, p=p), x, y, grad=(0,))
+
+
+def test_logaddexp_gradients_at_infinities_match_torch():
+    # grad / (1 + exp(other - input)): 1 at input = inf beside a finite other.
+    rng = seeded_rng()
+    for _ in range(10):
+        x, y = _special_values(rng, 8), _special_values(rng, 8)
+        _both(lambda lib, a, b: lib.logaddexp(a, b), x, y, grad=(0, 1))
+        _both(lambda lib, a, b: lib.logaddexp(a, b), x, rng.integers(0, 255, 8).astype("uint8"), grad=(0,))
+
+
+def test_quantile_interpolates_with_lerp():
+    # PyTorch interpolates with lerp: between -inf and a finite value at 0.75 the result is -inf.
+    rng = seeded_rng()
+    for _ in range(10):
+        x = _special_values(rng, 20).reshape(4, 5)
+        x[np.isnan(x)] = 0.0
+        for q in (0.25, 0.5, 0.9):
+            _both(lambda lib, t: lib.quantile(t, q, dim=0), x)
+
+
+def test_lerp_weight_past_the_16_bit_range_is_computed_in_float32():
+    for lib_dtype in ("bfloat16", "float16"):
+        outcomes = []
+        for lib in (torch, pf):
+            a = lib.tensor([1.0, -2.0, 0.5]).to(getattr(lib, lib_dtype))
+            try:
+                outcomes.append(a.lerp(a * 0.5, 3.4e38 if lib_dtype == "bfloat16" else 70000.0))
+            except RuntimeError:
+                outcomes.append("error")  # (PyTorch has no float16 lerp kernel)
+        if not isinstance(outcomes[0], str):
+            assert_matches(outcomes[1], outcomes[0])
+
+
+def test_unique_dim_refuses_several_zero_sized_dims_and_floor_divide_out_takes_grad_inputs():
+    for lib in (torch, pf):
+        with pytest.raises(RuntimeError, match="Number of zero sized dimensions is more than one"):
+            lib.unique(lib.zeros(2, 0, 0), dim=1)
+        out = lib.zeros(2)
+        lib.floor_divide(lib.tensor([3.0, -3.0], requires_grad=True), 2, out=out)
+        assert out.tolist() == [1.0, -2.0]
+
+
+@pytest.mark.parametrize("shapes", [((9, 8, 0), (0,)), ((2, 3, 0), (0, 4)), ((0, 3, 0), (0, 2)), ((2, 0, 5), (5,))])
+def test_matmul_with_an_empty_contraction_folds_its_batch(shapes):
+    rng = seeded_rng()
+    a, b = (rng.uniform(-2, 2, s).astype("float32") for s in shapes)
+    _both(lambda lib, x, y: lib.matmul(x, y), a, b)
+
+
+@pytest.mark.parametrize("equation, shapes", [("...ij,...jk", ((0, 3, 2), (2, 4))), ("bij,bjk->bik", ((2, 0, 3), (2, 3, 4))),
+                                              ("ij,jk", ((3, 0), (0, 2))), ("i,i->", ((0,), (0,)))])
+def test_einsum_with_an_empty_operand_stays_in_autograd(equation, shapes):
+    rng = seeded_rng()
+    a, b = (rng.uniform(-2, 2, s) for s in shapes)
+    _both(lambda lib, x, y: lib.einsum(equation, x, y), a, b, grad=(0, 1))
+
+
+def test_norm_p0_gives_no_gradient():
+    # PyTorch's norm backward returns no gradient for p = 0: a leaf reached only through it keeps
+    # .grad None, one reached by another path too gets only that path's gradient.
+    rng = seeded_rng()
+    x = rng.uniform(-2, 2, 5)
+    x[rng.integers(5)] = 0.0
+    grads = []
+    for lib in (torch, pf):
+        a, b = lib.from_numpy(x.copy()).requires_grad_(), lib.from_numpy(x.copy()).requires_grad_()
+        lib.norm(a, p=0).backward()
+        (lib.norm(b, p=0) + (b * 3).sum()).backward()
+        grads.append((a.grad, b.grad))
+    assert grads[0][0] is None and grads[1][0] is None
+    assert_matches(grads[1][1], grads[0][1])

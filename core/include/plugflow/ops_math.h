@@ -29,7 +29,9 @@ PF_API Tensor hardtanh(const Tensor& a, Scalar min_val, Scalar max_val);
 PF_API Tensor& hardtanh_(Tensor& a, Scalar min_val, Scalar max_val);
 
 // ---- pointwise ----------------------------------------------------------------------------------
-// clamp: at least one bound (RuntimeError otherwise). NaN in the input or a bound gives NaN.
+// clamp: at least one bound (RuntimeError otherwise). NaN in the input gives NaN; so does a NaN
+// bound beside another bound, where a lone NaN number bound leaves the values alone (PyTorch
+// 1.13's min(a, NaN) is a; the gradient is still zero there).
 PF_API Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
 // Tensor bounds broadcast with `a`; an undefined tensor means "no bound".
 PF_API Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max);

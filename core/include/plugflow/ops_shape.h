@@ -25,6 +25,11 @@ PF_API Tensor hstack(const std::vector<Tensor>& tensors);
 PF_API Tensor vstack(const std::vector<Tensor>& tensors);
 PF_API Tensor dstack(const std::vector<Tensor>& tensors);
 PF_API Tensor column_stack(const std::vector<Tensor>& tensors);
+// The joins above with out= (PyTorch's are cat_out of the reshaped inputs): each input is
+// converted straight to out's dtype (an int64 into bfloat16 does not pass through a float16
+// promotion); dim is stack's (ignored by the others).
+enum class Join { Stack, HStack, VStack, DStack, ColumnStack };
+PF_API Tensor& join_out(Tensor& out, Join join, const std::vector<Tensor>& tensors, int64_t dim = 0);
 PF_API Tensor atleast_1d(const Tensor& t);
 PF_API Tensor atleast_2d(const Tensor& t);
 PF_API Tensor atleast_3d(const Tensor& t);

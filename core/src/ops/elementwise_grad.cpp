@@ -58,7 +58,8 @@ std::pair<Tensor, Tensor> pow_backward(const Tensor& g, const Tensor& a, const T
   // d/da = b * a^(b-1), 0 where b == 0 (the exponent is made 1 there, so that 0 * a^0
   // stays 0 even at a == 0); d/db = out * log(a), 0 where a == 0 and b >= 0.
   Tensor b_safe = add(b, mask_as(cmp("eq", b, Scalar(0)), b.dtype()));
-  Tensor da = mul(mul(g, b), ops::binary("pow", a, ops::binary("sub", b_safe, Scalar(1))));
+  // (g * (b * a^(b-1)), PyTorch's order: b * a^(b-1) may overflow where g * b would not)
+  Tensor da = mul(g, mul(b, ops::binary("pow", a, ops::binary("sub", b_safe, Scalar(1)))));
   // log(1) where a == 0 and b >= 0 (PyTorch masks those to 0; b < 0 keeps -inf * inf).
   Tensor zero_base = ops::binary("logical_and", cmp("eq", a, Scalar(0)), cmp("ge", b, Scalar(0)));
   Tensor safe_log = un("log", add(a, mask_as(zero_base, a.dtype())));

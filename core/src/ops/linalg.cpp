@@ -87,7 +87,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape out_shape;
   if (B.dim() == 2) {
     Shape batch(A.sizes().begin(), A.sizes().end() - 2);
-    Tensor r = mm(reshape(A, {-1, k}), B);
+    Tensor r = mm(reshape(A, {shape_numel(batch) * n, k}), B);  // (not -1: k may be 0)
     out_shape = batch;
     out_shape.push_back(n);
     out_shape.push_back(p);

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -229,6 +231,18 @@ void record_clamp(const char* name, const Tensor& a, const Tensor& lo, const Ten
   ag::record(node, {a, lo, hi}, {out});
 }
 
+// The bound clamp's values use: PyTorch 1.13's clamp with a single number bound computes
+// min(a, bound) / max(a, bound) as std::min / std::max, which return `a` for a NaN bound, so a
+// lone NaN bound leaves the values alone (an infinite bound of the same side does that too). Its
+// gradient still compares with NaN (zero). With both bounds, a NaN one makes every value NaN.
+std::optional<Scalar> value_bound(const std::optional<Scalar>& bound, const std::optional<Scalar>& other,
+                                  double neutral) {
+  if (bound && !other && bound->is_floating() && std::isnan(bound->to_double())) return Scalar(neutral);
+  return bound;
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
 void check_clamp_dtype(DType dt, bool scalar) {
   PF_CHECK(!(scalar && dt == DType::Bool), "\"clamp_scalar_cpu\" not implemented for 'Bool'");
 }
@@ -251,8 +265,9 @@ Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> m
   const DType dt = Promotion().add(a).add(min).add(max).result();
   check_clamp_dtype(dt, true);
   const Tensor x = to(a, std::nullopt, dt);
-  const Tensor lo = min ? expand(scalar_tensor(*min, dt, a.device()), x.sizes()) : Tensor();
-  const Tensor hi = max ? expand(scalar_tensor(*max, dt, a.device()), x.sizes()) : Tensor();
+  const std::optional<Scalar> vmin = value_bound(min, max, -kInf), vmax = value_bound(max, min, kInf);
+  const Tensor lo = vmin ? expand(scalar_tensor(*vmin, dt, a.device()), x.sizes()) : Tensor();
+  const Tensor hi = vmax ? expand(scalar_tensor(*vmax, dt, a.device()), x.sizes()) : Tensor();
   Tensor out = clamp_values(x, lo, hi);
   record_clamp(min && max ? "ClampBackward1" : min ? "ClampMinBackward0" : "ClampMaxBackward0", x, Tensor(), Tensor(),
                min, max, out);
@@ -281,8 +296,9 @@ Tensor& clamp_(Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) 
   ag::check_inplace(a);
   // Clamping in a's dtype selects the same values as clamping in the promoted one.
   const DType st = a.dtype();
-  const Tensor lo = min ? expand(scalar_tensor(*min, st, a.device()), a.sizes()) : Tensor();
-  const Tensor hi = max ? expand(scalar_tensor(*max, st, a.device()), a.sizes()) : Tensor();
+  const std::optional<Scalar> vmin = value_bound(min, max, -kInf), vmax = value_bound(max, min, kInf);
+  const Tensor lo = vmin ? expand(scalar_tensor(*vmin, st, a.device()), a.sizes()) : Tensor();
+  const Tensor hi = vmax ? expand(scalar_tensor(*vmax, st, a.device()), a.sizes()) : Tensor();
   const bool grad = is_floating(st) && ag::any_requires_grad({&a});
   const Tensor before = grad ? clone(ag::detach(a)) : Tensor();
   clamp_values_(a, lo, hi);
@@ -481,9 +497,28 @@ Tensor& lerp_impl_(Tensor& a, const Tensor& end, const Tensor& weight, std::opti
 }  // namespace
 
 Tensor lerp(const Tensor& a, const Tensor& end, const Tensor& weight) { return lerp_impl(a, end, weight, std::nullopt); }
-Tensor lerp(const Tensor& a, const Tensor& end, Scalar weight) { return lerp_impl(a, end, Tensor(), weight); }
+namespace {
+// PyTorch computes a float16 / bfloat16 lerp in float32 with a number weight held as a float, so
+// a weight past the 16-bit dtype's range (3.4e38 for bfloat16) is valid there: such a call runs
+// in float32 and rounds once.
+bool weight_needs_float32(const Tensor& a, Scalar weight) {
+  if (a.dtype() != DType::Float16 && a.dtype() != DType::BFloat16) return false;
+  const double w = weight.to_double(), largest = a.dtype() == DType::Float16 ? 65504.0 : 3.3895313892515355e38;
+  return std::isfinite(w) && std::fabs(w) > largest;
+}
+}  // namespace
+
+Tensor lerp(const Tensor& a, const Tensor& end, Scalar weight) {
+  if (weight_needs_float32(a, weight) && a.dtype() == end.dtype())
+    return to(lerp_impl(to(a, std::nullopt, DType::Float32), to(end, std::nullopt, DType::Float32), Tensor(), weight),
+              std::nullopt, a.dtype());
+  return lerp_impl(a, end, Tensor(), weight);
+}
 Tensor& lerp_(Tensor& a, const Tensor& end, const Tensor& weight) { return lerp_impl_(a, end, weight, std::nullopt); }
-Tensor& lerp_(Tensor& a, const Tensor& end, Scalar weight) { return lerp_impl_(a, end, Tensor(), weight); }
+Tensor& lerp_(Tensor& a, const Tensor& end, Scalar weight) {
+  if (weight_needs_float32(a, weight) && a.dtype() == end.dtype()) return copy_(a, lerp(a, end, weight));
+  return lerp_impl_(a, end, Tensor(), weight);
+}
 
 // ================================================================================================
 // addcmul / addcdiv
@@ -1160,19 +1195,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
     ops.push_back(permute(op, perm));
   }
 
-  // An empty operand makes the result zeros (PyTorch's fast path).
-  if (num_ops > 1) {
-    bool empty = false;
-    for (const Tensor& op : ops) empty = empty || op.numel() == 0;
-    if (empty) {
-      Shape shape(out_size, 1);  // the broadcast size of each output dim
-      for (int64_t d = 0; d < out_size; ++d)
-        for (const Tensor& op : ops)
-          if (op.sizes()[d] != 1) shape[d] = op.sizes()[d];
-      return zeros(shape, operands[0].dtype(), operands[0].device());
-    }
-  }
-
+  // (An empty operand goes through the contraction too: a shortcut to zeros would leave the
+  // result out of autograd, where PyTorch 1.13's inputs get their zero gradients.)
   Tensor result;
   if (num_ops == 1) {
     result = ops[0];

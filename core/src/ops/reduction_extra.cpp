@@ -392,7 +392,7 @@ Tensor norm(const Tensor& a_in, double p, const Shape& dims_in, bool keepdim, st
           const Shape red = meta_reduced_shape(x, dims, keep);
           const Tensor gk = expand(keep_dims(reshape(g[0], red), dims, keep), x.sizes());
           const Tensor n = expand(keep_dims(reshape(s[1], red), dims, keep), x.sizes());
-          if (p == 0) return {zeros(x.sizes(), x.dtype(), x.device())};
+          if (p == 0) return {Tensor()};  // no gradient, as PyTorch (the input's .grad stays None)
           if (p == 1) return {mul(unary("sign", x), gk)};
           if (p == 2) {  // x / n, 0 where n == 0 (x is 0 there too)
             return {mul(gk, binary("div", x, binary("add", n, zero_mask(n))))};

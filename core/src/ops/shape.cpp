@@ -264,22 +264,9 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
     PF_CHECK(tensors[i].storage() != out.storage(), "unsupported operation: the input tensors cannot refer to any of "
              "the output memory locations. Found overlap in input tensor ", i);
   resize_(out, p.sizes);
+  check_no_internal_overlap(out);  // (after the resize, as PyTorch: a resized out is contiguous)
   cat_fill(out, tensors, p.dim);
   return out;
-}
-
-Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  if (autocast::active()) [[unlikely]]
-    if (autocast::OpScope cast{"stack", tensors}) return stack(cast.tensors(), dim);
-  PF_CHECK(!tensors.empty(), "stack expects a non-empty TensorList");
-  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1);
-  for (size_t i = 1; i < tensors.size(); ++i)
-    PF_CHECK(tensors[i].sizes() == tensors[0].sizes(), "stack expects each tensor to be equal size, but got ",
-             shape_str(tensors[0].sizes()), " at entry 0 and ", shape_str(tensors[i].sizes()), " at entry ", i);
-  Tensors parts;
-  parts.reserve(tensors.size());
-  for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, d));
-  return cat(parts, d);
 }
 
 Tensor atleast_1d(const Tensor& t) { return t.dim() == 0 ? reshape(t, {1}) : t; }
@@ -300,29 +287,75 @@ Tensors map_tensors(const std::vector<Tensor>& ts, Tensor (*f)(const Tensor&)) {
   for (const Tensor& t : ts) out.push_back(f(t));
   return out;
 }
+
+// stack, hstack, vstack, dstack and column_stack are cat of reshaped inputs (PyTorch's too,
+// out= included): the views cat joins, and along which dim.
+struct JoinPlan {
+  Tensors parts;
+  int64_t dim;
+};
+
+JoinPlan plan_join(Join join, const std::vector<Tensor>& tensors, int64_t dim) {
+  static constexpr const char* kNames[] = {"stack", "hstack", "vstack", "dstack", "column_stack"};
+  PF_CHECK(!tensors.empty(), kNames[static_cast<int>(join)], " expects a non-empty TensorList");
+  switch (join) {
+    case Join::Stack: {
+      const int64_t d = wrap_dim(dim, tensors[0].dim() + 1);
+      for (size_t i = 1; i < tensors.size(); ++i)
+        PF_CHECK(tensors[i].sizes() == tensors[0].sizes(), "stack expects each tensor to be equal size, but got ",
+                 shape_str(tensors[0].sizes()), " at entry 0 and ", shape_str(tensors[i].sizes()), " at entry ", i);
+      Tensors parts;
+      parts.reserve(tensors.size());
+      for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, d));
+      return {std::move(parts), d};
+    }
+    case Join::HStack: {
+      Tensors rs = map_tensors(tensors, atleast_1d);
+      const int64_t d = rs[0].dim() == 1 ? 0 : 1;
+      return {std::move(rs), d};
+    }
+    case Join::VStack: return {map_tensors(tensors, atleast_2d), 0};
+    case Join::DStack: return {map_tensors(tensors, atleast_3d), 2};
+    case Join::ColumnStack: {
+      Tensors rs;
+      for (const Tensor& t : tensors) rs.push_back(t.dim() <= 1 ? reshape(t, {t.numel(), 1}) : t);
+      return {std::move(rs), 1};
+    }
+  }
+  PF_THROW(Error, "unknown join");
+}
 }  // namespace
 
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{"stack", tensors}) return stack(cast.tensors(), dim);
+  JoinPlan p = plan_join(Join::Stack, tensors, dim);
+  return cat(p.parts, p.dim);
+}
+
 Tensor hstack(const std::vector<Tensor>& tensors) {
-  PF_CHECK(!tensors.empty(), "hstack expects a non-empty TensorList");
-  const Tensors rs = map_tensors(tensors, atleast_1d);
-  return cat(rs, rs[0].dim() == 1 ? 0 : 1);
+  JoinPlan p = plan_join(Join::HStack, tensors, 0);
+  return cat(p.parts, p.dim);
 }
 
 Tensor vstack(const std::vector<Tensor>& tensors) {
-  PF_CHECK(!tensors.empty(), "vstack expects a non-empty TensorList");
-  return cat(map_tensors(tensors, atleast_2d), 0);
+  JoinPlan p = plan_join(Join::VStack, tensors, 0);
+  return cat(p.parts, p.dim);
 }
 
 Tensor dstack(const std::vector<Tensor>& tensors) {
-  PF_CHECK(!tensors.empty(), "dstack expects a non-empty TensorList");
-  return cat(map_tensors(tensors, atleast_3d), 2);
+  JoinPlan p = plan_join(Join::DStack, tensors, 0);
+  return cat(p.parts, p.dim);
 }
 
 Tensor column_stack(const std::vector<Tensor>& tensors) {
-  PF_CHECK(!tensors.empty(), "column_stack expects a non-empty TensorList");
-  Tensors rs;
-  for (const Tensor& t : tensors) rs.push_back(t.dim() <= 1 ? reshape(t, {t.numel(), 1}) : t);
-  return cat(rs, 1);
+  JoinPlan p = plan_join(Join::ColumnStack, tensors, 0);
+  return cat(p.parts, p.dim);
+}
+
+Tensor& join_out(Tensor& out, Join join, const std::vector<Tensor>& tensors, int64_t dim) {
+  JoinPlan p = plan_join(join, tensors, dim);
+  return cat_out(out, p.parts, p.dim);
 }
 
 // ============================================================================================
@@ -801,6 +834,8 @@ UniqueResult unique_impl(const Tensor& t, bool consecutive, std::optional<int64_
   const int64_t n = t.sizes()[d];
   PF_CHECK(!(t.numel() == 0 && n != 0),
            "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  PF_CHECK(std::count(t.sizes().begin(), t.sizes().end(), 0) <= 1,
+           "Number of zero sized dimensions is more than one, so unique cannot be applied ");
   if (n == 0) {
     r.values = clone(t);
     r.inverse = Tensor::empty({0}, DType::Int64, t.device());

@@ -348,10 +348,9 @@ def _no_grad():
 
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     """The p-norm of x1 - x2 + eps along the last dim."""
-    output_dim = max(x1.dim(), x2.dim())
-    if output_dim == 0:
-        return (x1 - x2 + eps).abs()
-    return (x1 - x2 + eps).norm(p, output_dim - 1, keepdim)
+    # (0-d inputs too: dim -1 of a 0-d tensor is its one element, and the norm's gradient at an
+    # infinite difference is NaN there as everywhere)
+    return (x1 - x2 + eps).norm(p, max(x1.dim(), x2.dim()) - 1, keepdim)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
