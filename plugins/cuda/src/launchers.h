@@ -27,6 +27,7 @@ std::vector<KernelDef> indexing_kernels(); // indexing_ops.cu: index index_put w
 std::vector<KernelDef> math_kernels();     // math.cu: clamp lerp addcmul addcdiv
 std::vector<KernelDef> matmul_kernels();   // matmul.cpp: mm bmm (cuBLAS + integer kernel)
 std::vector<KernelDef> conv_kernels();     // conv.cpp: conv2d and its gradients (cuDNN)
+std::vector<KernelDef> fused_kernels();    // fused.cpp: conv2d_fused mm_fused batch_norm_fused batch_norm_relu_backward fold_conv_bn
 std::vector<KernelDef> optim_kernels();    // optim.cu: sgd/adam steps (single and multi-tensor), GradScaler's unscale and update
 
 // dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.

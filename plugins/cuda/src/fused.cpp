@@ -1,0 +1,22 @@
+// The fused ops of nn.Graph's passes (docs/kernels.md, "Fused ops") on CUDA, composed from the
+// plugin's plain kernels (plugins/common/fused_compose.h): cuDNN's convolution, cuBLAS's product
+// or the batch-norm kernel, then the add and activation kernels, in the unfused graph's order, so
+// results are bit-identical to it. The gain is one graph node instead of three; an epilogue
+// fused into the convolution (cuDNN's graph API) is the next step (docs/design.md).
+#include "fused_compose.h"
+#include "launchers.h"
+
+namespace plugflow::cuda {
+
+std::vector<KernelDef> fused_kernels() {
+  const std::vector<DType> floats = {DType::Float32, DType::Float64};
+  return {
+      {"conv2d_fused", floats, fused_compose::conv2d_fused_native},
+      {"mm_fused", floats, fused_compose::mm_fused_native},
+      {"batch_norm_fused", floats, fused_compose::batch_norm_fused_native},
+      {"batch_norm_relu_backward", floats, fused_compose::batch_norm_relu_backward_native},
+      {"fold_conv_bn", floats, fused_compose::fold_conv_bn_native},
+  };
+}
+
+}  // namespace plugflow::cuda
