@@ -77,7 +77,9 @@ print_table() {
 finish() {
   print_table "${1:-}"
   say ""
-  if [ $failed -eq 0 ]; then say "GPU check: all steps passed ($(elapsed)s)"; else say "GPU check: FAILED ($(elapsed)s)"; fi
+  local what="GPU check"
+  [ $GPU -eq 1 ] || what="GPU check DRY RUN (no GPU: CPU-side parts only, nothing verified on a GPU)"
+  if [ $failed -eq 0 ]; then say "$what: all steps passed ($(elapsed)s)"; else say "$what: FAILED ($(elapsed)s)"; fi
   if [ -n "$OUT_DIR" ]; then
     mkdir -p "$OUT_DIR"
     cp "$REPORT" "$OUT_DIR/gpu-report.txt"
