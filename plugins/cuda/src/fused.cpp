@@ -9,12 +9,14 @@
 namespace plugflow::cuda {
 
 std::vector<KernelDef> fused_kernels() {
+  // The CPU plugin's dtypes for each op (bfloat16 where its graph amp fuses).
   const std::vector<DType> floats = {DType::Float32, DType::Float64};
+  const std::vector<DType> with_bf16 = {DType::BFloat16, DType::Float32, DType::Float64};
   return {
-      {"conv2d_fused", floats, fused_compose::conv2d_fused_native},
+      {"conv2d_fused", with_bf16, fused_compose::conv2d_fused_native},
       {"mm_fused", floats, fused_compose::mm_fused_native},
-      {"batch_norm_fused", floats, fused_compose::batch_norm_fused_native},
-      {"batch_norm_relu_backward", floats, fused_compose::batch_norm_relu_backward_native},
+      {"batch_norm_fused", with_bf16, fused_compose::batch_norm_fused_native},
+      {"batch_norm_relu_backward", with_bf16, fused_compose::batch_norm_relu_backward_native},
       {"fold_conv_bn", floats, fused_compose::fold_conv_bn_native},
   };
 }
