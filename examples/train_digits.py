@@ -118,6 +118,20 @@ def plot_history(history, path):
     plt.close(fig)
 
 
+def wants_cuda():
+    """Whether the active config asks for the CUDA plugin (configs/cuda.yaml does)."""
+    return any(p["name"] == "cuda" or "libplugflow_cuda" in p["name"] for p in torch._C.current_config()["plugins"])
+
+
+def cuda_unavailable_reason():
+    """Why there is no CUDA device: the plugin's own reason, or why it did not load."""
+    failures = [f.reason for f in torch._C.plugin_failures() if "cuda" in f.name]
+    if failures:
+        return "the cuda plugin did not load: " + failures[0].splitlines()[0]
+    info = next((d for d in torch._C.device_info() if d["type"] == "cuda"), None)
+    return info["unavailable_reason"] if info else "no cuda device type is registered"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="plugflow YAML config (default: the built-in cpu.yaml)")
@@ -141,6 +155,8 @@ def main():
         parser.error(f"--batch-size {args.batch_size} must be a multiple of the {world_size} ranks")
     log = print if rank == 0 else (lambda *a, **k: None)
     device = "cuda" if torch.cuda.is_available() and not distributed else "cpu"
+    if device == "cpu" and not distributed and wants_cuda():
+        log(f"CUDA requested by the config but not usable, FALLING BACK TO THE CPU: {cuda_unavailable_reason()}")
     torch.manual_seed(args.seed)
     log(f"plugflow {torch.__version__} on {device}, {torch.get_num_threads()} threads, "
         f"config {args.config or '<built-in cpu.yaml>'}" + (f", {world_size} ranks" if distributed else ""))

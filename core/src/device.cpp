@@ -97,6 +97,37 @@ Device Device::parse(std::string_view s) {
 DeviceBackend::~DeviceBackend() = default;
 
 namespace {
+[[noreturn]] void no_streams(const DeviceBackend& b, const char* what) {
+  PF_THROW(NotImplementedError, "the ", device_type_name(b.type()), " device backend has no ", what);
+}
+}  // namespace
+
+void* DeviceBackend::create_stream(int) { no_streams(*this, "streams besides its default one"); }
+void DeviceBackend::destroy_stream(int, void*) { no_streams(*this, "streams besides its default one"); }
+void DeviceBackend::set_current_stream(int index, void* stream) {
+  if (stream != default_stream(index)) no_streams(*this, "streams besides its default one");
+}
+bool DeviceBackend::query_stream(int index, void*) {
+  synchronize(index);
+  return true;
+}
+void* DeviceBackend::create_event(int, bool) { no_streams(*this, "events"); }
+void DeviceBackend::destroy_event(int, void*) { no_streams(*this, "events"); }
+void DeviceBackend::record_event(int, void*, void*) { no_streams(*this, "events"); }
+void DeviceBackend::synchronize_event(int, void*) { no_streams(*this, "events"); }
+bool DeviceBackend::query_event(int, void*) { no_streams(*this, "events"); }
+double DeviceBackend::event_elapsed_ms(int, void*, void*) { no_streams(*this, "events"); }
+void DeviceBackend::stream_wait_event(int, void*, void*) { no_streams(*this, "events"); }
+
+DeviceBackend* pinned_host_owner(const void* ptr) {
+  for (int t = 0; t < num_device_types(); ++t) {
+    DeviceBackend* b = find_device_backend(static_cast<DeviceType>(t));
+    if (b != nullptr && b->is_pinned_host(ptr)) return b;
+  }
+  return nullptr;
+}
+
+namespace {
 // One per device type. `ptr` is what lookups see: the backend while its provider is active,
 // null while init has dropped it. `owner` keeps the backend alive for the process's life either
 // way (tensors allocated on it free through it), and the type stays claimed by its provider.

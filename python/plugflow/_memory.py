@@ -2,6 +2,8 @@
 plugflow.memory_stats(), memory_allocated(), max_memory_allocated(), reset_peak_memory_stats()
 and empty_cache(). plugflow.cuda has the same functions for CUDA devices, as torch.cuda."""
 
+from collections import OrderedDict
+
 from . import _C
 
 __all__ = ["memory_stats", "memory_allocated", "max_memory_allocated", "reset_peak_memory_stats", "empty_cache"]
@@ -32,6 +34,10 @@ def empty_cache(device=None):
 
 
 def memory_stats(device=None):
-    """The allocator's counters, with torch.cuda.memory_stats' key names."""
-    return {"allocated_bytes.all.current": memory_allocated(device),
-            "allocated_bytes.all.peak": max_memory_allocated(device)}
+    """The allocator's counters, with torch.cuda.memory_stats' key names, sorted (an OrderedDict as
+    PyTorch's). A backend that keeps no detailed counters reports its current and peak bytes."""
+    stats = _C.memory_stats(*_device(device))
+    if not stats:
+        stats = {"allocated_bytes.all.current": memory_allocated(device),
+                 "allocated_bytes.all.peak": max_memory_allocated(device)}
+    return OrderedDict(sorted(stats.items()))

@@ -286,6 +286,81 @@ void bind_runtime(py::module_& m) {
   m.def(
       "empty_cache", [](const std::string& type, int index) { backend_for(type, index).empty_cache(index); },
       py::arg("type"), py::arg("index") = 0);
+  m.def(
+      "memory_stats",
+      [](const std::string& type, int index) { return backend_for(type, index).memory_stats(index); },
+      py::arg("type"), py::arg("index") = 0, "The allocator's counters (torch.cuda.memory_stats' names).");
+
+  // ---- streams and events: opaque handles as integers (torch.cuda.Stream.cuda_stream) --------------
+  auto handle = [](void* p) { return reinterpret_cast<uintptr_t>(p); };
+  auto ptr = [](uintptr_t h) { return reinterpret_cast<void*>(h); };
+  m.def(
+      "_stream_create", [=](const std::string& type, int index) { return handle(backend_for(type, index).create_stream(index)); },
+      py::arg("type"), py::arg("index"));
+  m.def(
+      "_stream_destroy",
+      [=](const std::string& type, int index, uintptr_t s) { backend_for(type, index).destroy_stream(index, ptr(s)); },
+      py::arg("type"), py::arg("index"), py::arg("stream"));
+  m.def(
+      "_stream_default", [=](const std::string& type, int index) { return handle(backend_for(type, index).default_stream(index)); },
+      py::arg("type"), py::arg("index"));
+  m.def(
+      "_stream_current", [=](const std::string& type, int index) { return handle(backend_for(type, index).current_stream(index)); },
+      py::arg("type"), py::arg("index"));
+  m.def(
+      "_stream_set_current",
+      [=](const std::string& type, int index, uintptr_t s) { backend_for(type, index).set_current_stream(index, ptr(s)); },
+      py::arg("type"), py::arg("index"), py::arg("stream"));
+  m.def(
+      "_stream_synchronize",
+      [=](const std::string& type, int index, uintptr_t s) {
+        DeviceBackend& b = backend_for(type, index);
+        py::gil_scoped_release nogil;
+        b.synchronize_stream(index, ptr(s));
+      },
+      py::arg("type"), py::arg("index"), py::arg("stream"));
+  m.def(
+      "_stream_query",
+      [=](const std::string& type, int index, uintptr_t s) { return backend_for(type, index).query_stream(index, ptr(s)); },
+      py::arg("type"), py::arg("index"), py::arg("stream"));
+  m.def(
+      "_stream_wait_event",
+      [=](const std::string& type, int index, uintptr_t s, uintptr_t e) {
+        backend_for(type, index).stream_wait_event(index, ptr(s), ptr(e));
+      },
+      py::arg("type"), py::arg("index"), py::arg("stream"), py::arg("event"));
+  m.def(
+      "_event_create",
+      [=](const std::string& type, int index, bool timing) { return handle(backend_for(type, index).create_event(index, timing)); },
+      py::arg("type"), py::arg("index"), py::arg("enable_timing"));
+  m.def(
+      "_event_destroy",
+      [=](const std::string& type, int index, uintptr_t e) { backend_for(type, index).destroy_event(index, ptr(e)); },
+      py::arg("type"), py::arg("index"), py::arg("event"));
+  m.def(
+      "_event_record",
+      [=](const std::string& type, int index, uintptr_t e, uintptr_t s) {
+        backend_for(type, index).record_event(index, ptr(e), ptr(s));
+      },
+      py::arg("type"), py::arg("index"), py::arg("event"), py::arg("stream"));
+  m.def(
+      "_event_synchronize",
+      [=](const std::string& type, int index, uintptr_t e) {
+        DeviceBackend& b = backend_for(type, index);
+        py::gil_scoped_release nogil;
+        b.synchronize_event(index, ptr(e));
+      },
+      py::arg("type"), py::arg("index"), py::arg("event"));
+  m.def(
+      "_event_query",
+      [=](const std::string& type, int index, uintptr_t e) { return backend_for(type, index).query_event(index, ptr(e)); },
+      py::arg("type"), py::arg("index"), py::arg("event"));
+  m.def(
+      "_event_elapsed_ms",
+      [=](const std::string& type, int index, uintptr_t a, uintptr_t b) {
+        return backend_for(type, index).event_elapsed_ms(index, ptr(a), ptr(b));
+      },
+      py::arg("type"), py::arg("index"), py::arg("start"), py::arg("end"));
 
   // ---- threads and version -----------------------------------------------------------------------------
   m.def(

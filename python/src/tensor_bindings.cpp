@@ -798,13 +798,14 @@ py::object same_or_new(py::object self, Tensor r) {
   return py::cast(std::move(r));
 }
 
-py::object convert(py::object self, std::optional<Device> device, std::optional<DType> dtype, bool copy) {
+py::object convert(py::object self, std::optional<Device> device, std::optional<DType> dtype, bool copy,
+                   bool non_blocking = false) {
   const Tensor& t = tensor_ref(self);
   if (device) device = resolve(*device);
   Tensor r;
   {
     py::gil_scoped_release nogil;
-    r = ops::to(t, device, dtype, copy);
+    r = ops::to(t, device, dtype, copy, non_blocking);
   }
   return same_or_new(std::move(self), std::move(r));
 }
@@ -815,12 +816,12 @@ bool to_bool_arg(py::handle h, const char* name) {
 }
 
 // to(dtype, non_blocking=False, copy=False) / to(device=None, dtype=None, non_blocking=False,
-// copy=False) / to(other, non_blocking=False, copy=False). Copies are complete when they return,
-// so non_blocking is accepted and has no effect.
+// copy=False) / to(other, non_blocking=False, copy=False). non_blocking only matters between
+// pinned host memory and a device (ops::copy_).
 py::object tensor_to(py::object self, const py::args& args, const py::kwargs& kwargs) {
   std::optional<Device> device;
   std::optional<DType> dtype;
-  bool copy = false;
+  bool copy = false, non_blocking = false;
   size_t i = 0;
   DType dt;
   if (args.size() > i) {
@@ -841,7 +842,7 @@ py::object tensor_to(py::object self, const py::args& args, const py::kwargs& kw
       }
     }
   }
-  if (args.size() > i) to_bool_arg(args[i++], "non_blocking");
+  if (args.size() > i) non_blocking = to_bool_arg(args[i++], "non_blocking");
   if (args.size() > i) copy = to_bool_arg(args[i++], "copy");
   PF_CHECK_T(args.size() == i, TypeError, "to() received an invalid combination of arguments");
   for (auto [key, value] : kwargs) {
@@ -855,14 +856,14 @@ py::object tensor_to(py::object self, const py::args& args, const py::kwargs& kw
         dtype = dt;
       }
     } else if (k == "non_blocking") {
-      to_bool_arg(value, "non_blocking");
+      non_blocking = to_bool_arg(value, "non_blocking");
     } else if (k == "copy") {
       copy = to_bool_arg(value, "copy");
     } else {
       PF_THROW(TypeError, "to() got an unexpected keyword argument '", k, "'");
     }
   }
-  return convert(std::move(self), device, dtype, copy);
+  return convert(std::move(self), device, dtype, copy, non_blocking);
 }
 
 // ============================================================================================
@@ -1232,11 +1233,11 @@ void bind_tensor(py::module_& m) {
            })
       .def(
           "cuda",
-          [](py::object self, py::handle device, bool) {
+          [](py::object self, py::handle device, bool non_blocking) {
             Device d{DeviceType::CUDA, 0};
             if (!device.is_none()) d = device_from_object(device);
             PF_CHECK_T(d.type == DeviceType::CUDA, ValueError, "Invalid device, must be cuda device");
-            return convert(std::move(self), d, std::nullopt, false);
+            return convert(std::move(self), d, std::nullopt, false, non_blocking);
           },
           py::arg("device") = py::none(), py::arg("non_blocking") = false)
       .def(
@@ -1255,15 +1256,29 @@ void bind_tensor(py::module_& m) {
           "clone", [](const Tensor& t) { return ops::clone(t); }, py::call_guard<py::gil_scoped_release>())
       .def(
           "copy_",
-          [](py::object self, const Tensor& src, bool) {
+          [](py::object self, const Tensor& src, bool non_blocking) {
             Tensor& t = tensor_ref(self);
             {
               py::gil_scoped_release nogil;
-              ops::copy_(t, src);
+              ops::copy_(t, src, non_blocking);
             }
             return self;
           },
           py::arg("src"), py::arg("non_blocking") = false)
+      .def(
+          "pin_memory",
+          [](py::object self, py::handle device) {
+            // PyTorch 1.13's optional device names the accelerator; every backend's pinned memory
+            // serves all devices here.
+            (void)device;
+            const Tensor& t = tensor_ref(self);
+            Tensor r = ops::pin_memory(t);
+            return same_or_new(std::move(self), std::move(r));
+          },
+          py::arg("device") = py::none())
+      .def(
+          "is_pinned", [](const Tensor& t, py::handle) { return ops::is_pinned(t); },
+          py::arg("device") = py::none())
       .def(
           "fill_",
           [](py::object self, py::handle value) {

@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# The GPU check, in one call on a lent GPU machine (repository root as cwd):
+# The GPU check, in one call on a lent GPU machine (repository root as cwd), under 8 minutes:
 #   1. build everything (`make build`; installs missing Debian packages, makes .venv),
-#   2. run the CUDA GoogleTest suite (`meson test --suite cuda`); on a GPU a skipped
-#      comparison means the plugin did not see the device, which counts as a failure,
-#   3. a Python smoke check: tensors on cuda, add, matmul, and a few calls of each op family
-#      (shape, reduction, indexing, math), compared with the CPU,
-#   4. timings: a 4096x4096 float32 matmul and a large elementwise add, synchronized,
-#   5. cuDNN convolutions against the CPU and a small CNN trained on both devices, under each
-#      conv_algo_search strategy, with its training speed (tests/gpu/conv_train.py).
-# Prints a summary and writes it to $OUT/gpu-report.txt when $OUT is set (with the test log).
-# Exits non-zero when any step fails.
+#   2. every CUDA GoogleTest (`meson test --suite cuda`: the CUDA-vs-CPU conformance of every op
+#      family, the cuDNN convolutions, the optimizer and GradScaler kernels; on a GPU a skipped
+#      comparison means the plugin did not see the device, which counts as a failure),
+#   3. a Python smoke check: tensors on cuda and a few calls of each op family against the CPU,
+#      with matmul / add / sum timings,
+#   4. the runtime: streams, events, pinned memory with non_blocking copies, memory statistics,
+#      GradScaler's device-side skip (tests/gpu/runtime_check.py),
+#   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
+#      (tests/gpu/conv_train.py),
+#   6. ResNet-50 (torchvision's source) and a BERT-base encoder trained a few steps on the GPU in
+#      float32 and with AMP, their losses compared with the CPU's (tests/gpu/train_models.py),
+#   7. DistributedDataParallel over NCCL with 2 processes (needs 2 GPUs; said so otherwise),
+#   8. a DLPerf-style throughput table: images/s and sequences/s, batch sizes, AMP on/off,
+#      heuristic vs exhaustive convolution search.
+# Prints a summary and writes it to $OUT/gpu-report.txt when $OUT is set (with every log).
+# Exits non-zero when any step fails. Steps past the time budget are skipped and say so.
+#
+# Without a GPU (nvidia-smi missing or plugflow sees no device) it says so and runs a dry run of
+# what works on the CPU: the build as configured, the GoogleTests that run without a device, and
+# the model script on the CPU with small shapes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -18,9 +29,15 @@ PY=.venv/bin/python
 OUT_DIR=${OUT:-}
 REPORT=$(mktemp)
 LOGDIR=$(mktemp -d)
+TABLE="$LOGDIR/throughput.tsv"
+BUDGET_S=${GPU_CHECK_BUDGET_S:-470}  # under 8 minutes in all
+START=$(date +%s)
 failed=0
 
 say() { echo "$*" | tee -a "$REPORT"; }
+elapsed() { echo $(( $(date +%s) - START )); }
+# time_left SECONDS: true while the budget has SECONDS left.
+time_left() { [ $(( BUDGET_S - $(elapsed) )) -ge "$1" ]; }
 
 # run_step NAME LOGFILE COMMAND...: runs the command with its output in LOGFILE (tail shown on
 # failure) and records status and duration.
@@ -44,9 +61,25 @@ run_step() {
   return $rc
 }
 
-finish() {
+skip() { say "SKIP  $1"; }
+
+print_table() {
+  [ -s "$TABLE" ] || return 0
   say ""
-  if [ $failed -eq 0 ]; then say "GPU check: all steps passed"; else say "GPU check: FAILED"; fi
+  say "Throughput (training, DLPerf style; $1):"
+  say "$(printf '  %-9s %6s %-5s %-10s %12s %10s %9s' model batch amp conv-search samples/s ms/step peak-GiB)"
+  while IFS=$'\t' read -r model batch amp search rate ms peak; do
+    say "$(printf '  %-9s %6s %-5s %-10s %12s %10s %9s' "$model" "$batch" "$amp" "$search" "$rate" "$ms" "$peak")"
+  done <"$TABLE"
+  say "  (OneFlow's published V100 figures for scale: ResNet-50 AMP 1472 images/s, BERT-base 605 sequences/s)"
+}
+
+finish() {
+  print_table "${1:-}"
+  say ""
+  local what="GPU check"
+  [ $GPU -eq 1 ] || what="GPU check DRY RUN (no GPU: CPU-side parts only, nothing verified on a GPU)"
+  if [ $failed -eq 0 ]; then say "$what: all steps passed ($(elapsed)s)"; else say "$what: FAILED ($(elapsed)s)"; fi
   if [ -n "$OUT_DIR" ]; then
     mkdir -p "$OUT_DIR"
     cp "$REPORT" "$OUT_DIR/gpu-report.txt"
@@ -56,30 +89,56 @@ finish() {
   exit $failed
 }
 
+# config_for STRATEGY: configs/cuda.yaml with that conv_algo_search and a fresh algorithm cache.
+config_for() {
+  local cfg="$LOGDIR/cuda-$1.yaml"
+  sed -e "s|conv_algo_search: .*|conv_algo_search: $1|" \
+      -e "s|algo_cache: .*|algo_cache: $LOGDIR/algos.yaml|" configs/cuda.yaml >"$cfg"
+  echo "$cfg"
+}
+
+# throughput NAME MODEL STRATEGY AMP BATCH: one row of the table (a failure is reported, not fatal
+# to the other rows).
+throughput() {
+  local name=$1 model=$2 strategy=$3 amp=$4 batch=$5
+  local log="$LOGDIR/throughput-$model-$amp-$strategy.log"
+  if ! time_left 45; then skip "throughput $name (time budget)"; return; fi
+  if run_step "throughput $name" "$log" env PLUGFLOW_CONFIG="$(config_for "$strategy")" \
+      timeout 150 "$PY" tests/gpu/train_models.py "$model" throughput --batch "$batch" --amp "$amp" \
+      --warmup 3 --steps 10 $DRY; then
+    grep '^result:' "$log" | sed -e 's/result: //' | tr ' ' '\n' | cut -d= -f2 | paste -sd$'\t' >>"$TABLE"
+  fi
+}
+
 say "plugflow GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-if command -v nvidia-smi >/dev/null 2>&1; then
+GPU=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  GPU=1
   say "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
 else
-  say "GPU: nvidia-smi not found"
+  say "GPU: none found (nvidia-smi missing or without a device): DRY RUN of the CPU-side parts only;"
+  say "     nothing below says anything about the CUDA kernels."
 fi
+DRY=$([ $GPU -eq 1 ] || echo --dry-run)
 say ""
 
-# 1. Build. An existing build dir configured without CUDA is switched on first.
-if [ -f "$BUILD/build.ninja" ]; then
+# 1. Build. On a GPU machine an existing build dir configured without CUDA is switched on first;
+# a dry run keeps the build as it is configured.
+if [ $GPU -eq 1 ] && [ -f "$BUILD/build.ninja" ]; then
   PATH=/usr/local/cuda/bin:$PATH meson configure "$BUILD" -Dcuda=enabled >/dev/null 2>&1
 fi
 run_step "build (make build)" "$LOGDIR/build.log" make build JOBS="$(nproc)" || finish
-if [ ! -f "$BUILD/plugins/cuda/libplugflow_cuda.so" ]; then
+if [ $GPU -eq 1 ] && [ ! -f "$BUILD/plugins/cuda/libplugflow_cuda.so" ]; then
   say "FAIL  the CUDA plugin was not built ($BUILD/plugins/cuda/libplugflow_cuda.so missing; nvcc and cuBLAS are"
   say "      needed: is /usr/local/cuda/bin/nvcc there? see $LOGDIR/build.log)"
   failed=1
   finish
 fi
 
-# 2. The CUDA GoogleTest suite. Skips are failures here: this machine has a GPU.
+# 2. The CUDA GoogleTest suite. Skips are failures on a GPU machine.
 run_step "meson test --suite cuda" "$LOGDIR/cuda-tests.log" \
-  meson test -C "$BUILD" --suite cuda --no-rebuild --print-errorlogs --num-processes 1 -v
-if grep -q '\[  SKIPPED \]' "$LOGDIR/cuda-tests.log"; then
+  meson test -C "$BUILD" --suite cuda --no-rebuild --print-errorlogs --num-processes "$(nproc)" -v
+if [ $GPU -eq 1 ] && grep -q '\[  SKIPPED \]' "$LOGDIR/cuda-tests.log"; then
   say "FAIL  CUDA conformance tests were skipped on a GPU machine:"
   grep -m 5 -A 1 'Skipped\|SKIPPED' "$LOGDIR/cuda-tests.log" | sed 's/^/      /' | tee -a "$REPORT"
   failed=1
@@ -87,7 +146,19 @@ fi
 passed=$(grep -o '\[  PASSED  \] [0-9]* test' "$LOGDIR/cuda-tests.log" | awk '{ s += $4 } END { print s + 0 }')
 say "      gtest cases passed: $passed"
 
-# 3 + 4. Python: smoke check against the CPU, then timings.
+if [ $GPU -eq 0 ]; then
+  # The dry run: the model script's code on the CPU against itself, small shapes.
+  for model in resnet50 bert; do
+    run_step "dry run: $model compare (CPU vs CPU, bf16 autocast)" "$LOGDIR/dry-$model-compare.log" \
+      timeout 300 "$PY" tests/gpu/train_models.py "$model" compare --amp fp16 --steps 2 --dry-run &&
+      grep '^losses' "$LOGDIR/dry-$model-compare.log" | sed 's/^/      /' | tee -a "$REPORT"
+  done
+  throughput "resnet50 dry run" resnet50 heuristic off 2
+  throughput "bert dry run" bert heuristic off 2
+  finish "DRY RUN on the CPU, small shapes: not GPU figures"
+fi
+
+# 3. Python smoke check against the CPU, then timings.
 cat >"$LOGDIR/smoke.py" <<'PYEOF'
 import time
 
@@ -179,21 +250,49 @@ r = torch.randn(4096, 4096, device="cuda")
 dt = timed(lambda: r.sum(dim=1), 20)
 print(f"timing: sum over rows of 4096x4096 float32: {dt * 1e3:.3f} ms/iter, {4 * n * n / dt / 1e9:.0f} GB/s")
 PYEOF
-if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 300 "$PY" "$LOGDIR/smoke.py"; then
+if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 120 "$PY" "$LOGDIR/smoke.py"; then
   grep '^timing:\|^smoke:\|^families:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
 fi
 
-# 5. cuDNN convolutions against the CPU, a small CNN trained on both devices, and its speed, under
-# each conv_algo_search strategy (the exhaustive one writes its choices to a fresh cache file).
+# 4. Streams, events, pinned memory, memory statistics, GradScaler.
+run_step "runtime: streams, events, pinned memory, memory stats, GradScaler" "$LOGDIR/runtime.log" \
+  timeout 60 "$PY" tests/gpu/runtime_check.py
+
+# 5. cuDNN convolutions and a small CNN under each strategy.
 for strategy in heuristic exhaustive; do
-  cfg="$LOGDIR/cuda-$strategy.yaml"
-  sed -e "s|conv_algo_search: .*|conv_algo_search: $strategy|" \
-      -e "s|algo_cache: .*|algo_cache: $LOGDIR/algos.yaml|" configs/cuda.yaml >"$cfg"
+  if ! time_left 200; then skip "convolutions + small CNN ($strategy): time budget"; continue; fi
   if run_step "convolutions + small CNN training ($strategy)" "$LOGDIR/conv-$strategy.log" \
-      env PLUGFLOW_CONFIG="$cfg" timeout 300 "$PY" tests/gpu/conv_train.py 1; then
+      env PLUGFLOW_CONFIG="$(config_for "$strategy")" timeout 120 "$PY" tests/gpu/conv_train.py 1; then
     grep '^timing:\|^losses\|^algo choices' "$LOGDIR/conv-$strategy.log" | sed 's/^/      /' | tee -a "$REPORT"
   fi
 done
+
+# 6. ResNet-50 and BERT-base: losses on the GPU (float32, AMP float16) against the CPU.
+for model in resnet50 bert; do
+  batch=$([ $model = resnet50 ] && echo 8 || echo 4)
+  if ! time_left 150; then skip "$model losses against the CPU: time budget"; continue; fi
+  if run_step "$model: float32 and AMP losses against the CPU" "$LOGDIR/$model-compare.log" \
+      env PLUGFLOW_CONFIG="$(config_for heuristic)" timeout 180 "$PY" tests/gpu/train_models.py "$model" compare \
+      --amp fp16 --batch "$batch" --steps 3; then
+    grep '^losses' "$LOGDIR/$model-compare.log" | sed 's/^/      /' | tee -a "$REPORT"
+  fi
+done
+
+# 7. DistributedDataParallel over NCCL, 2 processes: one GPU each.
+ngpu=$(nvidia-smi -L | wc -l)
+if [ "$ngpu" -lt 2 ]; then
+  skip "DDP over NCCL with 2 processes: needs 2 GPUs, this machine has $ngpu"
+elif time_left 60; then
+  run_step "DDP over NCCL, 2 processes" "$LOGDIR/ddp.log" timeout 120 "$PY" tests/gpu/ddp_nccl.py
+fi
+
+# 8. Throughput rows: ResNet-50 (float32 / AMP, heuristic / exhaustive search), BERT-base.
+throughput "resnet50 amp heuristic" resnet50 heuristic fp16 128
+throughput "resnet50 amp exhaustive" resnet50 exhaustive fp16 128
+throughput "resnet50 fp32 heuristic" resnet50 heuristic off 64
+throughput "bert amp" bert heuristic fp16 32
+throughput "bert fp32" bert heuristic off 32
+throughput "resnet50 fp32 exhaustive" resnet50 exhaustive off 64
 [ -f "$LOGDIR/algos.yaml" ] && cp "$LOGDIR/algos.yaml" "$LOGDIR/algos.log"
 
-finish
+finish "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"

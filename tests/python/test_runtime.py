@@ -120,7 +120,7 @@ def test_info_lists_plugins_devices_and_kernels():
     assert out.startswith(f"plugflow {pf.__version__}")
     assert "config: " in out
     loaded = out.split("loaded plugins")[1].split("\n\n")[0]
-    assert "cpu" in loaded and "ABI 2.0" in loaded and "libplugflow_cpu" in loaded
+    assert "cpu" in loaded and "ABI 3.0" in loaded and "libplugflow_cpu" in loaded
     # The cuda plugin is in the default config: loaded (maybe without a GPU) or failed, with a reason.
     assert "cuda" in out
     devices = out.split("devices:")[1].split("\n\n")[0]

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,47 @@ class PF_API DeviceBackend {
   virtual size_t peak_allocated_bytes(int /*index*/) const { return 0; }
   virtual void reset_peak(int /*index*/) {}
   virtual void empty_cache(int /*index*/) {}
+  // The allocator's counters with torch.cuda.memory_stats' names ("allocated_bytes.all.peak",
+  // "reserved_bytes.all.current", "num_ooms", ...); empty when the backend keeps none.
+  virtual std::map<std::string, int64_t> memory_stats(int /*index*/) const { return {}; }
+
+  // ---- streams and events -------------------------------------------------------------------
+  // Opaque handles. Kernels and copies of a device run on the calling thread's current stream
+  // (current_stream); a backend with one queue per device keeps these defaults, which raise
+  // NotImplementedError for a second stream and for events.
+  virtual void* create_stream(int index);
+  virtual void destroy_stream(int index, void* stream);
+  // The stream current_stream returns when no other was set on this thread.
+  virtual void* default_stream(int index) { return current_stream(index); }
+  // Makes `stream` (from create_stream, or default_stream) the calling thread's current stream.
+  virtual void set_current_stream(int index, void* stream);
+  virtual void synchronize_stream(int index, void* /*stream*/) { synchronize(index); }
+  // True when all work queued on the stream has finished.
+  virtual bool query_stream(int index, void* stream);
+  virtual void* create_event(int index, bool enable_timing);
+  virtual void destroy_event(int index, void* event);
+  virtual void record_event(int index, void* event, void* stream);
+  virtual void synchronize_event(int index, void* event);
+  virtual bool query_event(int index, void* event);
+  // Milliseconds between two recorded timing events.
+  virtual double event_elapsed_ms(int index, void* start, void* end);
+  // Work queued on `stream` after this call waits for the event's work.
+  virtual void stream_wait_event(int index, void* stream, void* event);
+
+  // ---- page-locked host memory and asynchronous copies ----------------------------------------
+  // Host memory the device copies from and to without staging (Tensor.pin_memory()); nullptr
+  // when the backend has none. free_pinned_host waits for copies still using it.
+  virtual void* allocate_pinned_host(size_t /*nbytes*/) { return nullptr; }
+  virtual void free_pinned_host(void* /*ptr*/) {}
+  virtual bool is_pinned_host(const void* /*ptr*/) const { return false; }
+  // non_blocking copies: enqueued on the current stream, not waited for. Only called with
+  // pinned host memory (is_pinned_host); the caller synchronizes before reading or reusing it.
+  virtual void copy_from_host_async(int index, void* dst, const void* host_src, size_t nbytes) {
+    copy_from_host(index, dst, host_src, nbytes);
+  }
+  virtual void copy_to_host_async(int index, void* host_dst, const void* src, size_t nbytes) {
+    copy_to_host(index, host_dst, src, nbytes);
+  }
 };
 
 // The backend registered for a device type, or a DeviceError explaining why there is none
@@ -70,5 +112,7 @@ class PF_API DeviceBackend {
 PF_API DeviceBackend& device_backend(Device d);
 // nullptr when no plugin registered the type.
 PF_API DeviceBackend* find_device_backend(DeviceType t);
+// The registered backend whose pinned host memory holds ptr, or nullptr (pageable memory).
+PF_API DeviceBackend* pinned_host_owner(const void* ptr);
 
 }  // namespace plugflow

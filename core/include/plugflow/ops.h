@@ -40,7 +40,10 @@ PF_API Tensor& normal_(Tensor& t, double mean, double std, Generator* gen = null
 
 // ---- copies and conversion ----------------------------------------------------------------
 // Copies src into dst (broadcasting src to dst's shape, any dtypes, any devices, any strides).
-PF_API Tensor& copy_(Tensor& dst, const Tensor& src);
+// non_blocking: a copy between pinned host memory (pin_memory) and a device is only enqueued on
+// the device's current stream; the caller synchronizes before using the host side. Any other
+// copy completes before returning, non_blocking or not.
+PF_API Tensor& copy_(Tensor& dst, const Tensor& src, bool non_blocking = false);
 // PyTorch's check on a tensor about to be written (an in-place op's self, an out= argument):
 // several elements sharing one memory location (a dim of stride 0 and size > 1) would make the
 // result order-dependent, so it raises.
@@ -53,7 +56,12 @@ PF_API Tensor& zero_(Tensor& t);
 // keeping its storage when that holds them past t's offset, else on a fresh storage. Contents
 // are kept only as far as the old storage is reused.
 PF_API Tensor& resize_(Tensor& t, const Shape& sizes);
-PF_API Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy = false);
+PF_API Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy = false,
+                 bool non_blocking = false);
+// A copy of a CPU tensor in page-locked host memory of the first device backend that offers it
+// (Tensor.pin_memory()); the tensor itself when it is pinned already. RuntimeError without one.
+PF_API Tensor pin_memory(const Tensor& t);
+PF_API bool is_pinned(const Tensor& t);
 PF_API Tensor contiguous(const Tensor& t);
 PF_API Tensor clone(const Tensor& t);
 

@@ -24,7 +24,9 @@
 // Bumped on incompatible changes (major) or additions a plugin may rely on (minor).
 // 1.1: Registrar::communicator takes the device type its communicator serves.
 // 2.0: the entry carries the build fingerprint; the entry symbol is a plain C function.
-#define PLUGFLOW_ABI_MAJOR 2
+// 3.0: DeviceBackend gains streams, events, pinned host memory and allocator statistics (new
+//      virtual functions: a backend built against 2.x would be called past its vtable).
+#define PLUGFLOW_ABI_MAJOR 3
 #define PLUGFLOW_ABI_MINOR 0
 #define PLUGFLOW_ENTRY_SYMBOL "plugflow_plugin_entry"
 

@@ -40,7 +40,7 @@ bool may_overlap(const Tensor& a, const Tensor& b) {
   return alo < bhi && blo < ahi;
 }
 
-void copy_data(Tensor& dst, const Tensor& src_in);
+void copy_data(Tensor& dst, const Tensor& src_in, bool non_blocking);
 
 }  // namespace
 
@@ -54,14 +54,14 @@ Scalar item(const Tensor& t) {
   return Scalar(to(t, cpu, DType::Int64, true).data<int64_t>()[0]);
 }
 
-Tensor& copy_(Tensor& dst, const Tensor& src_in) {
+Tensor& copy_(Tensor& dst, const Tensor& src_in, bool non_blocking) {
   PF_CHECK(dst.defined() && src_in.defined(), "copy_: undefined tensor");
   autograd::check_no_internal_overlap(dst);
   autograd::check_inplace(dst);
   const bool grad = is_floating(dst.dtype()) && autograd::any_requires_grad({&dst, &src_in});
   {
     autograd::GradModeGuard no_grad(false);  // the mechanics below are not part of the graph
-    copy_data(dst, src_in);
+    copy_data(dst, src_in, non_blocking);
   }
   if (grad) {
     auto node = autograd::make_node(
@@ -78,7 +78,7 @@ Tensor& copy_(Tensor& dst, const Tensor& src_in) {
 
 namespace {
 // copy_ without autograd.
-void copy_data(Tensor& dst, const Tensor& src_in) {
+void copy_data(Tensor& dst, const Tensor& src_in, bool non_blocking) {
   Tensor src = src_in;
   if (src.sizes() != dst.sizes()) src = expand(src, dst.sizes());
   if (dst.numel() == 0) return;
@@ -107,9 +107,17 @@ void copy_data(Tensor& dst, const Tensor& src_in) {
   if (graph::internal::active()) {
     graph::internal::record_device_copy(target, staged);
   } else if (sd.is_cpu()) {
-    device_backend(dd).copy_from_host(dd.index, target.data_ptr(), staged.data_ptr(), nbytes);
+    DeviceBackend& b = device_backend(dd);
+    if (non_blocking && b.is_pinned_host(staged.data_ptr()))
+      b.copy_from_host_async(dd.index, target.data_ptr(), staged.data_ptr(), nbytes);
+    else
+      b.copy_from_host(dd.index, target.data_ptr(), staged.data_ptr(), nbytes);
   } else if (dd.is_cpu()) {
-    device_backend(sd).copy_to_host(sd.index, target.data_ptr(), staged.data_ptr(), nbytes);
+    DeviceBackend& b = device_backend(sd);
+    if (non_blocking && b.is_pinned_host(target.data_ptr()))
+      b.copy_to_host_async(sd.index, target.data_ptr(), staged.data_ptr(), nbytes);
+    else
+      b.copy_to_host(sd.index, target.data_ptr(), staged.data_ptr(), nbytes);
   } else {  // device to another device: through host memory
     Tensor host = Tensor::empty(staged.sizes(), staged.dtype(), Device{DeviceType::CPU, 0});
     device_backend(sd).copy_to_host(sd.index, host.data_ptr(), staged.data_ptr(), nbytes);
@@ -148,7 +156,7 @@ Tensor& fill_(Tensor& t, Scalar value) {
 
 Tensor& zero_(Tensor& t) { return fill_(t, Scalar(int64_t{0})); }
 
-Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy) {
+Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dtype, bool copy, bool non_blocking) {
   Device d = device.value_or(t.device());
   if (d.index < 0) d.index = 0;
   const DType dt = dtype.value_or(t.dtype());
@@ -156,7 +164,7 @@ Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dt
   Tensor out = Tensor::empty(t.sizes(), dt, d);
   {
     autograd::GradModeGuard no_grad(false);
-    copy_(out, t);
+    copy_(out, t, non_blocking);
   }
   if (is_floating(dt) && autograd::any_requires_grad({&t})) {
     auto node = autograd::make_node(
@@ -167,6 +175,34 @@ Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dt
     autograd::record(node, {t}, {out});
   }
   return out;
+}
+
+bool is_pinned(const Tensor& t) {
+  return t.device().is_cpu() && t.numel() > 0 && pinned_host_owner(t.data_ptr()) != nullptr;
+}
+
+Tensor pin_memory(const Tensor& t) {
+  PF_CHECK(t.device().is_cpu(), "cannot pin a ", t.device().str(), " tensor: only dense CPU tensors can be pinned");
+  if (is_pinned(t)) return t;
+  const size_t nbytes = storage_nbytes(t.sizes(), t.dtype());
+  std::string why;  // the reasons of backends without devices, for the error
+  for (int i = 0; i < num_device_types(); ++i) {
+    DeviceBackend* b = find_device_backend(static_cast<DeviceType>(i));
+    if (b == nullptr) continue;
+    if (b->device_count() == 0) {
+      if (!b->unavailable_reason().empty()) why += "; " + b->unavailable_reason();
+      continue;
+    }
+    void* p = b->allocate_pinned_host(std::max<size_t>(nbytes, 1));
+    if (p == nullptr) continue;
+    std::shared_ptr<void> owner(p, [b](void* q) { b->free_pinned_host(q); });
+    auto storage = std::make_shared<Storage>(Device{DeviceType::CPU, 0}, p, nbytes, std::move(owner));
+    Tensor out = Tensor::view_of(std::move(storage), t.sizes(), contiguous_strides(t.sizes()), 0, t.dtype());
+    autograd::GradModeGuard no_grad(false);
+    copy_(out, t);
+    return out;
+  }
+  PF_THROW(Error, "Cannot pin memory: no device backend with page-locked host memory is available", why);
 }
 
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }

@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "fused_compose.h"
 #include "plugflow/plugin.h"
 
 namespace plugflow::cpu {
@@ -35,14 +36,10 @@ void register_onednn_matmul_kernels(Registrar& reg);      // mm, bmm (bfloat16 o
 void conv_im2col(KernelContext& ctx);
 void conv_grad_input_im2col(KernelContext& ctx);
 void conv_grad_weight_im2col(KernelContext& ctx);
-// The fused ops' own kernels (fused.cpp): the plain op's kernel, then the epilogue.
-void conv2d_fused_native(KernelContext& ctx);
-void mm_fused_native(KernelContext& ctx);
-// out = act(result + bias + addend) with the plugin's add and activation kernels (bias: a (N)
-// vector added to every row of a (M, N) result; bias and addend may be null, activation "none").
-// `out` may be `result` or the addend's memory (exactly), not overlap them otherwise.
-void fused_epilogue(const KernelContext& ctx, const Tensor& result, const Tensor* bias, const Tensor* addend,
-                    const std::string& activation, const Tensor& out);
+// The fused ops composed from the plugin's plain kernels (plugins/common/fused_compose.h).
+using fused_compose::conv2d_fused_native;
+using fused_compose::fused_epilogue;
+using fused_compose::mm_fused_native;
 // The plugin's own kernels of the ops that also have oneDNN kernels: the float64 path and the
 // oneDNN kernels' fallback.
 void max_pool_native(KernelContext& ctx);

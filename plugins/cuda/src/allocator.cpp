@@ -23,37 +23,41 @@ size_t CachingAllocator::round_size(size_t nbytes) {
   return (nbytes + kLargeRound - 1) / kLargeRound * kLargeRound;
 }
 
-void* CachingAllocator::allocate(size_t nbytes) {
+void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   if (nbytes == 0) return nullptr;
   const size_t size = round_size(nbytes);
+  const Pool pool = pool_of(size);
   std::lock_guard<std::mutex> lock(mutex_);
-  FreeSet& pool = size <= kSmallSize ? free_small_ : free_large_;
-  // Best fit, but do not let a request pin a much larger block: reuse only blocks at most
-  // a quarter (or one rounding step) bigger than needed.
-  const size_t max_waste = std::max(size / 4, size <= kSmallSize ? kSmallRound : kLargeRound);
+  FreeSet& free = free_[pool];
+  // Best fit on the same stream, but do not let a request pin a much larger block: reuse only
+  // blocks at most a quarter (or one rounding step) bigger than needed.
+  const size_t max_waste = std::max(size / 4, pool == kSmallPool ? kSmallRound : kLargeRound);
   void* ptr = nullptr;
   size_t block = size;
-  if (auto it = pool.lower_bound({size, nullptr}); it != pool.end() && it->first <= size + max_waste) {
-    block = it->first;
-    ptr = it->second;
-    pool.erase(it);
+  if (auto it = free.lower_bound({stream, size, nullptr});
+      it != free.end() && std::get<0>(*it) == stream && std::get<1>(*it) <= size + max_waste) {
+    block = std::get<1>(*it);
+    ptr = std::get<2>(*it);
+    free.erase(it);
   } else {
     std::string why;
     ptr = raw_->malloc(size, why);
-    if (ptr == nullptr && (!free_small_.empty() || !free_large_.empty())) {
+    if (ptr == nullptr && (!free_[kSmallPool].empty() || !free_[kLargePool].empty())) {
       // Out of memory with blocks cached: give them back and try once more.
+      ++num_alloc_retries_;
       release_cached_locked();
       ptr = raw_->malloc(size, why);
     }
-    if (ptr == nullptr)
-      PF_THROW(DeviceError, "CUDA out of memory: tried to allocate ", mib(size), " on ", raw_->name(), " (",
-               mib(allocated_), " allocated by plugflow, ", mib(reserved_ - allocated_), " cached; ", why,
-               "). Free tensors you no longer need, or use smaller batches.");
-    reserved_ += size;
+    if (ptr == nullptr) {
+      ++num_ooms_;
+      PF_THROW(DeviceError, out_of_memory_message(size, why));
+    }
+    segment_.add(pool, 1);
+    reserved_bytes_.add(pool, static_cast<int64_t>(size));
   }
-  live_.emplace(ptr, block);
-  allocated_ += block;
-  peak_ = std::max(peak_, allocated_);
+  live_.emplace(ptr, Block{block, stream});
+  allocation_.add(pool, 1);
+  allocated_bytes_.add(pool, static_cast<int64_t>(block));
   return ptr;
 }
 
@@ -62,21 +66,24 @@ bool CachingAllocator::deallocate(void* ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   if (it == live_.end()) return false;
-  const size_t size = it->second;
+  const Block b = it->second;
   live_.erase(it);
-  allocated_ -= size;
-  (size <= kSmallSize ? free_small_ : free_large_).emplace(size, ptr);
+  const Pool pool = pool_of(b.size);
+  allocation_.remove(pool, 1);
+  allocated_bytes_.remove(pool, static_cast<int64_t>(b.size));
+  free_[pool].emplace(b.stream, b.size, ptr);
   return true;
 }
 
 void CachingAllocator::release_cached_locked() {
   // cudaFree synchronizes the device, so kernels still reading a cached block finish first.
-  for (FreeSet* pool : {&free_small_, &free_large_}) {
-    for (const auto& [size, ptr] : *pool) {
+  for (Pool pool : {kSmallPool, kLargePool}) {
+    for (const auto& [stream, size, ptr] : free_[pool]) {
       raw_->free(ptr);
-      reserved_ -= size;
+      segment_.remove(pool, 1);
+      reserved_bytes_.remove(pool, static_cast<int64_t>(size));
     }
-    pool->clear();
+    free_[pool].clear();
   }
 }
 
@@ -85,25 +92,62 @@ void CachingAllocator::empty_cache() {
   release_cached_locked();
 }
 
+std::string CachingAllocator::out_of_memory_message(size_t size, const std::string& why) const {
+  const auto allocated = static_cast<size_t>(allocated_bytes_.by_type[0].current);
+  const auto reserved = static_cast<size_t>(reserved_bytes_.by_type[0].current);
+  return "CUDA out of memory: tried to allocate " + mib(size) + " on " + raw_->name() + " (" + mib(allocated) +
+         " allocated by plugflow, " + mib(reserved - allocated) + " cached; " + why +
+         "). Free tensors you no longer need, or use smaller batches.";
+}
+
 size_t CachingAllocator::allocated_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return allocated_;
+  return static_cast<size_t>(allocated_bytes_.by_type[0].current);
 }
 size_t CachingAllocator::peak_allocated_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return peak_;
+  return static_cast<size_t>(allocated_bytes_.by_type[0].peak);
 }
 size_t CachingAllocator::reserved_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return reserved_;
+  return static_cast<size_t>(reserved_bytes_.by_type[0].current);
 }
 size_t CachingAllocator::cached_blocks() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return free_small_.size() + free_large_.size();
+  return free_[kSmallPool].size() + free_[kLargePool].size();
 }
+
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
-  peak_ = allocated_;
+  for (PoolStat* s : {&allocation_, &allocated_bytes_, &segment_, &reserved_bytes_})
+    for (Stat& t : s->by_type) t.peak = t.current;
+}
+
+std::map<std::string, int64_t> CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, int64_t> out;
+  static const char* const kTypes[] = {"all", "small_pool", "large_pool"};
+  const auto put = [&](const std::string& name, const PoolStat& s) {
+    for (int t = 0; t < 3; ++t) {
+      const std::string prefix = name + "." + kTypes[t] + ".";
+      out[prefix + "current"] = s.by_type[t].current;
+      out[prefix + "peak"] = s.by_type[t].peak;
+      out[prefix + "allocated"] = s.by_type[t].allocated;
+      out[prefix + "freed"] = s.by_type[t].freed;
+    }
+  };
+  put("allocation", allocation_);
+  put("allocated_bytes", allocated_bytes_);
+  // Blocks are never split: every allocated block is wholly active, no block is inactive-split.
+  put("active", allocation_);
+  put("active_bytes", allocated_bytes_);
+  put("segment", segment_);
+  put("reserved_bytes", reserved_bytes_);
+  put("inactive_split", PoolStat{});
+  put("inactive_split_bytes", PoolStat{});
+  out["num_alloc_retries"] = num_alloc_retries_;
+  out["num_ooms"] = num_ooms_;
+  return out;
 }
 
 }  // namespace plugflow::cuda

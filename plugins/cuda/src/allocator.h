@@ -2,19 +2,30 @@
 // synchronizes the device), so freed blocks go back to a pool and the next request of a
 // similar size reuses them, as PyTorch's CUDACachingAllocator does.
 //
-// Stream ordering: all of the plugin's work on a device is enqueued on that device's one
-// stream (current_stream). A block freed by the host may still be read by kernels queued
-// earlier on that stream; handing it to a new allocation right away is nevertheless safe,
-// because everything that uses the new allocation is enqueued on the same stream, after
-// those kernels. Host reads go through copy_to_host, which synchronizes. (Work on other
-// streams would need record_stream + events before reuse; the plugin has none.)
+// Stream ordering: every block belongs to the stream it was allocated for (the calling thread's
+// current stream), and a freed block is only handed out again for that same stream. A block freed
+// by the host may still be read by kernels queued earlier on its stream; reusing it at once is
+// nevertheless safe, because everything that uses the new allocation is enqueued on the same
+// stream, after those kernels. Host reads go through copy_to_host, which synchronizes. A tensor
+// used on another stream than its own must be kept alive until that stream is done with it (the
+// caller synchronizes or waits on an event), as with PyTorch without record_stream.
+//
+// Statistics follow torch.cuda.memory_stats: per pool ("all", "small_pool", "large_pool"),
+// current / peak / allocated / freed of allocation counts and bytes, reserved segments and
+// bytes, plus num_alloc_retries and num_ooms. Blocks are never split, so "active" equals
+// "allocated".
 //
 // The raw memory source is an interface so the pool logic is tested without a GPU.
 #pragma once
+#include <algorithm>
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -45,9 +56,10 @@ class CachingAllocator {
 
   static size_t round_size(size_t nbytes);
 
-  // nbytes == 0 gives nullptr. Throws DeviceError ("CUDA out of memory ...") when the
-  // device is full even after the cache was released.
-  void* allocate(size_t nbytes);
+  // A block of at least nbytes for work on `stream` (an opaque handle; nullptr is the device's
+  // default stream). nbytes == 0 gives nullptr. Throws DeviceError ("CUDA out of memory ...")
+  // when the device is full even after the cache was released.
+  void* allocate(size_t nbytes, void* stream = nullptr);
   // Returns false (and does nothing) for a pointer this allocator did not hand out.
   bool deallocate(void* ptr);
   // Returns every cached (free) block to the driver.
@@ -57,17 +69,55 @@ class CachingAllocator {
   size_t peak_allocated_bytes() const;
   size_t reserved_bytes() const;   // allocated + cached
   size_t cached_blocks() const;
+  // Peaks back to the current values (torch.cuda.reset_peak_memory_stats).
   void reset_peak();
+  // torch.cuda.memory_stats' flat counters ("allocated_bytes.all.current", ...).
+  std::map<std::string, int64_t> stats() const;
 
  private:
-  using FreeSet = std::set<std::pair<size_t, void*>>;  // (size, ptr): best fit by lower_bound
+  // current / peak / allocated (ever) / freed (ever), as PyTorch's Stat.
+  struct Stat {
+    int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+    void add(int64_t n) {
+      current += n;
+      allocated += n;
+      peak = std::max(peak, current);
+    }
+    void remove(int64_t n) {
+      current -= n;
+      freed += n;
+    }
+  };
+  // Each counter for "all", "small_pool" and "large_pool" (PyTorch's StatTypes): the aggregate
+  // has its own peak, which is not the sum of the pools' peaks.
+  enum Pool { kSmallPool = 1, kLargePool = 2 };
+  struct PoolStat {
+    std::array<Stat, 3> by_type;  // [all, small_pool, large_pool]
+    void add(Pool p, int64_t n) {
+      by_type[0].add(n);
+      by_type[p].add(n);
+    }
+    void remove(Pool p, int64_t n) {
+      by_type[0].remove(n);
+      by_type[p].remove(n);
+    }
+  };
+  struct Block {
+    size_t size;
+    void* stream;
+  };
+  // (stream, size, ptr): best fit on the same stream by lower_bound.
+  using FreeSet = std::set<std::tuple<void*, size_t, void*>>;
+  static Pool pool_of(size_t size) { return size <= kSmallSize ? kSmallPool : kLargePool; }
   void release_cached_locked();
+  std::string out_of_memory_message(size_t size, const std::string& why) const;
 
   std::unique_ptr<RawMemory> raw_;
   mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;  // handed-out block -> its size
-  FreeSet free_small_, free_large_;
-  size_t allocated_ = 0, peak_ = 0, reserved_ = 0;
+  std::unordered_map<void*, Block> live_;  // handed-out block -> its size and stream
+  std::array<FreeSet, 3> free_;            // [unused, small, large]
+  PoolStat allocation_, allocated_bytes_, segment_, reserved_bytes_;
+  int64_t num_alloc_retries_ = 0, num_ooms_ = 0;
 };
 
 }  // namespace plugflow::cuda

@@ -29,6 +29,8 @@ std::vector<KernelDef> matmul_kernels();   // matmul.cpp: mm bmm (cuBLAS + integ
 std::vector<KernelDef> conv_kernels();     // conv.cpp: conv2d and its gradients (cuDNN)
 std::vector<KernelDef> pool_kernels();     // pool.cu: max/avg/adaptive pooling 2-d and 3-d, nearest/bilinear upsampling
 std::vector<KernelDef> norm_kernels();     // norm.cu: batch/layer/group norm (+ backward), embedding (+ backward), dropout
+std::vector<KernelDef> fused_kernels();    // fused.cpp: conv2d_fused mm_fused batch_norm_fused batch_norm_relu_backward fold_conv_bn
+std::vector<KernelDef> optim_kernels();    // optim.cu: sgd/adam steps (single and multi-tensor), GradScaler's unscale and update
 
 // dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.
 void launch_copy(const Tensor& dst, const Tensor& src, void* stream);

@@ -1,13 +1,16 @@
 """plugflow.cuda: CUDA devices, as torch.cuda. Available when the CUDA plugin is loaded (it is
 in the default config) and found a GPU; `python -m plugflow.info` says why not otherwise."""
 
+import collections
 import importlib
 
 from .. import _C
 from .._tensortype import legacy_types
 
 __all__ = ["is_available", "device_count", "current_device", "synchronize", "memory_allocated",
-           "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "memory_stats", "get_rng_state",
+           "max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+           "empty_cache", "memory_stats", "Stream", "Event", "current_stream", "default_stream", "set_stream",
+           "stream", "get_rng_state",
            "get_rng_state_all", "set_rng_state", "set_rng_state_all", "manual_seed", "manual_seed_all", "seed",
            "seed_all", "initial_seed"]
 
@@ -42,29 +45,51 @@ def synchronize(device=None):
 
 
 def memory_allocated(device=None):
-    """Bytes currently held by tensors on the device."""
-    return _C.memory_allocated("cuda", _index(device))
+    """Bytes currently held by tensors on the device (0 without a CUDA device, as PyTorch)."""
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
 
 
 def max_memory_allocated(device=None):
     """Peak of memory_allocated() since the start or the last reset_peak_memory_stats()."""
-    return _C.max_memory_allocated("cuda", _index(device))
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device=None):
+    """Bytes the caching allocator holds from the driver: memory_allocated() plus its cache."""
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device=None):
+    """Peak of memory_reserved() since the start or the last reset_peak_memory_stats()."""
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
 
 def reset_peak_memory_stats(device=None):
+    """Sets every peak counter of memory_stats() to its current value."""
     _C.reset_peak_memory_stats("cuda", _index(device))
 
 
 def empty_cache():
-    """Return cached, unused blocks of the CUDA allocator to the driver."""
+    """Return cached, unused blocks of the CUDA allocator to the driver (memory_reserved() drops to
+    memory_allocated(); tensors keep their memory)."""
     if is_available():
         _C.empty_cache("cuda", current_device())
 
 
 def memory_stats(device=None):
-    """The CUDA allocator's counters, with torch.cuda.memory_stats' key names."""
+    """The CUDA allocator's counters, as torch.cuda.memory_stats: an OrderedDict of
+    "<stat>.<all|small_pool|large_pool>.<current|peak|allocated|freed>" for allocation,
+    allocated_bytes, active, active_bytes, segment, reserved_bytes, inactive_split(_bytes), plus
+    num_alloc_retries and num_ooms. Empty without a CUDA device (PyTorch's answer before CUDA
+    initializes)."""
     from .._memory import memory_stats as device_memory_stats
-    return device_memory_stats(_C.device("cuda", _index(device)))
+    index = _index(device)
+    if not is_available():
+        return collections.OrderedDict()
+    return device_memory_stats(_C.device("cuda", index))
+
+
+from .streams import Stream, Event, current_stream, default_stream, set_stream, stream  # noqa: E402
 
 
 # ---- random numbers ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The CUDA caching allocator's pool logic (plugins/cuda/src/allocator.h) against a fake raw
-// memory source: rounding, reuse, statistics, releasing the cache, out-of-memory handling.
+// memory source: rounding, reuse, per-stream pools, statistics (torch.cuda.memory_stats'
+// counters), releasing the cache, out-of-memory handling.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -153,6 +154,58 @@ TEST_F(CudaAllocatorTest, RejectsPointersItDidNotAllocate) {
   void* a = alloc.allocate(64);
   ASSERT_TRUE(alloc.deallocate(a));
   EXPECT_FALSE(alloc.deallocate(a)) << "a double free is rejected, not cached twice";
+}
+
+TEST_F(CudaAllocatorTest, FreedBlocksAreReusedOnlyByTheirOwnStream) {
+  int side_stream_tag = 0;
+  void* side = &side_stream_tag;  // any distinct opaque handle
+  void* a = alloc.allocate(1000, side);
+  ASSERT_TRUE(alloc.deallocate(a));
+  void* b = alloc.allocate(1000);  // the default stream: must not get the side stream's block
+  EXPECT_NE(b, a);
+  EXPECT_EQ(alloc.allocate(1000, side), a) << "the side stream gets its own block back";
+  EXPECT_EQ(stats.mallocs, 2);
+}
+
+TEST_F(CudaAllocatorTest, StatsFollowPyTorchsCounters) {
+  void* a = alloc.allocate(3 * MiB);  // large pool, 4 MiB block
+  void* b = alloc.allocate(100);      // small pool, 512 B block
+  ASSERT_TRUE(alloc.deallocate(a));
+  std::map<std::string, int64_t> s = alloc.stats();
+  EXPECT_EQ(s.at("allocation.all.current"), 1);
+  EXPECT_EQ(s.at("allocation.all.peak"), 2);
+  EXPECT_EQ(s.at("allocation.all.allocated"), 2);
+  EXPECT_EQ(s.at("allocation.all.freed"), 1);
+  EXPECT_EQ(s.at("allocated_bytes.all.current"), 512);
+  EXPECT_EQ(s.at("allocated_bytes.all.peak"), static_cast<int64_t>(4 * MiB + 512));
+  EXPECT_EQ(s.at("allocated_bytes.large_pool.freed"), static_cast<int64_t>(4 * MiB));
+  EXPECT_EQ(s.at("allocated_bytes.small_pool.current"), 512);
+  EXPECT_EQ(s.at("reserved_bytes.all.current"), static_cast<int64_t>(4 * MiB + 512));
+  EXPECT_EQ(s.at("segment.all.current"), 2);
+  EXPECT_EQ(s.at("active_bytes.all.current"), 512);
+  EXPECT_EQ(s.at("num_alloc_retries"), 0);
+  EXPECT_EQ(s.at("num_ooms"), 0);
+
+  alloc.empty_cache();
+  alloc.reset_peak();
+  s = alloc.stats();
+  EXPECT_EQ(s.at("reserved_bytes.all.current"), 512);
+  EXPECT_EQ(s.at("reserved_bytes.all.freed"), static_cast<int64_t>(4 * MiB));
+  EXPECT_EQ(s.at("segment.large_pool.current"), 0);
+  EXPECT_EQ(s.at("allocated_bytes.all.peak"), 512) << "reset_peak brings every peak to its current value";
+  EXPECT_EQ(s.at("allocation.all.allocated"), 2) << "reset_peak keeps the accumulated counts";
+  ASSERT_TRUE(alloc.deallocate(b));
+}
+
+TEST_F(CudaAllocatorTest, StatsCountRetriesAndOutOfMemoryErrors) {
+  stats.capacity = 10 * MiB;
+  ASSERT_TRUE(alloc.deallocate(alloc.allocate(6 * MiB)));
+  void* b = alloc.allocate(8 * MiB);  // retried after releasing the cache
+  EXPECT_THROW(alloc.allocate(8 * MiB), plugflow::DeviceError);
+  const auto s = alloc.stats();
+  EXPECT_EQ(s.at("num_alloc_retries"), 1);
+  EXPECT_EQ(s.at("num_ooms"), 1);
+  ASSERT_TRUE(alloc.deallocate(b));
 }
 
 }  // namespace

@@ -93,17 +93,6 @@ TEST_F(CudaPlugin, LoadsAndReportsItsDevices) {
 // leave this list as their kernels land (the test fails while a listed op is registered on
 // CUDA, so the list cannot go stale).
 const std::map<std::string, std::string> kNotYetOnCuda = {
-    // The fused optimizer updates, the AMP kernels and the graph's fused convolution / matmul
-    // ops: another branch (cuda-train) writes them.
-    {"sgd_step_", "fused optimizer update"},
-    {"multi_sgd_step_", "fused optimizer update"},
-    {"adam_step_", "fused optimizer update"},
-    {"multi_adam_step_", "fused optimizer update"},
-    {"amp_update_scale_", "AMP GradScaler kernel"},
-    {"non_finite_check_and_unscale_", "AMP GradScaler kernel"},
-    {"conv2d_fused", "graph fused convolution"},
-    {"fold_conv_bn", "graph fused convolution"},
-    {"mm_fused", "graph fused matmul"},
     // Not written yet.
     {"conv3d", "3-d convolution (cuDNN N-d), not written yet"},
     {"conv3d_grad_input", "3-d convolution (cuDNN N-d), not written yet"},

@@ -11,6 +11,7 @@ _worker.STATUS_CHECK_INTERVAL and raises RuntimeError instead of hanging.
 """
 
 import atexit
+import collections.abc
 import itertools
 import math
 import multiprocessing
@@ -20,6 +21,7 @@ import queue
 import time
 import warnings
 
+from ... import _C, cuda
 from . import _worker
 from ._collate import default_collate, default_convert
 from .dataset import IterableDataset
@@ -55,7 +57,10 @@ class DataLoader:
 
     batch_size=None turns batching off (each sample goes through collate_fn, by default
     default_convert). shuffle uses a RandomSampler driven by generator (a plugflow.Generator).
-    pin_memory and pin_memory_device are accepted and do nothing (no pinned host memory yet).
+    pin_memory=True copies each batch's tensors into page-locked host memory when a CUDA device
+    is available (as PyTorch 1.13: nothing happens without one), so `.to("cuda",
+    non_blocking=True)` of a batch overlaps with the work already queued on the device.
+    pin_memory_device is accepted and ignored (pinned memory serves every device).
     """
 
     __initialized = False
@@ -212,6 +217,32 @@ class DataLoader:
                           "slowness/freeze if necessary.")
 
 
+def _pin_memory(data):
+    """data with every tensor in pinned host memory (torch.utils.data._utils.pin_memory.pin_memory):
+    through mappings, namedtuples, tuples, lists and objects with a pin_memory() method."""
+    if isinstance(data, _C.Tensor):
+        return data.pin_memory()
+    if isinstance(data, (str, bytes)):
+        return data
+    if isinstance(data, collections.abc.Mapping):
+        try:
+            return type(data)({k: _pin_memory(v) for k, v in data.items()})
+        except TypeError:  # a mapping type that cannot be built from a dict
+            return {k: _pin_memory(v) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(_pin_memory(v) for v in data))
+    if isinstance(data, tuple):
+        return [_pin_memory(v) for v in data]  # PyTorch 1.13 turns tuples into lists here
+    if isinstance(data, collections.abc.Sequence):
+        try:
+            return type(data)([_pin_memory(v) for v in data])
+        except TypeError:
+            return [_pin_memory(v) for v in data]
+    if hasattr(data, "pin_memory"):
+        return data.pin_memory()
+    return data
+
+
 class _BaseIter:
     def __init__(self, loader):
         self._dataset = loader.dataset
@@ -229,6 +260,7 @@ class _BaseIter:
         self._base_seed = _random_seed(loader.generator)
         self._num_yielded = 0
         self._len_reported = loader._IterableDataset_len_called
+        self._pin_memory = loader.pin_memory and cuda.is_available()
 
     def __iter__(self):
         return self
@@ -243,6 +275,8 @@ class _BaseIter:
 
     def __next__(self):
         data = self._next_data()
+        if self._pin_memory:
+            data = _pin_memory(data)
         self._num_yielded += 1
         if self._iterable and self._len_reported is not None and self._num_yielded > self._len_reported:
             message = (f"Length of IterableDataset {self._dataset} was reported to be {self._len_reported} (when "
