@@ -26,7 +26,7 @@ DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float"}
 KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
 DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
-PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only"}
+PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber"}
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative", "doc"}
@@ -92,6 +92,8 @@ def normalize(e, seen):
         fail("python: nn_functional ops are not torch functions or Tensor methods")
     if "tensor_only" in python and (family != "binary" or "inplace" in python):
         fail("python: tensor_only is for binary ops without an in-place form")
+    if "number_input" in python and (family != "binary" or "function" not in python or "tensor_only" in python):
+        fail("python: number_input is for binary torch functions taking a number operand")
     bool_out = dtype in ("bool", "compare", "logical")
 
     out = e.get("out")
@@ -175,8 +177,9 @@ def header(ops):
         macro("PF_OPDEFS_PY_UNARY", "X(name, function, method, inplace, nn_functional): generic Python bindings",
               [[q(o["name"])] + [cbool(t in o["python"]) for t in ("function", "method", "inplace", "nn_functional")]
                for o in py_unary]),
-        macro("PF_OPDEFS_PY_BINARY", "X(name, function, method, inplace, tensor_only)",
-              [[q(o["name"])] + [cbool(t in o["python"]) for t in ("function", "method", "inplace", "tensor_only")]
+        macro("PF_OPDEFS_PY_BINARY", "X(name, function, method, inplace, tensor_only, number_input)",
+              [[q(o["name"])] + [cbool(t in o["python"])
+                                 for t in ("function", "method", "inplace", "tensor_only", "number_input")]
                for o in py_binary]),
         macro("PF_OPDEFS_PY_ALIASES", "X(alias, op, bound_generically): other Python names of an op",
               [[q(a), q(o["name"]), cbool(not o["custom_python"])] for o in ops for a in o["aliases"]]),

@@ -905,10 +905,12 @@ const std::vector<UnaryExposure> kUnaryOps = {
 struct BinaryExposure {
   std::string name;
   bool function, method, inplace;
-  bool tensor_only;  // no Python number as the other operand (maximum, minimum)
+  bool tensor_only;   // no Python number as the other operand (maximum, minimum)
+  bool number_input;  // torch.X(number, tensor) too (remainder, bitwise_and, ...)
 };
 const std::vector<BinaryExposure> kBinaryOps = {
-#define PF_X(name, function, method, inplace, tensor_only) {name, function, method, inplace, tensor_only},
+#define PF_X(name, function, method, inplace, tensor_only, number_input) \
+  {name, function, method, inplace, tensor_only, number_input},
     PF_OPDEFS_PY_BINARY(PF_X)
 #undef PF_X
 };
@@ -1515,6 +1517,36 @@ void bind_tensor(py::module_& m) {
       def_method_and_function(
           cls, m, a.alias.c_str(), [op](const Tensor& self, py::handle other) { return binary_method(*op, self, other); },
           py::arg("other"));
+  }
+
+  // torch.X(number, tensor): PyTorch takes a Python number as the input of these functions, as
+  // a 0-d tensor of the dtype `tensor (op) number` computes in (no reciprocal trick for div, unlike
+  // the reflected operator). An overload after the tensor-input one, which it calls.
+  std::vector<std::string> number_input_functions = {"add", "sub", "subtract", "div", "divide", "true_divide"};
+  for (const BinaryExposure& op : kBinaryOps)
+    if (op.number_input) number_input_functions.push_back(op.name);
+  for (const Alias& a : kGenericAliases)
+    for (const BinaryExposure& op : kBinaryOps)
+      if (op.number_input && op.name == a.op) number_input_functions.push_back(a.alias);
+  for (const std::string& name : number_input_functions) {
+    py::object tensor_input_form = m.attr(name.c_str());
+    const bool division = name == "div" || name == "divide" || name == "true_divide";
+    m.def(
+        name.c_str(),
+        [tensor_input_form, division](py::handle input, const Tensor& other, const py::kwargs& kwargs) {
+          Scalar s;
+          if (!to_scalar(input, s))
+            PF_THROW(TypeError, "argument 'input' (position 1) must be Tensor or Number, not ", type_name(input));
+          // A bool stays a bool tensor, so sub(True, t) raises as PyTorch's does; a true
+          // division computes in float32 when both are integers (2**40 / int32 is not 0).
+          DType dt = s.is_bool() ? DType::Bool : ops::result_type(other, s);
+          const bool true_division = division && (!kwargs.contains("rounding_mode") || kwargs["rounding_mode"].is_none());
+          if (true_division && !is_floating(dt)) dt = DType::Float32;
+          const Tensor wrapped = s.is_bool() ? ops::scalar_tensor(s, dt, other.device())
+                                             : ops::wrapped_scalar_tensor(s, dt, other.device());
+          return tensor_input_form(wrapped, other, **kwargs);
+        },
+        py::arg("input"), py::arg("other"));
   }
 
   // -- reductions

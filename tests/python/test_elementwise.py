@@ -387,3 +387,25 @@ def test_scalar_operand_rules_match_torch(code):
 def test_inplace_ops_refuse_a_self_with_shared_elements(code):
     # Found by the fuzzer: these in-place ops wrote through an expanded self (order-dependent).
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+# ---- a Python number as the input of torch.X(number, tensor) ------------------------------------
+
+NUMBER_INPUT_FUNCTIONS = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "remainder",
+                          "floor_divide", "bitwise_and", "bitwise_or", "bitwise_xor",
+                          # PyTorch refuses a number input for these: so must plugflow
+                          "fmod", "atan2", "maximum", "minimum", "eq", "copysign"]
+
+
+@pytest.mark.parametrize("name", NUMBER_INPUT_FUNCTIONS)
+def test_number_as_the_input_matches_torch(name):
+    rng = np.random.default_rng()
+    for dtype in ["float32", "float64", "float16", "int32", "int64", "uint8", "bool"]:
+        data = from_torch(torch.tensor(rng.integers(1, 9, size=random_shape(rng))).to(getattr(torch, dtype)))
+        for number in [int(rng.integers(-9, 9)), float(rng.normal() * 4), True, 2**40]:
+            assert_same_outcome(lambda lib: getattr(lib, name)(number, data if lib is pf else to_torch(data)))
+    x = pf.tensor([1.5, -2.0])
+    assert_same_outcome(lambda lib: lib.add(3, x if lib is pf else to_torch(x), alpha=2))
+    assert_same_outcome(lambda lib: lib.div(7, x if lib is pf else to_torch(x), rounding_mode="floor"))
+    with pytest.raises(TypeError):
+        pf.add("3", x)
