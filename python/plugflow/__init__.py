@@ -90,7 +90,8 @@ from . import optim  # noqa: E402,F401  (plugflow.optim, plugflow.optim.lr_sched
 from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .cuda flags)
 from . import amp, cpu  # noqa: E402,F401  (plugflow.amp, plugflow.cpu.amp; plugflow.cuda.amp loads on first use)
 from .amp import autocast  # noqa: E402,F401
-from ._ops import ops  # noqa: E402,F401  (torch.ops: PyTorch's C++ operator registry, which plugflow lacks)
+from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
+from . import linalg, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.version.cuda)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)
