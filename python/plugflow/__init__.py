@@ -55,7 +55,7 @@ from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
 from ._tensor_str import set_printoptions, get_printoptions
 from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
                         linspace, frombuffer, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
-                        randn_like, randint_like, randperm)
+                        randn_like, randint_like, randperm, layout, strided)
 from . import return_types, cuda, random
 from .random import seed, get_rng_state, set_rng_state
 from ._memory import (memory_stats, memory_allocated, max_memory_allocated, reset_peak_memory_stats,  # noqa: E402

@@ -1,0 +1,89 @@
+"""A torchvision detection recipe written for PyTorch, and run unmodified by both frameworks:
+test_torchvision_detection.py runs it with PyTorch in the pytest process and, in a subprocess under
+plugflow.mock_torch, with plugflow on the same weights and images.
+
+Each model is built with weights=None and random initialization (copied from the PyTorch model),
+few classes (so that untrained scores pass the score threshold and nms has work to do), and its
+training-time samplers asked for more proposals than there are, so that they take every candidate
+instead of a random subset (the two frameworks draw different random numbers). It then runs in
+eval mode on two small images of different sizes (boxes, scores, labels; masks and keypoints
+where the model predicts them) and one training step (its loss dict and the gradients' norm).
+"""
+
+import torch
+from torchvision.models import detection
+
+NUM_CLASSES = 5
+TAKE_ALL = 1 << 20  # a sampler "batch size" no image reaches: every candidate is used
+
+# name -> constructor keyword arguments. FAST runs in `make test`, SLOW with PLUGFLOW_SLOW_TESTS=1.
+SMALL_IMAGES = {"min_size": 128, "max_size": 160}  # the R-CNNs resize to this (SSDlite: 320 x 320)
+FAST = {
+    "fasterrcnn_mobilenet_v3_large_320_fpn": {"rpn_batch_size_per_image": TAKE_ALL,
+                                              "box_batch_size_per_image": TAKE_ALL, "rpn_pre_nms_top_n_train": 300,
+                                              "rpn_post_nms_top_n_train": 300, **SMALL_IMAGES},
+    "ssdlite320_mobilenet_v3_large": {},
+}
+SLOW = {
+    "fasterrcnn_resnet50_fpn": {"rpn_batch_size_per_image": TAKE_ALL, "box_batch_size_per_image": TAKE_ALL,
+                                **SMALL_IMAGES},
+    "maskrcnn_resnet50_fpn": {"rpn_batch_size_per_image": TAKE_ALL, "box_batch_size_per_image": TAKE_ALL,
+                              **SMALL_IMAGES},
+    "keypointrcnn_resnet50_fpn": {"rpn_batch_size_per_image": TAKE_ALL, "box_batch_size_per_image": TAKE_ALL,
+                                  "num_keypoints": 3, **SMALL_IMAGES},
+    "retinanet_resnet50_fpn": SMALL_IMAGES,
+    "fcos_resnet50_fpn": SMALL_IMAGES,
+}
+IMAGE_SIZES = [(96, 128), (112, 80)]
+
+
+def build(name, kwargs):
+    num_classes = 2 if name.startswith("keypointrcnn") else NUM_CLASSES
+    return getattr(detection, name)(weights=None, weights_backbone=None, num_classes=num_classes, **kwargs)
+
+
+def make_data(seed):
+    """Two images in [0, 1) and their targets: 3 boxes each with labels, masks and keypoints."""
+    g = torch.Generator().manual_seed(seed)
+    images, targets = [], []
+    for h, w in IMAGE_SIZES:
+        images.append(torch.rand(3, h, w, generator=g, dtype=torch.float64))
+        xy = torch.rand(3, 2, generator=g, dtype=torch.float64) * torch.tensor([w * 0.6, h * 0.6], dtype=torch.float64)
+        wh = 8 + torch.rand(3, 2, generator=g, dtype=torch.float64) * torch.tensor([w * 0.35, h * 0.35],
+                                                                                  dtype=torch.float64)
+        boxes = torch.cat([xy, xy + wh], dim=1)
+        masks = torch.zeros(3, h, w, dtype=torch.uint8)
+        keypoints = torch.zeros(3, 3, 3, dtype=torch.float64)
+        for i, (x1, y1, x2, y2) in enumerate(boxes.round().long().tolist()):
+            masks[i, y1:y2, x1:x2] = 1
+            keypoints[i, :, 0] = torch.tensor([x1 + 1, (x1 + x2) / 2, x2 - 1], dtype=torch.float64)
+            keypoints[i, :, 1] = torch.tensor([y1 + 1, (y1 + y2) / 2, y2 - 1], dtype=torch.float64)
+            keypoints[i, :, 2] = 1
+        labels = torch.randint(1, NUM_CLASSES, (3,), generator=g)
+        targets.append({"boxes": boxes, "labels": labels, "masks": masks, "keypoints": keypoints})
+    return images, targets
+
+
+def run(name, kwargs, state, images, targets, dtype):
+    """{key: tensor} of the eval detections and the training step's losses, in dtype."""
+    model = build(name, kwargs).to(dtype)
+    model.load_state_dict(state)
+    images = [im.to(dtype) for im in images]
+    targets = [{k: v.to(dtype) if v.is_floating_point() else v for k, v in t.items()} for t in targets]
+    if name.startswith("keypointrcnn"):
+        targets = [dict(t, labels=torch.ones_like(t["labels"])) for t in targets]
+    record = {}
+    model.eval()
+    with torch.no_grad():
+        for i, detections in enumerate(model(images)):
+            for key, value in detections.items():
+                record[f"eval.{i}.{key}"] = value.clone()
+    model.train()
+    losses = model(images, targets)
+    total = sum(losses.values())
+    total.backward()
+    for key, value in losses.items():
+        record[f"loss.{key}"] = value.detach().clone()
+    grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
+    record["grad_norm"] = torch.cat(grads).norm()
+    return record
