@@ -22,8 +22,14 @@ FAST = {
     "fasterrcnn_mobilenet_v3_large_320_fpn": {"rpn_batch_size_per_image": TAKE_ALL,
                                               "box_batch_size_per_image": TAKE_ALL, "rpn_pre_nms_top_n_train": 300,
                                               "rpn_post_nms_top_n_train": 300, **SMALL_IMAGES},
-    "ssdlite320_mobilenet_v3_large": {},
+    # Untrained, SSDlite's deepest feature maps are constant, so their anchors tie on score: which
+    # of them topk and the per-image limit keep, and which of two overlapping ones nms keeps,
+    # depends on the order of ties. It therefore keeps every candidate and suppresses nothing, and
+    # its detections are compared as a set (UNORDERED).
+    "ssdlite320_mobilenet_v3_large": {"topk_candidates": TAKE_ALL, "detections_per_img": TAKE_ALL,
+                                      "nms_thresh": 1.0},
 }
+UNORDERED = {"ssdlite320_mobilenet_v3_large"}
 SLOW = {
     "fasterrcnn_resnet50_fpn": {"rpn_batch_size_per_image": TAKE_ALL, "box_batch_size_per_image": TAKE_ALL,
                                 **SMALL_IMAGES},
