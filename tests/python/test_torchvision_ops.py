@@ -270,41 +270,43 @@ def test_lstsq_bad_input_raises():
 # ---- through torchvision under mock_torch --------------------------------------------------------------
 
 PERSPECTIVE = """
-import sys
 import numpy as np
 import torch
 from torchvision.transforms import functional as F
 from torchvision.transforms import InterpolationMode
 
-rng = np.random.default_rng(int(sys.argv[1]))
-img = torch.from_numpy(rng.random((3, 17, 23)))
-out = {}
-for i in range(4):
-    start = [[0, 0], [22, 0], [22, 16], [0, 16]]
-    end = [[int(x + d), int(y + e)] for (x, y), (d, e) in zip(start, rng.integers(-4, 5, (4, 2)))]
-    for mode in (InterpolationMode.BILINEAR, InterpolationMode.NEAREST):
-        out[f"{i}.{mode.value}"] = F.perspective(img, start, end, mode, fill=[0.5, 0.25, 0.0]).numpy()
-    out[f"{i}.coeffs"] = np.array(F._get_perspective_coeffs(start, end))
-np.save(sys.argv[2], out, allow_pickle=True)
+
+def perspective_outputs(seed):
+    rng = np.random.default_rng(seed)
+    img = torch.from_numpy(rng.random((3, 17, 23)))
+    out = {}
+    for i in range(4):
+        start = [[0, 0], [22, 0], [22, 16], [0, 16]]
+        end = [[int(x + d), int(y + e)] for (x, y), (d, e) in zip(start, rng.integers(-4, 5, (4, 2)))]
+        for mode in (InterpolationMode.BILINEAR, InterpolationMode.NEAREST):
+            out[f"{i}.{mode.value}"] = F.perspective(img, start, end, mode, fill=[0.5, 0.25, 0.0]).numpy()
+        out[f"{i}.coeffs"] = np.array(F._get_perspective_coeffs(start, end))
+    return out
 """
 
 
 def test_transforms_perspective_matches_pytorch(tmp_path):
-    """perspective solves for its coefficients with torch.linalg.lstsq (gelsy), then samples with
-    grid_sample."""
+    """perspective solves for its coefficients with torch.linalg.lstsq (driver gels), then samples
+    with grid_sample: PyTorch here, plugflow under mock_torch in a subprocess."""
     seed = int(np.random.SeedSequence().entropy % 2**32)
     print(f"seed: {seed}")
-    outs = {}
-    for framework in ("torch", "plugflow"):
-        prelude = "import plugflow.mock_torch\nplugflow.mock_torch.enable()\n" if framework == "plugflow" else ""
-        path = tmp_path / f"{framework}.npy"
-        result = subprocess.run([sys.executable, "-c", prelude + PERSPECTIVE, str(seed), str(path)],
-                                capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-5000:]
-        outs[framework] = np.load(path, allow_pickle=True).item()
-    assert sorted(outs["plugflow"]) == sorted(outs["torch"])
-    for key, want in outs["torch"].items():
-        np.testing.assert_allclose(outs["plugflow"][key], want, rtol=1e-12, atol=1e-12, err_msg=key)
+    namespace = {}
+    exec(PERSPECTIVE, namespace)
+    want = namespace["perspective_outputs"](seed)
+    path = tmp_path / "plugflow.npy"
+    code = ("import plugflow.mock_torch\nplugflow.mock_torch.enable()\n" + PERSPECTIVE +
+            f"np.save({str(path)!r}, perspective_outputs({seed}), allow_pickle=True)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    got = np.load(path, allow_pickle=True).item()
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
 
 
 def test_torchvision_finds_its_operators_under_mock_torch():
