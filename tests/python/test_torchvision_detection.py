@@ -1,9 +1,8 @@
 """torchvision's detection models under plugflow.mock_torch against PyTorch on the same weights and
 images (tv_detection_recipe.py, run by PyTorch here and by plugflow in a subprocess): the eval
-detections (boxes, scores, labels, masks, keypoints: every step through nms, roi_align and
-MultiScaleRoIAlign) and one training step's losses and gradient norm, in float64. `make test` runs
-Faster R-CNN (MobileNetV3-Large 320 FPN) and SSDlite; PLUGFLOW_SLOW_TESTS=1 adds the ResNet-50 FPN
-models (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS)."""
+detections (boxes, scores, labels: every step through nms, roi_align and MultiScaleRoIAlign) and
+one training step's losses and gradient norm, in float64. `make test` runs Faster R-CNN
+(MobileNetV3-Large 320 FPN) and SSDlite; PLUGFLOW_SLOW_TESTS=1 adds FCOS on ResNet-50 FPN."""
 
 import os
 import subprocess
