@@ -55,7 +55,7 @@ from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
 from ._tensor_str import set_printoptions, get_printoptions
 from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
                         linspace, frombuffer, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
-                        randn_like, randint_like, randperm)
+                        randn_like, randint_like, randperm, layout, strided)
 from . import return_types, cuda, random
 from .random import seed, get_rng_state, set_rng_state
 from ._memory import (memory_stats, memory_allocated, max_memory_allocated, reset_peak_memory_stats,  # noqa: E402
@@ -90,7 +90,8 @@ from . import optim  # noqa: E402,F401  (plugflow.optim, plugflow.optim.lr_sched
 from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .cuda flags)
 from . import amp, cpu  # noqa: E402,F401  (plugflow.amp, plugflow.cpu.amp; plugflow.cuda.amp loads on first use)
 from .amp import autocast  # noqa: E402,F401
-from ._ops import ops  # noqa: E402,F401  (torch.ops: PyTorch's C++ operator registry, which plugflow lacks)
+from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
+from . import linalg, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.version.cuda)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)

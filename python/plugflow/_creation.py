@@ -14,7 +14,7 @@ from ._C import Tensor
 __all__ = [
     "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "scalar_tensor", "arange",
     "linspace", "frombuffer", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
-    "rand_like", "randn_like", "randint_like", "randperm",
+    "rand_like", "randn_like", "randint_like", "randperm", "layout", "strided",
 ]
 
 
@@ -45,6 +45,24 @@ def _device(device):
     if device is None or isinstance(device, _C.device):
         return device
     return _C.device(device)  # "cuda:1", "cpu", an int CUDA index
+
+
+class layout:
+    """torch.layout: how a tensor's elements are stored. plugflow has dense strided tensors only."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"torch.{self._name}"
+
+
+strided = layout("strided")
+
+
+def _check_layout(layout_):
+    if layout_ is not None and layout_ is not strided:
+        raise NotImplementedError(f"layout={layout_!r}: plugflow has only strided (dense) tensors")
 
 
 def _number(x):
@@ -267,32 +285,38 @@ def _like(input, dtype, device):
     return input.shape, dtype or input.dtype, _device(device) or input.device
 
 
-def empty_like(input, *, dtype=None, device=None, requires_grad=False):
+def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_layout(layout)
     size, dtype, device = _like(input, dtype, device)
     return _finish(_C._empty(size, dtype, device), requires_grad)
 
 
-def zeros_like(input, *, dtype=None, device=None, requires_grad=False):
+def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_layout(layout)
     size, dtype, device = _like(input, dtype, device)
     return _finish(_C._zeros(size, dtype, device), requires_grad)
 
 
-def ones_like(input, *, dtype=None, device=None, requires_grad=False):
+def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_layout(layout)
     size, dtype, device = _like(input, dtype, device)
     return _finish(_C._ones(size, dtype, device), requires_grad)
 
 
-def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_layout(layout)
     size, dtype, device = _like(input, dtype, device)
     return _finish(_C._full(size, fill_value, dtype, device), requires_grad)
 
 
-def rand_like(input, *, dtype=None, device=None, requires_grad=False):
+def rand_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_layout(layout)
     size, dtype, device = _like(input, dtype, device)
     return _finish(_C._rand(size, dtype, device), requires_grad)
 
 
-def randn_like(input, *, dtype=None, device=None, requires_grad=False):
+def randn_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+    _check_layout(layout)
     size, dtype, device = _like(input, dtype, device)
     return _finish(_C._randn(size, dtype, device), requires_grad)
 

@@ -1,6 +1,6 @@
-"""Named tuples returned by reductions with indices (torch.return_types)."""
+"""Named tuples returned by reductions with indices and by linalg solvers (torch.return_types)."""
 
-__all__ = ["max", "min", "sort", "topk"]
+__all__ = ["max", "min", "sort", "topk", "linalg_lstsq"]
 
 
 def _structseq(name, fields):
@@ -32,3 +32,4 @@ max = _structseq("max", ("values", "indices"))
 min = _structseq("min", ("values", "indices"))
 sort = _structseq("sort", ("values", "indices"))
 topk = _structseq("topk", ("values", "indices"))
+linalg_lstsq = _structseq("linalg_lstsq", ("solution", "residuals", "rank", "singular_values"))

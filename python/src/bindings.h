@@ -16,6 +16,8 @@ void bind_conv(pybind11::module_& m);         // conv_bindings.cpp: conv2d, conv
 void bind_optim(pybind11::module_& m);        // optim_bindings.cpp: _sgd_step_, _adam_step_ (fused optimizer updates)
 void bind_graph(pybind11::module_& m);        // graph_bindings.cpp: capture, passes and plans of nn.Graph
 void bind_amp(pybind11::module_& m);          // amp_bindings.cpp: autocast state, GradScaler kernels
+void bind_vision(pybind11::module_& m);       // vision_bindings.cpp: torchvision's nms, roi_align, roi_pool
+void bind_linalg(pybind11::module_& m);       // vision_bindings.cpp: linalg.lstsq
 }  // namespace plugflow::python
 
 namespace plugflow {

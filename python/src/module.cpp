@@ -18,5 +18,7 @@ PYBIND11_MODULE(_C, m) {
   plugflow::python::bind_optim(m);
   plugflow::python::bind_graph(m);
   plugflow::python::bind_amp(m);
+  plugflow::python::bind_vision(m);
+  plugflow::python::bind_linalg(m);
   plugflow::python::bind_math(m);      // keep last: also adds out= to the functions bound before it
 }

@@ -77,7 +77,7 @@ def transforms(rng):
     out["resized_crop"] = TF.resized_crop(x, 2, 3, 10, 12, [8, 8])
     out["five_crop"] = torch.stack(TF.five_crop(x, 6))
     out["erase"] = TF.erase(x.clone(), 2, 3, 4, 5, torch.zeros(3, 4, 5))
-    # the geometric transforms sample tensors with grid_sample (perspective needs torch.linalg)
+    # the geometric transforms sample tensors with grid_sample (perspective: test_torchvision_ops.py)
     out["rotate"] = TF.rotate(x, 30.0, interpolation=InterpolationMode.BILINEAR)
     out["rotate_expand_fill"] = TF.rotate(x, 45.0, expand=True, fill=[0.5, 0.2, 0.9])
     out["uint8_rotate"] = TF.rotate(u8, 30.0, interpolation=InterpolationMode.BILINEAR)

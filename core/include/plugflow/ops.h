@@ -131,4 +131,6 @@ PF_API Tensor matmul(const Tensor& a, const Tensor& b);  // numpy/PyTorch semant
 #include "plugflow/ops_norm.h"      // batch_norm, layer_norm, group_norm, embedding, dropout
 #include "plugflow/ops_conv.h"  // conv2d/3d, conv_transpose2d/3d, max/avg/adaptive pooling, upsampling
 #include "plugflow/ops_sampling.h"  // grid_sample, affine_grid
+#include "plugflow/ops_vision.h"    // torchvision's nms, roi_align, roi_pool
+#include "plugflow/ops_linalg.h"    // linalg_lstsq
 #include "plugflow/ops_optim.h"  // sgd_step_, adam_step_: fused optimizer updates

@@ -27,9 +27,9 @@ enable() are set aside (code that already holds them keeps using them) and put b
 
 What is not mapped: a torch submodule plugflow does not have (torch.distributions, ...) raises
 ModuleNotFoundError naming it rather than loading real torch next to plugflow, and a function
-plugflow lacks raises AttributeError. Compiled PyTorch extensions (torchvision's C++ operators)
-cannot load: torch.ops.load_library raises OSError, which torchvision handles by running without
-them. Modules' `__name__` stays `plugflow...`. disable() cannot reach into modules that imported
+plugflow lacks raises AttributeError. Compiled PyTorch extensions cannot load:
+torch.ops.load_library raises OSError, except on torchvision's operator library, for which it
+registers plugflow's own nms, roi_align and roi_pool as torch.ops.torchvision. Modules' `__name__` stays `plugflow...`. disable() cannot reach into modules that imported
 torch while enabled: they keep plugflow.
 
 Processes: forked children (DataLoader workers by default) inherit the hook; spawned ones start

@@ -322,6 +322,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     loss = (1 - target) * input + log_one_plus_exp + _C.where(input == -math.inf, math.nan, 0.0)
     if weight is not None:
         loss = loss * weight
+    # PyTorch accumulates in place into (1 - target): the loss has target's dtype (a float64 input
+    # with a float32 target, as in torchvision's RPN, gives a float32 loss)
+    if loss.dtype != target.dtype:
+        loss = loss.to(target.dtype)
     return _reduce(loss, reduction)
 
 

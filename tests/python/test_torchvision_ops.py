@@ -1,0 +1,330 @@
+"""torchvision's C++ operators on plugflow's kernels (torch.ops.torchvision.nms, roi_align,
+roi_pool, reached through torch.ops.load_library on torchvision's own library) and
+torch.linalg.lstsq, against PyTorch 1.13 and torchvision 0.14's C++ kernels on random inputs."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torchvision  # noqa: F401  (registers torch.ops.torchvision in PyTorch)
+from torchvision.extension import _get_extension_path
+
+import plugflow as pf
+from helpers import from_torch, seeded_rng, tensor_pair, to_torch
+
+pf.ops.load_library(_get_extension_path("_C"))
+TV = pf.ops.torchvision
+
+
+def random_boxes(rng, n, size=20.0, dtype="float32", degenerate=0.0):
+    """(n, 4) boxes (x1, y1, x2, y2) in a size x size image; a fraction `degenerate` have zero or
+    negative width or height."""
+    xy = rng.uniform(0, size, (n, 2))
+    wh = rng.uniform(0.5, size / 2, (n, 2))
+    flip = rng.random(n) < degenerate
+    wh[flip] *= rng.choice([0.0, -1.0], (int(flip.sum()), 1))
+    return np.concatenate([xy, xy + wh], axis=1).astype(dtype)
+
+
+# ---- nms -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [0, 1, 7, 60, 300])
+def test_nms_matches_torchvision(dtype, n):
+    rng = seeded_rng()
+    for threshold in (0.0, 0.3, 0.5, 0.7, 1.0):
+        boxes = random_boxes(rng, n, dtype=dtype, degenerate=0.1)
+        # scores with ties (a few distinct values) and exact duplicate boxes
+        scores = rng.integers(0, 5, n).astype(dtype) if n % 2 else rng.random(n).astype(dtype)
+        if n > 3:
+            boxes[1] = boxes[0]
+            scores[1] = scores[0]
+        b_p, b_t = tensor_pair(boxes)
+        s_p, s_t = tensor_pair(scores)
+        want = torch.ops.torchvision.nms(b_t, s_t, threshold)
+        got = TV.nms(b_p, s_p, threshold)
+        assert got.dtype is pf.int64
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_nms_non_contiguous_and_batched_nms():
+    rng = seeded_rng()
+    boxes = random_boxes(rng, 80, dtype="float64")
+    b_p, b_t = tensor_pair(boxes, layout="transposed")
+    s_p, s_t = tensor_pair(rng.random(80), layout="strided")
+    np.testing.assert_array_equal(TV.nms(b_p, s_p, 0.4).numpy(), torch.ops.torchvision.nms(b_t, s_t, 0.4).numpy())
+    # batched_nms through torchvision's Python code on each framework (coordinate trick)
+    idxs = rng.integers(0, 4, 80)
+    want = torchvision.ops.batched_nms(b_t, s_t, torch.from_numpy(idxs), 0.5)
+    # plugflow's run of the same Python: offsets per class, then nms
+    offsets = pf.from_numpy(idxs).to(b_p.dtype) * (b_p.max() + 1)
+    got = TV.nms(b_p + offsets[:, None], s_p, 0.5)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_nms_bad_input_raises():
+    b = pf.zeros(3, 4)
+    with pytest.raises(RuntimeError, match="boxes should be a 2d tensor"):
+        TV.nms(pf.zeros(3), pf.zeros(3), 0.5)
+    with pytest.raises(RuntimeError, match="boxes should have 4 elements in dimension 1"):
+        TV.nms(pf.zeros(3, 5), pf.zeros(3), 0.5)
+    with pytest.raises(RuntimeError, match="boxes and scores should have same number of elements"):
+        TV.nms(b, pf.zeros(4), 0.5)
+    with pytest.raises(RuntimeError, match="dets should have the same type as scores"):
+        TV.nms(b, pf.zeros(3, dtype=pf.float64), 0.5)
+
+
+# ---- roi_align / roi_pool ----------------------------------------------------------------------------
+
+def random_rois(rng, k, batch, height, width, scale, dtype):
+    """(k, 5) rois (batch index, x1, y1, x2, y2) in input coordinates (feature map / scale),
+    some reaching outside the image and some empty or inverted."""
+    boxes = random_boxes(rng, k, size=max(height, width) / scale, dtype="float64", degenerate=0.15)
+    boxes += rng.uniform(-3, 3, (k, 1)) / scale  # some outside the image
+    index = rng.integers(0, batch, (k, 1)).astype("float64")
+    return np.concatenate([index, boxes], axis=1).astype(dtype)
+
+
+def roi_case(rng, dtype, layout):
+    batch, channels = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    height, width = int(rng.integers(1, 14)), int(rng.integers(1, 14))  # odd sizes included
+    scale = float(rng.choice([1.0, 0.5, 0.25, 1 / 16]))
+    x_p, x_t = tensor_pair(rng.standard_normal((batch, channels, height, width)).astype(dtype), layout, grad=True)
+    rois = random_rois(rng, int(rng.integers(0, 9)), batch, height, width, scale, dtype)
+    r_p, r_t = tensor_pair(rois, layout="transposed" if layout != "contiguous" else "contiguous")
+    pooled = (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+    return x_p, x_t, r_p, r_t, scale, pooled
+
+
+def compare_with_grads(out_p, out_t, x_p, x_t, rng, rtol, atol):
+    np.testing.assert_allclose(out_p.detach().numpy(), out_t.detach().numpy(), rtol=rtol, atol=atol)
+    g = rng.standard_normal(tuple(out_t.shape)).astype(str(out_t.dtype).split(".")[-1])
+    g_p, g_t = tensor_pair(g, layout="strided")  # a non-contiguous upstream gradient
+    out_t.backward(g_t)
+    out_p.backward(g_p)
+    np.testing.assert_allclose(x_p.grad.numpy(), x_t.grad.numpy(), rtol=rtol, atol=atol)
+
+
+TOL = {"float32": (1e-6, 1e-6), "float64": (1e-13, 1e-13)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_roi_align_matches_torchvision(dtype, layout, aligned):
+    rng = seeded_rng()
+    for case in range(12):
+        x_p, x_t, r_p, r_t, scale, pooled = roi_case(rng, dtype, layout)
+        sampling_ratio = int(rng.choice([-1, 0, 1, 2, 3]))
+        out_t = torch.ops.torchvision.roi_align(x_t, r_t, scale, *pooled, sampling_ratio, aligned)
+        out_p = TV.roi_align(x_p, r_p, scale, *pooled, sampling_ratio, aligned)
+        compare_with_grads(out_p, out_t, x_p, x_t, rng, *TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_roi_pool_matches_torchvision(dtype, layout):
+    rng = seeded_rng()
+    for case in range(16):
+        x_p, x_t, r_p, r_t, scale, pooled = roi_case(rng, dtype, layout)
+        out_t, argmax_t = torch.ops.torchvision.roi_pool(x_t, r_t, scale, *pooled)
+        out_p, argmax_p = TV.roi_pool(x_p, r_p, scale, *pooled)
+        assert argmax_p.dtype is pf.int32
+        np.testing.assert_array_equal(argmax_p.numpy(), argmax_t.numpy())
+        compare_with_grads(out_p, out_t, x_p, x_t, rng, *TOL[dtype])
+
+
+def test_roi_ops_through_torchvision_python_wrappers_match():
+    """torchvision.ops.roi_align / RoIPool take a list of per-image boxes too."""
+    rng = seeded_rng()
+    x_p, x_t = tensor_pair(rng.standard_normal((2, 3, 9, 11)).astype("float32"))
+    boxes = [random_boxes(rng, 4, size=9.0), random_boxes(rng, 2, size=9.0)]
+    rois = np.concatenate([np.concatenate([np.full((len(b), 1), i, "float32"), b], 1) for i, b in enumerate(boxes)])
+    want = torchvision.ops.roi_align(x_t, [torch.from_numpy(b) for b in boxes], (3, 2), 0.5, 2, True)
+    got = TV.roi_align(x_p, pf.from_numpy(rois), 0.5, 3, 2, 2, True)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_roi_ops_bad_input_raises():
+    x = pf.zeros(2, 3, 5, 5)
+    with pytest.raises(IndexError, match=r"rois\[1, 0\] = 2 is not a batch index of an input with 2 images"):
+        TV.roi_align(x, pf.tensor([[0, 0, 0, 1, 1], [2, 0, 0, 1, 1.]]), 1.0, 2, 2, -1, False)
+    with pytest.raises(IndexError, match="is not a batch index"):
+        TV.roi_pool(x, pf.tensor([[-1, 0, 0, 1, 1.]]), 1.0, 2, 2)
+    with pytest.raises(IndexError, match="is not a batch index"):
+        TV.roi_align(x, pf.tensor([[float("nan"), 0, 0, 1, 1.]]), 1.0, 2, 2, -1, False)
+    with pytest.raises(RuntimeError, match="is not a finite coordinate"):
+        TV.roi_align(x, pf.tensor([[0, 0, float("inf"), 1, 1.]]), 1.0, 2, 2, -1, True)
+    with pytest.raises(RuntimeError, match=r"rois must have shape as Tensor\[K, 5\]"):
+        TV.roi_align(x, pf.zeros(3, 4), 1.0, 2, 2, -1, False)
+    with pytest.raises(RuntimeError, match="to have the same type as tensor for argument #2 'rois'"):
+        TV.roi_pool(x, pf.zeros(1, 5, dtype=pf.float64), 1.0, 2, 2)
+    with pytest.raises(RuntimeError, match="too large"):
+        TV.roi_align(x, pf.tensor([[0, 0, 0, 1e30, 1e30]]), 1.0, 2, 2, 0, False)
+    with pytest.raises(RuntimeError, match="spatial_scale must be finite"):
+        TV.roi_pool(x, pf.tensor([[0, 0, 0, 1, 1.]]), float("inf"), 2, 2)
+    # a roi whose extent overflows float32 to infinity samples nothing (no out-of-bounds read)
+    out = TV.roi_align(x, pf.tensor([[0, -3e38, -3e38, 3e38, 3e38]]), 10.0, 2, 2, 2, False)
+    assert out.shape == (1, 3, 2, 2)
+    # backward through a roi op cannot be differentiated again (torchvision's error)
+    x = pf.ones(1, 1, 4, 4, requires_grad=True)
+    out = TV.roi_align(x, pf.tensor([[0, 0, 0, 3, 3.]]), 1.0, 2, 2, 2, False)
+    v = pf.ones(out.shape, requires_grad=True)
+    (g,) = pf.autograd.grad(out, x, v, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backwards on roi_align not supported"):
+        g.sum().backward()
+
+
+def test_unbuilt_torchvision_ops_raise_when_called():
+    for op in ("ps_roi_align", "ps_roi_pool", "deform_conv2d"):
+        with pytest.raises(NotImplementedError, match=f"torch.ops.torchvision.{op}"):
+            getattr(TV, op)(pf.zeros(1, 4, 3, 3), pf.zeros(1, 5), 1.0, 1, 1)
+    with pytest.raises(AttributeError, match="torchvision::_roi_align_backward"):
+        TV._roi_align_backward
+    with pytest.raises(OSError, match=r"cannot load PyTorch C\+\+ extensions"):
+        pf.ops.load_library(_get_extension_path("image"))
+
+
+# ---- linalg.lstsq ------------------------------------------------------------------------------------
+
+def lstsq_case(rng, shape_a, shape_b, dtype, cond=None):
+    a = rng.standard_normal(shape_a)
+    if cond is not None:  # singular values spread over `cond` orders of magnitude
+        u, _, vt = np.linalg.svd(a, full_matrices=False)
+        s = np.logspace(0, -cond, min(shape_a[-2:]))
+        a = (u * s[..., None, :]) @ vt
+    return tensor_pair(a.astype(dtype), grad=True), tensor_pair(rng.standard_normal(shape_b).astype(dtype), grad=True)
+
+
+@pytest.mark.parametrize("driver", [None, "gelsy", "gelsd", "gelss", "gels"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lstsq_matches_pytorch(driver, dtype):
+    rng = seeded_rng()
+    rtol, atol = (1e-4, 1e-4) if dtype == "float32" else (1e-10, 1e-10)
+    cases = [((6, 3), (6, 2)), ((3, 6), (3, 2)), ((4, 4), (4, 1)), ((5, 3), (5,)), ((2, 5, 3), (2, 5, 4)),
+             ((3, 1, 5, 2), (1, 4, 5, 3)), ((2, 6, 4), (2, 6)), ((0, 5, 3), (0, 5, 2)), ((4, 5, 3), (1, 5, 2))]
+    for shape_a, shape_b in cases:
+        (a_p, a_t), (b_p, b_t) = lstsq_case(rng, shape_a, shape_b, dtype)
+        want = torch.linalg.lstsq(a_t, b_t, driver=driver)
+        got = pf.linalg.lstsq(a_p, b_p, driver=driver)
+        for field in ("solution", "residuals", "rank", "singular_values"):
+            w, g = getattr(want, field), getattr(got, field)
+            assert tuple(g.shape) == tuple(w.shape), (shape_a, shape_b, field, g.shape, w.shape)
+            np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=rtol, atol=atol,
+                                       err_msg=f"{shape_a} {shape_b} {field}")
+        if want.solution.numel() == 0:
+            continue
+        # PyTorch 1.13's backward fails for a vector right-hand side (a dimension error inside its
+        # formula): the reference gradient is that of the same system with B as one column
+        vector = len(shape_b) == len(shape_a) - 1
+        ref = torch.linalg.lstsq(a_t, b_t.unsqueeze(-1) if vector else b_t, driver=driver).solution
+        gx = rng.standard_normal(tuple(want.solution.shape)).astype(dtype)
+        (ref.squeeze(-1) if vector else ref).backward(torch.from_numpy(gx))
+        got.solution.backward(pf.from_numpy(gx))
+        np.testing.assert_allclose(a_p.grad.numpy(), a_t.grad.numpy(), rtol=rtol * 10, atol=atol * 10)
+        np.testing.assert_allclose(b_p.grad.numpy(), b_t.grad.numpy(), rtol=rtol * 10, atol=atol * 10)
+
+
+@pytest.mark.parametrize("cond", [2, 6])
+def test_lstsq_ill_conditioned_and_rank_deficient(cond):
+    rng = seeded_rng()
+    (a_p, a_t), (b_p, b_t) = lstsq_case(rng, (3, 8, 5), (3, 8, 2), "float64", cond=cond)
+    for driver in ("gelsy", "gelsd", "gelss"):
+        want = torch.linalg.lstsq(a_t, b_t, driver=driver)
+        got = pf.linalg.lstsq(a_p, b_p, driver=driver)
+        np.testing.assert_allclose(got.solution.detach().numpy(), want.solution.detach().numpy(), rtol=1e-8,
+                                   atol=1e-8 * 10**cond)
+        np.testing.assert_array_equal(got.rank.numpy(), want.rank.numpy())
+    # an exactly rank-deficient matrix: rank and the minimum-norm solution; rcond decides the rank
+    a = rng.standard_normal((7, 4))
+    a[:, 3] = a[:, 0] - a[:, 1]
+    b = rng.standard_normal((7, 3))
+    for driver in ("gelsy", "gelsd"):
+        for rcond in (None, 1e-3):
+            want = torch.linalg.lstsq(torch.from_numpy(a), torch.from_numpy(b), rcond, driver=driver)
+            got = pf.linalg.lstsq(pf.from_numpy(a), pf.from_numpy(b), rcond, driver=driver)
+            assert int(got.rank) == int(want.rank) == 3
+            np.testing.assert_allclose(got.solution.numpy(), want.solution.numpy(), rtol=1e-9, atol=1e-9)
+            assert got.residuals.numel() == want.residuals.numel() == 0
+
+
+def test_lstsq_bad_input_raises():
+    with pytest.raises(RuntimeError, match="input must have at least 2 dimensions"):
+        pf.linalg.lstsq(pf.zeros(3), pf.zeros(3))
+    with pytest.raises(RuntimeError, match=r"input.size\(-2\) should match other.size\(-1\)"):
+        pf.linalg.lstsq(pf.zeros(3, 3), pf.zeros(4))
+    with pytest.raises(RuntimeError, match=r"input.size\(-2\) should match other.size\(-2\)"):
+        pf.linalg.lstsq(pf.zeros(3, 3), pf.zeros(4, 2))
+    with pytest.raises(RuntimeError, match="should be one of"):
+        pf.linalg.lstsq(pf.zeros(3, 3), pf.zeros(3, 3), driver="foo")
+    with pytest.raises(RuntimeError, match="Expected input and other to have the same dtype"):
+        pf.linalg.lstsq(pf.zeros(3, 3), pf.zeros(3, 3, dtype=pf.float64))
+    a = pf.ones(5, 3)
+    a[:, 2] = 0
+    with pytest.raises(RuntimeError, match="does not have full rank"):
+        pf.linalg.lstsq(a, pf.ones(5, 2), driver="gels")
+
+
+# ---- through torchvision under mock_torch --------------------------------------------------------------
+
+PERSPECTIVE = """
+import numpy as np
+import torch
+from torchvision.transforms import functional as F
+from torchvision.transforms import InterpolationMode
+
+
+def perspective_outputs(seed):
+    rng = np.random.default_rng(seed)
+    img = torch.from_numpy(rng.random((3, 17, 23)))
+    out = {}
+    for i in range(4):
+        start = [[0, 0], [22, 0], [22, 16], [0, 16]]
+        end = [[int(x + d), int(y + e)] for (x, y), (d, e) in zip(start, rng.integers(-4, 5, (4, 2)))]
+        for mode in (InterpolationMode.BILINEAR, InterpolationMode.NEAREST):
+            out[f"{i}.{mode.value}"] = F.perspective(img, start, end, mode, fill=[0.5, 0.25, 0.0]).numpy()
+        out[f"{i}.coeffs"] = np.array(F._get_perspective_coeffs(start, end))
+    return out
+"""
+
+
+def test_transforms_perspective_matches_pytorch(tmp_path):
+    """perspective solves for its coefficients with torch.linalg.lstsq (driver gels), then samples
+    with grid_sample: PyTorch here, plugflow under mock_torch in a subprocess."""
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    print(f"seed: {seed}")
+    namespace = {}
+    exec(PERSPECTIVE, namespace)
+    want = namespace["perspective_outputs"](seed)
+    path = tmp_path / "plugflow.npy"
+    code = ("import plugflow.mock_torch\nplugflow.mock_torch.enable()\n" + PERSPECTIVE +
+            f"np.save({str(path)!r}, perspective_outputs({seed}), allow_pickle=True)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    got = np.load(path, allow_pickle=True).item()
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
+
+
+def test_torchvision_finds_its_operators_under_mock_torch():
+    code = """
+import plugflow.mock_torch
+plugflow.mock_torch.enable()
+import torch, torchvision
+from torchvision import extension
+assert extension._has_ops()
+boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30.]])
+print(torchvision.ops.nms(boxes, torch.tensor([0.5, 0.9, 0.3]), 0.5).tolist())
+try:
+    torchvision.ops.deform_conv2d(torch.zeros(1, 1, 3, 3), torch.zeros(1, 18, 1, 1), torch.zeros(1, 1, 3, 3))
+except NotImplementedError as e:
+    print("refused:", e)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-5000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[1, 2]"
+    assert lines[1].startswith("refused: torch.ops.torchvision.deform_conv2d")
