@@ -101,6 +101,12 @@ const std::map<std::string, std::string> kNotYetOnCuda = {
     {"grid_sampler_2d_backward", "grid sampling, not written yet"},
     {"grid_sampler_3d", "grid sampling, not written yet"},
     {"grid_sampler_3d_backward", "grid sampling, not written yet"},
+    {"nms", "torchvision operator, not written yet"},
+    {"roi_align", "torchvision operator, not written yet"},
+    {"roi_align_backward", "torchvision operator, not written yet"},
+    {"roi_pool", "torchvision operator, not written yet"},
+    {"roi_pool_backward", "torchvision operator, not written yet"},
+    {"linalg_lstsq", "LAPACK least squares (cuSOLVER), not written yet"},
 };
 
 // Dtypes CUDA registers beyond the CPU's (docs/kernels.md): half precision where the CPU has
