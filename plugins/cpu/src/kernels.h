@@ -52,4 +52,15 @@ void softmax_native(KernelContext& ctx);
 void mm_native(KernelContext& ctx);
 void bmm_native(KernelContext& ctx);
 
+// F32(ctx) or F64(ctx) by the first input's dtype; NotImplementedError naming the op otherwise.
+template <void (*F32)(const KernelContext&), void (*F64)(const KernelContext&)>
+void dispatch_float32_64(const KernelContext& ctx) {
+  switch (ctx.input(0).dtype()) {
+    case DType::Float32: F32(ctx); break;
+    case DType::Float64: F64(ctx); break;
+    default: PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports float32 and float64, got ",
+                      dtype_name(ctx.input(0).dtype()));
+  }
+}
+
 }  // namespace plugflow::cpu

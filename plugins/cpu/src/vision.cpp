@@ -369,12 +369,7 @@ void roi_pool_backward(const KernelContext& ctx) {
 template <void (*F32)(const KernelContext&), void (*F64)(const KernelContext&)>
 void dispatch(KernelContext& ctx) {
   check_contiguous(ctx);
-  switch (ctx.input(0).dtype()) {
-    case DType::Float32: F32(ctx); break;
-    case DType::Float64: F64(ctx); break;
-    default: PF_THROW(NotImplementedError, "cpu '", ctx.op.name, "' supports float32 and float64, got ",
-                      dtype_name(ctx.input(0).dtype()));
-  }
+  dispatch_float32_64<F32, F64>(ctx);
 }
 
 }  // namespace
