@@ -59,11 +59,29 @@ def resnet18(seed):
     return _resnet(pf, 18, 5, cifar_stem=True).double()
 
 
-def make_image_batches(steps):
-    """Global batches of 3-channel 8x8 images for resnet18()."""
+def digits_cnn(seed):
+    """The demo's model (examples/train_digits.py), float64, without its dropout (each rank's
+    masks cannot equal one process's)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "examples"))
+    from train_digits import DigitsCNN
+    pf.manual_seed(seed)
+    model = DigitsCNN().double()
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+# The models of the image scenario: (constructor, input channels, classes).
+IMAGE_MODELS = {"resnet18": (resnet18, 3, 5), "digits": (digits_cnn, 1, 10)}
+
+
+def make_image_batches(steps, channels=3, classes=5):
+    """Global batches of 8x8 images for the IMAGE_MODELS."""
     g = pf.Generator().manual_seed(4321)
-    return [[(pf.randn(GLOBAL_BATCH, 3, 8, 8, generator=g, dtype=pf.float64),
-              pf.randint(0, 5, (GLOBAL_BATCH,), generator=g))] for _ in range(steps)]
+    return [[(pf.randn(GLOBAL_BATCH, channels, 8, 8, generator=g, dtype=pf.float64),
+              pf.randint(0, classes, (GLOBAL_BATCH,), generator=g))] for _ in range(steps)]
 
 
 def graph_step(model, opt):
@@ -248,9 +266,10 @@ def main():
             eager = ddp_model()
             train(eager, batches, rows)
             result["eager_params"] = params_of(eager.module)
-    elif scenario == "resnet18":
-        model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(resnet18(seed=rank)))
-        batches = make_image_batches(options.get("steps", 2))
+    elif scenario == "image_model":
+        make, channels, classes = IMAGE_MODELS[options["model"]]
+        model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(make(seed=rank)))
+        batches = make_image_batches(options.get("steps", 2), channels, classes)
         if options.get("graph"):
             # SyncBatchNorm's statistics all-reduces are captured with DDP's buckets.
             step = graph_step(model, pf.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
