@@ -1541,7 +1541,7 @@ void bind_tensor(py::module_& m) {
           // division computes in float32 when both are integers (2**40 / int32 is not 0).
           DType dt = s.is_bool() ? DType::Bool : ops::result_type(other, s);
           const bool true_division = division && (!kwargs.contains("rounding_mode") || kwargs["rounding_mode"].is_none());
-          if (true_division && !is_floating(dt)) dt = DType::Float32;
+          if (true_division && !s.is_bool() && !is_floating(dt)) dt = DType::Float32;
           const Tensor wrapped = s.is_bool() ? ops::scalar_tensor(s, dt, other.device())
                                              : ops::wrapped_scalar_tensor(s, dt, other.device());
           return tensor_input_form(wrapped, other, **kwargs);

@@ -54,7 +54,7 @@ def test_loaded_plugins_and_kernels():
     plugins = {p.name: p for p in pf._C.loaded_plugins()}
     assert "cpu" in plugins
     cpu = plugins["cpu"]
-    assert cpu.abi_major == 2 and cpu.abi == f"{cpu.abi_major}.{cpu.abi_minor}"
+    assert cpu.abi_major == 3 and cpu.abi == f"{cpu.abi_major}.{cpu.abi_minor}"
     assert os.path.isfile(cpu.path) and "libplugflow_cpu" in cpu.path
     assert "LoadedPlugin(name='cpu'" in repr(cpu)
     kernels = pf._C.registered_kernels()
