@@ -8,7 +8,7 @@ from .._C import Tensor
 from .._creation import tensor, zeros_like
 from ..autograd import no_grad
 from .adam import _check_adam_hyperparameters, _step_as_tensor
-from .optimizer import Optimizer, _check_dense, _evaluate_closure
+from .optimizer import Optimizer, _evaluate_closure, _params_with_grads
 
 __all__ = ["Adamax", "adamax"]
 
@@ -38,21 +38,10 @@ class Adamax(Optimizer):
         """Performs one update; closure, if given, re-evaluates the loss (with grad) and is returned."""
         loss = _evaluate_closure(closure)
         for group in self.param_groups:
-            params, grads, exp_avgs, exp_infs, state_steps = [], [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                _check_dense(p.grad, "Adamax")
-                params.append(p)
-                grads.append(p.grad)
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = tensor(0.0)
-                    state["exp_avg"] = zeros_like(p)
-                    state["exp_inf"] = zeros_like(p)
-                exp_avgs.append(state["exp_avg"])
-                exp_infs.append(state["exp_inf"])
-                state_steps.append(state["step"])
+            params, grads, states = _params_with_grads(
+                self, group, "Adamax", lambda p: {"step": tensor(0.0), "exp_avg": zeros_like(p), "exp_inf": zeros_like(p)})
+            exp_avgs, exp_infs = [s["exp_avg"] for s in states], [s["exp_inf"] for s in states]
+            state_steps = [s["step"] for s in states]
             beta1, beta2 = group["betas"]
             adamax(params, grads, exp_avgs, exp_infs, state_steps, eps=group["eps"], beta1=beta1, beta2=beta2,
                    lr=group["lr"], weight_decay=group["weight_decay"], maximize=group["maximize"])

@@ -71,6 +71,23 @@ def _check_dense(grad, optimizer_name):
         raise RuntimeError(f"{optimizer_name} does not support sparse gradients")
 
 
+def _params_with_grads(optimizer, group, optimizer_name, new_state):
+    """The parameters of `group` that have a gradient, their gradients and their state dicts;
+    `new_state(p)` gives a parameter's first state."""
+    params, grads, states = [], [], []
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        _check_dense(p.grad, optimizer_name)
+        state = optimizer.state[p]
+        if len(state) == 0:
+            state.update(new_state(p))
+        params.append(p)
+        grads.append(p.grad)
+        states.append(state)
+    return params, grads, states
+
+
 _fused_kernel_cache = {}
 
 

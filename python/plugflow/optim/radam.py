@@ -8,7 +8,7 @@ from .._C import Tensor
 from .._creation import tensor, zeros_like
 from ..autograd import no_grad
 from .adam import _check_adam_hyperparameters, _step_as_tensor
-from .optimizer import Optimizer, _check_dense, _evaluate_closure
+from .optimizer import Optimizer, _evaluate_closure, _params_with_grads
 
 __all__ = ["RAdam", "radam"]
 
@@ -38,21 +38,10 @@ class RAdam(Optimizer):
         """Performs one update; closure, if given, re-evaluates the loss (with grad) and is returned."""
         loss = _evaluate_closure(closure)
         for group in self.param_groups:
-            params, grads, exp_avgs, exp_avg_sqs, state_steps = [], [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                _check_dense(p.grad, "RAdam")
-                params.append(p)
-                grads.append(p.grad)
-                state = self.state[p]
-                if len(state) == 0:
-                    state["step"] = tensor(0.0)
-                    state["exp_avg"] = zeros_like(p)
-                    state["exp_avg_sq"] = zeros_like(p)
-                exp_avgs.append(state["exp_avg"])
-                exp_avg_sqs.append(state["exp_avg_sq"])
-                state_steps.append(state["step"])
+            params, grads, states = _params_with_grads(
+                self, group, "RAdam", lambda p: {"step": tensor(0.0), "exp_avg": zeros_like(p), "exp_avg_sq": zeros_like(p)})
+            exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+            state_steps = [s["step"] for s in states]
             beta1, beta2 = group["betas"]
             radam(params, grads, exp_avgs, exp_avg_sqs, state_steps, beta1=beta1, beta2=beta2, lr=group["lr"],
                   weight_decay=group["weight_decay"], eps=group["eps"])
