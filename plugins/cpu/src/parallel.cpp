@@ -31,6 +31,11 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);  // for OpenMP regions opened by this thread outside parallel_for
 }
 
+LateWorkerGuard& late_worker_guard() {
+  static LateWorkerGuard guard;
+  return guard;
+}
+
 void install_fork_handler() {
   static std::once_flag once;
   std::call_once(once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
