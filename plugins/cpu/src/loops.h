@@ -166,7 +166,7 @@ void contiguous_loop_impl(char* const* p, int64_t n, const F& f, std::index_sequ
 }
 
 template <typename F, typename Out, typename... In>
-void contiguous_loop(char* const* p, int64_t n, const void* f) {
+[[gnu::target_clones("avx2", "default")]] void contiguous_loop(char* const* p, int64_t n, const void* f) {
   contiguous_loop_impl<F, Out, In...>(p, n, *static_cast<const F*>(f), std::index_sequence_for<In...>{});
 }
 
