@@ -2,6 +2,9 @@
 
 #include <pthread.h>
 
+#include <cstdlib>
+#include <string_view>
+
 extern "C" void openblas_set_num_threads(int);
 
 namespace plugflow::cpu {
@@ -32,7 +35,10 @@ void set_num_threads(int n) {
 }
 
 LateWorkerGuard& late_worker_guard() {
-  static LateWorkerGuard guard;
+  static LateWorkerGuard guard([] {
+    const char* v = std::getenv("PLUGFLOW_LATE_WORKER_GUARD");
+    return v == nullptr || std::string_view(v) != "0";
+  }());
   return guard;
 }
 

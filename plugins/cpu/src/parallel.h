@@ -26,18 +26,27 @@ void install_fork_handler();
 
 // A busy machine: when other processes hold the cores, a parallel region waits for the
 // scheduler to run each worker (a millisecond or more), while a small loop takes microseconds on
-// one thread; a stream of small loops then runs many times slower than serially. The guard
-// watches how long the calling thread waits for the others at the end of each region. After a
-// wait that is long in absolute terms (kLateWorkerNs: far beyond a worker's wake-up from sleep
-// on an idle machine) and against the calling thread's own share of the work, the next small
-// loops run their slices on the calling thread, then one probes the workers again; the serial
-// stretch doubles on each late probe (up to kMaxSerialRegions, so probing costs ~1%) and resets
-// after a punctual region. Races between threads only shift a decision by a region.
+// one thread; a stream of small loops then runs many times slower than serially. The guard keeps
+// a debt: what the calling thread waited for the others at the end of each small region, less
+// what running that region's slices serially would have added (kGrainNs per grain). Rare late
+// workers are paid back by the punctual regions after them; when the debt passes kDebtLimitNs
+// the waits cost more than serial execution would, and the next small loops (a stretch) run
+// their slices on the calling thread. Then loops go parallel again with no debt (the first
+// region pays for waking the workers, which slept meanwhile). A debt run up again soon after
+// (within kSoonRegions parallel regions) doubles the stretch, up to kMaxSerialRegions, so the
+// parallel tries cost a few percent on a machine that stays busy; a later one starts over.
+// Races between threads only shift a decision by a region.
 class LateWorkerGuard {
  public:
-  static constexpr int64_t kLateWorkerNs = 500'000;
+  static constexpr int64_t kGrainNs = 8'000;
+  static constexpr int64_t kDebtLimitNs = 50'000'000;
+  static constexpr int64_t kWaitCapNs = 5'000'000;  // one stall (a suspended process) is not a trend
   static constexpr int64_t kFirstSerialRegions = 64;
   static constexpr int64_t kMaxSerialRegions = 4096;
+  static constexpr int64_t kSoonRegions = 256;
+
+  // A disabled guard keeps every loop parallel (PLUGFLOW_LATE_WORKER_GUARD=0, docs/design.md).
+  explicit LateWorkerGuard(bool enabled = true) : enabled_(enabled) {}
 
   // True when a small loop should run serially now (and counts it).
   bool take_serial_turn() {
@@ -47,20 +56,30 @@ class LateWorkerGuard {
     return left > 0;
   }
 
-  // One parallel region's timing: the calling thread's own slices, then its wait for the others.
-  void observe(int64_t own_ns, int64_t wait_ns) {
-    if (wait_ns > kLateWorkerNs && wait_ns > 2 * own_ns) {
-      const int64_t stretch = stretch_.load(std::memory_order_relaxed);
-      serial_left_.store(stretch, std::memory_order_relaxed);
-      stretch_.store(std::min(2 * stretch, kMaxSerialRegions), std::memory_order_relaxed);
-    } else {
-      stretch_.store(kFirstSerialRegions, std::memory_order_relaxed);
+  // A small parallel region of `grains` grains whose calling thread waited wait_ns for the others.
+  void observe(int64_t grains, int64_t wait_ns) {
+    if (!enabled_) return;
+    const int64_t regions = parallel_regions_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const int64_t debt = std::max<int64_t>(
+        0, debt_.load(std::memory_order_relaxed) + std::min(wait_ns, kWaitCapNs) - grains * kGrainNs);
+    if (debt <= kDebtLimitNs) {
+      debt_.store(debt, std::memory_order_relaxed);
+      return;
     }
+    const int64_t last = stretch_.load(std::memory_order_relaxed);
+    const int64_t stretch = regions <= kSoonRegions ? std::min(2 * last, kMaxSerialRegions) : kFirstSerialRegions;
+    stretch_.store(stretch, std::memory_order_relaxed);
+    debt_.store(0, std::memory_order_relaxed);
+    parallel_regions_.store(0, std::memory_order_relaxed);
+    serial_left_.store(stretch, std::memory_order_relaxed);
   }
 
  private:
+  const bool enabled_;
   std::atomic<int64_t> serial_left_{0};
   std::atomic<int64_t> stretch_{kFirstSerialRegions};
+  std::atomic<int64_t> debt_{0};
+  std::atomic<int64_t> parallel_regions_{kSoonRegions};  // no serial stretch yet: none is recent
 };
 
 LateWorkerGuard& late_worker_guard();
@@ -92,14 +111,14 @@ void parallel_for(int64_t n, int64_t grain, const F& f) {
   const int slices = static_cast<int>(std::min(max_threads, (n + grain - 1) / grain));
   const int64_t chunk = (n + slices - 1) / slices;
   LateWorkerGuard& guard = late_worker_guard();
-  if (grain > 1 && n / grain <= kSmallLoopGrains && guard.take_serial_turn()) {
+  const bool small = grain > 1 && n / grain <= kSmallLoopGrains;
+  if (small && guard.take_serial_turn()) {
     for (int64_t begin = 0; begin < n; begin += chunk) f(begin, std::min(n, begin + chunk));
     return;
   }
   std::exception_ptr error;
   std::once_flag error_once;
-  const int64_t start = monotonic_ns();
-  int64_t own_done = start;
+  int64_t own_done = 0;
 #pragma omp parallel num_threads(slices)
   {
     // A team smaller than asked for (OpenMP may grant fewer threads) still runs every slice.
@@ -113,9 +132,9 @@ void parallel_for(int64_t n, int64_t grain, const F& f) {
         std::call_once(error_once, [&] { error = std::current_exception(); });
       }
     }
-    if (t == 0) own_done = monotonic_ns();
+    if (small && t == 0) own_done = monotonic_ns();
   }
-  guard.observe(own_done - start, monotonic_ns() - own_done);
+  if (small) guard.observe((n + grain - 1) / grain, monotonic_ns() - own_done);
   if (error) std::rethrow_exception(error);
 }
 
