@@ -3,10 +3,11 @@
 Libraries such as torchvision register C++ kernels through torch.ops.load_library and call them as
 torch.ops.<namespace>.<op>. Those libraries are compiled against PyTorch's C++ ABI, so plugflow
 cannot load them. One is recognized instead: torchvision's own operator library (`torchvision/_C.*`)
-"loads" by registering plugflow's implementations of its operators as torch.ops.torchvision (nms,
-roi_align and roi_pool run plugflow's kernels; ps_roi_align, ps_roi_pool and deform_conv2d raise
-NotImplementedError when called). Any other library raises OSError (what torchvision catches for
-its image and video extensions). Looking up an operator that is not registered raises
+"loads" by registering plugflow's implementations of its operators as torch.ops.torchvision: nms,
+roi_align, roi_pool, ps_roi_align, ps_roi_pool and deform_conv2d, with torchvision 0.14's
+signatures, run plugflow's kernels (differentiable as torchvision's; their backward operators are
+not exposed). Any other library raises OSError (what torchvision catches for its image and video
+extensions). Looking up an operator that is not registered raises
 AttributeError naming it (PyTorch's error type, so `getattr(torch.ops.ns, "op", None)` works).
 """
 
@@ -34,13 +35,6 @@ class _OpNamespace(types.ModuleType):
                              f"{_WHY}")
 
 
-def _not_built(op, what):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"torch.ops.torchvision.{op}: plugflow has no kernel for torchvision's {what} yet")
-    refuse.__name__ = op
-    return refuse
-
-
 def _torchvision_namespace():
     """torch.ops.torchvision with torchvision 0.14's operator signatures on plugflow's kernels."""
     ns = _OpNamespace("torchvision")
@@ -55,14 +49,25 @@ def _torchvision_namespace():
     def roi_pool(input, rois, spatial_scale, pooled_height, pooled_width):
         return _C._roi_pool(input, rois, float(spatial_scale), int(pooled_height), int(pooled_width))
 
+    def ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio):
+        return _C._ps_roi_align(input, rois, float(spatial_scale), int(pooled_height), int(pooled_width),
+                                int(sampling_ratio))
+
+    def ps_roi_pool(input, rois, spatial_scale, pooled_height, pooled_width):
+        return _C._ps_roi_pool(input, rois, float(spatial_scale), int(pooled_height), int(pooled_width))
+
+    def deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w,
+                      groups, offset_groups, use_mask):
+        # torchvision passes a placeholder mask (and a zero bias) when there is none
+        return _C._deform_conv2d(input, weight, offset, mask if use_mask else None, bias,
+                                 [int(stride_h), int(stride_w)], [int(pad_h), int(pad_w)],
+                                 [int(dilation_h), int(dilation_w)], int(groups), int(offset_groups))
+
     def _cuda_version():
         return -1  # what torchvision's library reports when built without CUDA
 
-    for fn in (nms, roi_align, roi_pool, _cuda_version):
+    for fn in (nms, roi_align, roi_pool, ps_roi_align, ps_roi_pool, deform_conv2d, _cuda_version):
         setattr(ns, fn.__name__, fn)
-    ns.ps_roi_align = _not_built("ps_roi_align", "position-sensitive RoIAlign")
-    ns.ps_roi_pool = _not_built("ps_roi_pool", "position-sensitive RoIPool")
-    ns.deform_conv2d = _not_built("deform_conv2d", "deformable convolution")
     return ns
 
 

@@ -1,5 +1,6 @@
 // torchvision's C++ operators (plugflow/ops_vision.h) as private functions _C._nms,
-// _C._roi_align and _C._roi_pool, which plugflow's torch.ops.torchvision namespace
+// _C._roi_align, _C._roi_pool, _C._ps_roi_align, _C._ps_roi_pool and _C._deform_conv2d, which
+// plugflow's torch.ops.torchvision namespace
 // (python/plugflow/_ops.py) exposes under torchvision's signatures, and torch.linalg.lstsq as
 // _C._linalg_lstsq (python/plugflow/linalg.py).
 #include <pybind11/pybind11.h>
@@ -24,6 +25,20 @@ void bind_vision(py::module_& m) {
         arg("pooled_width"), arg("sampling_ratio"), arg("aligned"), nogil);
   m.def("_roi_pool", &ops::roi_pool, arg("input"), arg("rois"), arg("spatial_scale"), arg("pooled_height"),
         arg("pooled_width"), nogil);
+  m.def("_ps_roi_align", &ops::ps_roi_align, arg("input"), arg("rois"), arg("spatial_scale"), arg("pooled_height"),
+        arg("pooled_width"), arg("sampling_ratio"), nogil);
+  m.def("_ps_roi_pool", &ops::ps_roi_pool, arg("input"), arg("rois"), arg("spatial_scale"), arg("pooled_height"),
+        arg("pooled_width"), nogil);
+  m.def(
+      "_deform_conv2d",
+      [](const Tensor& input, const Tensor& weight, const Tensor& offset, const std::optional<Tensor>& mask,
+         const std::optional<Tensor>& bias, const Shape& stride, const Shape& padding, const Shape& dilation,
+         int64_t groups, int64_t offset_groups) {
+        return ops::deform_conv2d(input, weight, offset, mask.value_or(Tensor()), bias.value_or(Tensor()), stride,
+                                  padding, dilation, groups, offset_groups);
+      },
+      arg("input"), arg("weight"), arg("offset"), arg("mask"), arg("bias"), arg("stride"), arg("padding"),
+      arg("dilation"), arg("groups"), arg("offset_groups"), nogil);
 }
 
 void bind_linalg(py::module_& m) {

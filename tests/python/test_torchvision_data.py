@@ -120,14 +120,6 @@ def test_what_torchvision_cannot_run_fails_clearly():
             import torch, torchvision
         assert torchvision.extension._has_ops()  # its operators are plugflow's (test_torchvision_ops.py)
         print([str(w.message) for w in caught if "image Python extension" in str(w.message)])
-        for call in (lambda: torchvision.ops.ps_roi_align(torch.ones(1, 4, 4, 4), torch.zeros(1, 5), 2),
-                     lambda: torchvision.ops.DeformConv2d(1, 1, 3)(torch.ones(1, 1, 4, 4), torch.zeros(1, 18, 2, 2))):
-            try:
-                call()
-            except NotImplementedError as e:
-                assert "plugflow has no kernel for torchvision's" in str(e), e
-            else:
-                raise AssertionError("an operator without a kernel ran")
         from torchvision.models.feature_extraction import create_feature_extractor
         try:
             create_feature_extractor(torchvision.models.resnet18(), ["layer1"])

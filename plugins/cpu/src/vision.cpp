@@ -1,22 +1,28 @@
 // torchvision's operators (docs/kernels.md, "torchvision operators"): nms, roi_align,
-// roi_pool and their backwards, float32/float64, contiguous inputs and outputs.
+// roi_pool, ps_roi_align, ps_roi_pool, deform_conv2d and their backwards, float32/float64,
+// contiguous inputs and outputs.
 //
-// The arithmetic is torchvision 0.14's CPU kernels' (csrc/ops/cpu/*_kernel.cpp), expression
+// The roi arithmetic is torchvision 0.14's CPU kernels' (csrc/ops/cpu/*_kernel.cpp), expression
 // for expression and in the same accumulation order, so results agree bit for bit. Unlike them,
 // every value read from rois is checked before it is used as an index: a batch index outside
 // the input raises IndexError and a non-finite coordinate (or an adaptive sampling grid too
 // large for an int) raises RuntimeError, where torchvision reads out of bounds.
 //
-// Threads: the forwards run rois in parallel (each writes its own outputs); the backwards run
-// channels in parallel, each thread visiting rois and bins in torchvision's order, so every
-// gradient element sums its contributions in the same order as torchvision's serial loop.
+// Threads: the roi forwards run rois in parallel (each writes its own outputs); the backwards
+// run input channels in parallel, each thread visiting rois and bins in torchvision's order, so
+// every gradient element sums its contributions in the same order as torchvision's serial loop.
+//
+// deform_conv2d is im2col with displaced bilinear samples (a "deformable column" matrix) and
+// GEMM (blas.h), image by image; see its section.
 #include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <vector>
 
+#include "blas.h"
 #include "kernels.h"
 #include "loops.h"
 
@@ -104,7 +110,7 @@ struct RoiAlignParams {
   bool aligned;
 };
 
-RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_size) {
+RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_size, bool aligned) {
   return {input_size[1],
           input_size[2],
           input_size[3],
@@ -112,7 +118,7 @@ RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_siz
           ctx.attr<int64_t>("pooled_width"),
           ctx.attr<int64_t>("sampling_ratio"),
           ctx.attr<double>("spatial_scale"),
-          ctx.attr<bool>("aligned")};
+          aligned};
 }
 
 // One roi's geometry in torchvision's arithmetic (spatial_scale is rounded to T first, as the
@@ -196,10 +202,27 @@ struct Taps {
   }
 };
 
+// The taps of each bin's samples, bin after bin (torchvision's pre_calc, shared by all
+// channels); returns the samples per bin. An image of no pixels has none (every sample reads 0).
+template <typename T>
+int64_t bin_taps(const RoiAlignBox<T>& box, const RoiAlignParams& p, std::vector<Taps<T>>& taps) {
+  taps.clear();
+  if (p.height == 0 || p.width == 0) return 0;
+  const int64_t samples = std::max<int64_t>(box.grid_h, 0) * std::max<int64_t>(box.grid_w, 0);
+  taps.reserve(static_cast<size_t>(p.pooled_height * p.pooled_width * samples));
+  for (int64_t ph = 0; ph < p.pooled_height; ++ph)
+    for (int64_t pw = 0; pw < p.pooled_width; ++pw)
+      for (int64_t iy = 0; iy < box.grid_h; ++iy) {
+        const T y = box.y(ph, iy);
+        for (int64_t ix = 0; ix < box.grid_w; ++ix) taps.emplace_back(y, box.x(pw, ix), p.height, p.width);
+      }
+  return samples;
+}
+
 template <typename T>
 void roi_align_forward(const KernelContext& ctx) {
   const Tensor& input_t = ctx.input(0);
-  const RoiAlignParams p = roi_align_params(ctx, input_t.sizes());
+  const RoiAlignParams p = roi_align_params(ctx, input_t.sizes(), ctx.attr<bool>("aligned"));
   const T* input = input_t.data<T>();
   const T* rois = ctx.input(1).data<T>();
   T* output = ctx.output(0).data<T>();
@@ -212,16 +235,7 @@ void roi_align_forward(const KernelContext& ctx) {
       const T* roi = rois + 5 * n;
       const int64_t b = static_cast<int64_t>(roi[0]);
       const RoiAlignBox<T> box(roi, p);
-      const int64_t samples = std::max<int64_t>(box.grid_h, 0) * std::max<int64_t>(box.grid_w, 0);
-      // the taps are shared by all channels (torchvision's pre_calc)
-      taps.clear();
-      taps.reserve(static_cast<size_t>(bins * samples));
-      for (int64_t ph = 0; ph < p.pooled_height; ++ph)
-        for (int64_t pw = 0; pw < p.pooled_width; ++pw)
-          for (int64_t iy = 0; iy < box.grid_h; ++iy) {
-            const T y = box.y(ph, iy);
-            for (int64_t ix = 0; ix < box.grid_w; ++ix) taps.emplace_back(y, box.x(pw, ix), p.height, p.width);
-          }
+      const int64_t samples = bin_taps(box, p, taps);
       const T count = static_cast<T>(std::max<int64_t>(box.grid_h * box.grid_w, 1));
       for (int64_t c = 0; c < p.channels; ++c) {
         const T* in = input + (b * p.channels + c) * plane;
@@ -242,7 +256,7 @@ void roi_align_forward(const KernelContext& ctx) {
 template <typename T>
 void roi_align_backward(const KernelContext& ctx) {
   const Shape& input_size = ctx.attr<Shape>("input_size");
-  const RoiAlignParams p = roi_align_params(ctx, input_size);
+  const RoiAlignParams p = roi_align_params(ctx, input_size, ctx.attr<bool>("aligned"));
   const T* grad = ctx.input(0).data<T>();
   const T* rois = ctx.input(1).data<T>();
   T* grad_input = ctx.output(0).data<T>();
@@ -279,6 +293,25 @@ void roi_align_backward(const KernelContext& ctx) {
 
 // ---- roi_pool --------------------------------------------------------------------------------------
 
+// A roi coordinate times spatial_scale, rounded half away from zero, as torchvision's quantizing
+// kernels do (ps_roi_pool's backward rounds in float: roundf).
+template <typename T>
+T rounded_coordinate(T v, T scale, bool in_float) {
+  return in_float ? static_cast<T>(std::round(static_cast<float>(v * scale))) : std::round(v * scale);
+}
+
+// Every rounded coordinate must fit the int torchvision keeps it in, with room for the bin
+// arithmetic after it.
+template <typename T>
+void check_rounded_coordinates(const T* rois, int64_t num_rois, T scale, bool in_float, const char* op) {
+  for (int64_t n = 0; n < num_rois; ++n)
+    for (int q = 1; q < 5; ++q) {
+      const T v = rounded_coordinate(rois[5 * n + q], scale, in_float);
+      PF_CHECK(std::abs(v) < static_cast<T>(INT_MAX / 4), op, ": rois[", n, ", ", q, "] * spatial_scale = ", v,
+               " is too large a coordinate");
+    }
+}
+
 template <typename T>
 void roi_pool_forward(const KernelContext& ctx) {
   const Tensor& input_t = ctx.input(0);
@@ -291,21 +324,15 @@ void roi_pool_forward(const KernelContext& ctx) {
   int32_t* argmax = ctx.output(1).data<int32_t>();
   const int64_t num_rois = ctx.input(1).sizes()[0];
   check_rois(rois, num_rois, input_t.sizes()[0], "roi_pool");
-  // round(coordinate * scale) must fit the int torchvision keeps it in
-  for (int64_t n = 0; n < num_rois; ++n)
-    for (int q = 1; q < 5; ++q) {
-      const T v = std::round(rois[5 * n + q] * scale);
-      PF_CHECK(std::abs(v) < static_cast<T>(INT_MAX / 4), "roi_pool: rois[", n, ", ", q, "] * spatial_scale = ", v,
-               " is too large a coordinate");
-    }
+  check_rounded_coordinates(rois, num_rois, scale, false, "roi_pool");
   parallel_for(num_rois, 1, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       const T* roi = rois + 5 * n;
       const int64_t b = static_cast<int64_t>(roi[0]);
-      const int start_w = static_cast<int>(std::round(roi[1] * scale));
-      const int start_h = static_cast<int>(std::round(roi[2] * scale));
-      const int end_w = static_cast<int>(std::round(roi[3] * scale));
-      const int end_h = static_cast<int>(std::round(roi[4] * scale));
+      const int start_w = static_cast<int>(rounded_coordinate(roi[1], scale, false));
+      const int start_h = static_cast<int>(rounded_coordinate(roi[2], scale, false));
+      const int end_w = static_cast<int>(rounded_coordinate(roi[3], scale, false));
+      const int end_h = static_cast<int>(rounded_coordinate(roi[4], scale, false));
       const int roi_width = std::max(end_w - start_w + 1, 1), roi_height = std::max(end_h - start_h + 1, 1);
       const T bin_h = static_cast<T>(roi_height) / static_cast<T>(pooled_height);
       const T bin_w = static_cast<T>(roi_width) / static_cast<T>(pooled_width);
@@ -366,6 +393,417 @@ void roi_pool_backward(const KernelContext& ctx) {
   });
 }
 
+// ---- ps_roi_align / ps_roi_pool ----------------------------------------------------------------------
+// Output channel c_out's bin (ph, pw) pools input channel c_out * PH * PW + ph * PW + pw: so
+// output element n * C + c (C input channels) reads input channel c. The backwards run input
+// channels in parallel: channel c gathers output elements n * C + c for n = 0, 1, ... in order.
+
+// torchvision's ps_roi_align always shifts rois by half a pixel and never widens small ones:
+// roi_align's aligned geometry.
+template <typename T>
+void ps_roi_align_forward(const KernelContext& ctx) {
+  const Tensor& input_t = ctx.input(0);
+  const RoiAlignParams p = roi_align_params(ctx, input_t.sizes(), true);
+  const T* input = input_t.data<T>();
+  const T* rois = ctx.input(1).data<T>();
+  T* output = ctx.output(0).data<T>();
+  int32_t* channel_mapping = ctx.output(1).data<int32_t>();
+  const int64_t num_rois = ctx.input(1).sizes()[0];
+  const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
+  check_rois(rois, num_rois, input_t.sizes()[0], "ps_roi_align");
+  parallel_for(num_rois, 1, [&](int64_t begin, int64_t end) {
+    std::vector<Taps<T>> taps;
+    for (int64_t n = begin; n < end; ++n) {
+      const T* roi = rois + 5 * n;
+      const int64_t b = static_cast<int64_t>(roi[0]);
+      const RoiAlignBox<T> box(roi, p);
+      const int64_t samples = bin_taps(box, p, taps);
+      // unlike roi_align, no floor at 1: an empty adaptive grid averages to 0 / 0 (NaN), as torchvision
+      const T count = static_cast<T>(box.grid_h * box.grid_w);
+      for (int64_t c = 0; c < p.channels; ++c) {
+        const T* in = input + (b * p.channels + c) * plane;
+        const Taps<T>* tap = taps.data() + (c % bins) * samples;
+        T val = 0.;
+        for (int64_t s = 0; s < samples; ++s, ++tap)
+          val += tap->w[0] * in[tap->pos[0]] + tap->w[1] * in[tap->pos[1]] + tap->w[2] * in[tap->pos[2]] +
+                 tap->w[3] * in[tap->pos[3]];
+        output[n * p.channels + c] = val / count;
+        channel_mapping[n * p.channels + c] = static_cast<int32_t>(c);
+      }
+    }
+  });
+}
+
+template <typename T>
+void ps_roi_align_backward(const KernelContext& ctx) {
+  const Shape& input_size = ctx.attr<Shape>("input_size");
+  const RoiAlignParams p = roi_align_params(ctx, input_size, true);
+  const T* grad = ctx.input(0).data<T>();
+  const T* rois = ctx.input(1).data<T>();
+  T* grad_input = ctx.output(0).data<T>();
+  const int64_t num_rois = ctx.input(1).sizes()[0];
+  const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
+  std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
+  check_rois(rois, num_rois, input_size[0], "ps_roi_align_backward");
+  std::vector<RoiAlignBox<T>> boxes;
+  boxes.reserve(static_cast<size_t>(num_rois));
+  for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, p);
+  parallel_for(p.channels, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t ph = (c % bins) / p.pooled_width, pw = c % p.pooled_width;
+      for (int64_t n = 0; n < num_rois; ++n) {
+        const RoiAlignBox<T>& box = boxes[n];
+        T* gi = grad_input + (static_cast<int64_t>(rois[5 * n]) * p.channels + c) * plane;
+        const T g_bin = grad[n * p.channels + c];
+        const T count = static_cast<T>(box.grid_h * box.grid_w);
+        for (int64_t iy = 0; iy < box.grid_h; ++iy) {
+          const T y = box.y(ph, iy);
+          for (int64_t ix = 0; ix < box.grid_w; ++ix) {
+            const Taps<T> t(y, box.x(pw, ix), p.height, p.width);
+            if (!t.inside) continue;
+            for (int q = 0; q < 4; ++q) gi[t.pos[q]] += g_bin * t.w[q] / count;
+          }
+        }
+      }
+    }
+  });
+}
+
+// One bin of a ps_roi_pool roi: [h0, h1) x [w0, w1) after clipping to [0, clip_h) x [0, clip_w).
+struct PoolBin {
+  int64_t h0, h1, w0, w1;
+  bool empty() const { return h1 <= h0 || w1 <= w0; }
+  int64_t area() const { return (h1 - h0) * (w1 - w0); }
+};
+
+// A ps_roi_pool roi quantized to the feature map (roi size at least 1 x 1), and its bins.
+// torchvision's forward clips bins to [0, H - 1) x [0, W - 1), so the last row and column are
+// never pooled, while its backward clips to [0, H) x [0, W) and rounds in float: both kept.
+template <typename T>
+struct PoolRoi {
+  int64_t start_h, start_w;
+  T bin_h, bin_w;
+
+  PoolRoi(const T* roi, T scale, int64_t pooled_height, int64_t pooled_width, bool round_in_float) {
+    start_w = static_cast<int64_t>(rounded_coordinate(roi[1], scale, round_in_float));
+    start_h = static_cast<int64_t>(rounded_coordinate(roi[2], scale, round_in_float));
+    const int64_t end_w = static_cast<int64_t>(rounded_coordinate(roi[3], scale, round_in_float));
+    const int64_t end_h = static_cast<int64_t>(rounded_coordinate(roi[4], scale, round_in_float));
+    bin_h = static_cast<T>(std::max<int64_t>(end_h - start_h, 1)) / static_cast<T>(pooled_height);
+    bin_w = static_cast<T>(std::max<int64_t>(end_w - start_w, 1)) / static_cast<T>(pooled_width);
+  }
+  PoolBin bin(int64_t ph, int64_t pw, int64_t clip_h, int64_t clip_w) const {
+    const auto edge = [](T v, int64_t start, int64_t clip) {
+      return std::min(std::max<int64_t>(static_cast<int64_t>(v) + start, 0), clip);
+    };
+    return {edge(std::floor(static_cast<T>(ph) * bin_h), start_h, clip_h),
+            edge(std::ceil(static_cast<T>(ph + 1) * bin_h), start_h, clip_h),
+            edge(std::floor(static_cast<T>(pw) * bin_w), start_w, clip_w),
+            edge(std::ceil(static_cast<T>(pw + 1) * bin_w), start_w, clip_w)};
+  }
+};
+
+template <typename T>
+void ps_roi_pool_forward(const KernelContext& ctx) {
+  const Tensor& input_t = ctx.input(0);
+  const int64_t channels = input_t.sizes()[1], height = input_t.sizes()[2], width = input_t.sizes()[3];
+  const int64_t pooled_height = ctx.attr<int64_t>("pooled_height"), pooled_width = ctx.attr<int64_t>("pooled_width");
+  const int64_t bins = pooled_height * pooled_width;
+  const T scale = static_cast<T>(ctx.attr<double>("spatial_scale"));
+  const T* input = input_t.data<T>();
+  const T* rois = ctx.input(1).data<T>();
+  T* output = ctx.output(0).data<T>();
+  int32_t* channel_mapping = ctx.output(1).data<int32_t>();
+  const int64_t num_rois = ctx.input(1).sizes()[0];
+  check_rois(rois, num_rois, input_t.sizes()[0], "ps_roi_pool");
+  check_rounded_coordinates(rois, num_rois, scale, false, "ps_roi_pool");
+  parallel_for(num_rois, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      const T* roi = rois + 5 * n;
+      const int64_t b = static_cast<int64_t>(roi[0]);
+      const PoolRoi<T> box(roi, scale, pooled_height, pooled_width, false);
+      for (int64_t c = 0; c < channels; ++c) {
+        const int64_t bin = c % bins;
+        const PoolBin r = box.bin(bin / pooled_width, bin % pooled_width, height - 1, width - 1);
+        const T* in = input + (b * channels + c) * height * width;
+        T sum = 0;
+        for (int64_t h = r.h0; h < r.h1; ++h)
+          for (int64_t w = r.w0; w < r.w1; ++w) sum += in[h * width + w];
+        output[n * channels + c] = r.empty() ? T(0) : sum / static_cast<T>(r.area());
+        channel_mapping[n * channels + c] = static_cast<int32_t>(c);
+      }
+    }
+  });
+}
+
+template <typename T>
+void ps_roi_pool_backward(const KernelContext& ctx) {
+  const Shape& input_size = ctx.attr<Shape>("input_size");
+  const int64_t channels = input_size[1], height = input_size[2], width = input_size[3];
+  const int64_t pooled_height = ctx.attr<int64_t>("pooled_height"), pooled_width = ctx.attr<int64_t>("pooled_width");
+  const int64_t bins = pooled_height * pooled_width;
+  const T scale = static_cast<T>(ctx.attr<double>("spatial_scale"));
+  const T* grad = ctx.input(0).data<T>();
+  const T* rois = ctx.input(1).data<T>();
+  T* grad_input = ctx.output(0).data<T>();
+  const int64_t num_rois = ctx.input(1).sizes()[0];
+  std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
+  check_rois(rois, num_rois, input_size[0], "ps_roi_pool_backward");
+  check_rounded_coordinates(rois, num_rois, scale, true, "ps_roi_pool_backward");
+  std::vector<PoolRoi<T>> boxes;
+  boxes.reserve(static_cast<size_t>(num_rois));
+  for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, scale, pooled_height, pooled_width, true);
+  parallel_for(channels, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t ph = (c % bins) / pooled_width, pw = c % pooled_width;
+      for (int64_t n = 0; n < num_rois; ++n) {
+        const PoolBin r = boxes[n].bin(ph, pw, height, width);
+        if (r.empty()) continue;
+        T* gi = grad_input + (static_cast<int64_t>(rois[5 * n]) * channels + c) * height * width;
+        const T diff = grad[n * channels + c] / static_cast<T>(r.area());
+        for (int64_t h = r.h0; h < r.h1; ++h)
+          for (int64_t w = r.w0; w < r.w1; ++w) gi[h * width + w] += diff;
+      }
+    }
+  });
+}
+
+// ---- deform_conv2d -----------------------------------------------------------------------------------
+// torchvision's deformable convolution as im2col + GEMM, one image at a time. With K = C/groups *
+// KH * KW rows per group and P = OH * OW output positions, the column matrix holds for row
+// (channel c, tap t) and column p the input value tap t of output position p reads: channel c
+// sampled bilinearly at (oh * stride - pad + i * dilation + dy, ...) with (dy, dx) from the
+// offset of c's offset group, times the mask when there is one (0 outside the image). Then
+//   forward       out_g (O/g x P) = W_g (O/g x K) @ col_g (K x P)   (+ bias)
+//   backward      colgrad_g (K x P) = W_g^T @ G_g; from it, the offset and mask gradients (per
+//                 offset group, tap and position: a sum over the group's channels) and the
+//                 input gradient (each column entry added back at its four bilinear corners);
+//                 then dW_g += G_g @ col_g^T over the images.
+// Sample positions are computed once per (offset group, tap, position) and shared by the
+// group's channels. Threads: each step runs in parallel over rows it alone writes (channels,
+// or offset-group taps), so results do not depend on the thread count; GEMMs split themselves.
+
+struct DeformGeometry {
+  int64_t C, H, W, O, kh, kw, OH, OW, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, offset_groups;
+  bool has_mask;
+  int64_t taps() const { return kh * kw; }
+  int64_t P() const { return OH * OW; }
+  int64_t K() const { return C / groups * taps(); }
+  int64_t Og() const { return O / groups; }
+  int64_t channels_per_offset_group() const { return C / offset_groups; }
+};
+
+// From the forward's operands input, weight and offset.
+DeformGeometry deform_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, const Tensor& offset) {
+  const Shape &stride = ctx.attr<Shape>("stride"), &pad = ctx.attr<Shape>("padding"),
+              &dilation = ctx.attr<Shape>("dilation");
+  return {x.sizes()[1],      x.sizes()[2],      x.sizes()[3], w.sizes()[0], w.sizes()[2],
+          w.sizes()[3],      offset.sizes()[2], offset.sizes()[3], stride[0], stride[1],
+          pad[0],            pad[1],            dilation[0],  dilation[1], ctx.attr<int64_t>("groups"),
+          ctx.attr<int64_t>("offset_groups"), ctx.attr<bool>("has_mask")};
+}
+
+// Where one tap of one output position samples (torchvision's bilinear_interpolate and
+// get_coordinate_weight): the corner (y_low, x_low), the fractional parts, and which of the four
+// corners (y_low x_low, y_low x_high, y_high x_low, y_high x_high: bits 0-3) lie in the image.
+// Outside [-1, H) x [-1, W) (NaN included) no corner does. The value itself is interpolated
+// only strictly inside (-1, H) x (-1, W), as torchvision's; on the -1 edge the position still
+// has a coordinate gradient from the corners inside.
+template <typename T>
+struct DeformSample {
+  int64_t base = 0;  // y_low * W + x_low
+  T ly = 0, lx = 0;
+  uint8_t corners = 0;
+  bool sampled = false;
+
+  DeformSample() = default;
+  DeformSample(T y, T x, int64_t H, int64_t W) {
+    if (!(y >= -1 && y < static_cast<T>(H) && x >= -1 && x < static_cast<T>(W))) return;
+    const int64_t yl = static_cast<int64_t>(std::floor(y)), xl = static_cast<int64_t>(std::floor(x));
+    base = yl * W + xl;
+    ly = y - static_cast<T>(yl);
+    lx = x - static_cast<T>(xl);
+    const bool top = yl >= 0, bottom = yl + 1 <= H - 1, left = xl >= 0, right = xl + 1 <= W - 1;
+    corners = static_cast<uint8_t>((top && left) | (top && right) << 1 | (bottom && left) << 2 |
+                                   (bottom && right) << 3);
+    sampled = y > -1 && x > -1;
+  }
+  // The four corner values (0 outside the image).
+  void corner_values(const T* in, int64_t W, T v[4]) const {
+    const int64_t pos[4] = {base, base + 1, base + W, base + W + 1};
+    for (int q = 0; q < 4; ++q) v[q] = corners >> q & 1 ? in[pos[q]] : T(0);
+  }
+  T value(const T* in, int64_t W) const {
+    if (!sampled) return 0;
+    T v[4];
+    corner_values(in, W, v);
+    const T hy = 1 - ly, hx = 1 - lx;
+    return hy * hx * v[0] + hy * lx * v[1] + ly * hx * v[2] + ly * lx * v[3];
+  }
+};
+
+// The samples of image n, (offset group, tap, position) row-major: offset holds (dy, dx) pairs
+// per tap, group-major.
+template <typename T>
+void deform_samples(const DeformGeometry& g, const T* offset, std::vector<DeformSample<T>>& samples) {
+  const int64_t taps = g.taps(), P = g.P();
+  samples.resize(static_cast<size_t>(g.offset_groups * taps * P));
+  parallel_for(g.offset_groups * taps, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = r % taps, i = t / g.kw, j = t % g.kw;
+      const T* dy = offset + (r / taps * 2 * taps + 2 * t) * P;
+      const T* dx = dy + P;
+      DeformSample<T>* row = samples.data() + r * P;
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t p = oh * g.OW + ow;
+          const T y = static_cast<T>(oh * g.stride_h - g.pad_h + i * g.dil_h) + dy[p];
+          const T x = static_cast<T>(ow * g.stride_w - g.pad_w + j * g.dil_w) + dx[p];
+          row[p] = DeformSample<T>(y, x, g.H, g.W);
+        }
+    }
+  });
+}
+
+// The deformable column matrix (C * taps x P) of one image.
+template <typename T>
+void deform_im2col(const DeformGeometry& g, const T* image, const T* mask,
+                   const std::vector<DeformSample<T>>& samples, T* col) {
+  const int64_t taps = g.taps(), P = g.P(), cpg = g.channels_per_offset_group();
+  parallel_for(g.C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const T* in = image + c * g.H * g.W;
+      for (int64_t t = 0; t < taps; ++t) {
+        const int64_t r = c / cpg * taps + t;
+        const DeformSample<T>* s = samples.data() + r * P;
+        T* row = col + (c * taps + t) * P;
+        if (g.has_mask) {
+          const T* m = mask + r * P;
+          for (int64_t p = 0; p < P; ++p) row[p] = m[p] * s[p].value(in, g.W);
+        } else {
+          for (int64_t p = 0; p < P; ++p) row[p] = s[p].value(in, g.W);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void deform_conv2d_forward(const KernelContext& ctx) {
+  const DeformGeometry g = deform_geometry(ctx, ctx.input(0), ctx.input(1), ctx.input(2));
+  const int64_t N = ctx.input(0).sizes()[0], P = g.P(), K = g.K(), Og = g.Og();
+  const int64_t mask_rows = g.offset_groups * g.taps();
+  const T* input = ctx.input(0).data<T>();
+  const T* weight = ctx.input(1).data<T>();
+  const T* offset = ctx.input(2).data<T>();
+  const T* mask = g.has_mask ? ctx.input(3).data<T>() : nullptr;
+  const T* bias = ctx.inputs.size() > 3u + g.has_mask ? ctx.inputs.back().data<T>() : nullptr;
+  T* out = ctx.output(0).data<T>();
+  std::vector<DeformSample<T>> samples;
+  std::unique_ptr<T[]> col(new T[g.C * g.taps() * P]);
+  for (int64_t n = 0; n < N; ++n) {
+    deform_samples(g, offset + n * 2 * mask_rows * P, samples);
+    deform_im2col(g, input + n * g.C * g.H * g.W, g.has_mask ? mask + n * mask_rows * P : nullptr, samples,
+                  col.get());
+    T* o = out + n * g.O * P;
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      gemm<T>(false, false, Og, P, K, weight + grp * Og * K, K, col.get() + grp * K * P, P, T(0), o + grp * Og * P, P);
+    if (!bias) continue;
+    for (int64_t oc = 0; oc < g.O; ++oc) {
+      T* row = o + oc * P;
+      for (int64_t p = 0; p < P; ++p) row[p] += bias[oc];
+    }
+  }
+}
+
+template <typename T>
+void deform_conv2d_backward(const KernelContext& ctx) {
+  // inputs: grad_output, input, weight, offset, [mask]; outputs: their gradients but grad_output's
+  const Tensor& grad_output = ctx.input(0);
+  const DeformGeometry g = deform_geometry(ctx, ctx.input(1), ctx.input(2), ctx.input(3));
+  const int64_t N = ctx.input(1).sizes()[0], P = g.P(), K = g.K(), Og = g.Og(), taps = g.taps();
+  const int64_t mask_rows = g.offset_groups * taps, plane = g.H * g.W, cpg = g.channels_per_offset_group();
+  const T* go = grad_output.data<T>();
+  const T* input = ctx.input(1).data<T>();
+  const T* weight = ctx.input(2).data<T>();
+  const T* offset = ctx.input(3).data<T>();
+  const T* mask = g.has_mask ? ctx.input(4).data<T>() : nullptr;
+  T* grad_input = ctx.output(0).data<T>();
+  T* grad_weight = ctx.output(1).data<T>();
+  T* grad_offset = ctx.output(2).data<T>();
+  T* grad_mask = g.has_mask ? ctx.output(3).data<T>() : nullptr;
+  std::vector<DeformSample<T>> samples;
+  std::unique_ptr<T[]> col(new T[g.C * taps * P]);
+  for (int64_t n = 0; n < N; ++n) {
+    const T* image = input + n * g.C * plane;
+    const T* m = g.has_mask ? mask + n * mask_rows * P : nullptr;
+    const T* gout = go + n * g.O * P;
+    deform_samples(g, offset + n * 2 * mask_rows * P, samples);
+    // the column gradient
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      gemm<T>(true, false, K, P, Og, weight + grp * Og * K, K, gout + grp * Og * P, P, T(0), col.get() + grp * K * P, P);
+    // offset and mask gradients: row (offset group, tap) sums over the group's channels in order
+    T* goff = grad_offset + n * 2 * mask_rows * P;
+    T* gmask = g.has_mask ? grad_mask + n * mask_rows * P : nullptr;
+    parallel_for(mask_rows, 1, [&](int64_t r0, int64_t r1) {
+      std::vector<T> acc(static_cast<size_t>(3 * P));
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t grp = r / taps, t = r % taps;
+        const DeformSample<T>* s = samples.data() + r * P;
+        std::fill(acc.begin(), acc.end(), T(0));
+        T *gy = acc.data(), *gx = gy + P, *gm = gx + P;
+        for (int64_t c = grp * cpg; c < (grp + 1) * cpg; ++c) {
+          const T* in = image + c * plane;
+          const T* colg = col.get() + (c * taps + t) * P;
+          for (int64_t p = 0; p < P; ++p) {
+            if (!s[p].corners) continue;
+            T v[4];
+            s[p].corner_values(in, g.W, v);
+            const T ly = s[p].ly, lx = s[p].lx;
+            const T dy_weight = lx * (v[3] - v[1]) + (1 - lx) * (v[2] - v[0]);
+            const T dx_weight = ly * (v[3] - v[2]) + (1 - ly) * (v[1] - v[0]);
+            const T mv = g.has_mask ? m[r * P + p] : T(1);
+            gy[p] += mv * dy_weight * colg[p];
+            gx[p] += mv * dx_weight * colg[p];
+            if (g.has_mask) gm[p] += colg[p] * s[p].value(in, g.W);
+          }
+        }
+        T* row = goff + (grp * 2 * taps + 2 * t) * P;
+        std::copy(gy, gy + P, row);
+        std::copy(gx, gx + P, row + P);
+        if (g.has_mask) std::copy(gm, gm + P, gmask + r * P);
+      }
+    });
+    // input gradient: each column entry back at its sample's four corners
+    T* gimage = grad_input + n * g.C * plane;
+    parallel_for(g.C, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        T* gi = gimage + c * plane;
+        std::fill(gi, gi + plane, T(0));
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t r = c / cpg * taps + t;
+          const DeformSample<T>* s = samples.data() + r * P;
+          const T* colg = col.get() + (c * taps + t) * P;
+          for (int64_t p = 0; p < P; ++p) {
+            if (!s[p].sampled) continue;
+            const T mv = g.has_mask ? m[r * P + p] : T(1);
+            const T ly = s[p].ly, lx = s[p].lx, hy = 1 - ly, hx = 1 - lx;
+            const T w[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
+            const int64_t pos[4] = {s[p].base, s[p].base + 1, s[p].base + g.W, s[p].base + g.W + 1};
+            for (int q = 0; q < 4; ++q)
+              if (s[p].corners >> q & 1) gi[pos[q]] += mv * w[q] * colg[p];
+          }
+        }
+      }
+    });
+    // weight gradient: the image's columns again, into the same buffer
+    deform_im2col(g, image, m, samples, col.get());
+    for (int64_t grp = 0; grp < g.groups; ++grp)
+      gemm<T>(false, true, Og, K, P, gout + grp * Og * P, P, col.get() + grp * K * P, P, n == 0 ? T(0) : T(1),
+              grad_weight + grp * Og * K, K);
+  }
+}
+
 template <void (*F32)(const KernelContext&), void (*F64)(const KernelContext&)>
 void dispatch(KernelContext& ctx) {
   check_contiguous(ctx);
@@ -383,6 +821,17 @@ void register_vision_kernels(Registrar& reg) {
   reg.kernel("roi_pool", DeviceType::CPU, floats, dispatch<roi_pool_forward<float>, roi_pool_forward<double>>);
   reg.kernel("roi_pool_backward", DeviceType::CPU, floats,
              dispatch<roi_pool_backward<float>, roi_pool_backward<double>>);
+  reg.kernel("ps_roi_align", DeviceType::CPU, floats,
+             dispatch<ps_roi_align_forward<float>, ps_roi_align_forward<double>>);
+  reg.kernel("ps_roi_align_backward", DeviceType::CPU, floats,
+             dispatch<ps_roi_align_backward<float>, ps_roi_align_backward<double>>);
+  reg.kernel("ps_roi_pool", DeviceType::CPU, floats, dispatch<ps_roi_pool_forward<float>, ps_roi_pool_forward<double>>);
+  reg.kernel("ps_roi_pool_backward", DeviceType::CPU, floats,
+             dispatch<ps_roi_pool_backward<float>, ps_roi_pool_backward<double>>);
+  reg.kernel("deform_conv2d", DeviceType::CPU, floats,
+             dispatch<deform_conv2d_forward<float>, deform_conv2d_forward<double>>);
+  reg.kernel("deform_conv2d_backward", DeviceType::CPU, floats,
+             dispatch<deform_conv2d_backward<float>, deform_conv2d_backward<double>>);
 }
 
 }  // namespace plugflow::cpu

@@ -106,6 +106,12 @@ const std::map<std::string, std::string> kNotYetOnCuda = {
     {"roi_align_backward", "torchvision operator, not written yet"},
     {"roi_pool", "torchvision operator, not written yet"},
     {"roi_pool_backward", "torchvision operator, not written yet"},
+    {"ps_roi_align", "torchvision operator, not written yet"},
+    {"ps_roi_align_backward", "torchvision operator, not written yet"},
+    {"ps_roi_pool", "torchvision operator, not written yet"},
+    {"ps_roi_pool_backward", "torchvision operator, not written yet"},
+    {"deform_conv2d", "torchvision operator, not written yet"},
+    {"deform_conv2d_backward", "torchvision operator, not written yet"},
     {"linalg_lstsq", "LAPACK least squares (cuSOLVER), not written yet"},
 };
 
