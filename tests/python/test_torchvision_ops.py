@@ -627,6 +627,7 @@ def vision_op_outputs(inputs):
     y = conv(dx, doffset, dmask)
     y.square().sum().backward()
     out["deform"] = y.detach().numpy()
+    out["deform_without_mask"] = conv(dx, doffset).detach().numpy()
     out["deform.grad"] = dx.grad.numpy()
     out["deform.weight.grad"] = conv.weight.grad.numpy()
     return out
@@ -634,8 +635,8 @@ def vision_op_outputs(inputs):
 
 
 def test_torchvision_ops_modules_under_mock_torch(tmp_path):
-    """PSRoIAlign, PSRoIPool, ps_roi_align and DeformConv2d (with a mask) run under mock_torch
-    as in PyTorch: forward and gradients on the same inputs."""
+    """PSRoIAlign, PSRoIPool, ps_roi_align and DeformConv2d (with and without a mask) run under
+    mock_torch as in PyTorch: forward and gradients on the same inputs."""
     rng = seeded_rng()
     boxes = random_boxes(rng, 5, size=18.0, dtype="float64")
     inputs = {"x": rng.standard_normal((2, 24, 9, 11)).astype("float32"),

@@ -580,8 +580,9 @@ void ps_roi_pool_backward(const KernelContext& ctx) {
 //                 input gradient (each column entry added back at its four bilinear corners);
 //                 then dW_g += G_g @ col_g^T over the images.
 // Sample positions are computed once per (offset group, tap, position) and shared by the
-// group's channels. Threads: each step runs in parallel over rows it alone writes (channels,
-// or offset-group taps), so results do not depend on the thread count; GEMMs split themselves.
+// group's channels. Threads: each sampling step runs in parallel over rows it alone writes
+// (channels, or offset-group taps), so it does not depend on the thread count; GEMMs split
+// themselves (blas.h).
 
 struct DeformGeometry {
   int64_t C, H, W, O, kh, kw, OH, OW, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, offset_groups;
