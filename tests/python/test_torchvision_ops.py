@@ -468,6 +468,8 @@ def test_deform_conv2d_bad_input_raises():
         call(bias=pf.zeros(5))
     with pytest.raises(RuntimeError, match="expected offset of the input's type"):
         call(offset=offset.double())
+    with pytest.raises(RuntimeError, match="expected bias of the input's type"):
+        call(bias=bias.double(), use_mask=False)
     with pytest.raises(RuntimeError, match="expected a 4-d offset"):
         call(offset=pf.zeros(2, 18, 9))
     with pytest.raises(RuntimeError, match="integer overflow"):

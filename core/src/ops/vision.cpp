@@ -181,13 +181,13 @@ Shape deform_conv2d_output(std::span<const Tensor> in, const Attrs& attrs) {
   const size_t expected = 3u + has_mask + (attrs.has("has_bias") && attrs.get<bool>("has_bias"));
   PF_CHECK(in.size() == expected, "deform_conv2d: expected ", expected, " operands, got ", in.size());
   const Tensor &input = in[0], &weight = in[1], &offset = in[2];
-  const char* names[] = {"input", "weight", "offset", "mask"};
+  const char* names[] = {"input", "weight", "offset", has_mask ? "mask" : "bias", "bias"};
   for (size_t i = 0; i < 3u + has_mask; ++i)
     PF_CHECK(in[i].dim() == 4, "deform_conv2d: expected a 4-d ", names[i], ", got ", shape_str(in[i].sizes()));
   check_floating(input, "deform_conv2d");
   for (size_t i = 1; i < in.size(); ++i)
     PF_CHECK(in[i].dtype() == input.dtype() && in[i].device() == input.device(), "deform_conv2d: expected ",
-             i < 4 ? names[i] : "bias", " of the input's type (", dtype_name(input.dtype()), " on ",
+             names[i], " of the input's type (", dtype_name(input.dtype()), " on ",
              input.device().str(), "), got ", dtype_name(in[i].dtype()), " on ", in[i].device().str());
   const Shape &stride = attrs.get<Shape>("stride"), &pad = attrs.get<Shape>("padding"),
               &dilation = attrs.get<Shape>("dilation");
