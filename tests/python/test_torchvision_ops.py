@@ -169,6 +169,10 @@ def test_roi_ops_bad_input_raises():
     # a roi whose extent overflows float32 to infinity samples nothing (no out-of-bounds read)
     out = TV.roi_align(x, pf.tensor([[0, -3e38, -3e38, 3e38, 3e38]]), 10.0, 2, 2, 2, False)
     assert out.shape == (1, 3, 2, 2)
+    # an image of no pixels reads as zeros (torchvision reads out of bounds)
+    for shape in ((1, 2, 0, 5), (1, 2, 0, 0)):
+        out = TV.roi_align(pf.zeros(shape), pf.tensor([[0, 0, 0, 3, 3.]]), 1.0, 2, 2, 2, False)
+        np.testing.assert_array_equal(out.numpy(), np.zeros((1, 2, 2, 2)))
     # backward through a roi op cannot be differentiated again (torchvision's error)
     x = pf.ones(1, 1, 4, 4, requires_grad=True)
     out = TV.roi_align(x, pf.tensor([[0, 0, 0, 3, 3.]]), 1.0, 2, 2, 2, False)
