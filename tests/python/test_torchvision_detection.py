@@ -2,7 +2,8 @@
 images (tv_detection_recipe.py, run by PyTorch here and by plugflow in a subprocess): the eval
 detections (boxes, scores, labels: every step through nms, roi_align and MultiScaleRoIAlign) and
 one training step's losses and gradient norm, in float64. `make test` runs Faster R-CNN
-(MobileNetV3-Large 320 FPN) and SSDlite; PLUGFLOW_SLOW_TESTS=1 adds FCOS on ResNet-50 FPN."""
+(MobileNetV3-Large 320 FPN) and SSDlite; PLUGFLOW_SLOW_TESTS=1 adds the ResNet-50 FPN family: FCOS, RetinaNet, Faster, Mask and Keypoint
+R-CNN."""
 
 import os
 import subprocess
@@ -56,7 +57,7 @@ def run_case(name, table, tmp_path):
     model = tv_detection_recipe.build(name, kwargs).to(torch.float64)
     with torch.no_grad():  # SSDlite's initial heads score every box alike: ties would make the order arbitrary
         for p in model.parameters():
-            p.add_(torch.randn_like(p), alpha=0.02)
+            p.add_(torch.randn_like(p), alpha=tv_detection_recipe.WEIGHT_NOISE.get(name, 0.02))
     state = model.state_dict()
     images, targets = tv_detection_recipe.make_data(1)
     torch.save({"state": state, "images": images, "targets": targets}, tmp_path / "in.pt")

@@ -30,10 +30,21 @@ FAST = {
                                       "nms_thresh": 1.0},
 }
 UNORDERED = {"ssdlite320_mobilenet_v3_large"}
+R_CNN = {"rpn_batch_size_per_image": TAKE_ALL, "box_batch_size_per_image": TAKE_ALL, "rpn_pre_nms_top_n_train": 300,
+         "rpn_post_nms_top_n_train": 300, **SMALL_IMAGES}
 SLOW = {
     # untrained, its focal-loss head scores about 0.01 (the prior): below the default threshold
     "fcos_resnet50_fpn": {"score_thresh": 0.001, **SMALL_IMAGES},
+    "retinanet_resnet50_fpn": {"score_thresh": 0.001, **SMALL_IMAGES},
+    "fasterrcnn_resnet50_fpn": R_CNN,
+    "maskrcnn_resnet50_fpn": R_CNN,
+    "keypointrcnn_resnet50_fpn": R_CNN,
 }
+# The tests add noise of this scale to the initial weights (SSDlite's initial heads score every box
+# alike); ResNet-50's untrained batch norms would blow the noise up (logits ~1e3, no proposals left).
+WEIGHT_NOISE = {name: 0.0 for name in ("retinanet_resnet50_fpn", "fasterrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn",
+                                       "keypointrcnn_resnet50_fpn")}
+EXTRA_TARGETS = {"maskrcnn_resnet50_fpn": {"masks"}, "keypointrcnn_resnet50_fpn": {"keypoints"}}
 IMAGE_SIZES = [(96, 128), (112, 80)]
 
 
@@ -52,6 +63,21 @@ def make_data(seed):
                                                                                   dtype=torch.float64)
         labels = torch.randint(1, NUM_CLASSES, (3,), generator=g)
         targets.append({"boxes": torch.cat([xy, xy + wh], dim=1), "labels": labels})
+    # What Mask and Keypoint R-CNN train on besides (drawn after the boxes, which stay as they were):
+    # each box's mask (the box, less a random corner), and 17 keypoints inside it, some not visible.
+    for (h, w), target in zip(IMAGE_SIZES, targets):
+        boxes = target["boxes"]
+        ys = torch.arange(h, dtype=torch.float64)[None, :, None]
+        xs = torch.arange(w, dtype=torch.float64)[None, None, :]
+        x0, y0, x1, y1 = (boxes[:, k, None, None] for k in range(4))
+        inside = (xs >= x0) & (xs < x1) & (ys >= y0) & (ys < y1)
+        cut = torch.rand(len(boxes), 2, generator=g, dtype=torch.float64)
+        corner = (xs >= x0 + cut[:, 0, None, None] * (x1 - x0)) & (ys >= y0 + cut[:, 1, None, None] * (y1 - y0))
+        target["masks"] = (inside & ~corner).to(torch.uint8)
+        u = torch.rand(len(boxes), 17, 2, generator=g, dtype=torch.float64)
+        visible = (torch.rand(len(boxes), 17, 1, generator=g) < 0.8).to(torch.float64)
+        target["keypoints"] = torch.cat([boxes[:, None, :2] + u * (boxes[:, None, 2:] - boxes[:, None, :2]),
+                                         visible], 2).float()
     return images, targets
 
 
@@ -60,7 +86,10 @@ def run(name, kwargs, state, images, targets, dtype):
     model = build(name, kwargs).to(dtype)
     model.load_state_dict(state)
     images = [im.to(dtype) for im in images]
-    targets = [{k: v.to(dtype) if v.is_floating_point() else v for k, v in t.items()} for t in targets]
+    keep = {"boxes", "labels"} | EXTRA_TARGETS.get(name, set())
+    # (keypoints stay float32: torchvision refuses others)
+    targets = [{k: v.to(dtype) if v.is_floating_point() and k != "keypoints" else v for k, v in t.items() if k in keep}
+               for t in targets]
     record = {}
     model.eval()
     with torch.no_grad():
