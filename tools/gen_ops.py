@@ -1,36 +1,40 @@
 #!/usr/bin/env python3
 """Generates plugflow's op tables from the op definitions (core/opdefs/*.yaml, docs/opdefs.md).
 
-    gen_ops.py DEFS.yaml --header OUT.h --derivatives OUT.inc   (the build)
-    gen_ops.py DEFS.yaml --docs docs/kernels.md [--check]       (the generated docs section)
+    gen_ops.py DEFS.yaml... --header OUT.h --derivatives OUT.inc   (the build)
+    gen_ops.py DEFS.yaml... --docs docs/kernels.md [--check]       (the generated docs sections)
 
-The header holds X-macro lists (PF_OPDEFS_*) that the core, the in-tree plugins and the Python
-bindings expand; the .inc holds the backward formulas, compiled inside
-core/src/ops/elementwise_grad.cpp. Nothing generated is committed except the docs section,
-which a test keeps equal to what this script writes.
+The header holds X-macro lists (PF_OPDEFS_*) of all the definition files that the core, the
+in-tree plugins and the Python bindings expand; the .inc holds the elementwise backward
+formulas, compiled inside core/src/ops/elementwise_grad.cpp. Nothing generated is committed
+except the docs sections (one per definition file), which a test keeps equal to what this
+script writes.
 """
 import argparse
+import os
 import re
 import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation")
+FAMILIES = ("unary", "binary", "activation", "ternary")
 DTYPE_RULES = {
     "unary": {"float": "FloatMath", "same": "AnyDtype", "bool": "BoolOut", "integral": "IntegralOnly"},
     "binary": {"same": "Arithmetic", "float": "Arithmetic", "integral": "Arithmetic", "compare": "Compare",
                "logical": "Logical"},
     "activation": {"float": None},
+    "ternary": {"promote": None, "same": None},
 }
-DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float"}
+DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ternary": "promote"}
 KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
 DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
 PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber"}
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
-FIELDS = {"name", "family", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative", "doc"}
-INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"]}
+FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
+          "doc"}
+INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"]}  # ternary ops name theirs
 
 
 class DefinitionError(Exception):
@@ -41,13 +45,24 @@ def camel(name):
     return "".join(part.capitalize() for part in name.split("_"))
 
 
-def load(path):
+def load(path, seen=None):
+    """The normalized entries of one definition file (`seen`: names taken by files read before)."""
     with open(path, encoding="utf-8") as f:
         entries = yaml.safe_load(f)
-    ops, seen = [], set()
+    seen = set() if seen is None else seen
+    ops = []
     for e in entries:
-        ops.append(normalize(e, seen))
+        try:
+            ops.append(normalize(e, seen))
+        except DefinitionError as err:
+            raise DefinitionError(f"{path}: {err}") from None
     return ops
+
+
+def load_all(paths):
+    """{path: its entries}; an op name is unique across the files."""
+    seen = set()
+    return {path: load(path, seen) for path in paths}
 
 
 def normalize(e, seen):
@@ -66,6 +81,12 @@ def normalize(e, seen):
     family = e.get("family")
     if family not in FAMILIES:
         fail(f"family must be one of {FAMILIES}")
+    inputs = e.get("inputs", INPUTS.get(family))
+    if family == "ternary":
+        if not (isinstance(inputs, list) and len(inputs) == 3 and all(isinstance(i, str) for i in inputs)):
+            fail("inputs: a ternary op names its three inputs")
+    elif "inputs" in e:
+        fail(f"inputs: a {family} op's inputs are {INPUTS[family]}")
     dtype = e.get("dtype", DEFAULT_DTYPE[family])
     if dtype not in DTYPE_RULES[family]:
         fail(f"dtype '{dtype}' is not a {family} rule ({sorted(DTYPE_RULES[family])})")
@@ -83,8 +104,10 @@ def normalize(e, seen):
         if t not in ATTR_TYPES:
             fail(f"attribute {a}: type {t} is not one of {sorted(ATTR_TYPES)}")
 
-    python = e.get("python", ["function", "method", "inplace"])
+    python = e.get("python", "custom" if family == "ternary" else ["function", "method", "inplace"])
     custom_python = python == "custom"
+    if family == "ternary" and not custom_python:
+        fail("python: ternary ops are bound by hand (custom): their arguments differ")
     python = set() if custom_python else set(python)
     if python - PY_TOKENS:
         fail(f"python: unknown exposure {sorted(python - PY_TOKENS)}")
@@ -107,6 +130,8 @@ def normalize(e, seen):
 
     deriv = e.get("derivative")
     if deriv is not None:
+        if family == "ternary":
+            fail("derivative: a ternary op's backward is written in core/src/ops/math.cpp")
         if bool_out:
             fail("an op with a bool output has no derivative")
         if "function" in deriv:
@@ -117,13 +142,13 @@ def normalize(e, seen):
             fail(f"derivative: give a formula for each input {INPUTS[family]}")
     seen.add(name)
     seen.update(aliases)
-    return dict(name=name, family=family, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel, attrs=attrs,
+    return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel, attrs=attrs,
                 python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp, derivative=deriv,
                 bool_out=bool_out, doc=e.get("doc", ""))
 
 
 def signature(op):
-    ins = ", ".join(f"Tensor {i}" for i in INPUTS[op["family"]])
+    ins = ", ".join(f"Tensor {i}" for i in op["inputs"])
     attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
     if attrs:
         attrs = ", *" + attrs
@@ -147,9 +172,10 @@ def header(ops):
     unary = [o for o in ops if o["family"] == "unary"]
     binary = [o for o in ops if o["family"] == "binary"]
     acts = [o for o in ops if o["family"] == "activation"]
+    ternary = [o for o in ops if o["family"] == "ternary"]
     parts = [
-        "// Generated by tools/gen_ops.py from core/opdefs/elementwise.yaml: do not edit.\n"
-        "// X-macro lists of the elementwise ops (docs/opdefs.md says who expands which).\n#pragma once\n",
+        "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
+        "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
         macro("PF_OPDEFS_UNARY", "X(name, UnaryKind, signature): the catalog's unary ops",
               [[q(o["name"]), DTYPE_RULES["unary"][o["dtype"]], q(signature(o))] for o in unary]),
         macro("PF_OPDEFS_BINARY", "X(name, BinaryKind, integral_only, float_only, signature)",
@@ -170,6 +196,11 @@ def header(ops):
         macro("PF_OPDEFS_UNARY_OTHER_KERNELS", "X(name, Camel, Dtypes, bool_out): the other unary kernels",
               kernel_rows([o for o in unary if o["kernel_dtypes"] != "float"])),
         macro("PF_OPDEFS_BINARY_KERNELS", "X(name, Camel, Dtypes, bool_out)", kernel_rows(binary)),
+        macro("PF_OPDEFS_TERNARY",
+              "X(name, Camel, Dtypes, signature): the math family's fused pointwise ops; the catalog, and in-tree"
+              " plugins register functor Camel##Op (CPU) / descriptor Camel##Desc (CUDA) for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], q(signature(o))]
+               for o in ternary]),
     ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
@@ -224,38 +255,68 @@ def derivatives(ops):
             "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n")
 
 
-DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from core/opdefs/elementwise.yaml -->"
+DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from {source} -->"
 DOC_END = "<!-- END generated -->"
 OUT_DTYPE = {"float": "a's dtype", "same": "a's dtype", "integral": "a's dtype", "bool": "**bool**",
              "compare": "**bool**", "logical": "**bool**"}
 IN_DTYPE = {"float": "floating (the functional layer promotes integers to float32)", "same": "any",
             "integral": "integral or bool", "bool": "any", "compare": "any", "logical": "any"}
+TERNARY_DTYPE = {"promote": "one dtype (promoted to result_type first)", "same": "one dtype (mixed ones refused)"}
 
 
-def docs_section(ops):
+def cell(text):
+    return text.replace("|", "\\|")
+
+
+def kernel_cell(o):
+    return o["kernel_dtypes"] + (" (registered by hand)" if o["custom_kernel"] else "")
+
+
+def attrs_cell(o):
+    return "; ".join(f"{a}: {t}" for a, t in o["attrs"].items()) or "–"
+
+
+def elementwise_rows(ops):
     rows = ["| op | inputs | input dtypes | output | kernel dtypes | attrs | notes |",
             "|---|---|---|---|---|---|---|"]
     for o in ops:
         ins = "a" if o["family"] != "binary" else "a, b (one dtype)"
-        attrs = "; ".join(f"{a}: {t}" for a, t in o["attrs"].items()) or "–"
-        kd = o["kernel_dtypes"] + (" (registered by hand)" if o["custom_kernel"] else "")
-        doc = o["doc"].replace("|", "\\|")
         in_dtype = "floating" if o["family"] == "activation" else IN_DTYPE[o["dtype"]]
-        rows.append(f"| `{o['name']}` | {ins} | {in_dtype} | {OUT_DTYPE[o['dtype']]} | {kd} | {attrs} | "
-                    f"{doc} |")
-    return DOC_BEGIN + "\n" + "\n".join(rows) + "\n" + DOC_END
+        rows.append(f"| `{o['name']}` | {ins} | {in_dtype} | {OUT_DTYPE[o['dtype']]} | {kernel_cell(o)} | "
+                    f"{attrs_cell(o)} | {cell(o['doc'])} |")
+    return rows
 
 
-def update_docs(ops, path, check):
+def ternary_rows(ops):
+    rows = ["| op | inputs | input dtypes | output | kernel dtypes | attrs | notes |",
+            "|---|---|---|---|---|---|---|"]
+    for o in ops:
+        rows.append(f"| `{o['name']}` | {', '.join(o['inputs'])} | {TERNARY_DTYPE[o['dtype']]} | "
+                    f"{o['inputs'][0]}'s dtype and shape | {kernel_cell(o)} | {attrs_cell(o)} | {cell(o['doc'])} |")
+    return rows
+
+
+def docs_section(ops, source):
+    rows = ternary_rows(ops) if all(o["family"] == "ternary" for o in ops) else elementwise_rows(ops)
+    return DOC_BEGIN.format(source=source) + "\n" + "\n".join(rows) + "\n" + DOC_END
+
+
+def update_docs(ops_by_file, path, check):
+    """Rewrites each definition file's section of `path` (marked by DOC_BEGIN / DOC_END)."""
     text = open(path, encoding="utf-8").read()
-    start, end = text.find(DOC_BEGIN), text.find(DOC_END)
-    if start < 0 or end < start:
-        raise DefinitionError(f"{path}: no generated section ({DOC_BEGIN} ... {DOC_END})")
-    new = text[:start] + docs_section(ops) + text[end + len(DOC_END):]
+    new = text
+    for defs, ops in ops_by_file.items():
+        source = "core/opdefs/" + os.path.basename(defs)
+        begin = DOC_BEGIN.format(source=source)
+        start = new.find(begin)
+        end = new.find(DOC_END, start)
+        if start < 0 or end < 0:
+            raise DefinitionError(f"{path}: no generated section for {source} ({begin} ... {DOC_END})")
+        new = new[:start] + docs_section(ops, source) + new[end + len(DOC_END):]
     if check:
         if new != text:
-            sys.exit(f"{path}: the generated op table is out of date; run "
-                     f"tools/gen_ops.py core/opdefs/elementwise.yaml --docs {path}")
+            sys.exit(f"{path}: a generated op table is out of date; run "
+                     f"tools/gen_ops.py core/opdefs/*.yaml --docs {path}")
         return
     if new != text:
         open(path, "w", encoding="utf-8").write(new)
@@ -263,22 +324,23 @@ def update_docs(ops, path, check):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("defs")
+    p.add_argument("defs", nargs="+")
     p.add_argument("--header")
     p.add_argument("--derivatives")
     p.add_argument("--docs")
-    p.add_argument("--check", action="store_true", help="with --docs: fail if the section is out of date")
+    p.add_argument("--check", action="store_true", help="with --docs: fail if a section is out of date")
     args = p.parse_args()
     try:
-        ops = load(args.defs)
+        ops_by_file = load_all(args.defs)
     except DefinitionError as e:
-        sys.exit(f"{args.defs}: {e}")
+        sys.exit(str(e))
+    ops = [o for file_ops in ops_by_file.values() for o in file_ops]
     if args.header:
         open(args.header, "w", encoding="utf-8").write(header(ops))
     if args.derivatives:
         open(args.derivatives, "w", encoding="utf-8").write(derivatives(ops))
     if args.docs:
-        update_docs(ops, args.docs, args.check)
+        update_docs(ops_by_file, args.docs, args.check)
 
 
 if __name__ == "__main__":

@@ -98,15 +98,13 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       // promote
       {"cat", {P::Promote, P::None}},
       {"stack", {P::Promote, P::None}},
-      {"addcmul", {P::None, P::Promote}},
-      {"addcdiv", {P::None, P::Promote}},
       {"bilinear", {P::None, P::Promote}},
       {"cross", {P::None, P::Promote}},
       {"dot", {P::Native, P::Promote}},
       {"tensordot", {P::None, P::Promote}},
       {"index_put", {P::None, P::Promote}},
       {"scatter_add", {P::None, P::Promote}},
-  // the elementwise ops' entries come from their definitions (core/opdefs/elementwise.yaml)
+  // the defined ops' entries come from their definitions (core/opdefs/*.yaml)
 #define PF_X(name, cpu, cuda) {name, {P::cpu, P::cuda}},
       PF_OPDEFS_AUTOCAST(PF_X)
 #undef PF_X

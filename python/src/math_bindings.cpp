@@ -555,7 +555,7 @@ void bind_math(py::module_& m) {
   function("tensordot", py::cpp_function(&tensordot_dispatch, py::name("tensordot"), arg("a"), arg("b"),
                                          arg("dims") = 2));
 
-  // ---- in-place aliases PyTorch has (core/opdefs/elementwise.yaml's `aliases`) -------------------------
+  // ---- in-place aliases PyTorch has (core/opdefs/*.yaml's `aliases`) ---------------------------------
 #define PF_X(alias, op, generic)                                     \
   if (!py::hasattr(cls, alias "_") && py::hasattr(cls, op "_")) \
     cls.attr(alias "_") = cls.attr(op "_");
@@ -563,13 +563,11 @@ void bind_math(py::module_& m) {
 #undef PF_X
 
   // ---- out= --------------------------------------------------------------------------------------------
-  // The elementwise ops' from their definitions (`out:`), then the others'.
+  // The defined ops' from their definitions (`out:`, core/opdefs/*.yaml), then the others'.
 #define PF_X(name, kind) add_out_param(m, name, OutKind::kind);
   PF_OPDEFS_PY_OUT(PF_X)
 #undef PF_X
-  for (const char* name : {"lerp", "outer", "ger", "tensordot"}) add_out_param(m, name, OutKind::Cast);
-  // PyTorch builds these as unary ops of one dtype (addcmul/addcdiv cannot cast into out either).
-  for (const char* name : {"clamp", "clip", "addcmul", "addcdiv"}) add_out_param(m, name, OutKind::SameDtype);
+  for (const char* name : {"outer", "ger", "tensordot"}) add_out_param(m, name, OutKind::Cast);
   for (const char* name : {"clamp_min", "clamp_max"}) add_out_param(m, name, OutKind::SameDtypeForNumber);
   for (const char* name : {"matmul", "mm", "bmm", "addmm", "addmv", "mv", "baddbmm", "addbmm", "dot", "vdot"})
     add_out_param(m, name, OutKind::Exact);

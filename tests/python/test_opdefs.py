@@ -1,4 +1,4 @@
-"""The op definitions (core/opdefs/elementwise.yaml) against PyTorch: every Python form an entry
+"""The op definitions (core/opdefs/*.yaml) against PyTorch: every Python form an entry
 declares (function, Tensor method, in-place form, out=, aliases, nn.functional) exists in both
 libraries and gives the same result, and the forms it does not declare are missing from torch
 too, so a new entry is checked without a test of its own for its bindings."""
@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import gen_ops  # noqa: E402  (the build's own reader of the definitions)
 
-OPS = gen_ops.load(ROOT / "core" / "opdefs" / "elementwise.yaml")
+OPS = [o for ops in gen_ops.load_all(sorted((ROOT / "core" / "opdefs").glob("*.yaml"))).values() for o in ops]
 PYTHON_OPS = [o for o in OPS if not o["custom_python"] and o["python"]]
 
 
@@ -25,11 +25,11 @@ def inputs(lib, op):
     """Operands inside every op's domain where one exists (0.1..0.9), integers for integral ops."""
     rng = np.random.default_rng(0)
     if op["dtype"] == "integral":
-        data = [rng.integers(-8, 8, size=(2, 3)) for _ in range(2)]
+        data = [rng.integers(-8, 8, size=(2, 3)) for _ in range(3)]
     else:
-        data = [rng.uniform(0.1, 0.9, size=(2, 3)) for _ in range(2)]
+        data = [rng.uniform(0.1, 0.9, size=(2, 3)) for _ in range(3)]
     tensors = [lib.tensor(d) for d in data]
-    return tensors[:2] if op["family"] == "binary" else tensors[:1]
+    return tensors[:len(op["inputs"])]
 
 
 def names(op):

@@ -11,6 +11,7 @@
 // Linear algebra runs its products through mm/bmm and records one node per op with PyTorch's
 // formula; the others are compositions of differentiable ops.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <cmath>
@@ -50,27 +51,43 @@ std::vector<TensorMeta> ternary_meta(std::span<const Tensor> in, const Attrs&) {
   return {{in[0].sizes(), in[0].dtype(), in[0].device()}};
 }
 
+// The fused ops, from their definitions (core/opdefs/math.yaml).
+enum class Fused {
+#define PF_X(name, Camel, dtypes, sig) Camel,
+  PF_OPDEFS_TERNARY(PF_X)
+#undef PF_X
+};
+#define PF_X(name, Camel, dtypes, sig) name,
+constexpr const char* kFusedNames[] = {PF_OPDEFS_TERNARY(PF_X)};
+#undef PF_X
+constexpr size_t kNumFused = std::size(kFusedNames);
+
 const bool kMathOpsRegistered = [] {
-  register_op("clamp", "clamp(Tensor a, Tensor min, Tensor max, bool has_min, bool has_max) -> Tensor", ternary_meta);
-  register_op("lerp", "lerp(Tensor a, Tensor end, Tensor weight) -> Tensor", ternary_meta);
-  register_op("addcmul", "addcmul(Tensor self, Tensor t1, Tensor t2, Scalar value) -> Tensor", ternary_meta);
-  register_op("addcdiv", "addcdiv(Tensor self, Tensor t1, Tensor t2, Scalar value) -> Tensor", ternary_meta);
+#define PF_X(name, Camel, dtypes, sig) register_op(name, sig, ternary_meta);
+  PF_OPDEFS_TERNARY(PF_X)
+#undef PF_X
   return true;
 }();
 
-const OpDef& op_named(const char* name) { return find_op(name); }
+const OpDef& op_of(Fused f) {
+  static const auto defs = [] {
+    std::array<const OpDef*, kNumFused> d{};
+    for (size_t i = 0; i < kNumFused; ++i) d[i] = &find_op(kFusedNames[i]);
+    return d;
+  }();
+  return *defs[static_cast<size_t>(f)];
+}
 
-// Whether the device's plugins implement `op` (one of the four above) for `dtype`, else the
-// composite runs. A miss is remembered until the kernel registry changes (a plugin loads), so
-// devices without the fused kernels pay no failed lookup per call.
-bool has_kernel(const OpDef& op, Device device, DType dtype) {
-  static std::atomic<uint64_t> missing[4][kMaxDeviceTypes][kNumDTypes] = {};  // registry generation + 1
-  const int slot = op.name == "clamp" ? 0 : op.name == "lerp" ? 1 : op.name == "addcmul" ? 2 : 3;
-  auto& miss = missing[slot][static_cast<int>(device.type)][static_cast<int>(dtype)];
+// Whether the device's plugins implement `f` for `dtype`, else the composite runs. A miss is
+// remembered until the kernel registry changes (a plugin loads), so devices without the fused
+// kernels pay no failed lookup per call.
+bool has_kernel(Fused f, Device device, DType dtype) {
+  static std::atomic<uint64_t> missing[kNumFused][kMaxDeviceTypes][kNumDTypes] = {};  // registry generation + 1
+  auto& miss = missing[static_cast<size_t>(f)][static_cast<int>(device.type)][static_cast<int>(dtype)];
   const uint64_t gen = internal::registry_generation();
   if (miss.load(std::memory_order_relaxed) == gen + 1) return false;
   try {
-    find_kernel(op, device.type, dtype);
+    find_kernel(op_of(f), device.type, dtype);
     return true;
   } catch (const NotImplementedError&) {
     miss.store(gen + 1, std::memory_order_relaxed);
@@ -161,11 +178,10 @@ bool is_one(const Scalar& s) { return s.is_floating() ? s.to_double() == 1.0 : s
 // undefined. No autograd.
 Tensor clamp_values(const Tensor& a, const Tensor& lo, const Tensor& hi) {
   ag::GradModeGuard no_grad(false);
-  static const OpDef& op = op_named("clamp");
-  if (has_kernel(op, a.device(), a.dtype())) {
+  if (has_kernel(Fused::Clamp, a.device(), a.dtype())) {
     // An absent bound's slot repeats the other bound (a broadcast number stays one).
     const Tensor in[] = {a, lo.defined() ? lo : hi, hi.defined() ? hi : lo};
-    return call_op(op, in, Attrs{{"has_min", lo.defined()}, {"has_max", hi.defined()}})[0];
+    return call_op(op_of(Fused::Clamp), in, Attrs{{"has_min", lo.defined()}, {"has_max", hi.defined()}})[0];
   }
   // Composite: maximum/minimum propagate NaN like the fused kernel.
   Tensor r = lo.defined() ? binary("maximum", a, lo) : a;
@@ -176,11 +192,10 @@ Tensor clamp_values(const Tensor& a, const Tensor& lo, const Tensor& hi) {
 // In place: self = clamp(self, lo, hi); lo/hi of self's dtype and shape (or undefined).
 void clamp_values_(Tensor& self, const Tensor& lo, const Tensor& hi) {
   ag::GradModeGuard no_grad(false);
-  static const OpDef& op = op_named("clamp");
-  if (has_kernel(op, self.device(), self.dtype())) {
+  if (has_kernel(Fused::Clamp, self.device(), self.dtype())) {
     const Tensor in[] = {self, lo.defined() ? lo : hi, hi.defined() ? hi : lo};
     Tensor out[] = {self};
-    call_op_out(op, in, Attrs{{"has_min", lo.defined()}, {"has_max", hi.defined()}}, out);
+    call_op_out(op_of(Fused::Clamp), in, Attrs{{"has_min", lo.defined()}, {"has_max", hi.defined()}}, out);
     return;
   }
   Tensor r = clamp_values(self, lo, hi);
@@ -407,21 +422,19 @@ void check_lerp(const Tensor& a, const Tensor& end, const Tensor& weight) {
 
 Tensor lerp_values(const Tensor& a, const Tensor& end, const Tensor& w) {
   ag::GradModeGuard no_grad(false);
-  static const OpDef& op = op_named("lerp");
-  if (has_kernel(op, a.device(), a.dtype())) {
+  if (has_kernel(Fused::Lerp, a.device(), a.dtype())) {
     const Tensor in[] = {a, end, w};
-    return call_op(op, in)[0];
+    return call_op(op_of(Fused::Lerp), in)[0];
   }
   return binary("add", a, mul(w, binary("sub", end, a)));
 }
 
 void lerp_values_(Tensor& self, const Tensor& end, const Tensor& w) {
   ag::GradModeGuard no_grad(false);
-  static const OpDef& op = op_named("lerp");
-  if (has_kernel(op, self.device(), self.dtype())) {
+  if (has_kernel(Fused::Lerp, self.device(), self.dtype())) {
     const Tensor in[] = {self, end, w};
     Tensor out[] = {self};
-    call_op_out(op, in, {}, out);
+    call_op_out(op_of(Fused::Lerp), in, {}, out);
     return;
   }
   copy_(self, lerp_values(self, end, w));
@@ -547,13 +560,11 @@ DType addc_dtype(bool is_div, const Tensor& self, const Tensor& t1, const Tensor
 
 Tensor addc_values(bool is_div, const Tensor& s, const Tensor& t1, const Tensor& t2, Scalar value) {
   ag::GradModeGuard no_grad(false);
-  static const OpDef& mul_op = op_named("addcmul");
-  static const OpDef& div_op = op_named("addcdiv");
-  const OpDef& op = is_div ? div_op : mul_op;
+  const Fused op = is_div ? Fused::Addcdiv : Fused::Addcmul;
   const Scalar v = value_as(value, s.dtype());
   if (has_kernel(op, s.device(), s.dtype())) {
     const Tensor in[] = {s, t1, t2};
-    return call_op(op, in, Attrs{{"value", v}})[0];
+    return call_op(op_of(op), in, Attrs{{"value", v}})[0];
   }
   const Tensor prod = is_div ? binary("div", mul(t1, v), t2) : mul(mul(t1, t2), v);
   return binary("add", s, prod);
@@ -561,13 +572,11 @@ Tensor addc_values(bool is_div, const Tensor& s, const Tensor& t1, const Tensor&
 
 void addc_values_(bool is_div, Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
   ag::GradModeGuard no_grad(false);
-  static const OpDef& mul_op = op_named("addcmul");
-  static const OpDef& div_op = op_named("addcdiv");
-  const OpDef& op = is_div ? div_op : mul_op;
+  const Fused op = is_div ? Fused::Addcdiv : Fused::Addcmul;
   if (has_kernel(op, self.device(), self.dtype())) {
     const Tensor in[] = {self, t1, t2};
     Tensor out[] = {self};
-    call_op_out(op, in, Attrs{{"value", value_as(value, self.dtype())}}, out);
+    call_op_out(op_of(op), in, Attrs{{"value", value_as(value, self.dtype())}}, out);
     return;
   }
   copy_(self, addc_values(is_div, self, t1, t2, value));

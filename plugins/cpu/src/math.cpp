@@ -8,6 +8,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -143,13 +144,20 @@ void clamp_kernel(KernelContext& ctx) {
   });
 }
 
+// A functor's kernel: the generic ternary loop, or clamp's own.
+template <template <typename> class OpT>
+constexpr KernelFn kKernelOf = &ternary_kernel<OpT>;
+template <>
+constexpr KernelFn kKernelOf<ClampOp> = &clamp_kernel;
+
 }  // namespace
 
 void register_math_kernels(Registrar& reg) {
-  register_supported<ClampOp>(reg, "clamp", clamp_kernel);
-  register_supported<LerpOp>(reg, "lerp", ternary_kernel<LerpOp>);
-  register_supported<AddcmulOp>(reg, "addcmul", ternary_kernel<AddcmulOp>);
-  register_supported<AddcdivOp>(reg, "addcdiv", ternary_kernel<AddcdivOp>);
+  // The ops of the definitions (core/opdefs/math.yaml): each functor is named after its op
+  // (lerp -> LerpOp), its `supported` trait picks the dtypes.
+#define PF_X(name, Camel, dtypes, sig) register_supported<Camel##Op>(reg, name, kKernelOf<Camel##Op>);
+  PF_OPDEFS_TERNARY(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

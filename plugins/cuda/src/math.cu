@@ -4,9 +4,11 @@
 // for element); each op is one functor for the generic elementwise launcher, computed in
 // opmath (float for f16/bf16), with the same formulas as the CPU kernels.
 #include <limits>
+#include <type_traits>
 
 #include "dmath.cuh"
 #include "elementwise.cuh"
+#include "opdefs.h"
 
 namespace plugflow::cuda {
 namespace {
@@ -41,6 +43,7 @@ struct LerpFn {
     return w < C(0.5) ? a + w * (end - a) : end - (end - a) * (C(1) - w);
   }
 };
+struct LerpDesc : Stateless<LerpFn, FloatTypes> {};
 
 // self + value * t1 * t2; integers wrap. value converts like a cast to the dtype.
 template <typename C>
@@ -86,12 +89,18 @@ KernelDef def(const char* name) {
 
 }  // namespace
 
+// The ops of the definitions (core/opdefs/math.yaml): each descriptor is named after its op
+// (lerp -> LerpDesc) and covers the dtypes the definition declares.
+#define PF_X(name, Camel, dtypes, sig) \
+  static_assert(std::is_base_of_v<dtypes##Types, Camel##Desc>, name ": the descriptor's dtypes differ from math.yaml's");
+PF_OPDEFS_TERNARY(PF_X)
+#undef PF_X
+
 std::vector<KernelDef> math_kernels() {
   return {
-      def<ClampDesc>("clamp"),
-      def<Stateless<LerpFn, FloatTypes>>("lerp"),
-      def<AddcmulDesc>("addcmul"),
-      def<AddcdivDesc>("addcdiv"),
+#define PF_X(name, Camel, dtypes, sig) def<Camel##Desc>(name),
+      PF_OPDEFS_TERNARY(PF_X)
+#undef PF_X
   };
 }
 

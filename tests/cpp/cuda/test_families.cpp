@@ -11,6 +11,7 @@
 #include <typeinfo>
 
 #include "conformance_harness.h"
+#include "opdefs.h"
 
 namespace {
 
@@ -18,11 +19,16 @@ using namespace plugflow;
 using namespace cuda_conformance;
 namespace ops = plugflow::ops;
 
-// The ops the four families register (each with the CPU plugin's dtypes).
+// The ops the four families register (each with the CPU plugin's dtypes); the math family's
+// from their definitions (core/opdefs/math.yaml).
 const std::vector<std::string> kFamilyOps = {
     "sort",  "topk",  "tril",     "triu",    "flip",   "pad",    "unique",  "_take_along_dim", "_scatter_add_along_dim",
     "var_mean", "norm", "all",    "any",     "cumsum", "cumprod", "softmax", "log_softmax",
-    "index", "index_put", "where", "nonzero", "clamp", "lerp",   "addcmul", "addcdiv"};
+    "index", "index_put", "where", "nonzero",
+#define PF_X(name, ...) name,
+    PF_OPDEFS_TERNARY(PF_X)
+#undef PF_X
+};
 
 const Tol kExact{0, 0};
 
