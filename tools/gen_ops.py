@@ -17,24 +17,30 @@ import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation", "ternary")
+FAMILIES = ("unary", "binary", "activation", "ternary", "reduction")
 DTYPE_RULES = {
     "unary": {"float": "FloatMath", "same": "AnyDtype", "bool": "BoolOut", "integral": "IntegralOnly"},
     "binary": {"same": "Arithmetic", "float": "Arithmetic", "integral": "Arithmetic", "compare": "Compare",
                "logical": "Logical"},
     "activation": {"float": None},
     "ternary": {"promote": None, "same": None},
+    "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input"},
 }
-DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ternary": "promote"}
+DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ternary": "promote", "reduction": "input"}
 KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
 DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
 PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input"}
-OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber"}
+OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber",
+             "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput"}
+IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
-          "doc"}
-INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"]}  # ternary ops name theirs
+          "identity", "dim_optional", "doc"}
+REDUCTION_ONLY = {"identity", "dim_optional"}
+# ternary ops name theirs; reductions also take `int[] dims, bool keepdim`
+INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"], "reduction": ["self"]}
+REDUCTION_ATTRS = {"dims": "int[]", "keepdim": "bool"}
 
 
 class DefinitionError(Exception):
@@ -81,6 +87,8 @@ def normalize(e, seen):
     family = e.get("family")
     if family not in FAMILIES:
         fail(f"family must be one of {FAMILIES}")
+    if family != "reduction" and set(e) & REDUCTION_ONLY:
+        fail(f"{sorted(set(e) & REDUCTION_ONLY)}: only reductions have these")
     inputs = e.get("inputs", INPUTS.get(family))
     if family == "ternary":
         if not (isinstance(inputs, list) and len(inputs) == 3 and all(isinstance(i, str) for i in inputs)):
@@ -99,15 +107,20 @@ def normalize(e, seen):
         fail("kernels: say which dtypes the kernels cover (all, numeric, float, integral)")
     custom_kernel = bool(kernels.get("custom", family == "activation"))
 
-    attrs = e.get("attrs", {})
+    if family == "reduction" and "attrs" in e:
+        fail(f"attrs: a reduction's are {REDUCTION_ATTRS}")
+    attrs = e.get("attrs", REDUCTION_ATTRS if family == "reduction" else {})
     for a, t in attrs.items():
-        if t not in ATTR_TYPES:
+        if t not in ATTR_TYPES and family != "reduction":
             fail(f"attribute {a}: type {t} is not one of {sorted(ATTR_TYPES)}")
 
-    python = e.get("python", "custom" if family == "ternary" else ["function", "method", "inplace"])
+    default_python = {"ternary": "custom", "reduction": ["function", "method"]}
+    python = e.get("python", default_python.get(family, ["function", "method", "inplace"]))
     custom_python = python == "custom"
     if family == "ternary" and not custom_python:
         fail("python: ternary ops are bound by hand (custom): their arguments differ")
+    if family == "reduction" and "python" in e:
+        fail("python: a reduction is bound as torch.X and Tensor.X (dim, keepdim[, dtype])")
     python = set() if custom_python else set(python)
     if python - PY_TOKENS:
         fail(f"python: unknown exposure {sorted(python - PY_TOKENS)}")
@@ -128,10 +141,19 @@ def normalize(e, seen):
         if dev not in ("cpu", "cuda") or pol not in AMP_POLICIES:
             fail(f"amp: {dev}: {pol} (devices cpu, cuda; policies {sorted(AMP_POLICIES)})")
 
+    identity = e.get("identity")
+    if identity is not None and identity not in IDENTITIES:
+        fail(f"identity: one of {list(IDENTITIES)} (absent: reducing an empty dim raises)")
+    dim_optional = e.get("dim_optional", False)
+    if not isinstance(dim_optional, bool):
+        fail("dim_optional: true or false")
+
     deriv = e.get("derivative")
     if deriv is not None:
         if family == "ternary":
             fail("derivative: a ternary op's backward is written in core/src/ops/math.cpp")
+        if family == "reduction" and "function" not in deriv:
+            fail("derivative: a reduction's backward is a `function` (it also reads dims and keepdim)")
         if bool_out:
             fail("an op with a bool output has no derivative")
         if "function" in deriv:
@@ -144,13 +166,13 @@ def normalize(e, seen):
     seen.update(aliases)
     return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel, attrs=attrs,
                 python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp, derivative=deriv,
-                bool_out=bool_out, doc=e.get("doc", ""))
+                bool_out=bool_out, identity=identity, dim_optional=dim_optional, doc=e.get("doc", ""))
 
 
 def signature(op):
     ins = ", ".join(f"Tensor {i}" for i in op["inputs"])
     attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
-    if attrs:
+    if attrs and op["family"] != "reduction":  # dims and keepdim are positional
         attrs = ", *" + attrs
     return f"{op['name']}({ins}{attrs}) -> Tensor"
 
@@ -173,6 +195,7 @@ def header(ops):
     binary = [o for o in ops if o["family"] == "binary"]
     acts = [o for o in ops if o["family"] == "activation"]
     ternary = [o for o in ops if o["family"] == "ternary"]
+    reductions = [o for o in ops if o["family"] == "reduction"]
     parts = [
         "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
         "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
@@ -201,6 +224,15 @@ def header(ops):
               " plugins register functor Camel##Op (CPU) / descriptor Camel##Desc (CUDA) for Dtypes##Types",
               [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], q(signature(o))]
                for o in ternary]),
+        macro("PF_OPDEFS_REDUCTION",
+              "X(name, Camel, Dtypes, ReduceDtype, ReduceIdentity, signature): the reductions over dims; the"
+              " catalog, and in-tree plugins register functor Camel##Op (CPU) / Camel##Red (CUDA) for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], DTYPE_RULES["reduction"][o["dtype"]],
+                IDENTITIES.get(o["identity"], "None"), q(signature(o))] for o in reductions]),
+        macro("PF_OPDEFS_PY_REDUCTION",
+              "X(name, dtype_arg, dim_optional): torch.X / Tensor.X(dim, keepdim[, *, dtype]); dim defaults to"
+              " None where optional, else ()",
+              [[q(o["name"]), cbool(o["dtype"] != "input"), cbool(o["dim_optional"])] for o in reductions]),
     ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
@@ -229,10 +261,16 @@ def uses_of(exprs, names):
 
 def derivatives(ops):
     letters = {"self": "a", "other": "b", "result": "o"}
-    out = {"unary": [], "binary": []}
+    out = {"unary": [], "binary": [], "reduction": []}
     for o in ops:
         d = o["derivative"]
         if d is None:
+            continue
+        if o["family"] == "reduction":
+            needs = "".join(letters[u] for u in ("self", "result") if u in d.get("uses", []))
+            # PyTorch's node names: a reduction with a no-dim overload has XBackward0 for it, XBackward1 with dims
+            nodes = [f"{camel(o['name'])}Backward0", f"{camel(o['name'])}Backward{1 if o['dim_optional'] else 0}"]
+            out["reduction"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}", "{nodes[0]}", "{nodes[1]}"}}}},')
             continue
         kind = "binary" if o["family"] == "binary" else "unary"
         inputs = INPUTS[o["family"]]
@@ -249,10 +287,11 @@ def derivatives(ops):
                 fn = f"[]({params}) -> Tensor {{ return {exprs[0]}; }}"
         needs = "".join(letters[u] for u in ("self", "other", "result") if u in uses)
         out[kind].append(f'{{"{o["name"]}", {{{fn}, "{needs}"}}}},')
-    return ("// Generated by tools/gen_ops.py from core/opdefs/elementwise.yaml: do not edit.\n"
-            "// The backward formulas, as initializers of elementwise_grad.cpp's tables.\n"
+    return ("// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
+            "// The backward formulas, as initializers of elementwise_grad.cpp's and reduce.cpp's tables.\n"
             "#define PF_OPDEFS_BINARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["binary"]) + "\n"
-            "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n")
+            "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n"
+            "#define PF_OPDEFS_REDUCTION_DERIVATIVES \\\n  " + " \\\n  ".join(out["reduction"]) + "\n")
 
 
 DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from {source} -->"
@@ -296,8 +335,22 @@ def ternary_rows(ops):
     return rows
 
 
+REDUCTION_DTYPE = {"accumulate": "integers and bool are cast to int64 first (or all to `dtype=`)",
+                   "floating": "floating (the input or `dtype=`; the cast happens first)",
+                   "input": "any (no `dtype=`)"}
+
+
+def reduction_rows(ops):
+    rows = ["| op | input (= output) dtypes | kernel dtypes | over an empty dim | notes |", "|---|---|---|---|---|"]
+    for o in ops:
+        empty = "never reaches the kernel: raises" if o["identity"] is None else f"{o['identity']} (the core answers)"
+        rows.append(f"| `{o['name']}` | {REDUCTION_DTYPE[o['dtype']]} | {kernel_cell(o)} | {empty} | {cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
-    rows = ternary_rows(ops) if all(o["family"] == "ternary" for o in ops) else elementwise_rows(ops)
+    rows_of = {"ternary": ternary_rows, "reduction": reduction_rows}
+    rows = rows_of.get(ops[0]["family"], elementwise_rows)(ops)
     return DOC_BEGIN.format(source=source) + "\n" + "\n".join(rows) + "\n" + DOC_END
 
 

@@ -69,7 +69,6 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"addmv", {P::Native, P::Lower}},
       {"einsum", {P::None, P::Lower}},
       // float32
-      {"prod", {P::Float32, P::Float32}},
       {"cdist", {P::Float32, P::Float32}},
       {"trace", {P::Float32, P::None}},
       {"quantile", {P::Float32, P::None}},
@@ -92,7 +91,6 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"cosine_similarity", {P::None, P::Float32}},
       {"softmax", {P::None, P::Float32}},
       {"log_softmax", {P::None, P::Float32}},
-      {"sum", {P::None, P::Float32}},
       {"cumsum", {P::None, P::Float32}},
       {"cumprod", {P::None, P::Float32}},
       // promote

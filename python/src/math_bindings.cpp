@@ -571,9 +571,6 @@ void bind_math(py::module_& m) {
   for (const char* name : {"clamp_min", "clamp_max"}) add_out_param(m, name, OutKind::SameDtypeForNumber);
   for (const char* name : {"matmul", "mm", "bmm", "addmm", "addmv", "mv", "baddbmm", "addbmm", "dot", "vdot"})
     add_out_param(m, name, OutKind::Exact);
-  for (const char* name : {"sum", "prod", "nansum"}) add_out_param(m, name, OutKind::Accumulate);
-  add_out_param(m, "mean", OutKind::Mean);
-  for (const char* name : {"amax", "amin"}) add_out_param(m, name, OutKind::SameAsInput);
 
   py::list public_names = m.attr("_public_functions");
   for (const auto& n : names) public_names.append(n);

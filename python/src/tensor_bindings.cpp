@@ -655,8 +655,7 @@ const std::string kAdd = "add", kSub = "sub", kMul = "mul", kDiv = "div", kPow =
                   kAtan2 = "atan2", kBitwiseAnd = "bitwise_and", kBitwiseOr = "bitwise_or", kBitwiseXor = "bitwise_xor",
                   kLogicalAnd = "logical_and", kLogicalOr = "logical_or", kLogicalXor = "logical_xor", kEq = "eq",
                   kNe = "ne", kLt = "lt", kLe = "le", kGt = "gt", kGe = "ge", kNeg = "neg", kAbs = "abs",
-                  kBitwiseNot = "bitwise_not", kSum = "sum", kProd = "prod", kMean = "mean", kAmax = "amax",
-                  kAmin = "amin";
+                  kBitwiseNot = "bitwise_not", kAmax = "amax", kAmin = "amin";
 
 [[noreturn]] void bad_operand(const char* op, py::handle other) {
   PF_THROW(TypeError, op, "(): argument 'other' (position 1) must be Tensor or Number, not ", type_name(other));
@@ -912,6 +911,18 @@ const std::vector<BinaryExposure> kBinaryOps = {
 #define PF_X(name, function, method, inplace, tensor_only, number_input) \
   {name, function, method, inplace, tensor_only, number_input},
     PF_OPDEFS_PY_BINARY(PF_X)
+#undef PF_X
+};
+
+// The reductions over dims (core/opdefs/reductions.yaml): torch.X and Tensor.X(dim, keepdim[, *, dtype]).
+struct ReductionExposure {
+  std::string name;
+  bool dtype_arg;     // takes dtype= (sum, prod, mean)
+  bool dim_optional;  // dim defaults to None (PyTorch's no-dim overload), else to ()
+};
+const std::vector<ReductionExposure> kReductions = {
+#define PF_X(name, dtype_arg, dim_optional) {name, dtype_arg, dim_optional},
+    PF_OPDEFS_PY_REDUCTION(PF_X)
 #undef PF_X
 };
 
@@ -1550,27 +1561,23 @@ void bind_tensor(py::module_& m) {
   }
 
   // -- reductions
-  for (const std::string* name : {&kSum, &kMean}) {
-    def_method_and_function(
-        cls, m, name->c_str(),
-        [name](const Tensor& t, py::handle dim, bool keepdim, std::optional<DType> dtype) {
-          return reduce_method(*name, t, dim, keepdim, dtype);
-        },
-        py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(), py::arg("dtype") = py::none());
-  }
-  def_method_and_function(
-      cls, m, "prod",
-      [](const Tensor& t, py::handle dim, bool keepdim, std::optional<DType> dtype) {
-        return reduce_method(kProd, t, dim, keepdim, dtype);
-      },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(), py::arg("dtype") = py::none());
-  for (const std::string* name : {&kAmax, &kAmin}) {
-    def_method_and_function(
-        cls, m, name->c_str(),
-        [name](const Tensor& t, py::handle dim, bool keepdim) {
-          return reduce_method(*name, t, dim, keepdim, std::nullopt);
-        },
-        py::arg("dim") = py::tuple(), py::arg("keepdim") = false);
+  for (const ReductionExposure& r : kReductions) {
+    const std::string* name = &r.name;
+    const py::object dim_default = r.dim_optional ? py::object(py::none()) : py::object(py::tuple());
+    if (r.dtype_arg)
+      def_method_and_function(
+          cls, m, name->c_str(),
+          [name](const Tensor& t, py::handle dim, bool keepdim, std::optional<DType> dtype) {
+            return reduce_method(*name, t, dim, keepdim, dtype);
+          },
+          py::arg("dim") = dim_default, py::arg("keepdim") = false, py::kw_only(), py::arg("dtype") = py::none());
+    else
+      def_method_and_function(
+          cls, m, name->c_str(),
+          [name](const Tensor& t, py::handle dim, bool keepdim) {
+            return reduce_method(*name, t, dim, keepdim, std::nullopt);
+          },
+          py::arg("dim") = dim_default, py::arg("keepdim") = false);
   }
   def_method_and_function(
       cls, m, "max", [](const Tensor& t, py::handle dim, bool keepdim) { return max_min(true, t, dim, keepdim); },

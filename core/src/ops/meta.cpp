@@ -110,8 +110,7 @@ const bool kCatalogRegistered = [] {
     register_op(std::string(u.name), std::string(u.signature), u.kind == UnaryKind::BoolOut ? bool_output : same_as_input);
   for (const auto& act : internal::kParamActivations)
     register_op(std::string(act.name), std::string(act.signature), same_as_input);
-  for (auto name : internal::kReduceOps)
-    register_op(std::string(name), std::string(name) + "(Tensor a, int[] dims, bool keepdim) -> Tensor", reduce_meta);
+  for (const auto& r : internal::kReductions) register_op(std::string(r.name), std::string(r.signature), reduce_meta);
   register_op("max_dim", "max_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",
               value_index_reduce_meta);
   register_op("min_dim", "min_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",

@@ -1,5 +1,6 @@
-// Core-internal: the elementwise op families, shared by the catalog (meta.cpp) and the
-// functional layer (elementwise.cpp), built from the generated definitions (opdefs.h).
+// Core-internal: the elementwise op families and the reductions over dims, shared by the catalog
+// (meta.cpp) and the functional layer (elementwise.cpp, reduce.cpp), built from the generated
+// definitions (opdefs.h).
 #pragma once
 #include <string_view>
 
@@ -51,7 +52,25 @@ inline constexpr UnaryInfo kUnaryOps[] = {PF_OPDEFS_UNARY(PF_X)};
 inline constexpr ActivationInfo kParamActivations[] = {PF_OPDEFS_ACTIVATION(PF_X)};
 #undef PF_X
 
-inline constexpr std::string_view kReduceOps[] = {"sum", "prod", "mean", "amax", "amin"};
+// The reductions over dims (core/opdefs/reductions.yaml): their dtype rule and their value
+// over an empty dim.
+enum class ReduceDtype {
+  Accumulate,  // integers and bool reduce in int64; dtype= casts first (sum, prod)
+  Floating,    // the input or dtype= must be floating (mean)
+  Input,       // the input's dtype, no dtype= (amax, amin)
+};
+enum class ReduceIdentity { None, Zero, One, NaN };  // None: reducing an empty dim raises
+
+struct ReductionInfo {
+  std::string_view name;
+  ReduceDtype dtype;
+  ReduceIdentity identity;
+  std::string_view signature;
+};
+
+#define PF_X(name, Camel, dtypes, rule, identity, sig) {name, ReduceDtype::rule, ReduceIdentity::identity, sig},
+inline constexpr ReductionInfo kReductions[] = {PF_OPDEFS_REDUCTION(PF_X)};
+#undef PF_X
 
 inline const BinaryInfo* find_binary(std::string_view name) {
   for (const auto& b : kBinaryOps)
@@ -61,6 +80,11 @@ inline const BinaryInfo* find_binary(std::string_view name) {
 inline const UnaryInfo* find_unary(std::string_view name) {
   for (const auto& u : kUnaryOps)
     if (u.name == name) return &u;
+  return nullptr;
+}
+inline const ReductionInfo* find_reduction(std::string_view name) {
+  for (const auto& r : kReductions)
+    if (r.name == name) return &r;
   return nullptr;
 }
 

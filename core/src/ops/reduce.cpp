@@ -1,8 +1,12 @@
-// Reductions: dims normalized and dtypes decided here; kernels see sorted unique dims.
+// Reductions: dims normalized and dtypes decided here; kernels see sorted unique dims. The
+// reductions over dims (sum, prod, mean, amax, amin) are defined in core/opdefs/reductions.yaml.
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include "../autograd/grad_utils.h"
+#include "op_tables.h"
+#include "opdefs_derivatives.inc"
 #include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
@@ -68,59 +72,79 @@ Tensor prod_others(const Tensor& a, int64_t dim) {
   return binary("mul", before, after);
 }
 
+// What a reduction's backward reads besides the gradient and the saved tensors. `all_dims`: the
+// user reduced everything (no dim argument).
+struct ReduceArgs {
+  Shape shape, dims;
+  bool keepdim, all_dims;
+};
+
+// ---- the backwards named by the definitions (core/opdefs/reductions.yaml, `derivative:`) -------
+
+Tensor sum_backward(const Tensor& g, const Tensor&, const Tensor&, const ReduceArgs& r) {
+  return expand_back(g, r.shape, r.dims, r.keepdim);
+}
+
+Tensor mean_backward(const Tensor& g, const Tensor&, const Tensor&, const ReduceArgs& r) {
+  int64_t n = 1;
+  for (int64_t d : r.dims) n *= r.shape[d];
+  return binary("div", expand_back(g, r.shape, r.dims, r.keepdim), Scalar(n));
+}
+
 // PyTorch's prod_backward: grad * prod / x without a zero; with zeros, the products of the
 // others (zeros everywhere for a full reduction with two zeros or more, outside double
 // backward), so a NaN or infinity elsewhere propagates exactly as in PyTorch.
-Tensor prod_backward(const Tensor& g, const Tensor& a, const Tensor& out, const Shape& dims, bool keepdim,
-                     bool all_dims) {
+Tensor prod_backward(const Tensor& g, const Tensor& a, const Tensor& out, const ReduceArgs& r) {
   if (a.dim() == 0) return g;
   const Shape& shape = a.sizes();
-  const Tensor ge = expand_back(g, shape, dims, keepdim);
+  const Tensor ge = expand_back(g, shape, r.dims, r.keepdim);
   const int64_t zeros_count = item(reduce("sum", binary("eq", a, Scalar(int64_t{0})), {}, false)).to_int();
   if (zeros_count == 0)
-    return binary("mul", ge, binary("div", expand(keepdim ? out : expand_back(out, shape, dims, false), shape), a));
-  if (all_dims) {
+    return binary("mul", ge,
+                  binary("div", expand(r.keepdim ? out : expand_back(out, shape, r.dims, false), shape), a));
+  if (r.all_dims) {
     if (zeros_count > 1 && !autograd::is_grad_enabled()) return zeros(shape, a.dtype(), a.device());
     return binary("mul", ge, reshape(prod_others(reshape(a, {-1}), 0), shape));
   }
-  return binary("mul", ge, prod_others(a, dims[0]));
+  return binary("mul", ge, prod_others(a, r.dims[0]));
 }
 
-// `all_dims`: the user reduced everything (no dim argument): PyTorch's "...Backward0" nodes.
+// amax / amin: the gradient is shared evenly by the elements equal to the extreme.
+Tensor extreme_backward(const Tensor& g, const Tensor& a, const Tensor& out, const ReduceArgs& r) {
+  const Tensor hit = autograd::mask_as(binary("eq", a, expand_back(out, r.shape, r.dims, r.keepdim)), a.dtype());
+  const Tensor count = reduce("sum", hit, r.dims, true);
+  return binary("div", autograd::mul(expand_back(g, r.shape, r.dims, r.keepdim), hit), expand(count, r.shape));
+}
+
+struct ReductionGrad {
+  Tensor (*fn)(const Tensor& g, const Tensor& self, const Tensor& result, const ReduceArgs& r);
+  const char* needs;      // subset of "ao": the input, the output (only those are saved)
+  const char* full_node;  // PyTorch's node names: reduced over every dim, over `dims`
+  const char* dims_node;
+};
+
+const std::unordered_map<std::string, ReductionGrad>& reduction_grads() {
+  static const std::unordered_map<std::string, ReductionGrad> table = {PF_OPDEFS_REDUCTION_DERIVATIVES};
+  return table;
+}
+
+bool needs(const char* list, char what) { return std::string_view(list).find(what) != std::string_view::npos; }
+
 void record_reduce(const std::string& name, const Tensor& in, const Tensor& out, const Shape& dims, bool keepdim,
                    bool all_dims) {
   if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&in})) return;
-  const Shape shape = in.sizes();
-  std::shared_ptr<autograd::FunctionNode> node;
-  if (name == "sum") {
-    node = autograd::make_node(all_dims ? "SumBackward0" : "SumBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
-      return {expand_back(g[0], shape, dims, keepdim)};
-    });
-  } else if (name == "mean") {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= shape[d];
-    node = autograd::make_node(all_dims ? "MeanBackward0" : "MeanBackward1", [=](const Tensors& g, const Tensors&) -> Tensors {
-      return {binary("div", expand_back(g[0], shape, dims, keepdim), Scalar(n))};
-    });
-  } else if (name == "prod") {
-    node = autograd::make_node(all_dims ? "ProdBackward0" : "ProdBackward1", [=](const Tensors& g, const Tensors& s) -> Tensors {
-      return {prod_backward(g[0], s[0], s[1], dims, keepdim, all_dims)};
-    });
-    node->save(in);
-    node->save_output(out, 0);
-  } else {  // amax / amin: the gradient is shared evenly by the elements equal to the extreme
-    node = autograd::make_node(name == "amax" ? "AmaxBackward0" : "AminBackward0",
-                               [=](const Tensors& g, const Tensors& s) -> Tensors {
-                                 const Tensor &a = s[0], &out = s[1];
-                                 const Tensor hit = autograd::mask_as(
-                                     binary("eq", a, expand_back(out, shape, dims, keepdim)), a.dtype());
-                                 const Tensor count = reduce("sum", hit, dims, true);
-                                 return {binary("div", autograd::mul(expand_back(g[0], shape, dims, keepdim), hit),
-                                                expand(count, shape))};
-                               });
-    node->save(in);
-    node->save_output(out, 0);
-  }
+  auto it = reduction_grads().find(name);
+  PF_CHECK_T(it != reduction_grads().end(), NotImplementedError, "the derivative for '", name,
+             "' is not implemented.");
+  const ReductionGrad& spec = it->second;
+  auto node = autograd::make_node(all_dims ? spec.full_node : spec.dims_node,
+                                  [fn = spec.fn, args = ReduceArgs{in.sizes(), dims, keepdim, all_dims}](
+                                      const Tensors& g, const Tensors& s) -> Tensors {
+                                    return {fn(g[0], s[0], s[1], args)};
+                                  });
+  node->reserve_saved(2);
+  node->save(needs(spec.needs, 'a') ? in : Tensor());
+  node->save_output(needs(spec.needs, 'o') ? out : Tensor(), 0);
   autograd::record(node, {in}, {out});
 }
 
@@ -149,8 +173,8 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
               std::optional<DType> dtype) {
   if (autocast::active() && !dtype) [[unlikely]]
     if (autocast::OpScope cast{name, {a_in}}) return reduce(name, cast[0], dims_in, keepdim, dtype);
-  PF_CHECK_T(name == "sum" || name == "prod" || name == "mean" || name == "amax" || name == "amin", ValueError,
-             "unknown reduction '", name, "'");
+  const internal::ReductionInfo* info = internal::find_reduction(name);
+  PF_CHECK_T(info != nullptr, ValueError, "unknown reduction '", name, "'");
   // A 0-d tensor reduces like a 1-element 1-d one, then drops the dim again.
   const Tensor a = a_in.dim() == 0 ? reshape(a_in, {1}) : a_in;
   if (a_in.dim() == 0) normalize_dims(a_in, dims_in);  // the dims are still checked (range, repeats)
@@ -158,22 +182,29 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
   const bool keep = a_in.dim() == 0 ? false : keepdim;
 
   DType out_dtype = dtype.value_or(a.dtype());
-  if (!dtype && (name == "sum" || name == "prod") && !is_floating(a.dtype())) out_dtype = DType::Int64;
-  if (name == "mean")
-    PF_CHECK(is_floating(out_dtype), "mean(): could not infer output dtype. ",
-             dtype ? "Optional dtype" : "Input dtype", " must be either a floating point or complex dtype. Got: ",
-             dtype_name(out_dtype));
-  if (name == "amax" || name == "amin") {
-    PF_CHECK(!dtype || *dtype == a.dtype(), name, "(): dtype is not supported");
-    PF_CHECK_T(!reduces_over_empty(a, dims), IndexError, name,
-               "(): Expected reduction dim to have non-zero size.");
+  using internal::ReduceDtype;
+  using internal::ReduceIdentity;
+  switch (info->dtype) {
+    case ReduceDtype::Accumulate:
+      if (!dtype && !is_floating(a.dtype())) out_dtype = DType::Int64;
+      break;
+    case ReduceDtype::Floating:
+      PF_CHECK(is_floating(out_dtype), name, "(): could not infer output dtype. ",
+               dtype ? "Optional dtype" : "Input dtype", " must be either a floating point or complex dtype. Got: ",
+               dtype_name(out_dtype));
+      break;
+    case ReduceDtype::Input:
+      PF_CHECK(!dtype || *dtype == a.dtype(), name, "(): dtype is not supported");
+      break;
   }
+  PF_CHECK_T(info->identity != ReduceIdentity::None || !reduces_over_empty(a, dims), IndexError, name,
+             "(): Expected reduction dim to have non-zero size.");
 
   const Shape out_shape = reduced_shape(a, dims, keep);
-  if (reduces_over_empty(a, dims)) {  // identity of the reduction (PyTorch: sum 0, prod 1, mean nan)
-    const Scalar identity = name == "sum"    ? Scalar(int64_t{0})
-                            : name == "prod" ? Scalar(int64_t{1})
-                                             : Scalar(std::numeric_limits<double>::quiet_NaN());
+  if (reduces_over_empty(a, dims)) {  // the reduction's identity (PyTorch: sum 0, prod 1, mean nan)
+    const Scalar identity = info->identity == ReduceIdentity::Zero  ? Scalar(int64_t{0})
+                            : info->identity == ReduceIdentity::One ? Scalar(int64_t{1})
+                                                                    : Scalar(std::numeric_limits<double>::quiet_NaN());
     Tensor out = full(out_shape, identity, out_dtype, a.device());
     record_reduce(name, to(a, std::nullopt, out_dtype), out, dims, keep, dims_in.empty());  // still differentiable
     return out;

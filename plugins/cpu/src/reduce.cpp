@@ -1,4 +1,4 @@
-// Reductions: sum, prod, mean, amax, amin over any set of dims, and the indexed ones
+// Reductions: those over any set of dims (core/opdefs/reductions.yaml), and the indexed ones
 // (max_dim, min_dim, argmax, argmin) over one dim; any input and output strides.
 //
 // The loops themselves (plan, inner and outer mode) live in reduce_loops.h.
@@ -17,6 +17,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 #include "reduce_loops.h"
 
 namespace plugflow::cpu {
@@ -260,8 +261,9 @@ struct ProdOp {
   }
 };
 
+// mean runs SumOp's loops (mean_kernel); MeanOp only says for which dtypes.
 template <typename T>
-struct MeanSupported {
+struct MeanOp {
   static constexpr bool supported = is_float_v<T>;
 };
 
@@ -365,8 +367,14 @@ void reduce_dims_kernel(KernelContext& ctx) {
 }
 
 void mean_kernel(KernelContext& ctx) {
-  reduce_dims<SumOp, MeanSupported>(ctx, [](auto& op) { op.mean = true; });
+  reduce_dims<SumOp, MeanOp>(ctx, [](auto& op) { op.mean = true; });
 }
+
+// A reduction's kernel: the generic one over its dims, or mean's.
+template <template <typename> class OpT>
+constexpr KernelFn kKernelOf = &reduce_dims_kernel<OpT>;
+template <>
+constexpr KernelFn kKernelOf<MeanOp> = &mean_kernel;
 
 // max_dim/min_dim (values and indices) and argmax/argmin (indices only: one output).
 template <template <typename> class OpT>
@@ -397,11 +405,11 @@ void reduce_one_dim_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_reduce_kernels(Registrar& reg) {
-  register_supported<SumOp>(reg, "sum", reduce_dims_kernel<SumOp>);
-  register_supported<ProdOp>(reg, "prod", reduce_dims_kernel<ProdOp>);
-  register_supported<MeanSupported>(reg, "mean", mean_kernel);
-  register_supported<AmaxOp>(reg, "amax", reduce_dims_kernel<AmaxOp>);
-  register_supported<AminOp>(reg, "amin", reduce_dims_kernel<AminOp>);
+  // The reductions over dims of the definitions (core/opdefs/reductions.yaml): each functor is
+  // named after its op (amax -> AmaxOp), its `supported` trait picks the dtypes.
+#define PF_X(name, Camel, dtypes, rule, identity, sig) register_supported<Camel##Op>(reg, name, kKernelOf<Camel##Op>);
+  PF_OPDEFS_REDUCTION(PF_X)
+#undef PF_X
   register_supported<MaxDimOp>(reg, "max_dim", reduce_one_dim_kernel<MaxDimOp>);
   register_supported<MinDimOp>(reg, "min_dim", reduce_one_dim_kernel<MinDimOp>);
   register_supported<MaxDimOp>(reg, "argmax", reduce_one_dim_kernel<MaxDimOp>);

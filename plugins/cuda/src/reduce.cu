@@ -1,8 +1,9 @@
-// Reductions: sum, prod, mean, amax, amin over any set of dims, and the indexed ones
+// Reductions: those over any set of dims (core/opdefs/reductions.yaml), and the indexed ones
 // (max_dim, min_dim, argmax, argmin) over one dim; any input and output strides, through
 // the shared driver of reduce.cuh.
 #include <limits>
 
+#include "opdefs.h"
 #include "reduce.cuh"
 
 namespace plugflow::cuda {
@@ -176,11 +177,12 @@ void reduce_one_dim_kernel(KernelContext& ctx) {
 
 std::vector<KernelDef> reduce_kernels() {
   return {
-      {"sum", supported_dtypes<AllTypes>(), &reduce_dims_kernel<SumRed, AllTypes>},
-      {"prod", supported_dtypes<AllTypes>(), &reduce_dims_kernel<ProdRed, AllTypes>},
-      {"mean", supported_dtypes<FloatTypes>(), &reduce_dims_kernel<MeanRed, FloatTypes>},
-      {"amax", supported_dtypes<AllTypes>(), &reduce_dims_kernel<AmaxRed, AllTypes>},
-      {"amin", supported_dtypes<AllTypes>(), &reduce_dims_kernel<AminRed, AllTypes>},
+  // The reductions over dims of the definitions (core/opdefs/reductions.yaml): each functor is
+  // named after its op (amax -> AmaxRed), registered for the definition's `kernels` dtypes.
+#define PF_X(name, Camel, dtypes, rule, identity, sig) \
+  {name, supported_dtypes<dtypes##Types>(), &reduce_dims_kernel<Camel##Red, dtypes##Types>},
+      PF_OPDEFS_REDUCTION(PF_X)
+#undef PF_X
       {"max_dim", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<MaxDimRed>},
       {"min_dim", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<MinDimRed>},
       {"argmax", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<ArgmaxRed>},
