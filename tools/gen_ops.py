@@ -5,8 +5,8 @@
     gen_ops.py DEFS.yaml... --docs docs/kernels.md [--check]       (the generated docs sections)
 
 The header holds X-macro lists (PF_OPDEFS_*) of all the definition files that the core, the
-in-tree plugins and the Python bindings expand; the .inc holds the elementwise backward
-formulas, compiled inside core/src/ops/elementwise_grad.cpp. Nothing generated is committed
+in-tree plugins and the Python bindings expand; the .inc holds the backward tables, compiled
+inside core/src/ops/elementwise_grad.cpp (formulas) and reduce.cpp (named functions). Nothing generated is committed
 except the docs sections (one per definition file), which a test keeps equal to what this
 script writes.
 """
@@ -106,13 +106,17 @@ def normalize(e, seen):
     if kdt not in KERNEL_DTYPES:
         fail("kernels: say which dtypes the kernels cover (all, numeric, float, integral)")
     custom_kernel = bool(kernels.get("custom", family == "activation"))
+    if custom_kernel and family in ("ternary", "reduction"):
+        fail("kernels: the in-tree plugins register every ternary op and reduction from its definition")
 
-    if family == "reduction" and "attrs" in e:
-        fail(f"attrs: a reduction's are {REDUCTION_ATTRS}")
-    attrs = e.get("attrs", REDUCTION_ATTRS if family == "reduction" else {})
+    attrs = e.get("attrs", {})
     for a, t in attrs.items():
-        if t not in ATTR_TYPES and family != "reduction":
+        if t not in ATTR_TYPES:
             fail(f"attribute {a}: type {t} is not one of {sorted(ATTR_TYPES)}")
+    if family == "reduction":
+        if attrs:
+            fail(f"attrs: a reduction's are {REDUCTION_ATTRS}")
+        attrs = REDUCTION_ATTRS
 
     default_python = {"ternary": "custom", "reduction": ["function", "method"]}
     python = e.get("python", default_python.get(family, ["function", "method", "inplace"]))
@@ -164,9 +168,10 @@ def normalize(e, seen):
             fail(f"derivative: give a formula for each input {INPUTS[family]}")
     seen.add(name)
     seen.update(aliases)
-    return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel, attrs=attrs,
-                python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp, derivative=deriv,
-                bool_out=bool_out, identity=identity, dim_optional=dim_optional, doc=e.get("doc", ""))
+    return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel,
+                attrs=attrs, python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp,
+                derivative=deriv, bool_out=bool_out, identity=identity, dim_optional=dim_optional,
+                doc=e.get("doc", ""))
 
 
 def signature(op):
@@ -344,7 +349,8 @@ def reduction_rows(ops):
     rows = ["| op | input (= output) dtypes | kernel dtypes | over an empty dim | notes |", "|---|---|---|---|---|"]
     for o in ops:
         empty = "never reaches the kernel: raises" if o["identity"] is None else f"{o['identity']} (the core answers)"
-        rows.append(f"| `{o['name']}` | {REDUCTION_DTYPE[o['dtype']]} | {kernel_cell(o)} | {empty} | {cell(o['doc'])} |")
+        rows.append(f"| `{o['name']}` | {REDUCTION_DTYPE[o['dtype']]} | {kernel_cell(o)} | {empty} | "
+                    f"{cell(o['doc'])} |")
     return rows
 
 

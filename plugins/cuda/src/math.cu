@@ -91,8 +91,9 @@ KernelDef def(const char* name) {
 
 // The ops of the definitions (core/opdefs/math.yaml): each descriptor is named after its op
 // (lerp -> LerpDesc) and covers the dtypes the definition declares.
-#define PF_X(name, Camel, dtypes, sig) \
-  static_assert(std::is_base_of_v<dtypes##Types, Camel##Desc>, name ": the descriptor's dtypes differ from math.yaml's");
+#define PF_X(name, Camel, dtypes, sig)                         \
+  static_assert(std::is_base_of_v<dtypes##Types, Camel##Desc>, \
+                name ": the descriptor's dtypes differ from math.yaml's");
 PF_OPDEFS_TERNARY(PF_X)
 #undef PF_X
 
