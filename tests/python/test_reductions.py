@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, make_pair, pf_dtype, random_dims, random_shape, torch_dtype
+from helpers import assert_matches, from_torch, make_pair, pf_dtype, random_dims, random_shape, torch_dtype
 
 SEEDS = range(8)
 
@@ -112,3 +112,49 @@ def test_reduction_errors():
 def test_empty_sum_is_zero():
     assert_matches(pf.zeros(0, 3).sum(0), torch.zeros(0, 3).sum(0))
     assert pf.zeros(0).sum().item() == 0.0
+
+
+def nan_pair(rng, shape, dtype):
+    """Values in [-2, 2) with about a third NaN, as a plugflow and a torch tensor."""
+    data = np.where(rng.random(shape) < 0.3, np.nan, rng.uniform(-2, 2, size=shape))
+    t = torch.from_numpy(np.ascontiguousarray(data)).to(torch_dtype(dtype))
+    return from_torch(t), t
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_nansum_skips_nan(seed, dtype):
+    rng = np.random.default_rng(seed)
+    a, ta = nan_pair(rng, random_shape(rng, max_dims=4, max_size=5), dtype)
+    dims = random_dims(rng, a.dim())
+    dim_args = () if dims is None else (dims,)
+    for keepdim in (False, True):
+        expected = torch.nansum(ta, *dim_args, keepdim=keepdim)
+        assert_matches(pf.nansum(a, *dim_args, keepdim=keepdim), expected)
+        assert_matches(a.nansum(*dim_args, keepdim=keepdim), expected)
+    if a.dim() >= 2:  # a non-contiguous input
+        assert_matches(a.transpose(0, -1).nansum(0), ta.transpose(0, -1).nansum(0))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "int32", "int64"])
+def test_nansum_of_integers_is_int64(dtype):
+    a, ta = make_pair(np.random.default_rng(0), (3, 4), dtype, low=-3, high=4)
+    assert_matches(a.nansum(), ta.nansum())
+    assert_matches(a.nansum(1, keepdim=True), ta.nansum(1, keepdim=True))
+    assert_matches(a.nansum(0, dtype=pf.float64), ta.nansum(0, dtype=torch.float64))
+
+
+def test_nansum_empty_out_and_backward():
+    assert_matches(pf.zeros(0, 3).nansum(0), torch.zeros(0, 3).nansum(0))
+    a, ta = nan_pair(np.random.default_rng(1), (3, 4), "float64")
+    out, tout = pf.empty(0, dtype=pf.float64), torch.empty(0, dtype=torch.float64)
+    assert pf.nansum(a, out=out) is out
+    assert_matches(out, torch.nansum(ta, out=tout))
+    a.requires_grad_(True)
+    ta.requires_grad_(True)
+    g = pf.nansum(a, 1)
+    tg = torch.nansum(ta, 1)
+    assert g.grad_fn.name() == tg.grad_fn.name()
+    g.backward(pf.ones(3, dtype=pf.float64) * 2)
+    tg.backward(torch.ones(3, dtype=torch.float64) * 2)
+    assert_matches(a.grad, ta.grad)

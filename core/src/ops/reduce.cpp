@@ -85,6 +85,12 @@ Tensor sum_backward(const Tensor& g, const Tensor&, const Tensor&, const ReduceA
   return expand_back(g, r.shape, r.dims, r.keepdim);
 }
 
+// The gradient skips the NaN inputs (PyTorch's grad * self.isnan().logical_not()).
+Tensor nansum_backward(const Tensor& g, const Tensor& a, const Tensor&, const ReduceArgs& r) {
+  const Tensor counted = autograd::mask_as(unary("logical_not", unary("isnan", a)), g.dtype());
+  return binary("mul", expand_back(g, r.shape, r.dims, r.keepdim), counted);
+}
+
 Tensor mean_backward(const Tensor& g, const Tensor&, const Tensor&, const ReduceArgs& r) {
   int64_t n = 1;
   for (int64_t d : r.dims) n *= r.shape[d];

@@ -223,6 +223,23 @@ struct SumOp {
   }
 };
 
+// nansum: sum's accumulation with NaN counted as zero.
+template <typename T>
+struct NansumOp {
+  static constexpr bool supported = true;
+  static constexpr bool indexed = false;
+  using acc_t = sum_acc_t<T>;
+  acc_t identity() const { return acc_t(0); }
+  acc_t step(acc_t a, T x, int64_t) const {
+    const acc_t v = to_acc<T, acc_t>(x);
+    if constexpr (std::is_floating_point_v<acc_t>)
+      if (std::isnan(v)) return a;
+    return a + v;
+  }
+  acc_t merge(acc_t a, acc_t b) const { return a + b; }
+  void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<T*>(outs[0]) = from_acc<T>(a); }
+};
+
 // Integer products wrap (as PyTorch's); floating ones keep an exact zero sticky: the partial
 // products of the reordered (vectorized, parallel) reduction can overflow to inf where the
 // sequential product would not, and inf * 0 = NaN, while the exact product of finite numbers

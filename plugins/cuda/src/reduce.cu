@@ -20,6 +20,19 @@ struct SumRed {
   PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<D*>(out0) = from_acc<D>(a); }
 };
 
+// nansum: sum's accumulation with NaN counted as zero.
+template <typename D>
+struct NansumRed {
+  using acc_t = sum_acc_t<D>;
+  PF_DEVICE acc_t identity() const { return acc_t(0); }
+  PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
+    const acc_t v = to_acc<D, acc_t>(x);
+    return v != v ? a : a + v;  // (false for integers)
+  }
+  PF_DEVICE acc_t merge(acc_t a, acc_t b) const { return a + b; }
+  PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<D*>(out0) = from_acc<D>(a); }
+};
+
 // Integer products wrap; floating ones keep an exact zero sticky, as the CPU plugin's ProdOp
 // (a reordered product can overflow to inf, and inf * 0 = NaN, where the exact product of
 // finite factors with a zero is a zero signed by the parity of negative factors).
