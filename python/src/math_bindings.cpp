@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -103,10 +104,14 @@ void write_out(const std::string& fn, const Tensor& out, const Tensor& result, O
 
 // The out= path: the original computes, the result is written into out, and out (the same
 // Python object) is returned.
-py::cpp_function out_path(py::object orig, std::string fn, OutKind kind) {
+py::cpp_function out_path(py::object orig, std::string fn, OutKind kind, bool needs_dim) {
   return py::cpp_function(
-      [orig, fn, kind](py::args args, py::kwargs kwargs) -> py::object {
+      [orig, fn, kind, needs_dim](py::args args, py::kwargs kwargs) -> py::object {
         py::object out = kwargs["out"];
+        // sum/prod/mean: PyTorch's no-dim overload X(input, *, dtype) has no out=
+        if (needs_dim && args.size() < 2 && (!kwargs.contains("dim") || kwargs["dim"].is_none()))
+          PF_THROW(TypeError, fn, "() received an invalid combination of arguments - got out= without dim (",
+                   fn, "(input, *, dtype=None) takes no out=; ", fn, "(input, dim, keepdim=False, *, dtype=None, out=None) does)");
         py::dict rest = py::reinterpret_steal<py::dict>(PyDict_Copy(kwargs.ptr()));
         PyDict_DelItemString(rest.ptr(), "out");
         const Tensor* out_t = as_tensor(out);
@@ -150,8 +155,17 @@ PyObject* out_dispatch(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
 // Rebinds m.<name> so that it accepts PyTorch's `out=`.
 void add_out_param(py::module_& m, const char* name, OutKind kind) {
   if (!py::hasattr(m, name)) return;
+  // The reductions with PyTorch's no-dim overload (core/opdefs/reductions.yaml, dim_optional).
+  static const std::set<std::string> kDimOptional = [] {
+    std::set<std::string> names;
+#define PF_X(op, dtype_arg, dim_optional) \
+  if (dim_optional) names.insert(op);
+    PF_OPDEFS_PY_REDUCTION(PF_X)
+#undef PF_X
+    return names;
+  }();
   py::object orig = m.attr(name);
-  py::object slow = out_path(orig, name, kind);
+  py::object slow = out_path(orig, name, kind, kDimOptional.count(name) > 0);
   py::tuple data = py::make_tuple(orig, slow);
   // The method table entry must outlive the function: one per wrapped name, kept forever.
   auto* def = new PyMethodDef{};

@@ -60,11 +60,11 @@ def test_declared_forms_match_torch(op):
 def test_out_forms_match_torch(op):
     """out= where declared (both write into it); elsewhere both refuse the argument."""
     for name in names(op):
-        def run(lib):
-            args = inputs(lib, op)
-            if op["dim_optional"]:
-                args.append(0)  # PyTorch's out= is the dim overload's (sum(t, out=o) is a TypeError there)
-            out = lib.empty(0, dtype=lib.bool if op["bool_out"] else args[0].dtype)
-            res = getattr(lib, name)(*args, out=out)
-            return res is out, out
-        assert_same_outcome(run)
+        # With a no-dim overload, PyTorch's out= is the dim overload's: sum(t, out=o) is a TypeError.
+        for with_dim in (False, True) if op["dim_optional"] else (False,):
+            def run(lib):
+                args = inputs(lib, op) + ([0] if with_dim else [])
+                out = lib.empty(0, dtype=lib.bool if op["bool_out"] else args[0].dtype)
+                res = getattr(lib, name)(*args, out=out)
+                return res is out, out
+            assert_same_outcome(run)
