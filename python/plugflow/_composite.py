@@ -884,6 +884,25 @@ def diagonal(input, offset=0, dim1=0, dim2=1):
                             [stride[d1] + stride[d2]], input.storage_offset() + start)
 
 
+def _unfold_method(self, dimension, size, step):
+    """Tensor.unfold: the slices of `size` elements along `dimension`, `step` apart, as a new last
+    dim of that size (a view; windows may overlap, and the gradient then accumulates)."""
+    nd = self.dim()
+    d = _wrap_dim(dimension, builtins.max(nd, 1), False)
+    length = self.shape[d] if nd else 1
+    if size < 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
+    if size > length:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {length} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    sizes, strides = list(self.shape), list(self.stride())
+    if nd == 0:
+        return self.as_strided([size], [1], self.storage_offset())
+    sizes[d], strides[d] = (length - size) // step + 1, strides[d] * step
+    return self.as_strided(sizes + [size], strides + [self.stride()[d]], self.storage_offset())
+
+
 def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     """Tensor whose dim1 x dim2 planes have input's last dim on their offset diagonal."""
     _check_tensor(input, "diag_embed")
@@ -1089,7 +1108,8 @@ def _install():
                "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
                "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "heaviside_": _heaviside_, "logaddexp": logaddexp,
-               "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size}
+               "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size,
+               "unfold": _unfold_method}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)

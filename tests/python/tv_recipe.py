@@ -56,7 +56,17 @@ FAST = {
 # The rest, opt-in (PLUGFLOW_SLOW_TESTS=1): the larger variants, inception_v3 with its auxiliary
 # head (which needs 299 x 299), and vgg11 (vgg11_bn, in FAST, holds every layer it has; each
 # takes minutes, mostly in their 100M-parameter classifier).
-SLOW = {name: (FAST.get(name, (32, {}))[0], {}) for name in models.list_models(module=models)
+# Each runs at its family's FAST size (the smallest at which that family's last batch norms see
+# more than one value per channel; at 32 x 32 resnet50's gradients are rounding noise).
+
+
+def family(name):
+    """'resnet' for resnet18 and resnet152, 'efficientnet' for efficientnet_b0 and _v2_m."""
+    return name.split("_")[0].rstrip("0123456789")
+
+
+FAMILY_SIZE = {family(name): size for name, (size, _) in FAST.items() if isinstance(size, int)}
+SLOW = {name: (FAMILY_SIZE.get(family(name), 64), {}) for name in models.list_models(module=models)
         if name not in FAST or name == "inception_v3"}
 SLOW.update({"inception_v3": (299, {}), "vit_b_16": (64, {"image_size": 64}), "vit_l_16": (64, {"image_size": 64}),
              "vit_l_32": (64, {"image_size": 64}), "vit_h_14": (56, {"image_size": 56})})

@@ -11,7 +11,7 @@ import math
 import operator
 import warnings
 
-from .. import _C
+from .. import _C, _creation
 from ..amp.autocast_mode import _autocast_op
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
     "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices",
     "interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "grid_sample", "affine_grid",
+    "unfold", "fold",
 ]
 
 
@@ -454,3 +455,89 @@ def affine_grid(theta, size, align_corners=None):
     elif min(size) <= 0:
         raise ValueError(f"Expected non-zero, positive output size. Got {size}")
     return _C.affine_grid_generator(theta, [operator.index(s) for s in size], align_corners)
+
+
+# ---- sliding blocks (im2col / col2im) ------------------------------------------------------------
+
+def _block_geometry(fn, kernel_size, dilation, padding, stride):
+    kernel, dil, pad, step = (_ints(v, 2, name) for v, name in ((kernel_size, "kernel_size"), (dilation, "dilation"),
+                                                                (padding, "padding"), (stride, "stride")))
+    for values, what, low in ((kernel, "kernel size", 1), (dil, "dilation", 1), (step, "stride", 1), (pad, "padding", 0)):
+        if len(values) != 2:
+            raise RuntimeError(f"{fn}: {what} must have 2 elements, got {len(values)}")
+        if min(values) < low:
+            raise RuntimeError(f"{fn}: {what} should be {'greater than zero' if low else 'non-negative'}, "
+                               f"but got {what}: {tuple(values)}")
+    return kernel, dil, pad, step
+
+
+def _block_counts(fn, size, kernel, dil, pad, step):
+    counts = [(size[i] + 2 * pad[i] - (dil[i] * (kernel[i] - 1) + 1)) // step[i] + 1 for i in range(2)]
+    if min(counts) < 1:
+        raise RuntimeError(f"{fn}: given input with spatial size {tuple(size)}, kernel_size {tuple(kernel)}, "
+                           f"dilation {tuple(dil)}, padding {tuple(pad)}, stride {tuple(step)}, calculated shape of "
+                           f"the array of sliding blocks as {tuple(counts)}, but its components must be at least one.")
+    return counts
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """Sliding local blocks (im2col): (N, C*kh*kw, L) from (N, C, H, W), or unbatched (C, H, W);
+    rows run over channels, then kernel rows, then kernel columns, columns over blocks in
+    row-major order, as PyTorch's. Built from views (pad, two Tensor.unfold windows, dilation
+    as a step) and one copy; differentiable (overlapping blocks accumulate their gradients)."""
+    kernel, dil, pad, step = _block_geometry("unfold", kernel_size, dilation, padding, stride)
+    if input.dim() < 3:  # PyTorch's im2col reads the spatial sizes before it checks the rank
+        nd = input.dim()
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {nd})"
+                         if nd else "Dimension specified as 1 but tensor has no dimensions")
+    if input.dim() not in (3, 4) or (input.dim() == 4 and 0 in input.shape[1:]) or (
+            input.dim() == 3 and 0 in input.shape):
+        raise RuntimeError("Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, "
+                           f"but got: {list(input.shape)}")
+    x = input if input.dim() == 4 else input.unsqueeze(0)
+    n, c, h, w = x.shape
+    oh, ow = _block_counts("unfold", (h, w), kernel, dil, pad, step)
+    if pad[0] or pad[1]:
+        x = _C.constant_pad_nd(x, [pad[1], pad[1], pad[0], pad[0]], 0.0)
+    spans = [dil[i] * (kernel[i] - 1) + 1 for i in range(2)]
+    blocks = x.unfold(2, spans[0], step[0]).unfold(3, spans[1], step[1])[..., ::dil[0], ::dil[1]]
+    cols = blocks.permute(0, 1, 4, 5, 2, 3).reshape(n, c * kernel[0] * kernel[1], oh * ow)
+    return cols if input.dim() == 4 else cols.squeeze(0)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """Sums sliding local blocks into an image (col2im), the adjoint of unfold: (N, C*kh*kw, L)
+    or unbatched (C*kh*kw, L) into (N, C, H, W) / (C, H, W). One index_add of every block
+    element into the padded image, then the padding cropped; differentiable."""
+    kernel, dil, pad, step = _block_geometry("fold", kernel_size, dilation, padding, stride)
+    size = _ints(output_size, 2, "output_size")
+    if len(size) != 2:
+        raise RuntimeError(f"fold: output_size must have 2 elements, got {len(size)}")
+    if input.dim() not in (2, 3) or (input.dim() == 3 and 0 in input.shape[1:]) or (
+            input.dim() == 2 and 0 in input.shape):
+        raise RuntimeError("Expected 2D or 3D (batch mode) tensor with optional 0 dim batch size for input, "
+                           f"but got: {list(input.shape)}")
+    x = input if input.dim() == 3 else input.unsqueeze(0)
+    n, rows, length = x.shape
+    per_channel = kernel[0] * kernel[1]
+    if rows % per_channel:
+        raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the product of kernel_size, "
+                           f"but got input.size(1)={rows} and kernel_size={tuple(kernel)}")
+    oh, ow = _block_counts("fold", size, kernel, dil, pad, step)
+    if length != oh * ow:
+        raise RuntimeError(f"Given output_size={tuple(size)}, kernel_size={tuple(kernel)}, dilation={tuple(dil)}, "
+                           f"padding={tuple(pad)}, stride={tuple(step)}, expected size of input's dimension 2 to "
+                           f"match the calculated number of sliding blocks {oh} * {ow} = {oh * ow}, but got "
+                           f"input.size(2)={length}.")
+    c = rows // per_channel
+    hp, wp = size[0] + 2 * pad[0], size[1] + 2 * pad[1]
+    # Flat position in the padded image of kernel tap (ki, kj) of block (bi, bj), in input order.
+    ki = _creation.arange(kernel[0], dtype=_C.int64).reshape(-1, 1, 1, 1) * dil[0]
+    kj = _creation.arange(kernel[1], dtype=_C.int64).reshape(1, -1, 1, 1) * dil[1]
+    bi = _creation.arange(oh, dtype=_C.int64).reshape(1, 1, -1, 1) * step[0]
+    bj = _creation.arange(ow, dtype=_C.int64).reshape(1, 1, 1, -1) * step[1]
+    index = ((ki + bi) * wp + (kj + bj)).reshape(-1).to(x.device)
+    image = _creation.zeros((n, c, hp * wp), dtype=x.dtype, device=x.device)
+    image = image.index_add(2, index, x.reshape(n, c, per_channel * length))
+    image = image.reshape(n, c, hp, wp)[:, :, pad[0]:pad[0] + size[0], pad[1]:pad[1] + size[1]]
+    return image if input.dim() == 3 else image.squeeze(0)
