@@ -19,7 +19,7 @@ __all__ = [
     "take_along_dim", "count_nonzero", "nan_to_num", "nan_to_num_", "finfo", "iinfo", "bernoulli", "normal",
     "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "mode", "bincount", "searchsorted", "bucketize",
     "histc", "diff", "cdist", "cross", "diagonal", "diag_embed", "trace", "tril_indices", "triu_indices", "rot90",
-    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill",
+    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill", "float_power",
 ]
 
 _FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
@@ -1035,6 +1035,43 @@ class _Logaddexp(_Function):
         return grad_input, grad_other
 
 
+def _float_power_operands(input, exponent):
+    """input and exponent as float_power computes them: tensors in float64, numbers as floats
+    (plugflow has no complex dtype, so PyTorch's complex128 case cannot arise)."""
+    if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        raise TypeError(f"float_power() received an invalid combination of arguments - got "
+                        f"({type(input).__name__}, {type(exponent).__name__}), but expected one of: "
+                        "(Tensor input, Tensor exponent), (Number self, Tensor exponent), (Tensor input, Number exponent)")
+
+    def double(x, name):
+        if isinstance(x, Tensor):
+            return x.to(_C.float64)
+        if isinstance(x, (builtins.bool, int, float)):
+            return float(x)
+        raise TypeError(f"float_power(): argument '{name}' must be Tensor or Number, not {type(x).__name__}")
+    return double(input, "input"), double(exponent, "exponent")
+
+
+def float_power(input, exponent, *, out=None):
+    """input ** exponent computed in float64 whatever the operands' dtypes (PyTorch's: pow of the
+    operands cast to double; the gradient flows back through the casts)."""
+    base, exp = _float_power_operands(input, exponent)
+    if out is None:
+        return _C.pow(base, exp)
+    if isinstance(out, Tensor) and out.dtype != _C.float64:
+        raise RuntimeError(f"the output given to float_power has dtype {_type_name(out.dtype)} but the "
+                           "operation's result requires dtype Double")
+    return _C.pow(base, exp, out=out)
+
+
+def _float_power_(self, exponent):
+    """float_power in place: self must already be float64 (PyTorch's rule)."""
+    if self.dtype != _C.float64:
+        raise RuntimeError(f"the base given to float_power_ has dtype {_type_name(self.dtype)} but the "
+                           "operation's result requires dtype Double")
+    return self.pow_(_float_power_operands(self, exponent)[1])
+
+
 # ---------------------------------------------------------------- out=
 
 def _with_out(fn):
@@ -1089,7 +1126,8 @@ def _install():
                "kthvalue": kthvalue, "mode": mode, "bincount": bincount, "histc": histc, "diff": diff,
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
                "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "heaviside_": _heaviside_, "logaddexp": logaddexp,
-               "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size}
+               "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size,
+               "float_power": float_power, "float_power_": _float_power_}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)

@@ -1416,6 +1416,13 @@ void bind_tensor(py::module_& m) {
       const auto f = [n](const Tensor& self, const Tensor& other) { return ops::binary(*n, self, other); };
       if (op.method) cls.def(name, f, py::arg("other"));
       if (op.function) def_function(m, name, f, py::arg("input"), py::arg("other"));
+      if (op.inplace)
+        cls.def((op.name + "_").c_str(),
+                [n](py::object self, const Tensor& other) {
+                  ops::binary_(*n, tensor_ref(self), other);
+                  return self;
+                },
+                py::arg("other"));
       continue;
     }
     const auto f = [n](const Tensor& self, py::handle other) { return binary_method(*n, self, other); };
@@ -1777,6 +1784,16 @@ void bind_tensor(py::module_& m) {
   def_function(m, "initial_seed", [] { return ops::initial_seed(); });
   bind_generator(m);
 
+  // torch.special's functions stay on _C for plugflow.special, out of plugflow's top level.
+  std::vector<std::string> special_functions = {
+#define PF_X(name) name,
+      PF_OPDEFS_PY_SPECIAL(PF_X)
+#undef PF_X
+  };
+  std::erase_if(public_functions(), [&](const std::string& name) {
+    return std::find(special_functions.begin(), special_functions.end(), name) != special_functions.end();
+  });
+  m.attr("_special_functions") = special_functions;
   m.attr("_public_functions") = public_functions();
 }
 
