@@ -92,9 +92,10 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None):
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")
     if m < 0:
         raise RuntimeError(f"m must be greater or equal to 0, got {m}")
-    rows = _creation.arange(n, device=device).unsqueeze(1)
-    cols = _creation.arange(m, device=device).unsqueeze(0)
-    result = (rows == cols).to(dtype or _creation.get_default_dtype())
+    # The result first, then its diagonal: no work in n or m before the (n, m) allocation, and
+    # eye(2**40, 0) is empty, as PyTorch's.
+    result = _creation.zeros(n, m, dtype=dtype or _creation.get_default_dtype(), device=device)
+    result.diagonal().fill_(1)
     return _creation._finish(result, requires_grad)
 
 
@@ -103,18 +104,9 @@ def diag(input, diagonal=0):
     _check_tensor(input, "diag")
     k = diagonal
     if input.dim() == 1:
-        n = input.shape[0]
-        mask = _creation.arange(n, device=input.device)
-        mask = mask.unsqueeze(1) == mask.unsqueeze(0)
-        square = _C.where(mask, input.unsqueeze(0).expand(n, n), _creation.zeros((), dtype=input.dtype,
-                                                                                 device=input.device))
-        if k == 0:
-            return square
-        a = builtins.abs(k)
-        side = _creation.zeros(n, a, dtype=input.dtype, device=input.device)
-        wide = _C.cat([side, square] if k > 0 else [square, side], 1)
-        band = _creation.zeros(a, n + a, dtype=input.dtype, device=input.device)
-        return _C.cat([wide, band] if k > 0 else [band, wide], 0)
+        # diag_embed allocates the (n + |k|)^2 result before any work: a vector too long for it
+        # fails at once (a comparison mask of n^2 elements first took minutes at n = 2**16)
+        return diag_embed(input, k)
     if input.dim() == 2:
         r, c = input.shape
         if k >= 0:
@@ -1046,6 +1038,8 @@ def _float_power_operands(input, exponent):
     def double(x, name):
         if isinstance(x, Tensor):
             return x.to(_C.float64)
+        if isinstance(x, int) and not isinstance(x, builtins.bool) and not -2**63 <= x < 2**63:
+            raise RuntimeError("Overflow when unpacking long")  # PyTorch's argument parser
         if isinstance(x, (builtins.bool, int, float)):
             return float(x)
         raise TypeError(f"float_power(): argument '{name}' must be Tensor or Number, not {type(x).__name__}")

@@ -1546,20 +1546,28 @@ void bind_tensor(py::module_& m) {
   for (const Alias& a : kGenericAliases)
     for (const BinaryExposure& op : kBinaryOps)
       if (op.number_input && op.name == a.op) number_input_functions.push_back(a.alias);
+  // Ops whose integer operands promote to float32 (the definitions' `dtype: float`).
+  std::vector<std::string> float_ops;
+#define PF_X(name, kind, integral_only, float_only, signature) \
+  if (float_only) float_ops.push_back(name);
+  PF_OPDEFS_BINARY(PF_X)
+#undef PF_X
   for (const std::string& name : number_input_functions) {
     py::object tensor_input_form = m.attr(name.c_str());
     const bool division = name == "div" || name == "divide" || name == "true_divide";
+    const bool float_op = std::find(float_ops.begin(), float_ops.end(), name) != float_ops.end();
     m.def(
         name.c_str(),
-        [tensor_input_form, division](py::handle input, const Tensor& other, const py::kwargs& kwargs) {
+        [tensor_input_form, division, float_op](py::handle input, const Tensor& other, const py::kwargs& kwargs) {
           Scalar s;
           if (!to_scalar(input, s))
             PF_THROW(TypeError, "argument 'input' (position 1) must be Tensor or Number, not ", type_name(input));
           // A bool stays a bool tensor, so sub(True, t) raises as PyTorch's does; a true
-          // division computes in float32 when both are integers (2**40 / int32 is not 0).
+          // division and the float ops compute in float32 when both are integers (2**40 / int32
+          // is not 0, xlogy(-1, uint8) is not xlogy(255, ...)).
           DType dt = s.is_bool() ? DType::Bool : ops::result_type(other, s);
           const bool true_division = division && (!kwargs.contains("rounding_mode") || kwargs["rounding_mode"].is_none());
-          if (true_division && !s.is_bool() && !is_floating(dt)) dt = DType::Float32;
+          if ((true_division || float_op) && !s.is_bool() && !is_floating(dt)) dt = DType::Float32;
           const Tensor wrapped = s.is_bool() ? ops::scalar_tensor(s, dt, other.device())
                                              : ops::wrapped_scalar_tensor(s, dt, other.device());
           return tensor_input_form(wrapped, other, **kwargs);

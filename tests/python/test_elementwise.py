@@ -212,6 +212,8 @@ def test_float_power_forms():
                lambda lib: lib.tensor([1.5, 2.0], dtype=lib.float64).float_power_(-1),
                lambda lib: lib.tensor([1.5, 2.0]).float_power_(2),
                lambda lib: lib.float_power(2, 3),
+               lambda lib: lib.float_power(lib.tensor([1.5]), -2**63 - 1),
+               lambda lib: lib.float_power(2**63, lib.tensor([1.5])),
                lambda lib: lib.float_power(lib.tensor([1.5]), "x")):
         assert_same_outcome(fn)
 
