@@ -30,7 +30,7 @@ DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ter
 KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
 DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
-PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input"}
+PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input", "special"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber",
              "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput"}
 IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
@@ -130,10 +130,12 @@ def normalize(e, seen):
         fail(f"python: unknown exposure {sorted(python - PY_TOKENS)}")
     if "nn_functional" in python and python & {"function", "method"}:
         fail("python: nn_functional ops are not torch functions or Tensor methods")
-    if "tensor_only" in python and (family != "binary" or "inplace" in python):
-        fail("python: tensor_only is for binary ops without an in-place form")
+    if "tensor_only" in python and family != "binary":
+        fail("python: tensor_only is for binary ops")
     if "number_input" in python and (family != "binary" or "function" not in python or "tensor_only" in python):
         fail("python: number_input is for binary torch functions taking a number operand")
+    if "special" in python and ("function" not in python or "method" in python):
+        fail("python: special is for functions without a Tensor method (torch.special's)")
     bool_out = dtype in ("bool", "compare", "logical")
 
     out = e.get("out")
@@ -249,6 +251,8 @@ def header(ops):
               [[q(o["name"])] + [cbool(t in o["python"])
                                  for t in ("function", "method", "inplace", "tensor_only", "number_input")]
                for o in py_binary]),
+        macro("PF_OPDEFS_PY_SPECIAL", "X(name): functions of torch.special (plugflow.special), not of torch",
+              [[q(o["name"])] for o in ops if "special" in o["python"]]),
         macro("PF_OPDEFS_PY_ALIASES", "X(alias, op, bound_generically): other Python names of an op",
               [[q(a), q(o["name"]), cbool(not o["custom_python"])] for o in ops for a in o["aliases"]]),
         macro("PF_OPDEFS_PY_OUT", "X(name, OutKind): functions taking out= (aliases included)",

@@ -91,7 +91,7 @@ from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .c
 from . import amp, cpu  # noqa: E402,F401  (plugflow.amp, plugflow.cpu.amp; plugflow.cuda.amp loads on first use)
 from .amp import autocast  # noqa: E402,F401
 from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
-from . import linalg, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.version.cuda)
+from . import linalg, special, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.special.xlog1py, torch.version.cuda)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)

@@ -19,7 +19,7 @@ __all__ = [
     "take_along_dim", "count_nonzero", "nan_to_num", "nan_to_num_", "finfo", "iinfo", "bernoulli", "normal",
     "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "mode", "bincount", "searchsorted", "bucketize",
     "histc", "diff", "cdist", "cross", "diagonal", "diag_embed", "trace", "tril_indices", "triu_indices", "rot90",
-    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill",
+    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill", "float_power",
 ]
 
 _FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
@@ -92,9 +92,10 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, out=None):
         raise RuntimeError(f"n must be greater or equal to 0, got {n}")
     if m < 0:
         raise RuntimeError(f"m must be greater or equal to 0, got {m}")
-    rows = _creation.arange(n, device=device).unsqueeze(1)
-    cols = _creation.arange(m, device=device).unsqueeze(0)
-    result = (rows == cols).to(dtype or _creation.get_default_dtype())
+    # The result first, then its diagonal: no work in n or m before the (n, m) allocation, and
+    # eye(2**40, 0) is empty, as PyTorch's.
+    result = _creation.zeros(n, m, dtype=dtype or _creation.get_default_dtype(), device=device)
+    result.diagonal().fill_(1)
     return _creation._finish(result, requires_grad)
 
 
@@ -103,18 +104,9 @@ def diag(input, diagonal=0):
     _check_tensor(input, "diag")
     k = diagonal
     if input.dim() == 1:
-        n = input.shape[0]
-        mask = _creation.arange(n, device=input.device)
-        mask = mask.unsqueeze(1) == mask.unsqueeze(0)
-        square = _C.where(mask, input.unsqueeze(0).expand(n, n), _creation.zeros((), dtype=input.dtype,
-                                                                                 device=input.device))
-        if k == 0:
-            return square
-        a = builtins.abs(k)
-        side = _creation.zeros(n, a, dtype=input.dtype, device=input.device)
-        wide = _C.cat([side, square] if k > 0 else [square, side], 1)
-        band = _creation.zeros(a, n + a, dtype=input.dtype, device=input.device)
-        return _C.cat([wide, band] if k > 0 else [band, wide], 0)
+        # diag_embed allocates the (n + |k|)^2 result before any work: a vector too long for it
+        # fails at once (a comparison mask of n^2 elements first took minutes at n = 2**16)
+        return diag_embed(input, k)
     if input.dim() == 2:
         r, c = input.shape
         if k >= 0:
@@ -1054,6 +1046,45 @@ class _Logaddexp(_Function):
         return grad_input, grad_other
 
 
+def _float_power_operands(input, exponent):
+    """input and exponent as float_power computes them: tensors in float64, numbers as floats
+    (plugflow has no complex dtype, so PyTorch's complex128 case cannot arise)."""
+    if not isinstance(input, Tensor) and not isinstance(exponent, Tensor):
+        raise TypeError(f"float_power() received an invalid combination of arguments - got "
+                        f"({type(input).__name__}, {type(exponent).__name__}), but expected one of: "
+                        "(Tensor input, Tensor exponent), (Number self, Tensor exponent), (Tensor input, Number exponent)")
+
+    def double(x, name):
+        if isinstance(x, Tensor):
+            return x.to(_C.float64)
+        if isinstance(x, int) and not isinstance(x, builtins.bool) and not -2**63 <= x < 2**63:
+            raise RuntimeError("Overflow when unpacking long")  # PyTorch's argument parser
+        if isinstance(x, (builtins.bool, int, float)):
+            return float(x)
+        raise TypeError(f"float_power(): argument '{name}' must be Tensor or Number, not {type(x).__name__}")
+    return double(input, "input"), double(exponent, "exponent")
+
+
+def float_power(input, exponent, *, out=None):
+    """input ** exponent computed in float64 whatever the operands' dtypes (PyTorch's: pow of the
+    operands cast to double; the gradient flows back through the casts)."""
+    base, exp = _float_power_operands(input, exponent)
+    if out is None:
+        return _C.pow(base, exp)
+    if isinstance(out, Tensor) and out.dtype != _C.float64:
+        raise RuntimeError(f"the output given to float_power has dtype {_type_name(out.dtype)} but the "
+                           "operation's result requires dtype Double")
+    return _C.pow(base, exp, out=out)
+
+
+def _float_power_(self, exponent):
+    """float_power in place: self must already be float64 (PyTorch's rule)."""
+    if self.dtype != _C.float64:
+        raise RuntimeError(f"the base given to float_power_ has dtype {_type_name(self.dtype)} but the "
+                           "operation's result requires dtype Double")
+    return self.pow_(_float_power_operands(self, exponent)[1])
+
+
 # ---------------------------------------------------------------- out=
 
 def _with_out(fn):
@@ -1109,7 +1140,7 @@ def _install():
                "cross": cross, "diagonal": diagonal, "diag_embed": diag_embed, "trace": trace, "rot90": rot90,
                "multinomial": multinomial, "aminmax": aminmax, "heaviside": heaviside, "heaviside_": _heaviside_, "logaddexp": logaddexp,
                "index_fill": index_fill, "index_fill_": index_fill_, "sum_to_size": sum_to_size,
-               "unfold": _unfold_method}
+               "unfold": _unfold_method, "float_power": float_power, "float_power_": _float_power_}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)

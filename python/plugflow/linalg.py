@@ -1,8 +1,12 @@
-"""plugflow.linalg (torch.linalg): the solvers plugflow has so far: lstsq."""
+"""plugflow.linalg (torch.linalg): the solvers plugflow has so far: lstsq, and LinAlgError."""
 
 from . import _C, return_types
 
-__all__ = ["lstsq"]
+__all__ = ["lstsq", "LinAlgError"]
+
+# PyTorch's torch.linalg.LinAlgError (a RuntimeError): raised where an input matrix is singular
+# or the algorithm does not converge (lstsq's 'gels' on a rank-deficient matrix, ...).
+LinAlgError = _C._LinAlgError
 
 
 def lstsq(A, B, rcond=None, *, driver=None):
@@ -14,7 +18,8 @@ def lstsq(A, B, rcond=None, *, driver=None):
     singular_values), filled as PyTorch fills them for the driver: residuals (squared residual norms,
     (*, k)) only when m > n, the driver is not 'gelsy' and (SVD drivers) every A has full rank; rank
     for all drivers but 'gels'; singular_values for 'gelsd' and 'gelss'; unfilled fields are empty.
-    The solution is differentiable in A and B.
+    The solution is differentiable in A and B. 'gels' on a matrix without full rank, or an SVD
+    driver that does not converge, raises LinAlgError naming the failing batch element.
     """
     if rcond is not None:
         rcond = float(rcond)

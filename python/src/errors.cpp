@@ -6,6 +6,8 @@
 //   plugflow::TypeError           -> TypeError
 //   plugflow::NotImplementedError -> NotImplementedError
 //   plugflow::TimeoutError        -> TimeoutError
+//   plugflow::LinAlgError         -> plugflow.linalg.LinAlgError (a RuntimeError; singular or
+//                                    non-converging input of a linalg op, PyTorch's class)
 //   plugflow::ConfigError         -> plugflow.ConfigError (a RuntimeError)
 //   plugflow::PluginError         -> plugflow.PluginError (a RuntimeError)
 //   plugflow::graph::CaptureError -> plugflow.GraphCaptureError (a RuntimeError; also plugflow.nn's)
@@ -20,6 +22,7 @@
 
 #include "bindings.h"
 #include "plugflow/error.h"
+#include "plugflow/linalg_error.h"
 #include "plugflow/graph.h"
 
 namespace py = pybind11;
@@ -32,13 +35,18 @@ namespace {
 PyObject* g_config_error = nullptr;
 PyObject* g_plugin_error = nullptr;
 PyObject* g_capture_error = nullptr;
+PyObject* g_linalg_error = nullptr;
+
+// A RuntimeError subclass named qualified_name, bound on m as attribute.
+PyObject* new_exception(py::module_& m, const char* attribute, const std::string& qualified_name, const char* doc) {
+  PyObject* cls = PyErr_NewExceptionWithDoc(qualified_name.c_str(), doc, PyExc_RuntimeError, nullptr);
+  if (cls == nullptr) throw py::error_already_set();
+  m.add_object(attribute, py::handle(cls));  // the module takes its own reference
+  return cls;
+}
 
 PyObject* new_exception(py::module_& m, const char* name, const char* doc) {
-  const std::string qualified = std::string("plugflow.") + name;
-  PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, PyExc_RuntimeError, nullptr);
-  if (cls == nullptr) throw py::error_already_set();
-  m.add_object(name, py::handle(cls));  // the module takes its own reference
-  return cls;
+  return new_exception(m, name, std::string("plugflow.") + name, doc);
 }
 
 }  // namespace
@@ -59,6 +67,10 @@ void bind_errors(py::module_& m) {
                     "nn.Graph could not capture build(): it reads tensor values on the host (.item(), printing,\n"
                     "Python control flow on a tensor), has a data-dependent shape, or writes into an input.\n"
                     "The message names the line of build(). Subclass of RuntimeError.");
+
+  g_linalg_error = new_exception(m, "_LinAlgError", "plugflow.linalg.LinAlgError",
+                                 "A linalg op's input is singular, not positive-definite, or made the algorithm fail\n"
+                                 "to converge (PyTorch's torch.linalg.LinAlgError). Subclass of RuntimeError.");
 
   // Most derived first: every plugflow error derives from plugflow::Error. Exceptions that are
   // not plugflow's propagate to pybind11's own translators (std::bad_alloc -> MemoryError, ...).
@@ -81,6 +93,8 @@ void bind_errors(py::module_& m) {
       PyErr_SetString(PyExc_NotImplementedError, e.what());
     } catch (const TimeoutError& e) {
       PyErr_SetString(PyExc_TimeoutError, e.what());
+    } catch (const LinAlgError& e) {
+      PyErr_SetString(g_linalg_error, e.what());
     } catch (const Error& e) {  // DeviceError and plain Error
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }

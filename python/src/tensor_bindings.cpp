@@ -1416,6 +1416,13 @@ void bind_tensor(py::module_& m) {
       const auto f = [n](const Tensor& self, const Tensor& other) { return ops::binary(*n, self, other); };
       if (op.method) cls.def(name, f, py::arg("other"));
       if (op.function) def_function(m, name, f, py::arg("input"), py::arg("other"));
+      if (op.inplace)
+        cls.def((op.name + "_").c_str(),
+                [n](py::object self, const Tensor& other) {
+                  ops::binary_(*n, tensor_ref(self), other);
+                  return self;
+                },
+                py::arg("other"));
       continue;
     }
     const auto f = [n](const Tensor& self, py::handle other) { return binary_method(*n, self, other); };
@@ -1539,20 +1546,28 @@ void bind_tensor(py::module_& m) {
   for (const Alias& a : kGenericAliases)
     for (const BinaryExposure& op : kBinaryOps)
       if (op.number_input && op.name == a.op) number_input_functions.push_back(a.alias);
+  // Ops whose integer operands promote to float32 (the definitions' `dtype: float`).
+  std::vector<std::string> float_ops;
+#define PF_X(name, kind, integral_only, float_only, signature) \
+  if (float_only) float_ops.push_back(name);
+  PF_OPDEFS_BINARY(PF_X)
+#undef PF_X
   for (const std::string& name : number_input_functions) {
     py::object tensor_input_form = m.attr(name.c_str());
     const bool division = name == "div" || name == "divide" || name == "true_divide";
+    const bool float_op = std::find(float_ops.begin(), float_ops.end(), name) != float_ops.end();
     m.def(
         name.c_str(),
-        [tensor_input_form, division](py::handle input, const Tensor& other, const py::kwargs& kwargs) {
+        [tensor_input_form, division, float_op](py::handle input, const Tensor& other, const py::kwargs& kwargs) {
           Scalar s;
           if (!to_scalar(input, s))
             PF_THROW(TypeError, "argument 'input' (position 1) must be Tensor or Number, not ", type_name(input));
           // A bool stays a bool tensor, so sub(True, t) raises as PyTorch's does; a true
-          // division computes in float32 when both are integers (2**40 / int32 is not 0).
+          // division and the float ops compute in float32 when both are integers (2**40 / int32
+          // is not 0, xlogy(-1, uint8) is not xlogy(255, ...)).
           DType dt = s.is_bool() ? DType::Bool : ops::result_type(other, s);
           const bool true_division = division && (!kwargs.contains("rounding_mode") || kwargs["rounding_mode"].is_none());
-          if (true_division && !s.is_bool() && !is_floating(dt)) dt = DType::Float32;
+          if ((true_division || float_op) && !s.is_bool() && !is_floating(dt)) dt = DType::Float32;
           const Tensor wrapped = s.is_bool() ? ops::scalar_tensor(s, dt, other.device())
                                              : ops::wrapped_scalar_tensor(s, dt, other.device());
           return tensor_input_form(wrapped, other, **kwargs);
@@ -1777,6 +1792,16 @@ void bind_tensor(py::module_& m) {
   def_function(m, "initial_seed", [] { return ops::initial_seed(); });
   bind_generator(m);
 
+  // torch.special's functions stay on _C for plugflow.special, out of plugflow's top level.
+  std::vector<std::string> special_functions = {
+#define PF_X(name) name,
+      PF_OPDEFS_PY_SPECIAL(PF_X)
+#undef PF_X
+  };
+  std::erase_if(public_functions(), [&](const std::string& name) {
+    return std::find(special_functions.begin(), special_functions.end(), name) != special_functions.end();
+  });
+  m.attr("_special_functions") = special_functions;
   m.attr("_public_functions") = public_functions();
 }
 

@@ -843,10 +843,10 @@ def _torch_atan2_reciprocal(call, t, p):
     return isinstance(by_division, Done) and not _compare_done(call, by_division, p)
 
 
-# fmod / remainder / floor_divide as functions, methods and operators (div with
+# fmod / remainder / floor_divide as functions, methods (in place too) and operators (div with
 # rounding_mode='floor' too), by a number or by t1.
 VECTORIZED_DIVISION = re.compile(r"lib\.(?P<f1>fmod|remainder|floor_divide)\(t0, (?P<d1>[^,()]+)\)"
-                                 r"|t0\.(?P<f2>fmod|remainder|floor_divide)\((?P<d2>[^,()]+)\)"
+                                 r"|t0\.(?P<f2>fmod|remainder|floor_divide)_?\((?P<d2>[^,()]+)\)"
                                  r"|t0 (?P<op>%|//) (?P<d3>[^,()]+)"
                                  r"|(?:lib\.(?P<f3>div|divide)\(t0, |t0\.(?P<f4>div|divide)\()(?P<d4>[^,()]+), "
                                  r"rounding_mode='floor'\)")

@@ -112,7 +112,11 @@ def unary(g):
 
 BINARY = ("add sub mul div true_divide floor_divide remainder fmod pow atan2 maximum minimum eq ne lt le gt ge "
           "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor heaviside logaddexp subtract "
-          "multiply divide").split()
+          "multiply divide xlogy hypot float_power special.xlogy special.xlog1py").split()
+# torch.special's functions: no Tensor method or in-place form.
+SPECIAL_BINARY = {"special.xlogy", "special.xlog1py"}
+# Functions without an operator that take a number as their first operand (torch.xlogy(2, t)).
+NUMBER_INPUT = {"xlogy", "float_power", "special.xlogy", "special.xlog1py"}
 OPERATORS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floor_divide": "//", "remainder": "%", "pow": "**",
              "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<",
              "le": "<=", "gt": ">", "ge": ">="}
@@ -120,7 +124,7 @@ NO_INPLACE_BINARY = {"maximum", "minimum", "logaddexp"}
 # plugflow's composite ops take out= only of the result's shape and dtype (no resize or cast).
 NO_OUT_BINARY = {"logaddexp", "heaviside"}
 NO_SCALAR_OTHER = {"atan2", "maximum", "minimum", "logaddexp", "heaviside", "logical_and", "logical_or",
-                   "logical_xor"}
+                   "logical_xor", "hypot"}
 
 
 def other_operand(g, x, name, writable_self=False):
@@ -149,15 +153,18 @@ def binary(g):
     name = g.choice(BINARY)
     forms = ["fn", "fn", "method", "operator", "reflected"] + ([] if name in NO_OUT_BINARY else ["out"]) + \
         ([] if name in NO_INPLACE_BINARY else ["inplace", "inplace_operator"])
+    if name in SPECIAL_BINARY:
+        forms = ["fn", "fn", "reflected", "out"]
     form = g.choice(forms)
-    if form in ("operator", "reflected", "inplace_operator") and name not in OPERATORS:
+    if form in ("operator", "inplace_operator") and name not in OPERATORS or \
+            form == "reflected" and name not in OPERATORS and name not in NUMBER_INPUT:
         form = "fn"
     x = g.tensor(writable=form.startswith("inplace"), grad=maybe_grad(g, not form.startswith("inplace")))
     extra = binary_extra(g, name)
     if form == "reflected":
         s = g.scalar()
-        if name == "pow" and g.p(0.5):
-            return f"lib.pow({lit(s)}, {x})"
+        if name == "pow" and g.p(0.5) or name not in OPERATORS:
+            return f"lib.{name}({lit(s)}, {x})"
         return f"{lit(s)} {OPERATORS[name]} {x}"
     y = other_operand(g, x, name, writable_self=form.startswith("inplace"))
     if form == "fn":

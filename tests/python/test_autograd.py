@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, check_double_backward, from_torch, random_pair
+from helpers import assert_matches, check_double_backward, from_torch, random_pair, seeded_rng
 
 SEEDS = range(4)
 
@@ -143,7 +143,7 @@ BINARY = {  # name -> (a's range, b's range)
     "add": ((-3, 3), (-3, 3)), "sub": ((-3, 3), (-3, 3)), "mul": ((-3, 3), (-3, 3)), "div": ((-3, 3), (0.5, 3)),
     "pow": ((0.3, 3), (-2, 2)), "maximum": ((-3, 3), (-3, 3)), "minimum": ((-3, 3), (-3, 3)),
     "atan2": ((-3, 3), (-3, 3)), "remainder": ((-5, 5), (0.7, 2)), "fmod": ((-5, 5), (0.7, 2)),
-    "copysign": ((-3, 3), (-3, 3)),
+    "copysign": ((-3, 3), (-3, 3)), "xlogy": ((-3, 3), (0.3, 3)), "hypot": ((-3, 3), (-3, 3)),
 }
 
 
@@ -1254,16 +1254,48 @@ def test_binary_grads_at_special_values_match_torch():
         ("div", [1.0, 0.0, -1.0], [0.0, 0.0, 2.0]),
         ("atan2", [0.0, 1.0, 0.0], [0.0, 0.0, -1.0]),
         ("copysign", [0.0, -0.0, 2.0, -3.0, nan], [-1.0, 1.0, -0.0, nan, 1.0]),
+        # xlogy, xlog1py: d/dx is 0 where x is 0 unless y is NaN; d/dy = x / y (0 / 0 is NaN)
+        ("xlogy", [0.0, 0.0, 0.0, 0.0, 2.0, -1.0, 0.0, 3.0], [0.0, nan, -1.0, inf, 0.0, -2.0, 2.0, inf]),
+        ("xlog1py", [0.0, 0.0, 0.0, 0.0, 2.0, -1.0, 0.0, 3.0], [-1.0, nan, -2.0, inf, -1.0, -0.5, 2.0, inf]),
+        ("hypot", [0.0, 3.0, inf, nan, -0.0], [0.0, -4.0, 1.0, 1.0, 2.0]),
+        ("float_power", [0.0, 0.0, -2.0, 2.0, 0.0], [2.0, 0.0, 0.5, 0.0, -1.0]),
     ]
     for op, da, db in cases:
         a = pf.tensor(da, dtype=pf.float64, requires_grad=True)
         b = pf.tensor(db, dtype=pf.float64, requires_grad=True)
         ta = torch.tensor(da, dtype=torch.float64, requires_grad=True)
         tb = torch.tensor(db, dtype=torch.float64, requires_grad=True)
-        getattr(pf, op)(a, b).sum().backward()
-        getattr(torch, op)(ta, tb).sum().backward()
+        fn = (lambda lib: lib.special.xlog1py) if op == "xlog1py" else (lambda lib: getattr(lib, op))
+        fn(pf)(a, b).sum().backward()
+        fn(torch)(ta, tb).sum().backward()
         assert_grad(a.grad, ta.grad)
         assert_grad(b.grad, tb.grad)
+
+
+@pytest.mark.parametrize("op", ["xlogy", "xlog1py", "hypot", "float_power"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_new_binary_grads_on_fresh_values(op, dtype):
+    """Gradients of xlogy, special.xlog1py, hypot and float_power on fresh random values (zeros
+    in x, y in and out of log's domain, broadcasting, a strided operand) and with a number on
+    either side. float_power computes in float64 and its gradients come back in the input's
+    dtype."""
+    rng = seeded_rng()
+    fn = {"xlog1py": lambda lib: lib.special.xlog1py}.get(op, lambda lib: getattr(lib, op))
+    sa, sb = broadcast_shapes(rng)
+    a, ta = leaves(rng, sa, -3, 3, dtype=dtype)
+    b, tb = leaves(rng, sb, -0.9 if op == "xlog1py" else 0.2, 3, dtype=dtype, layout="strided")
+    with pf.no_grad(), torch.no_grad():
+        zero = torch.from_numpy(np.asarray(rng.random(sa) < 0.3))
+        ta.masked_fill_(zero, 0.0)
+        a.masked_fill_(from_torch(zero), 0.0)
+    check(rng, lambda x, y: fn(pf)(x, y), lambda x, y: fn(torch)(x, y), [a, b], [ta, tb], dtype)
+    if op == "hypot":
+        return  # no number forms
+    n = float(rng.uniform(0.5, 2))
+    for la, lt in ((lambda x: fn(pf)(x, n), lambda x: fn(torch)(x, n)),
+                   (lambda x: fn(pf)(n, x), lambda x: fn(torch)(n, x))):
+        a.grad = ta.grad = b.grad = tb.grad = None
+        check(rng, la, lt, [b], [tb], dtype)
 
 
 def test_inplace_into_overlapping_memory_raises_like_torch():

@@ -298,3 +298,9 @@ def test_a_size_is_required(fn):
 def test_randint_bounds_must_fit_the_dtype(code):
     # Found by the fuzzer: PyTorch refuses a from or to - 1 outside the dtype's range.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+def test_eye_with_a_zero_dimension_is_empty_whatever_the_other():
+    """eye(2**40, 0) and eye(0, 2**40): empty, as PyTorch's (no work in the other size first)."""
+    for n, m in ((2**40, 0), (0, 2**40), (0, 0), (3, 0)):
+        assert tuple(pf.eye(n, m).shape) == tuple(torch.eye(n, m).shape)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, assert_same_outcome, from_torch, make_pair, random_shape, to_torch
+from helpers import assert_matches, assert_same_outcome, from_torch, make_pair, random_shape, seeded_rng, to_torch
 
 SEEDS = range(6)
 
@@ -41,7 +41,7 @@ def layouts(rng, pf_t, torch_t):
         yield "strided", view, torch_t
 
 
-ARITH = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow", "copysign"]
+ARITH = ["add", "sub", "mul", "div", "maximum", "minimum", "atan2", "pow", "copysign", "xlogy", "hypot"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"]
 
 
@@ -93,6 +93,128 @@ def test_copysign_dtypes_numbers_and_forms():
                lambda lib: lib.copysign(lib.tensor([1.5, -2.0]), -1, out=lib.empty(2, dtype=lib.float64)),
                lambda lib: lib.copysign(lib.tensor([1.5, -2.0]), -1, out=lib.empty(2, dtype=lib.int32)),
                lambda lib: lib.copysign(lib.tensor([1.5, -2.0]), lib.tensor([1.0, 2.0, 3.0]))):
+        assert_same_outcome(fn)
+
+
+# ---- xlogy, special.xlog1py, hypot, float_power -------------------------------------------------
+
+def _special_fn(lib, name):
+    return lib.special.xlog1py if name == "xlog1py" else getattr(lib, name)
+
+
+def _special_values_with_random(rng, n=6):
+    """SPECIALS (zeros of both signs, infinities, NaNs, a subnormal, a huge value), small
+    negatives and values in (-1, 0) where log1p is finite, plus fresh random ones."""
+    return SPECIALS + [-1.0, -0.5, 1.0] + [float(v) for v in rng.uniform(-4, 4, size=n)]
+
+
+@pytest.mark.parametrize("op", ["xlogy", "xlog1py", "hypot"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_xlogy_xlog1py_hypot_on_every_pair_of_special_values(op, dtype):
+    """Every pair of special and random values: xlogy's and xlog1py's 0 where x is 0 (unless y is
+    NaN), NaN for y NaN, -inf and NaN at log's edges; hypot's infinities beating NaN. PyTorch's
+    CPU hypot has no float16 kernel: plugflow's is compared with PyTorch's float32 result rounded."""
+    rng = seeded_rng()
+    values = torch.tensor(_special_values_with_random(rng), dtype=getattr(torch, dtype))
+    a, b = values[:, None], values[None, :]
+    fn = _special_fn(torch, op)
+    expected = fn(a.float(), b.float()).half() if (op, dtype) == ("hypot", "float16") else fn(a, b)
+    got = _special_fn(pf, op)(from_torch(a), from_torch(b))
+    assert_matches(got, expected)
+
+
+@pytest.mark.parametrize("op", ["xlogy", "xlog1py", "hypot"])
+def test_xlogy_xlog1py_hypot_broadcast_and_layouts(op):
+    """Random broadcast shapes, each operand contiguous, transposed or a strided view, fresh values
+    including zeros (xlogy's special case) and negatives."""
+    rng = seeded_rng()
+    for _ in range(4):
+        sa, sb = broadcast_shapes(rng)
+        a, ta = make_pair(rng, sa, "float64", low=-3, high=3)
+        b, tb = make_pair(rng, sb, "float64", low=-3, high=3)
+        ta = torch.from_numpy(np.where(rng.random(sa) < 0.3, 0.0, ta.numpy()))
+        a = from_torch(ta)
+        expected = _special_fn(torch, op)(ta, tb)
+        for _, pa, _ in layouts(rng, a, ta):
+            for _, pb, _ in layouts(rng, b, tb):
+                assert_matches(_special_fn(pf, op)(pa, pb), expected)
+
+
+def test_xlogy_xlog1py_hypot_dtypes_numbers_and_forms():
+    """Integer and bool operands promote to float32 (hypot refuses them, as PyTorch's), a number
+    on either side of xlogy and xlog1py (never of hypot), the in-place forms, out= casting rules,
+    torch.special.xlogy, and the forms PyTorch lacks (Tensor.xlog1py, torch.xlog1py)."""
+    for fn in (lambda lib: lib.xlogy(lib.tensor([0, 2, 3]), lib.tensor([4, 0, 5])),
+               lambda lib: lib.xlogy(lib.tensor([True, False]), lib.tensor([True, True])),
+               lambda lib: lib.xlogy(2, lib.tensor([0.0, 1.5, -1.0])),
+               lambda lib: lib.xlogy(2, lib.tensor([0, 1, 3])),
+               lambda lib: lib.xlogy(True, lib.tensor([1, 3])),
+               lambda lib: lib.xlogy(2.5, lib.tensor([1, 3], dtype=lib.int8)),
+               lambda lib: lib.xlogy(lib.tensor([0.0, 1.5]), 0),
+               lambda lib: lib.xlogy(lib.tensor([1, 2]), 2.5),
+               lambda lib: lib.xlogy(lib.tensor([1.0, 2.0], dtype=lib.float16), 3),
+               lambda lib: lib.xlogy(lib.tensor([1.0, 2.0]), lib.tensor(3.0, dtype=lib.float64)),
+               lambda lib: lib.xlogy(lib.tensor([1, 2]), lib.tensor(3.0, dtype=lib.float64)),
+               lambda lib: lib.xlogy(2, 3),
+               lambda lib: lib.tensor([1.0, 0.0]).xlogy(2),
+               lambda lib: lib.tensor([1.0, 0.0]).xlogy_(lib.tensor([2.0, 0.0], dtype=lib.float64)),
+               lambda lib: lib.tensor([1, 0]).xlogy_(2.0),  # float result into int64: RuntimeError
+               lambda lib: lib.xlogy(lib.tensor([1, 2]), 2, out=lib.empty(2, dtype=lib.float64)),
+               lambda lib: lib.xlogy(lib.tensor([1.0, 2.0]), 2, out=lib.empty(2, dtype=lib.int64)),
+               lambda lib: lib.xlogy(lib.tensor([1.0, 2.0]), lib.tensor([1.0, 2.0, 3.0])),
+               lambda lib: lib.special.xlogy(3, lib.tensor([0.5, 2.0])),
+               lambda lib: lib.special.xlogy(lib.tensor([0.5, 2.0]), 3, out=lib.empty(2)),
+               lambda lib: lib.special.xlog1py(lib.tensor([0, 2]), lib.tensor([-1, 3])),
+               lambda lib: lib.special.xlog1py(2, lib.tensor([-0.5, 3.0])),
+               lambda lib: lib.special.xlog1py(lib.tensor([0.5, 0.0]), -1),
+               lambda lib: lib.special.xlog1py(lib.tensor([0.5, 2.0]), 3, out=lib.empty(2, dtype=lib.float64)),
+               lambda lib: lib.special.xlog1py(lib.tensor([0.5, 2.0]), 3, out=lib.empty(2, dtype=lib.int32)),
+               lambda lib: hasattr(lib, "xlog1py") or hasattr(lib.Tensor, "xlog1py"),
+               lambda lib: lib.hypot(lib.tensor([3.0, -4.0]), lib.tensor([4, 3])),
+               lambda lib: lib.hypot(lib.tensor([3.0, 4.0]), 2.0),
+               lambda lib: lib.hypot(2.0, lib.tensor([3.0, 4.0])),
+               lambda lib: lib.hypot(lib.tensor([3.0]), lib.tensor([[1.0], [2.0]], dtype=lib.float64)),
+               lambda lib: lib.tensor([3.0, -4.0]).hypot(lib.tensor([4.0, 3.0], dtype=lib.bfloat16)),
+               lambda lib: lib.tensor([3.0, -4.0]).hypot_(lib.tensor([4.0, 3.0], dtype=lib.float64)),
+               lambda lib: lib.tensor([3.0, -4.0]).hypot_(2.0),
+               lambda lib: lib.hypot(lib.tensor([3.0]), lib.tensor([4.0]), out=lib.empty(1, dtype=lib.float64)),
+               lambda lib: lib.hypot(lib.tensor([3.0]), lib.tensor([4.0]), out=lib.empty(1, dtype=lib.int64))):
+        assert_same_outcome(fn)
+    # No integer kernel: PyTorch's RuntimeError, plugflow's NotImplementedError (a RuntimeError).
+    for lib in (torch, pf):
+        with pytest.raises(RuntimeError, match="hypot"):
+            lib.hypot(lib.tensor([3, 4]), lib.tensor([4, 3]))
+
+
+@pytest.mark.parametrize("base_dtype", ["bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"])
+def test_float_power_is_pow_in_float64(base_dtype):
+    """float_power's result is float64 whatever the dtypes (PyTorch 1.13; plugflow has no complex
+    dtype), on fresh random values with negative bases, zeros and fractional exponents (NaN)."""
+    rng = seeded_rng()
+    a, ta = make_pair(rng, (3, 4), base_dtype, low=-4, high=4)
+    e, te = make_pair(rng, (4,), "float32", low=-3, high=3)
+    n = float(rng.uniform(-3, 3))
+    for fn in (lambda lib, x, y: lib.float_power(x, y), lambda lib, x, y: x.float_power(y),
+               lambda lib, x, y: lib.float_power(x, n), lambda lib, x, y: lib.float_power(x, 2),
+               lambda lib, x, y: lib.float_power(n, y), lambda lib, x, y: lib.float_power(x, True),
+               lambda lib, x, y: lib.float_power(x.transpose(0, 1), y[:3]),
+               lambda lib, x, y: lib.float_power(x[:, ::2], y[::2])):
+        assert_matches(fn(pf, a, e), fn(torch, ta, te))
+
+
+def test_float_power_forms():
+    """out= must be float64, the in-place form needs a float64 self (PyTorch's errors), two numbers
+    are refused."""
+    for fn in (lambda lib: lib.float_power(lib.tensor([1.5, 2.0]), 2, out=lib.empty(2, dtype=lib.float64)),
+               lambda lib: lib.float_power(lib.tensor([1.5, 2.0]), 2, out=lib.empty(2)),
+               lambda lib: lib.float_power(lib.tensor([1.5, 2.0], dtype=lib.float64), lib.tensor([2, 3])),
+               lambda lib: lib.tensor([1.5, 2.0], dtype=lib.float64).float_power_(lib.tensor([0.5, 3.0])),
+               lambda lib: lib.tensor([1.5, 2.0], dtype=lib.float64).float_power_(-1),
+               lambda lib: lib.tensor([1.5, 2.0]).float_power_(2),
+               lambda lib: lib.float_power(2, 3),
+               lambda lib: lib.float_power(lib.tensor([1.5]), -2**63 - 1),
+               lambda lib: lib.float_power(2**63, lib.tensor([1.5])),
+               lambda lib: lib.float_power(lib.tensor([1.5]), "x")):
         assert_same_outcome(fn)
 
 

@@ -40,6 +40,8 @@ HUGE_SIZE_CASES = [
     "lib.linspace(0, 1, 2**62)",
     "lib.eye(2**62)",
     "lib.eye(2**40, 2**40)",
+    "lib.eye(2**40)",
+    "lib.diag(lib.ones(2**20))",
     "lib.randperm(2**62)",
     "F.one_hot(lib.tensor([1]), 2**62)",
     "lib.bincount(lib.tensor([1]), minlength=2**62)",
@@ -212,6 +214,10 @@ SCALAR_CASES = [
     "lib.zeros(2, dtype=lib.uint8).add(lib.zeros(2, dtype=lib.uint8), alpha=-1)",
     "lib.zeros(2, dtype=lib.int8).addcmul(lib.zeros(2, dtype=lib.int8), lib.zeros(2, dtype=lib.int8), value=1000)",
     "lib.zeros(2).addcdiv(lib.ones(2), lib.ones(2), value=1e40)",
+    # float16 / bfloat16 kernels hold value as a float: 3.4e38 fits (the product is inf), 1e39 not
+    "lib.ones(2, dtype=lib.bfloat16).addcmul(lib.ones(2, dtype=lib.bfloat16), lib.ones(2), value=3.4e38)",
+    "lib.ones(2, dtype=lib.bfloat16).addcdiv_(lib.ones(2, dtype=lib.bfloat16), lib.ones(2, dtype=lib.bfloat16), value=3.4e38)",
+    "lib.ones(2, dtype=lib.bfloat16).addcmul(lib.ones(2, dtype=lib.bfloat16), lib.ones(2, dtype=lib.bfloat16), value=1e39)",
     "F.pad(lib.zeros(2, dtype=lib.uint8), (1, 1), value=300)",
     "F.pad(lib.zeros(2), (1, 1), value=1e40)",
     "F.threshold(lib.zeros(2, dtype=lib.int8), 1000, 2)",
@@ -237,6 +243,11 @@ SCALAR_CASES = [
     "lib.tensor([1, 4], dtype=lib.int8) / 1000",
     "lib.tensor([1, 4], dtype=lib.uint8) ** -1.5",
     "lib.atan2(lib.tensor([1, 4], dtype=lib.uint8), lib.tensor(-1))",
+    # a number input of a float op (xlogy) converts to float, not to the tensor's uint8
+    "lib.xlogy(-1, lib.tensor([0, 1, 4], dtype=lib.uint8))",
+    "lib.special.xlog1py(-1, lib.tensor([0, 1, 4], dtype=lib.uint8))",
+    "lib.xlogy(lib.tensor([0, 1, 4], dtype=lib.uint8), -1)",
+    "lib.xlogy(300, lib.tensor([0, 1, 4], dtype=lib.int8))",
 ]
 
 

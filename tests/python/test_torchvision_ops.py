@@ -549,6 +549,33 @@ def test_lstsq_ill_conditioned_and_rank_deficient(cond):
             assert got.residuals.numel() == want.residuals.numel() == 0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lstsq_gels_without_full_rank_raises_linalg_error(dtype):
+    """'gels' on a matrix with an exactly zero column (tall) or row (wide) at a random place of a
+    random batch: PyTorch's LinAlgError (a RuntimeError) and message, which names the batch
+    element only when there are several; the rank-revealing drivers solve the same system.
+    (At least 2 rows and columns: LAPACK's gels returns X = 0 for an all-zero matrix.)"""
+    rng = seeded_rng()
+    assert issubclass(pf.linalg.LinAlgError, RuntimeError)
+    for batch in [(), (1,), (3,), (2, 2)]:
+        m, n = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+        a = rng.standard_normal(batch + (m, n)).astype(dtype)
+        b = rng.standard_normal(batch + (m, 2)).astype(dtype)
+        flat = a.reshape(-1, m, n)
+        element = int(rng.integers(0, flat.shape[0]))
+        if m >= n:
+            flat[element, :, rng.integers(0, n)] = 0
+        else:
+            flat[element, rng.integers(0, m), :] = 0
+        with pytest.raises(torch.linalg.LinAlgError) as want:
+            torch.linalg.lstsq(torch.from_numpy(a), torch.from_numpy(b), driver="gels")
+        with pytest.raises(pf.linalg.LinAlgError) as got:
+            pf.linalg.lstsq(pf.from_numpy(a), pf.from_numpy(b), driver="gels")
+        assert str(got.value) == str(want.value)
+        for driver in ("gelsy", "gelsd", "gelss"):
+            pf.linalg.lstsq(pf.from_numpy(a), pf.from_numpy(b), driver=driver)
+
+
 def test_lstsq_bad_input_raises():
     with pytest.raises(RuntimeError, match="input must have at least 2 dimensions"):
         pf.linalg.lstsq(pf.zeros(3), pf.zeros(3))

@@ -13,6 +13,7 @@
 #include "../autograd/grad_utils.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
+#include "plugflow/linalg_error.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
 
@@ -100,7 +101,18 @@ LstsqResult linalg_lstsq(const Tensor& a, const Tensor& b, std::optional<double>
       singular_values = zeros({count, std::min(m, n)}, a.dtype(), a.device());
     } else {
       const Tensor in[] = {contiguous(reshape(a_full, {count, m, n})), b3};
-      auto outs = call_op(op, in, Attrs{{"rcond", rcond}, {"driver", driver}});
+      std::vector<Tensor> outs;
+      try {
+        outs = call_op(op, in, Attrs{{"rcond", rcond}, {"driver", driver}});
+      } catch (const LinAlgError& e) {
+        // Kernels name the failing matrix, "(Batch element i): "; PyTorch names it only when
+        // there are several (a batch of one is not named either).
+        std::string message = e.what();
+        const std::string element = "(Batch element 0): ";
+        const size_t at = message.find(element);
+        if (count > 1 || at == std::string::npos) throw;
+        throw LinAlgError(message.erase(at, element.size()));
+      }
       raw = outs[0];
       rank = outs[1];
       singular_values = outs[2];

@@ -539,6 +539,12 @@ Tensor& lerp_(Tensor& a, const Tensor& end, Scalar weight) {
 
 namespace {
 
+// PyTorch's kernels convert value to their compute type, float for float16 / bfloat16, with
+// an overflow check: 3.4e38 is a valid bfloat16 value (the product overflows to inf), 1e39 not.
+void check_value_fits(Scalar value, DType dt) {
+  check_scalar_fits(value, dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt);
+}
+
 // The value as the compute dtype sees it (PyTorch casts it: integral ops truncate).
 Scalar value_as(Scalar v, DType dt) {
   if (is_floating(dt)) return Scalar(v.to_double());
@@ -600,7 +606,7 @@ Tensors addc_grads(bool is_div, const Tensor& g, const Tensor& t1, const Tensor&
 
 Tensor addc(bool is_div, const Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
   const DType dt = addc_dtype(is_div, self, t1, t2);
-  check_scalar_fits(value, dt);
+  check_value_fits(value, dt);
   const Shape shape = broadcast_all({&self, &t1, &t2});
   const Tensor s = prepare(self, dt, shape), a = prepare(t1, dt, shape), b = prepare(t2, dt, shape);
   Tensor out = addc_values(is_div, s, a, b, value);
@@ -620,7 +626,7 @@ Tensor addc(bool is_div, const Tensor& self, const Tensor& t1, const Tensor& t2,
 
 Tensor& addc_(bool is_div, Tensor& self, const Tensor& t1, const Tensor& t2, Scalar value) {
   const DType dt = addc_dtype(is_div, self, t1, t2);
-  check_scalar_fits(value, dt);
+  check_value_fits(value, dt);
   check_inplace_result(dt, self);
   const Shape shape = broadcast_all({&self, &t1, &t2});
   check_inplace_shape(shape, self);

@@ -210,6 +210,37 @@ struct CopysignOp : OpBase<T> {
   C operator()(C a, C b) const { return std::copysign(a, b); }
 };
 
+template <typename T>
+struct HypotOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = is_float_v<T>;
+  C operator()(C a, C b) const { return std::hypot(a, b); }
+};
+
+// x * log(y) and x * log1p(y) with PyTorch's convention: 0 where x is 0, unless y is NaN.
+template <typename T>
+struct XlogyOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = is_float_v<T>;
+  C operator()(C x, C y) const {
+    if (std::isnan(y)) return y;
+    return x == C(0) ? C(0) : x * std::log(y);
+  }
+};
+
+template <typename T>
+struct Xlog1pyOp : OpBase<T> {
+  using OpBase<T>::OpBase;
+  using C = opmath_t<T>;
+  static constexpr bool supported = is_float_v<T>;
+  C operator()(C x, C y) const {
+    if (std::isnan(y)) return y;
+    return x == C(0) ? C(0) : x * std::log1p(y);
+  }
+};
+
 // ---- bitwise (integral and bool) -------------------------------------------------------------
 
 template <typename T>

@@ -9,6 +9,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "plugflow/linalg_error.h"
 
 extern "C" {
 // Fortran LAPACK; ?gels takes a character argument, hence gfortran's hidden length.
@@ -118,11 +119,13 @@ void lstsq_kernel(KernelContext& ctx) {
     int rank_i = 0;
     const int info = solve<T>(driver, mi, ni, ki, a_col.data(), b_col.data(), ldb, rcond, &rank_i, s.data());
     PF_CHECK(info >= 0, "linalg.lstsq: LAPACK argument ", -info, " was invalid");
+    // (the core drops the batch element from the message of a single matrix, as PyTorch's)
     if (driver == Driver::Gels)
-      PF_CHECK(info == 0, "torch.linalg.lstsq: The least squares solution could not be computed because the input "
-               "matrix does not have full rank (error code: ", info, ").");
-    PF_CHECK(info == 0, "torch.linalg.lstsq: The algorithm failed to converge because the input matrix is "
-             "ill-conditioned or has too many repeated singular values (error code: ", info, ").");
+      PF_CHECK_T(info == 0, LinAlgError, "torch.linalg.lstsq: (Batch element ", i, "): The least squares solution "
+                 "could not be computed because the input matrix does not have full rank (error code: ", info, ").");
+    PF_CHECK_T(info == 0, LinAlgError, "torch.linalg.lstsq: (Batch element ", i, "): The algorithm failed to converge "
+               "because the input matrix is ill-conditioned or has too many repeated singular values (error code: ",
+               info, ").");
     T* xi = x + i * rows * k;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < k; ++c) xi[r * k + c] = b_col[c * ldb + r];

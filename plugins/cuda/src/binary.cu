@@ -130,6 +130,22 @@ struct Atan2Fn {
 struct CopysignFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return dm::copysign(a, b); }
 };
+struct HypotFn {
+  template <typename C> PF_DEVICE C operator()(C a, C b) const { return dm::hypot(a, b); }
+};
+// x * log(y), x * log1p(y): 0 where x is 0 unless y is NaN (PyTorch's convention).
+struct XlogyFn {
+  template <typename C> PF_DEVICE C operator()(C x, C y) const {
+    if (dm::isnan(y)) return y;
+    return x == C(0) ? C(0) : x * dm::log(y);
+  }
+};
+struct Xlog1pyFn {
+  template <typename C> PF_DEVICE C operator()(C x, C y) const {
+    if (dm::isnan(y)) return y;
+    return x == C(0) ? C(0) : x * dm::log1p(y);
+  }
+};
 struct BitwiseAndFn {
   template <typename C> PF_DEVICE C operator()(C a, C b) const { return static_cast<C>(a & b); }
 };

@@ -49,6 +49,7 @@ PF_DM_BINARY(pow, powf)
 PF_DM_BINARY(fmod, fmodf)
 PF_DM_BINARY(atan2, atan2f)
 PF_DM_BINARY(copysign, copysignf)
+PF_DM_BINARY(hypot, hypotf)
 #undef PF_DM_BINARY
 
 // Multiply and add rounded separately (never fused into an FMA), for generators whose
