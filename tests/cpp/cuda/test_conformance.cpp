@@ -94,9 +94,6 @@ TEST_F(CudaPlugin, LoadsAndReportsItsDevices) {
 // CUDA, so the list cannot go stale).
 const std::map<std::string, std::string> kNotYetOnCuda = {
     // Not written yet.
-    {"conv3d", "3-d convolution (cuDNN N-d), not written yet"},
-    {"conv3d_grad_input", "3-d convolution (cuDNN N-d), not written yet"},
-    {"conv3d_grad_weight", "3-d convolution (cuDNN N-d), not written yet"},
     {"grid_sampler_2d", "grid sampling, not written yet"},
     {"grid_sampler_2d_backward", "grid sampling, not written yet"},
     {"grid_sampler_3d", "grid sampling, not written yet"},
@@ -119,6 +116,7 @@ const std::map<std::string, std::string> kNotYetOnCuda = {
 // none, for autocast on CUDA.
 const std::set<std::pair<std::string, DType>> kCudaOnlyKernels = {
     {"conv2d", DType::Float16},     {"conv2d_grad_input", DType::Float16}, {"conv2d_grad_weight", DType::Float16},
+    {"conv3d", DType::Float16},     {"conv3d_grad_input", DType::Float16}, {"conv3d_grad_weight", DType::Float16},
     {"batch_norm", DType::Float16}, {"batch_norm_backward", DType::Float16},
 };
 
