@@ -31,6 +31,8 @@ std::vector<KernelDef> pool_kernels();     // pool.cu: max/avg/adaptive pooling 
 std::vector<KernelDef> norm_kernels();     // norm.cu: batch/layer/group norm (+ backward), embedding (+ backward), dropout
 std::vector<KernelDef> fused_kernels();    // fused.cpp: conv2d_fused mm_fused batch_norm_fused batch_norm_relu_backward fold_conv_bn
 std::vector<KernelDef> optim_kernels();    // optim.cu: sgd/adam steps (single and multi-tensor), GradScaler's unscale and update
+std::vector<KernelDef> grid_sample_kernels();  // grid_sample.cu: grid_sampler_2d/3d (+ backward)
+std::vector<KernelDef> vision_kernels();   // vision.cu: nms roi_align roi_pool (+ backward)
 
 // dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.
 void launch_copy(const Tensor& dst, const Tensor& src, void* stream);

@@ -94,15 +94,6 @@ TEST_F(CudaPlugin, LoadsAndReportsItsDevices) {
 // CUDA, so the list cannot go stale).
 const std::map<std::string, std::string> kNotYetOnCuda = {
     // Not written yet.
-    {"grid_sampler_2d", "grid sampling, not written yet"},
-    {"grid_sampler_2d_backward", "grid sampling, not written yet"},
-    {"grid_sampler_3d", "grid sampling, not written yet"},
-    {"grid_sampler_3d_backward", "grid sampling, not written yet"},
-    {"nms", "torchvision operator, not written yet"},
-    {"roi_align", "torchvision operator, not written yet"},
-    {"roi_align_backward", "torchvision operator, not written yet"},
-    {"roi_pool", "torchvision operator, not written yet"},
-    {"roi_pool_backward", "torchvision operator, not written yet"},
     {"ps_roi_align", "torchvision operator, not written yet"},
     {"ps_roi_align_backward", "torchvision operator, not written yet"},
     {"ps_roi_pool", "torchvision operator, not written yet"},
