@@ -100,7 +100,6 @@ const std::map<std::string, std::string> kNotYetOnCuda = {
     {"ps_roi_pool_backward", "torchvision operator, not written yet"},
     {"deform_conv2d", "torchvision operator, not written yet"},
     {"deform_conv2d_backward", "torchvision operator, not written yet"},
-    {"linalg_lstsq", "LAPACK least squares (cuSOLVER), not written yet"},
 };
 
 // Dtypes CUDA registers beyond the CPU's (docs/kernels.md): half precision where the CPU has
