@@ -4,8 +4,9 @@
 #   2. every CUDA GoogleTest (`meson test --suite cuda`: the CUDA-vs-CPU conformance of every op
 #      family, the cuDNN convolutions, the optimizer and GradScaler kernels; on a GPU a skipped
 #      comparison means the plugin did not see the device, which counts as a failure),
-#   3. a Python smoke check: tensors on cuda and a few calls of each op family against the CPU,
-#      with matmul / add / sum timings,
+#   3. a Python smoke check: tensors on cuda and a few calls of each op family against the CPU
+#      (conv3d, grid sampling, torchvision's operators and lstsq included), with matmul / add /
+#      sum timings,
 #   4. the runtime: streams, events, pinned memory with non_blocking copies, memory statistics,
 #      GradScaler's device-side skip (tests/gpu/runtime_check.py),
 #   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
@@ -223,6 +224,28 @@ check("clamp/lerp/addcmul/addcdiv", lambda d: (d(x).clamp(-0.5, 0.5), torch.lerp
                                                torch.addcdiv(d(x), d(x), d(x).abs() + 1, value=2)))
 print("families: ok")
 
+# conv3d (cuDNN's N-d descriptors), grid sampling, torchvision's operators and least squares
+# (cuSOLVER) against the CPU.
+F = torch.nn.functional
+vol, w3 = torch.randn(2, 3, 6, 7, 5), torch.randn(4, 3, 3, 3, 3)
+check("conv3d", lambda d: F.conv3d(d(vol), d(w3), padding=1, stride=(1, 2, 1)), 1e-3, 1e-3)
+img, grid = torch.randn(2, 3, 9, 11), torch.rand(2, 5, 7, 2) * 2.6 - 1.3
+check("grid_sample", lambda d: tuple(F.grid_sample(d(img), d(grid), mode=m, padding_mode=p, align_corners=False)
+                                     for m in ("bilinear", "nearest", "bicubic")
+                                     for p in ("zeros", "border", "reflection")))
+grid3 = torch.rand(2, 3, 4, 5, 3) * 2.6 - 1.3
+check("grid_sample 3-d", lambda d: F.grid_sample(d(vol), d(grid3), align_corners=True))
+rois = torch.tensor([[0, 1.0, 1.5, 7.2, 6.1], [1, 0.5, 0.0, 10.0, 8.0], [1, 3.0, 2.0, 2.5, 9.0]])
+check("roi_align/roi_pool", lambda d: (torch._C._roi_align(d(img), d(rois), 1.0, 3, 3, 0, False),
+                                       torch._C._roi_align(d(img), d(rois), 0.5, 2, 4, 2, True),
+                                       torch._C._roi_pool(d(img), d(rois), 1.0, 3, 3)[0]))
+corner = torch.rand(300, 2) * 50
+boxes, scores = torch.cat([corner, corner + torch.rand(300, 2) * 20 + 1], 1), torch.rand(300)
+check("nms", lambda d: torch._C._nms(d(boxes), d(scores), 0.5), 0, 0)
+a, b = torch.randn(3, 7, 4) + 4 * torch.eye(7, 4), torch.randn(3, 7, 2)
+check("lstsq", lambda d: torch.linalg.lstsq(d(a), d(b), driver="gels").solution, 1e-4, 1e-4)
+print("issue 13 kernels: ok")
+
 
 def timed(fn, reps):
     fn()
@@ -251,7 +274,7 @@ dt = timed(lambda: r.sum(dim=1), 20)
 print(f"timing: sum over rows of 4096x4096 float32: {dt * 1e3:.3f} ms/iter, {4 * n * n / dt / 1e9:.0f} GB/s")
 PYEOF
 if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 120 "$PY" "$LOGDIR/smoke.py"; then
-  grep '^timing:\|^smoke:\|^families:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
+  grep '^timing:\|^smoke:\|^families:\|^issue 13 kernels:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
 fi
 
 # 4. Streams, events, pinned memory, memory statistics, GradScaler.

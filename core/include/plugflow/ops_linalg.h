@@ -19,10 +19,10 @@ struct LstsqResult {
 
 // Least squares min ||A X - B|| for A (*, m, n) and B (*, m, k) or (*, m) (then X is (*, n)),
 // batch dims broadcast. driver: "gelsy" (default, column-pivoted QR: rank-revealing), "gelsd"
-// and "gelss" (SVD), "gels" (QR; A must have full rank). rcond: singular values below
-// rcond * the largest count as zero; default eps(dtype) * max(m, n). float32 and float64. The
-// solution is differentiable in A and B (through the pseudo-inverse; exact where A has full
-// rank).
+// and "gelss" (SVD), "gels" (QR; A must have full rank). On CUDA only "gels", the default there
+// (as PyTorch). rcond: singular values below rcond * the largest count as zero; default
+// eps(dtype) * max(m, n). float32 and float64. The solution is differentiable in A and B
+// (through the pseudo-inverse; exact where A has full rank).
 PF_API LstsqResult linalg_lstsq(const Tensor& a, const Tensor& b, std::optional<double> rcond,
                                 const std::optional<std::string>& driver);
 

@@ -70,7 +70,10 @@ LstsqResult linalg_lstsq(const Tensor& a, const Tensor& b, std::optional<double>
            vector ? "torch.linalg.lstsq: input.size(-2) should match other.size(-1)"
                   : "torch.linalg.lstsq: input.size(-2) should match other.size(-2)");
   PF_CHECK(a.device() == b.device(), "torch.linalg.lstsq: Expected input and other to be on the same device");
-  const std::string driver = driver_opt.value_or("gelsy");
+  // PyTorch's drivers: 'gelsy' by default; on CUDA only 'gels' (its QR path), the default there.
+  const bool on_cuda = a.device().type == DeviceType::CUDA;
+  const std::string driver = driver_opt.value_or(on_cuda ? "gels" : "gelsy");
+  PF_CHECK(!on_cuda || driver == "gels", "torch.linalg.lstsq: `driver` other than `gels` is not supported on CUDA");
   PF_CHECK(is_driver(driver), "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
   const int64_t m = a.sizes()[a.dim() - 2], n = a.sizes()[a.dim() - 1], k = b2.sizes()[b2.dim() - 1];
   const double eps = a.dtype() == DType::Float64 ? std::numeric_limits<double>::epsilon()

@@ -3,10 +3,12 @@
 // contiguous inputs and outputs.
 //
 // The roi arithmetic is torchvision 0.14's CPU kernels' (csrc/ops/cpu/*_kernel.cpp), expression
-// for expression and in the same accumulation order, so results agree bit for bit. Unlike them,
-// every value read from rois is checked before it is used as an index: a batch index outside
-// the input raises IndexError and a non-finite coordinate (or an adaptive sampling grid too
-// large for an int) raises RuntimeError, where torchvision reads out of bounds.
+// for expression and in the same accumulation order, so results agree bit for bit; what the CUDA
+// plugin shares (nms's overlap test, roi_align's grid and taps, roi_pool's bins, the roi checks)
+// lives in plugins/common/roi_math.h. Unlike torchvision's kernels, every value read from rois
+// is checked before it is used as an index: a batch index outside the input raises IndexError
+// and a non-finite coordinate (or an adaptive sampling grid too large for an int) raises
+// RuntimeError, where torchvision reads out of bounds.
 //
 // Threads: the roi forwards run rois in parallel (each writes its own outputs); the backwards
 // run input channels in parallel, each thread visiting rois and bins in torchvision's order, so
@@ -25,9 +27,12 @@
 #include "blas.h"
 #include "kernels.h"
 #include "loops.h"
+#include "roi_math.h"
 
 namespace plugflow::cpu {
 namespace {
+
+using namespace roi_math;
 
 void check_contiguous(const KernelContext& ctx) {
   for (const Tensor& t : ctx.inputs)
@@ -45,21 +50,9 @@ void nms_kernel(const KernelContext& ctx) {
   const T* scores = ctx.input(1).data<T>();
   const int64_t n = boxes.sizes()[0];
   const double iou_threshold = ctx.attr<double>("iou_threshold");
-  std::vector<T> x1(n), y1(n), x2(n), y2(n), areas(n);
-  for (int64_t i = 0; i < n; ++i) {
-    x1[i] = dets[4 * i];
-    y1[i] = dets[4 * i + 1];
-    x2[i] = dets[4 * i + 2];
-    y2[i] = dets[4 * i + 3];
-    areas[i] = (x2[i] - x1[i]) * (y2[i] - y1[i]);
-  }
-  // scores.sort(stable=true, descending=true): NaN counts as the largest, ties keep index order
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [scores](int64_t a, int64_t b) {
-    const T sa = scores[a], sb = scores[b];
-    return (std::isnan(sa) && !std::isnan(sb)) || sa > sb;
-  });
+  std::vector<T> areas(n);
+  for (int64_t i = 0; i < n; ++i) areas[i] = box_area(dets + 4 * i);
+  const std::vector<int64_t> order = nms_order(scores, n);
   std::vector<uint8_t> suppressed(n, 0);
   int64_t* keep = ctx.output(0).data<int64_t>();
   int64_t num_to_keep = 0;
@@ -67,48 +60,22 @@ void nms_kernel(const KernelContext& ctx) {
     const int64_t i = order[oi];
     if (suppressed[i]) continue;
     keep[num_to_keep++] = i;
-    const T ix1 = x1[i], iy1 = y1[i], ix2 = x2[i], iy2 = y2[i], iarea = areas[i];
     for (int64_t oj = oi + 1; oj < n; ++oj) {
       const int64_t j = order[oj];
-      if (suppressed[j]) continue;
-      const T xx1 = std::max(ix1, x1[j]), yy1 = std::max(iy1, y1[j]);
-      const T xx2 = std::min(ix2, x2[j]), yy2 = std::min(iy2, y2[j]);
-      const T w = std::max(static_cast<T>(0), xx2 - xx1), h = std::max(static_cast<T>(0), yy2 - yy1);
-      const T inter = w * h;
-      const T ovr = inter / (iarea + areas[j] - inter);
-      if (ovr > iou_threshold) suppressed[j] = 1;
+      if (!suppressed[j] && suppresses(dets + 4 * i, areas[i], dets + 4 * j, areas[j], iou_threshold))
+        suppressed[j] = 1;
     }
   }
   std::fill(keep + num_to_keep, keep + n, int64_t{-1});
   ctx.output(1).data<int64_t>()[0] = num_to_keep;
 }
 
-// ---- rois ------------------------------------------------------------------------------------------
-
-// Roi k's batch index as torchvision reads it (truncated to int), checked against the batch.
-template <typename T>
-int64_t roi_batch_index(const T* roi, int64_t k, int64_t batch, const char* op) {
-  const T b = roi[0];
-  PF_CHECK_T(b > T(-1) && b < static_cast<T>(batch), IndexError, op, ": rois[", k, ", 0] = ", b,
-             " is not a batch index of an input with ", batch, " images");
-  for (int q = 1; q < 5; ++q)
-    PF_CHECK(std::isfinite(roi[q]), op, ": rois[", k, ", ", q, "] = ", roi[q], " is not a finite coordinate");
-  return static_cast<int64_t>(b);
-}
-
-// Checks every roi before a kernel starts (so no thread throws halfway through).
-template <typename T>
-void check_rois(const T* rois, int64_t num_rois, int64_t batch, const char* op) {
-  for (int64_t k = 0; k < num_rois; ++k) roi_batch_index(rois + 5 * k, k, batch, op);
-}
-
 // ---- roi_align -------------------------------------------------------------------------------------
 
-struct RoiAlignParams {
-  int64_t channels, height, width, pooled_height, pooled_width, sampling_ratio;
-  double spatial_scale;
-  bool aligned;
-};
+template <typename T>
+void accumulate(T* where, T v) {
+  *where += v;
+}
 
 RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_size, bool aligned) {
   return {input_size[1],
@@ -120,87 +87,6 @@ RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_siz
           ctx.attr<double>("spatial_scale"),
           aligned};
 }
-
-// One roi's geometry in torchvision's arithmetic (spatial_scale is rounded to T first, as the
-// kernels take it as `const T&`).
-template <typename T>
-struct RoiAlignBox {
-  T start_w, start_h, bin_w, bin_h;
-  int64_t grid_h, grid_w;
-
-  RoiAlignBox(const T* roi, const RoiAlignParams& p) {
-    const T scale = static_cast<T>(p.spatial_scale);
-    const T offset = p.aligned ? T(0.5) : T(0.0);
-    start_w = roi[1] * scale - offset;
-    start_h = roi[2] * scale - offset;
-    const T end_w = roi[3] * scale - offset, end_h = roi[4] * scale - offset;
-    T roi_width = end_w - start_w, roi_height = end_h - start_h;
-    if (!p.aligned) {  // malformed rois count as 1 x 1
-      roi_width = std::max(roi_width, T(1));
-      roi_height = std::max(roi_height, T(1));
-    }
-    bin_h = roi_height / static_cast<T>(p.pooled_height);
-    bin_w = roi_width / static_cast<T>(p.pooled_width);
-    grid_h = p.sampling_ratio > 0 ? p.sampling_ratio : grid_size(roi_height / p.pooled_height);
-    grid_w = p.sampling_ratio > 0 ? p.sampling_ratio : grid_size(roi_width / p.pooled_width);
-  }
-  // ceil(v) as the int torchvision stores it; a grid of more than INT_MAX samples is refused.
-  static int64_t grid_size(T v) {
-    const T c = std::ceil(v);
-    PF_CHECK(c <= static_cast<T>(INT_MAX), "roi_align: a roi spans ", c,
-             " samples per bin (sampling_ratio <= 0 samples ceil(roi size / output size)); too large");
-    return static_cast<int64_t>(c);
-  }
-  T y(int64_t ph, int64_t iy) const {
-    return start_h + static_cast<T>(ph) * bin_h +
-           static_cast<T>(static_cast<float>(iy) + .5f) * bin_h / static_cast<T>(grid_h);
-  }
-  T x(int64_t pw, int64_t ix) const {
-    return start_w + static_cast<T>(pw) * bin_w +
-           static_cast<T>(static_cast<float>(ix) + .5f) * bin_w / static_cast<T>(grid_w);
-  }
-};
-
-// The four taps of a bilinear sample at (y, x) (torchvision's pre_calc / bilinear_interpolate_
-// gradient): offsets into an H * W plane and weights; all weights 0 outside [-1, H] x [-1, W]
-// (where a sample lands when a roi's extent overflows to infinity).
-template <typename T>
-struct Taps {
-  int64_t pos[4] = {0, 0, 0, 0};
-  T w[4] = {0, 0, 0, 0};
-  bool inside = false;
-
-  Taps(T y, T x, int64_t height, int64_t width) {
-    // torchvision's `y < -1.0 || y > height || ...` test, written so that NaN is outside too
-    if (!(y >= -1.0 && y <= static_cast<T>(height) && x >= -1.0 && x <= static_cast<T>(width))) return;
-    if (y <= 0) y = 0;
-    if (x <= 0) x = 0;
-    int64_t y_low = static_cast<int>(y), x_low = static_cast<int>(x), y_high, x_high;
-    if (y_low >= height - 1) {
-      y_high = y_low = height - 1;
-      y = static_cast<T>(y_low);
-    } else {
-      y_high = y_low + 1;
-    }
-    if (x_low >= width - 1) {
-      x_high = x_low = width - 1;
-      x = static_cast<T>(x_low);
-    } else {
-      x_high = x_low + 1;
-    }
-    const T ly = y - static_cast<T>(y_low), lx = x - static_cast<T>(x_low);
-    const T hy = T(1.) - ly, hx = T(1.) - lx;
-    w[0] = hy * hx;
-    w[1] = hy * lx;
-    w[2] = ly * hx;
-    w[3] = ly * lx;
-    pos[0] = y_low * width + x_low;
-    pos[1] = y_low * width + x_high;
-    pos[2] = y_high * width + x_low;
-    pos[3] = y_high * width + x_high;
-    inside = true;
-  }
-};
 
 // The taps of each bin's samples, bin after bin (torchvision's pre_calc, shared by all
 // channels); returns the samples per bin. An image of no pixels has none (every sample reads 0).
@@ -229,6 +115,7 @@ void roi_align_forward(const KernelContext& ctx) {
   const int64_t num_rois = ctx.input(1).sizes()[0], batch = input_t.sizes()[0];
   const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
   check_rois(rois, num_rois, batch, "roi_align");
+  check_roi_align_grids(rois, num_rois, p);
   parallel_for(num_rois, 1, [&](int64_t begin, int64_t end) {
     std::vector<Taps<T>> taps;
     for (int64_t n = begin; n < end; ++n) {
@@ -243,9 +130,7 @@ void roi_align_forward(const KernelContext& ctx) {
         const Taps<T>* tap = taps.data();
         for (int64_t bin = 0; bin < bins; ++bin) {
           T val = 0.;
-          for (int64_t s = 0; s < samples; ++s, ++tap)
-            val += tap->w[0] * in[tap->pos[0]] + tap->w[1] * in[tap->pos[1]] + tap->w[2] * in[tap->pos[2]] +
-                   tap->w[3] * in[tap->pos[3]];
+          for (int64_t s = 0; s < samples; ++s, ++tap) val += tap->value(in);
           out[bin] = val / count;
         }
       }
@@ -264,6 +149,7 @@ void roi_align_backward(const KernelContext& ctx) {
   const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
   std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
   check_rois(rois, num_rois, input_size[0], "roi_align_backward");
+  check_roi_align_grids(rois, num_rois, p);
   std::vector<RoiAlignBox<T>> boxes;
   boxes.reserve(static_cast<size_t>(num_rois));
   for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, p);
@@ -280,11 +166,8 @@ void roi_align_backward(const KernelContext& ctx) {
             const T g_bin = g[ph * p.pooled_width + pw];
             for (int64_t iy = 0; iy < box.grid_h; ++iy) {
               const T y = box.y(ph, iy);
-              for (int64_t ix = 0; ix < box.grid_w; ++ix) {
-                const Taps<T> t(y, box.x(pw, ix), p.height, p.width);
-                if (!t.inside) continue;
-                for (int q = 0; q < 4; ++q) gi[t.pos[q]] += g_bin * t.w[q] / count;
-              }
+              for (int64_t ix = 0; ix < box.grid_w; ++ix)
+                Taps<T>(y, box.x(pw, ix), p.height, p.width).scatter(gi, g_bin, count, accumulate<T>);
             }
           }
       }
@@ -292,25 +175,6 @@ void roi_align_backward(const KernelContext& ctx) {
 }
 
 // ---- roi_pool --------------------------------------------------------------------------------------
-
-// A roi coordinate times spatial_scale, rounded half away from zero, as torchvision's quantizing
-// kernels do (ps_roi_pool's backward rounds in float: roundf).
-template <typename T>
-T rounded_coordinate(T v, T scale, bool in_float) {
-  return in_float ? static_cast<T>(std::round(static_cast<float>(v * scale))) : std::round(v * scale);
-}
-
-// Every rounded coordinate must fit the int torchvision keeps it in, with room for the bin
-// arithmetic after it.
-template <typename T>
-void check_rounded_coordinates(const T* rois, int64_t num_rois, T scale, bool in_float, const char* op) {
-  for (int64_t n = 0; n < num_rois; ++n)
-    for (int q = 1; q < 5; ++q) {
-      const T v = rounded_coordinate(rois[5 * n + q], scale, in_float);
-      PF_CHECK(std::abs(v) < static_cast<T>(INT_MAX / 4), op, ": rois[", n, ", ", q, "] * spatial_scale = ", v,
-               " is too large a coordinate");
-    }
-}
 
 template <typename T>
 void roi_pool_forward(const KernelContext& ctx) {
@@ -329,37 +193,14 @@ void roi_pool_forward(const KernelContext& ctx) {
     for (int64_t n = begin; n < end; ++n) {
       const T* roi = rois + 5 * n;
       const int64_t b = static_cast<int64_t>(roi[0]);
-      const int start_w = static_cast<int>(rounded_coordinate(roi[1], scale, false));
-      const int start_h = static_cast<int>(rounded_coordinate(roi[2], scale, false));
-      const int end_w = static_cast<int>(rounded_coordinate(roi[3], scale, false));
-      const int end_h = static_cast<int>(rounded_coordinate(roi[4], scale, false));
-      const int roi_width = std::max(end_w - start_w + 1, 1), roi_height = std::max(end_h - start_h + 1, 1);
-      const T bin_h = static_cast<T>(roi_height) / static_cast<T>(pooled_height);
-      const T bin_w = static_cast<T>(roi_width) / static_cast<T>(pooled_width);
+      const RoiPoolBox<T> box(roi, scale, pooled_height, pooled_width);
       for (int64_t ph = 0; ph < pooled_height; ++ph)
         for (int64_t pw = 0; pw < pooled_width; ++pw) {
-          const int64_t h0 = static_cast<int64_t>(std::floor(static_cast<T>(ph) * bin_h)) + start_h;
-          const int64_t w0 = static_cast<int64_t>(std::floor(static_cast<T>(pw) * bin_w)) + start_w;
-          const int64_t h1 = static_cast<int64_t>(std::ceil(static_cast<T>(ph + 1) * bin_h)) + start_h;
-          const int64_t w1 = static_cast<int64_t>(std::ceil(static_cast<T>(pw + 1) * bin_w)) + start_w;
-          const int64_t hstart = std::clamp<int64_t>(h0, 0, height), hend = std::clamp<int64_t>(h1, 0, height);
-          const int64_t wstart = std::clamp<int64_t>(w0, 0, width), wend = std::clamp<int64_t>(w1, 0, width);
-          const bool is_empty = hend <= hstart || wend <= wstart;
+          int64_t h0, h1, w0, w1;
+          box.window(ph, pw, height, width, h0, h1, w0, w1);
           for (int64_t c = 0; c < channels; ++c) {
-            T maxval = is_empty ? T(0) : static_cast<T>(-FLT_MAX);
-            int32_t maxidx = -1;  // nothing pooled: no gradient
-            const T* in = input + (b * channels + c) * height * width;
-            for (int64_t h = hstart; h < hend; ++h)
-              for (int64_t w = wstart; w < wend; ++w) {
-                const int64_t idx = h * width + w;
-                if (in[idx] > maxval) {
-                  maxval = in[idx];
-                  maxidx = static_cast<int32_t>(idx);
-                }
-              }
             const int64_t index = ((n * channels + c) * pooled_height + ph) * pooled_width + pw;
-            output[index] = maxval;
-            argmax[index] = maxidx;
+            output[index] = pool_max(input + (b * channels + c) * height * width, width, h0, h1, w0, w1, argmax[index]);
           }
         }
     }
@@ -411,6 +252,7 @@ void ps_roi_align_forward(const KernelContext& ctx) {
   const int64_t num_rois = ctx.input(1).sizes()[0];
   const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
   check_rois(rois, num_rois, input_t.sizes()[0], "ps_roi_align");
+  check_roi_align_grids(rois, num_rois, p);
   parallel_for(num_rois, 1, [&](int64_t begin, int64_t end) {
     std::vector<Taps<T>> taps;
     for (int64_t n = begin; n < end; ++n) {
@@ -424,9 +266,7 @@ void ps_roi_align_forward(const KernelContext& ctx) {
         const T* in = input + (b * p.channels + c) * plane;
         const Taps<T>* tap = taps.data() + (c % bins) * samples;
         T val = 0.;
-        for (int64_t s = 0; s < samples; ++s, ++tap)
-          val += tap->w[0] * in[tap->pos[0]] + tap->w[1] * in[tap->pos[1]] + tap->w[2] * in[tap->pos[2]] +
-                 tap->w[3] * in[tap->pos[3]];
+        for (int64_t s = 0; s < samples; ++s, ++tap) val += tap->value(in);
         output[n * p.channels + c] = val / count;
         channel_mapping[n * p.channels + c] = static_cast<int32_t>(c);
       }
@@ -445,6 +285,7 @@ void ps_roi_align_backward(const KernelContext& ctx) {
   const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
   std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
   check_rois(rois, num_rois, input_size[0], "ps_roi_align_backward");
+  check_roi_align_grids(rois, num_rois, p);
   std::vector<RoiAlignBox<T>> boxes;
   boxes.reserve(static_cast<size_t>(num_rois));
   for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, p);

@@ -1,12 +1,14 @@
-// conv2d, conv2d_grad_input and conv2d_grad_weight (docs/kernels.md, "Conv family") on cuDNN 9
-// for float32, float64, float16 and bfloat16. The transposed convolution needs nothing more:
-// the core computes it as conv2d_grad_input (the adjoint of conv2d).
+// conv2d / conv3d, their _grad_input and _grad_weight (docs/kernels.md, "Conv family") on
+// cuDNN 9 for float32, float64, float16 and bfloat16. The transposed convolution needs nothing
+// more: the core computes it as convNd_grad_input (the adjoint of convNd).
 //
 // Each op is one call of cuDNN's convolution API: cudnnConvolutionForward, ...BackwardData,
 // ...BackwardFilter (cross-correlation, as PyTorch), with groups, dilation, padding and
-// strides in the convolution descriptor and the bias added by cudnnAddTensor. Images are read
-// and written in place when they are packed NCHW or NHWC (channels-last); other strides, and a
-// weight that is not packed NCHW, go through a contiguous copy.
+// strides in the convolution descriptor and the bias added by cudnnAddTensor. Both spatial
+// ranks go through cuDNN's N-d descriptors (cudnnSetTensorNdDescriptor, ...FilterNd...,
+// ...ConvolutionNd...), so one code path, search and cache serve 2-d and 3-d. Images are read
+// and written in place when they are packed NC(D)HW or N(D)HWC (channels-last); other strides,
+// and a weight that is not packed NC(D)HW, go through a contiguous copy.
 //
 // Data and compute types follow PyTorch: float16 and bfloat16 data with float accumulation
 // (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations), float32 in float, float64 in
@@ -48,13 +50,15 @@ namespace {
 
 enum class Kind { Forward, BackwardData, BackwardFilter };
 
-const char* op_name(Kind k) {
+// "conv2d_grad_input": the op of a kind at spatial rank `rank` (2 or 3).
+std::string op_name(Kind k, int rank) {
+  const std::string conv = "conv" + std::to_string(rank) + "d";
   switch (k) {
-    case Kind::Forward: return "conv2d";
-    case Kind::BackwardData: return "conv2d_grad_input";
-    case Kind::BackwardFilter: return "conv2d_grad_weight";
+    case Kind::Forward: return conv;
+    case Kind::BackwardData: return conv + "_grad_input";
+    case Kind::BackwardFilter: return conv + "_grad_weight";
   }
-  return "";
+  return conv;
 }
 
 // ---- descriptors ----------------------------------------------------------------------------
@@ -104,7 +108,7 @@ Types types_of(DType t) {
     case DType::Float64: return {CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE};
     case DType::Float16: return {CUDNN_DATA_HALF, CUDNN_DATA_FLOAT};
     case DType::BFloat16: return {CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT};
-    default: PF_THROW(TypeError, "cuda conv2d: unsupported dtype ", dtype_name(t));
+    default: PF_THROW(TypeError, "cuda conv: unsupported dtype ", dtype_name(t));
   }
 }
 
@@ -127,27 +131,43 @@ const char* math_name(cudnnMathType_t m) {
 }
 
 int checked_int(int64_t v, const char* what) {
-  PF_CHECK(v >= 0 && v <= INT_MAX, "cuda conv2d: ", what, " ", v, " is beyond cuDNN's 32-bit sizes");
+  PF_CHECK(v >= 0 && v <= INT_MAX, "cuda conv: ", what, " ", v, " is beyond cuDNN's 32-bit sizes");
   return static_cast<int>(v);
 }
 
 // ---- operands -------------------------------------------------------------------------------
 
-// Packed strides of (N, C, H, W) in NCHW or NHWC order.
-Shape packed_strides(const Shape& s, bool nhwc) {
-  if (!nhwc) return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
-  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+// Packed strides of (N, C, spatial...) in NC(D)HW order, or N(D)HWC (channels-last) order.
+Shape packed_strides(const Shape& s, bool channels_last) {
+  const size_t rank = s.size();
+  Shape st(rank);
+  int64_t step = 1;
+  if (channels_last) {
+    st[1] = step;
+    step *= s[1];
+    for (size_t i = rank - 1; i >= 2; --i) {
+      st[i] = step;
+      step *= s[i];
+    }
+  } else {
+    for (size_t i = rank - 1; i >= 1; --i) {
+      st[i] = step;
+      step *= s[i];
+    }
+  }
+  st[0] = step;
+  return st;
 }
 
 // Whether `t` has these strides wherever they matter (a size-1 dim's stride never addresses).
 bool has_strides(const Tensor& t, const Shape& strides) {
-  for (int i = 0; i < 4; ++i)
+  for (size_t i = 0; i < strides.size(); ++i)
     if (t.sizes()[i] != 1 && t.strides()[i] != strides[i]) return false;
   return true;
 }
 
 // An image operand (x, y, dx, dy) as cuDNN reads or writes it: the tensor itself when packed
-// NCHW or NHWC, else a contiguous copy (an output: a contiguous temporary copied back).
+// NC(D)HW or N(D)HWC, else a contiguous copy (an output: a contiguous temporary copied back).
 struct Image {
   Tensor tensor;  // what cuDNN sees
   bool nhwc = false;
@@ -161,7 +181,7 @@ Image image_operand(const Tensor& t, bool is_output, cudaStream_t stream) {
   return {dense, false, true};
 }
 
-// A weight operand: packed NCHW (cuDNN's filter descriptor takes no strides).
+// A weight operand: packed NC(D)HW (cuDNN's filter descriptor takes no strides).
 Image weight_operand(const Tensor& t, bool is_output, cudaStream_t stream) {
   if (has_strides(t, packed_strides(t.sizes(), false))) return {t, false, false};
   Tensor dense = Tensor::empty(t.sizes(), t.dtype(), t.device());
@@ -169,13 +189,21 @@ Image weight_operand(const Tensor& t, bool is_output, cudaStream_t stream) {
   return {dense, false, true};
 }
 
+// cuDNN's int arrays of a shape.
+std::vector<int> int_dims(const Shape& s, const char* what) {
+  std::vector<int> v;
+  for (int64_t d : s) v.push_back(checked_int(d, what));
+  return v;
+}
+
+void set_tensor_desc(const TensorDesc& d, cudnnDataType_t type, const Shape& sizes, const Shape& strides) {
+  const std::vector<int> dims = int_dims(sizes, "size"), st = int_dims(strides, "stride");
+  PF_CUDNN_CHECK(cudnn().cudnnSetTensorNdDescriptor(d.get(), type, static_cast<int>(dims.size()), dims.data(),
+                                                    st.data()));
+}
+
 void set_image_desc(const TensorDesc& d, const Image& im, cudnnDataType_t type) {
-  const Shape& s = im.tensor.sizes();
-  const Shape st = packed_strides(s, im.nhwc);
-  PF_CUDNN_CHECK(cudnn().cudnnSetTensor4dDescriptorEx(
-      d.get(), type, checked_int(s[0], "batch"), checked_int(s[1], "channels"), checked_int(s[2], "height"),
-      checked_int(s[3], "width"), checked_int(st[0], "batch stride"), checked_int(st[1], "channel stride"),
-      checked_int(st[2], "row stride"), checked_int(st[3], "column stride")));
+  set_tensor_desc(d, type, im.tensor.sizes(), packed_strides(im.tensor.sizes(), im.nhwc));
 }
 
 // ---- one call ---------------------------------------------------------------------------------
@@ -183,11 +211,13 @@ void set_image_desc(const TensorDesc& d, const Image& im, cudnnDataType_t type) 
 // Everything a cuDNN call of one kind needs, set up from the kernel's tensors.
 struct Call {
   Kind kind;
+  int rank;  // spatial dims: 2 or 3
   DType dtype;
   Types types;
   bool allow_tf32;
   size_t workspace_limit;
-  int64_t stride[2], padding[2], dilation[2], groups;
+  Shape stride, padding, dilation;
+  int64_t groups;
   Image x, w, y;  // image, weight, output (or their gradients, by kind)
   TensorDesc x_desc, y_desc;
   FilterDesc w_desc;
@@ -197,16 +227,23 @@ struct Call {
   // The problem key of the cache and of `plugflow.info --algos`.
   std::string key() const {
     std::ostringstream k;
-    const auto dims = [&](const Shape& s) {
-      for (size_t i = 0; i < s.size(); ++i) k << (i ? "x" : "") << s[i];
+    const auto dims = [&](const Shape& s, size_t from = 0) {
+      for (size_t i = from; i < s.size(); ++i) k << (i > from ? "x" : "") << s[i];
     };
     k << dtype_name(dtype) << (dtype == DType::Float32 && allow_tf32 ? " tf32" : "") << " in=";
     dims(x.tensor.sizes());
     k << " out=";
     dims(y.tensor.sizes());
-    k << " k=" << w.tensor.sizes()[2] << "x" << w.tensor.sizes()[3] << " s=" << stride[0] << "x" << stride[1]
-      << " p=" << padding[0] << "x" << padding[1] << " d=" << dilation[0] << "x" << dilation[1] << " g=" << groups
-      << (x.nhwc ? " x:nhwc" : "") << (y.nhwc ? " y:nhwc" : "") << " ws<=" << (workspace_limit >> 20) << "M";
+    k << " k=";
+    dims(w.tensor.sizes(), 2);
+    k << " s=";
+    dims(stride);
+    k << " p=";
+    dims(padding);
+    k << " d=";
+    dims(dilation);
+    k << " g=" << groups << (x.nhwc ? " x:nhwc" : "") << (y.nhwc ? " y:nhwc" : "") << " ws<=" << (workspace_limit >> 20)
+      << "M";
     return k.str();
   }
 };
@@ -222,22 +259,21 @@ Roles roles(Kind kind, const KernelContext& ctx) {
     case Kind::BackwardData: return {&ctx.output(0), &ctx.input(1), &ctx.input(0)};
     case Kind::BackwardFilter: return {&ctx.input(1), &ctx.output(0), &ctx.input(0)};
   }
-  PF_THROW(Error, "cuda conv2d: bad kind");
+  PF_THROW(Error, "cuda conv: bad kind");
 }
 
 void describe(Call& c) {
   const cudnnDataType_t t = c.types.data;
   set_image_desc(c.x_desc, c.x, t);
   set_image_desc(c.y_desc, c.y, t);
-  const Shape& ws = c.w.tensor.sizes();
-  PF_CUDNN_CHECK(cudnn().cudnnSetFilter4dDescriptor(c.w_desc.get(), t, CUDNN_TENSOR_NCHW, checked_int(ws[0], "filters"),
-                                                    checked_int(ws[1], "filter channels"),
-                                                    checked_int(ws[2], "kernel height"),
-                                                    checked_int(ws[3], "kernel width")));
-  PF_CUDNN_CHECK(cudnn().cudnnSetConvolution2dDescriptor(
-      c.conv.get(), checked_int(c.padding[0], "padding"), checked_int(c.padding[1], "padding"),
-      checked_int(c.stride[0], "stride"), checked_int(c.stride[1], "stride"), checked_int(c.dilation[0], "dilation"),
-      checked_int(c.dilation[1], "dilation"), CUDNN_CROSS_CORRELATION, c.types.compute));
+  const std::vector<int> filter = int_dims(c.w.tensor.sizes(), "filter size");
+  PF_CUDNN_CHECK(cudnn().cudnnSetFilterNdDescriptor(c.w_desc.get(), t, CUDNN_TENSOR_NCHW,
+                                                    static_cast<int>(filter.size()), filter.data()));
+  const std::vector<int> padding = int_dims(c.padding, "padding"), stride = int_dims(c.stride, "stride"),
+                         dilation = int_dims(c.dilation, "dilation");
+  PF_CUDNN_CHECK(cudnn().cudnnSetConvolutionNdDescriptor(c.conv.get(), c.rank, padding.data(), stride.data(),
+                                                         dilation.data(), CUDNN_CROSS_CORRELATION,
+                                                         c.types.compute));
   PF_CUDNN_CHECK(cudnn().cudnnSetConvolutionGroupCount(c.conv.get(), checked_int(c.groups, "groups")));
   PF_CUDNN_CHECK(cudnn().cudnnSetConvolutionMathType(c.conv.get(), base_math(c.dtype, c.allow_tf32)));
 }
@@ -495,15 +531,15 @@ void run_call(Call& c, const KernelContext& ctx, const KernelScope& scope) {
       ctx.attrs.has("algo_search") ? ctx.attr<std::string>("algo_search") : opt.conv_algo_search;
   const std::string key = c.key();
   const auto choice = selector(scope.device)
-                          .choose(algo_search::parse_strategy(strategy), std::string(op_name(K)) + " " + key,
+                          .choose(algo_search::parse_strategy(strategy), op_name(K, c.rank) + " " + key,
                                   opt.algo_cache, source);
   if (!choice)
-    PF_THROW(DeviceError, "cuda ", op_name(K), ": cuDNN offers no algorithm for ", key, " within the workspace limit of ",
+    PF_THROW(DeviceError, "cuda ", op_name(K, c.rank), ": cuDNN offers no algorithm for ", key, " within the workspace limit of ",
              c.workspace_limit >> 20, " MiB (plugflow.backends.cudnn.workspace_limit_mb)");
   const auto algo = parse_algo_name<K>(choice->algorithm);
-  PF_CHECK(algo, "cuda ", op_name(K), ": unknown cuDNN algorithm '", choice->algorithm, "'");
+  PF_CHECK(algo, "cuda ", op_name(K, c.rank), ": unknown cuDNN algorithm '", choice->algorithm, "'");
   if (choice->fresh)
-    report_algo_choice(AlgoChoice{"cuda", op_name(K), key, choice->algorithm, "cudnn " + cudnn_version(),
+    report_algo_choice(AlgoChoice{"cuda", op_name(K, c.rank), key, choice->algorithm, "cudnn " + cudnn_version(),
                                   choice->source});
 
   // The algorithm runs with the math type cuDNN measured or proposed it with.
@@ -518,8 +554,9 @@ void conv_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Roles r = roles(K, ctx);
   const Tensor& out = ctx.output(0);
+  const int rank = static_cast<int>(out.dim()) - 2;
   for (const Tensor& t : ctx.inputs)
-    PF_CHECK(t.dtype() == out.dtype(), "cuda ", op_name(K), ": expected one dtype, got ", dtype_name(t.dtype()), " and ",
+    PF_CHECK(t.dtype() == out.dtype(), "cuda ", op_name(K, rank), ": expected one dtype, got ", dtype_name(t.dtype()), " and ",
              dtype_name(out.dtype()));
   if (out.numel() == 0) return;
   const size_t out_bytes = static_cast<size_t>(out.numel()) * out.itemsize();
@@ -530,17 +567,15 @@ void conv_kernel(KernelContext& ctx) {
                                                                                           : r.y->numel() == 0));
 
   const ConvSettings settings = conv_settings();
-  const auto& stride = ctx.attr<Shape>("stride");
-  const auto& padding = ctx.attr<Shape>("padding");
-  const auto& dilation = ctx.attr<Shape>("dilation");
   Call c{K,
+         rank,
          out.dtype(),
          types_of(out.dtype()),
          settings.allow_tf32,
          settings.workspace_limit_bytes,
-         {stride[0], stride[1]},
-         {padding[0], padding[1]},
-         {dilation[0], dilation[1]},
+         ctx.attr<Shape>("stride"),
+         ctx.attr<Shape>("padding"),
+         ctx.attr<Shape>("dilation"),
          ctx.attr<int64_t>("groups"),
          image_operand(*r.x, K == Kind::BackwardData, scope.stream),
          weight_operand(*r.w, K == Kind::BackwardFilter, scope.stream),
@@ -566,10 +601,12 @@ void conv_kernel(KernelContext& ctx) {
       launch_copy(dense, bias, scope.stream);
       bias = dense;
     }
+    // (1, C, 1, ...): broadcast over the batch and every spatial position
+    Shape bias_sizes(out.dim(), 1), bias_strides(out.dim(), 1);
+    bias_sizes[1] = bias.numel();
+    bias_strides[0] = bias.numel();
     TensorDesc bias_desc;
-    PF_CUDNN_CHECK(cudnn().cudnnSetTensor4dDescriptorEx(bias_desc.get(), c.types.data, 1,
-                                                        checked_int(bias.numel(), "bias size"), 1, 1,
-                                                        checked_int(bias.numel(), "bias size"), 1, 1, 1));
+    set_tensor_desc(bias_desc, c.types.data, bias_sizes, bias_strides);
     if (empty) set_image_desc(c.y_desc, c.y, c.types.data);
     const Scaling s;
     PF_CUDNN_CHECK(cudnn().cudnnAddTensor(c.handle, s.one(c), bias_desc.get(), bias.data_ptr(), s.one(c),
@@ -582,9 +619,13 @@ void conv_kernel(KernelContext& ctx) {
 
 std::vector<KernelDef> conv_kernels() {
   const std::vector<DType> floating{DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+  // One kernel per kind serves both ranks: it reads the rank from its output.
   return {{"conv2d", floating, &conv_kernel<Kind::Forward>},
           {"conv2d_grad_input", floating, &conv_kernel<Kind::BackwardData>},
-          {"conv2d_grad_weight", floating, &conv_kernel<Kind::BackwardFilter>}};
+          {"conv2d_grad_weight", floating, &conv_kernel<Kind::BackwardFilter>},
+          {"conv3d", floating, &conv_kernel<Kind::Forward>},
+          {"conv3d_grad_input", floating, &conv_kernel<Kind::BackwardData>},
+          {"conv3d_grad_weight", floating, &conv_kernel<Kind::BackwardFilter>}};
 }
 
 }  // namespace plugflow::cuda

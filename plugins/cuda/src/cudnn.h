@@ -23,13 +23,13 @@ namespace plugflow::cuda {
   X(cudnnSetStream)                                                                                         \
   X(cudnnCreateTensorDescriptor)                                                                            \
   X(cudnnDestroyTensorDescriptor)                                                                           \
-  X(cudnnSetTensor4dDescriptorEx)                                                                           \
+  X(cudnnSetTensorNdDescriptor)                                                                             \
   X(cudnnCreateFilterDescriptor)                                                                            \
   X(cudnnDestroyFilterDescriptor)                                                                           \
-  X(cudnnSetFilter4dDescriptor)                                                                             \
+  X(cudnnSetFilterNdDescriptor)                                                                             \
   X(cudnnCreateConvolutionDescriptor)                                                                       \
   X(cudnnDestroyConvolutionDescriptor)                                                                      \
-  X(cudnnSetConvolution2dDescriptor)                                                                        \
+  X(cudnnSetConvolutionNdDescriptor)                                                                        \
   X(cudnnSetConvolutionGroupCount)                                                                          \
   X(cudnnSetConvolutionMathType)                                                                            \
   X(cudnnGetConvolutionForwardAlgorithm_v7)                                                                 \

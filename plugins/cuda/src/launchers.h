@@ -8,6 +8,8 @@
 
 namespace plugflow::cuda {
 
+struct KernelScope;  // kernel_common.h
+
 // One op's CUDA kernel and the dtypes it is registered for.
 struct KernelDef {
   const char* op;
@@ -31,9 +33,18 @@ std::vector<KernelDef> pool_kernels();     // pool.cu: max/avg/adaptive pooling 
 std::vector<KernelDef> norm_kernels();     // norm.cu: batch/layer/group norm (+ backward), embedding (+ backward), dropout
 std::vector<KernelDef> fused_kernels();    // fused.cpp: conv2d_fused mm_fused batch_norm_fused batch_norm_relu_backward fold_conv_bn
 std::vector<KernelDef> optim_kernels();    // optim.cu: sgd/adam steps (single and multi-tensor), GradScaler's unscale and update
+std::vector<KernelDef> grid_sample_kernels();  // grid_sample.cu: grid_sampler_2d/3d (+ backward)
+std::vector<KernelDef> vision_kernels();   // vision.cu: nms roi_align roi_pool (+ backward)
+std::vector<KernelDef> lstsq_kernels();    // lstsq.cpp: linalg_lstsq (cuSOLVER QR + cuBLAS trsm)
 
 // dst = src cast to dst's dtype; same shape, any strides, same CUDA device. Enqueued on `stream`.
 void launch_copy(const Tensor& dst, const Tensor& src, void* stream);
+
+// Solves op(R) X = B in place for an upper-triangular column-major n x n R (lda) and the n x nrhs
+// column-major B (ldb), op(R) = R or R^T; float32 or float64, cuBLAS's trsm on the scope's
+// stream (matmul.cpp; linalg_lstsq calls it).
+void triangular_solve(DType dtype, const KernelScope& scope, bool transpose, int n, int nrhs, const void* a, int lda,
+                      void* b, int ldb);
 
 // out[b] = a[b] @ b[b] for the integer dtypes (no BLAS has them): a (B,M,K), b (B,K,N) with any
 // element strides (batch stride 0 allowed), out (B,M,N) with any strides. Accumulates in

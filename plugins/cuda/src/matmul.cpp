@@ -52,6 +52,8 @@ struct Cublas {
   GemmStridedBatchedExFn gemm_strided_batched_ex;
   decltype(&cublasGetStatusName) status_name;
   decltype(&cublasGetStatusString) status_string;
+  decltype(&cublasStrsm_v2) strsm;  // triangular solves (linalg_lstsq, lstsq.cpp)
+  decltype(&cublasDtrsm_v2) dtrsm;
 };
 
 // Loaded once, on the first floating matmul; a failure raises and is retried by the next call.
@@ -73,6 +75,8 @@ const Cublas& cublas() {
     symbol(c.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
     symbol(c.status_name, "cublasGetStatusName");
     symbol(c.status_string, "cublasGetStatusString");
+    symbol(c.strsm, "cublasStrsm_v2");
+    symbol(c.dtrsm, "cublasDtrsm_v2");
     return c;
   }();
   return api;
@@ -260,6 +264,22 @@ void mm_kernel(KernelContext& ctx) { matmul(ctx, false); }
 void bmm_kernel(KernelContext& ctx) { matmul(ctx, true); }
 
 }  // namespace
+
+void triangular_solve(DType dtype, const KernelScope& scope, bool transpose, int n, int nrhs, const void* a, int lda,
+                      void* b, int ldb) {
+  BlasLease blas(scope.device, scope.stream);
+  const cublasOperation_t op = transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (dtype == DType::Float64) {
+    const double one = 1.0;
+    PF_CUBLAS_CHECK(cublas().dtrsm(blas.get(), CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, op, CUBLAS_DIAG_NON_UNIT, n,
+                                   nrhs, &one, static_cast<const double*>(a), lda, static_cast<double*>(b), ldb));
+  } else {
+    PF_CHECK(dtype == DType::Float32, "cuda triangular_solve: unsupported dtype ", dtype_name(dtype));
+    const float one = 1.0f;
+    PF_CUBLAS_CHECK(cublas().strsm(blas.get(), CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, op, CUBLAS_DIAG_NON_UNIT, n,
+                                   nrhs, &one, static_cast<const float*>(a), lda, static_cast<float*>(b), ldb));
+  }
+}
 
 std::vector<KernelDef> matmul_kernels() {
   std::vector<DType> numeric;

@@ -12,7 +12,8 @@ PLUGFLOW_PLUGIN("cuda", "0.1.0") {
   reg.device(backend_ptr());
   for (auto* family : {&copy_kernels, &random_kernels, &binary_kernels, &unary_kernels, &reduce_kernels,
                        &reduction_extra_kernels, &shape_kernels, &indexing_kernels, &math_kernels, &matmul_kernels,
-                       &conv_kernels, &norm_kernels, &pool_kernels, &fused_kernels, &optim_kernels})
+                       &conv_kernels, &norm_kernels, &pool_kernels, &fused_kernels, &optim_kernels,
+                       &grid_sample_kernels, &vision_kernels, &lstsq_kernels})
     for (const KernelDef& k : (*family)())
       for (DType t : k.dtypes) reg.kernel(k.op, DeviceType::CUDA, {t}, k.fn);
 }

@@ -94,31 +94,19 @@ TEST_F(CudaPlugin, LoadsAndReportsItsDevices) {
 // CUDA, so the list cannot go stale).
 const std::map<std::string, std::string> kNotYetOnCuda = {
     // Not written yet.
-    {"conv3d", "3-d convolution (cuDNN N-d), not written yet"},
-    {"conv3d_grad_input", "3-d convolution (cuDNN N-d), not written yet"},
-    {"conv3d_grad_weight", "3-d convolution (cuDNN N-d), not written yet"},
-    {"grid_sampler_2d", "grid sampling, not written yet"},
-    {"grid_sampler_2d_backward", "grid sampling, not written yet"},
-    {"grid_sampler_3d", "grid sampling, not written yet"},
-    {"grid_sampler_3d_backward", "grid sampling, not written yet"},
-    {"nms", "torchvision operator, not written yet"},
-    {"roi_align", "torchvision operator, not written yet"},
-    {"roi_align_backward", "torchvision operator, not written yet"},
-    {"roi_pool", "torchvision operator, not written yet"},
-    {"roi_pool_backward", "torchvision operator, not written yet"},
     {"ps_roi_align", "torchvision operator, not written yet"},
     {"ps_roi_align_backward", "torchvision operator, not written yet"},
     {"ps_roi_pool", "torchvision operator, not written yet"},
     {"ps_roi_pool_backward", "torchvision operator, not written yet"},
     {"deform_conv2d", "torchvision operator, not written yet"},
     {"deform_conv2d_backward", "torchvision operator, not written yet"},
-    {"linalg_lstsq", "LAPACK least squares (cuSOLVER), not written yet"},
 };
 
 // Dtypes CUDA registers beyond the CPU's (docs/kernels.md): half precision where the CPU has
 // none, for autocast on CUDA.
 const std::set<std::pair<std::string, DType>> kCudaOnlyKernels = {
     {"conv2d", DType::Float16},     {"conv2d_grad_input", DType::Float16}, {"conv2d_grad_weight", DType::Float16},
+    {"conv3d", DType::Float16},     {"conv3d_grad_input", DType::Float16}, {"conv3d_grad_weight", DType::Float16},
     {"batch_norm", DType::Float16}, {"batch_norm_backward", DType::Float16},
 };
 

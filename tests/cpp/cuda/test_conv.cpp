@@ -1,5 +1,5 @@
-// CUDA conformance of the convolutions (plugins/cuda/src/conv.cpp, cuDNN): conv2d,
-// conv2d_grad_input, conv2d_grad_weight and the transposed convolution against the CPU plugin
+// CUDA conformance of the convolutions (plugins/cuda/src/conv.cpp, cuDNN): conv2d / conv3d,
+// their _grad_input and _grad_weight and the transposed convolutions against the CPU plugin
 // on the same random inputs, with groups, dilation, padding, strides, odd sizes, bias,
 // channels-last and strided operands; float32 with TF32 off (tight) and on (loose), float64,
 // and float16 / bfloat16 against the CPU's float32 result rounded to the dtype; both search
@@ -16,6 +16,7 @@
 #include "conformance_harness.h"
 #include "plugflow/algo_choice.h"
 #include "plugflow/conv_settings.h"
+#include "plugflow/dispatch.h"
 
 namespace {
 
@@ -23,7 +24,8 @@ using namespace plugflow;
 using namespace cuda_conformance;
 namespace ops = plugflow::ops;
 
-const std::vector<std::string> kConvOps = {"conv2d", "conv2d_grad_input", "conv2d_grad_weight"};
+const std::vector<std::string> kConvOps = {"conv2d", "conv2d_grad_input", "conv2d_grad_weight",
+                                          "conv3d", "conv3d_grad_input", "conv3d_grad_weight"};
 
 struct ConvProblem {
   int64_t N, C, H, W, O, kh, kw;
@@ -122,6 +124,77 @@ void compare_all(DType dt, Tol tol, std::mt19937& rng) {
   }
 }
 
+// ---- 3-d: the N-d descriptors ----------------------------------------------------------------
+
+struct Conv3dProblem {
+  Shape x;  // (N, C, D, H, W)
+  int64_t O;
+  Shape kernel, stride, padding, dilation;
+  int64_t groups;
+  bool bias;
+};
+
+const std::vector<Conv3dProblem> kProblems3d = {
+    {{2, 3, 5, 7, 6}, 4, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, 1, true},
+    {{1, 4, 6, 5, 9}, 6, {2, 3, 1}, {2, 1, 3}, {0, 1, 1}, {1, 2, 1}, 2, false},
+    {{2, 4, 4, 6, 5}, 4, {3, 1, 3}, {1, 2, 1}, {2, 0, 1}, {2, 1, 1}, 4, true},  // depthwise, dilated
+};
+
+// (N, C, D, H, W) in NCDHW, NDHWC (channels-last) or a strided view.
+Pair volume_pair(const Shape& s, DType dt, Layout layout, std::mt19937& rng) {
+  if (layout != Layout::ChannelsLast) return image_pair(s, dt, layout, rng);
+  Pair p = make_pair({s[0], s[2], s[3], s[4], s[1]}, dt, View::Contiguous, Values::Any, rng);
+  return {ops::permute(p.cpu, {0, 4, 1, 2, 3}), ops::permute(p.dev, {0, 4, 1, 2, 3})};
+}
+
+Tensor run_op(const char* op, const Tensor& a, const Tensor& b, Attrs attrs) {
+  const Tensor in[] = {a, b};
+  return call_op(find_op(op), in, attrs)[0];
+}
+
+void compare_all_3d(DType dt, Tol tol, std::mt19937& rng) {
+  const bool half = dt == DType::Float16 || dt == DType::BFloat16;
+  const auto ref = [&](const std::function<Tensor(const Tensor&, const Tensor&)>& f, const Tensor& a, const Tensor& b) {
+    return half ? cpu_reference(f(as_f32(a), as_f32(b)), dt) : f(a, b);
+  };
+  for (const Conv3dProblem& p : kProblems3d) {
+    for (Layout layout : {Layout::Nchw, Layout::ChannelsLast, Layout::Strided}) {
+      const std::string where = ctx("conv3d", dt, layout_name(layout)) + " C=" + std::to_string(p.x[1]) +
+                                " O=" + std::to_string(p.O) + " g=" + std::to_string(p.groups);
+      Pair x = volume_pair(p.x, dt, layout, rng);
+      Pair w = make_pair({p.O, p.x[1] / p.groups, p.kernel[0], p.kernel[1], p.kernel[2]}, dt,
+                         layout == Layout::Strided ? View::Gapped : View::Contiguous, Values::Any, rng);
+      Pair b = p.bias ? make_pair({p.O}, dt, View::Contiguous, Values::Any, rng) : Pair{};
+      const auto fwd = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+        return ops::conv3d(xi, wi, bi, p.stride, p.padding, p.dilation, p.groups);
+      };
+      const Tensor y_dev = fwd(x.dev, w.dev, b.dev);
+      const Tensor y_cpu = half ? cpu_reference(fwd(as_f32(x.cpu), as_f32(w.cpu), p.bias ? as_f32(b.cpu) : Tensor()), dt)
+                                : fwd(x.cpu, w.cpu, b.cpu);
+      EXPECT_TRUE(matches(y_cpu, y_dev, tol)) << where << " forward";
+
+      const Attrs attrs{{"stride", p.stride}, {"padding", p.padding}, {"dilation", p.dilation}, {"groups", p.groups}};
+      Pair g = volume_pair(y_cpu.sizes(), dt, layout, rng);
+      Attrs gi_attrs = attrs;
+      gi_attrs.set("input_size", Shape{p.x[2], p.x[3], p.x[4]});
+      const auto grad_in = [&](const Tensor& gi, const Tensor& wi) { return run_op("conv3d_grad_input", gi, wi, gi_attrs); };
+      Attrs gw_attrs = attrs;
+      gw_attrs.set("kernel_size", p.kernel);
+      const auto grad_w = [&](const Tensor& gi, const Tensor& xi) { return run_op("conv3d_grad_weight", gi, xi, gw_attrs); };
+      EXPECT_TRUE(matches(ref(grad_in, g.cpu, w.cpu), grad_in(g.dev, w.dev), tol)) << where << " grad_input";
+      EXPECT_TRUE(matches(ref(grad_w, g.cpu, x.cpu), grad_w(g.dev, x.dev), tol)) << where << " grad_weight";
+
+      const Shape out_pad{p.stride[0] - 1, p.stride[1] - 1, p.stride[2] - 1};
+      Pair wt = make_pair({p.x[1], p.O / p.groups, p.kernel[0], p.kernel[1], p.kernel[2]}, dt, View::Contiguous,
+                          Values::Any, rng);
+      const auto tconv = [&](const Tensor& xi, const Tensor& wi) {
+        return ops::conv_transpose3d(xi, wi, Tensor(), p.stride, p.padding, out_pad, p.groups, p.dilation);
+      };
+      EXPECT_TRUE(matches(ref(tconv, x.cpu, wt.cpu), tconv(x.dev, wt.dev), tol)) << where << " conv_transpose3d";
+    }
+  }
+}
+
 // ---- runs everywhere --------------------------------------------------------------------------
 
 TEST_F(CudaPlugin, RegistersConvolutionsForTheCpuDtypesAndTheHalfTypes) {
@@ -142,6 +215,18 @@ TEST_F(CudaVsCpu, ConvolutionsFloat32WithoutTf32AndFloat64) {
   ConvSettingsScope fma(/*allow_tf32=*/false);
   compare_all(DType::Float32, Tol{1e-4, 1e-4}, rng);
   compare_all(DType::Float64, Tol{1e-10, 1e-10}, rng);
+}
+
+TEST_F(CudaVsCpu, Convolutions3dFloat32WithoutTf32AndFloat64) {
+  ConvSettingsScope fma(/*allow_tf32=*/false);
+  compare_all_3d(DType::Float32, Tol{1e-4, 1e-4}, rng);
+  compare_all_3d(DType::Float64, Tol{1e-10, 1e-10}, rng);
+}
+
+TEST_F(CudaVsCpu, Convolutions3dHalfTypes) {
+  if (selfcheck()) GTEST_SKIP() << "the CPU plugin has no half-precision convolutions";
+  compare_all_3d(DType::Float16, Tol{1e-2, 5e-2}, rng);
+  compare_all_3d(DType::BFloat16, Tol{3e-2, 2e-1}, rng);
 }
 
 TEST_F(CudaVsCpu, ConvolutionsFloat32WithTf32) {

@@ -7,6 +7,9 @@
 // Without a GPU the comparisons skip; the registration test runs everywhere.
 // PF_CUDA_CONFORMANCE_SELFCHECK=1 runs the comparisons with the CPU as the device under test
 // (a check of this file's harness on a machine without GPU).
+//
+// Least squares (linalg_lstsq) is compared with the 'gels' driver, the only one on CUDA: QR on
+// both devices (LAPACK on the CPU, cuSOLVER + cuBLAS on CUDA), so within rounding.
 #include <exception>
 #include <typeinfo>
 
@@ -24,7 +27,7 @@ namespace ops = plugflow::ops;
 const std::vector<std::string> kFamilyOps = {
     "sort",  "topk",  "tril",     "triu",    "flip",   "pad",    "unique",  "_take_along_dim", "_scatter_add_along_dim",
     "var_mean", "norm", "all",    "any",     "cumsum", "cumprod", "softmax", "log_softmax",
-    "index", "index_put", "where", "nonzero",
+    "index", "index_put", "where", "nonzero", "linalg_lstsq",
 #define PF_X(name, ...) name,
     PF_OPDEFS_TERNARY(PF_X)
 #undef PF_X
@@ -547,6 +550,66 @@ TEST_F(CudaVsCpu, ClampLerpAddcmulAddcdiv) {
   ops::addcmul_(a.cpu, t1.cpu, t1.cpu, Scalar(2.0));
   ops::addcmul_(a.dev, t1.dev, t1.dev, Scalar(2.0));
   EXPECT_TRUE(matches(a.cpu, a.dev)) << "addcmul_ on a gapped view";
+}
+
+// ---- least squares ----------------------------------------------------------------------------------
+
+// A (batch, m, n) well-conditioned (N(0, 2) entries plus 6 on the diagonal) on both devices.
+Pair well_conditioned(int64_t batch, int64_t m, int64_t n, DType dt, std::mt19937& rng) {
+  std::vector<double> v = random_values(batch * m * n, dt, Values::Any, rng);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t d = 0; d < std::min(m, n); ++d) v[(b * m + d) * n + d] += 6.0;
+  const Tensor c = cpu_tensor({batch, m, n}, dt, v);
+  return {c, ops::to(c, target(), std::nullopt, true)};
+}
+
+TEST_F(CudaVsCpu, LeastSquaresGelsTallSquareAndWide) {
+  for (DType dt : common_dtypes("linalg_lstsq")) {
+    const Tol tol = dt == DType::Float64 ? Tol{1e-10, 1e-10} : Tol{1e-4, 1e-4};
+    for (const auto& [m, n] : {std::pair<int64_t, int64_t>{7, 4}, {4, 4}, {3, 6}, {1, 1}})
+      for (int64_t k : {1, 3}) {
+        const std::string where = ctx("linalg_lstsq", dt, std::to_string(m) + "x" + std::to_string(n) + " k=" +
+                                                              std::to_string(k));
+        Pair a = well_conditioned(2, m, n, dt, rng);
+        Pair b = make_pair({2, m, k}, dt, View::Transposed, Values::Any, rng);
+        const auto want = ops::linalg_lstsq(a.cpu, b.cpu, std::nullopt, std::string("gels"));
+        const auto got = ops::linalg_lstsq(a.dev, b.dev, std::nullopt, std::string("gels"));
+        EXPECT_TRUE(matches(want.solution, got.solution, tol)) << where << " solution";
+        EXPECT_TRUE(matches(want.residuals, got.residuals, tol)) << where << " residuals";
+        EXPECT_EQ(got.rank.numel(), 0) << where;
+      }
+    // A matrix without full rank (a zero column; for a wide one, a zero row) raises on both.
+    for (const auto& [m, n, zero_row] : {std::tuple<int64_t, int64_t, bool>{5, 3, false}, {2, 4, true}}) {
+      std::vector<double> v = random_values(m * n, dt, Values::Any, rng);
+      for (int64_t i = 0; i < (zero_row ? n : m); ++i) v[zero_row ? i : i * n + 1] = 0.0;
+      const Tensor a = ops::to(cpu_tensor({m, n}, dt, v), target(), std::nullopt, true);
+      Pair b = make_pair({m, 2}, dt, View::Contiguous, Values::Any, rng);
+      try {
+        ops::linalg_lstsq(a, b.dev, std::nullopt, std::string("gels"));
+        ADD_FAILURE() << ctx("linalg_lstsq", dt) << ": a rank-deficient matrix must raise";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not have full rank"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, LeastSquaresOnCudaUsesGelsOnly) {
+  if (selfcheck()) GTEST_SKIP() << "the CPU allows every driver";
+  Pair a = well_conditioned(1, 5, 3, DType::Float32, rng);
+  Pair b = make_pair({1, 5, 2}, DType::Float32, View::Contiguous, Values::Any, rng);
+  const auto by_default = ops::linalg_lstsq(a.dev, b.dev, std::nullopt, std::nullopt);
+  EXPECT_EQ(by_default.rank.numel(), 0) << "the default driver on CUDA is gels (no rank)";
+  EXPECT_EQ(by_default.residuals.numel(), 2) << "gels reports residuals for a tall A";
+  for (const char* driver : {"gelsy", "gelsd", "gelss", "bogus"}) {
+    try {
+      ops::linalg_lstsq(a.dev, b.dev, std::nullopt, std::string(driver));
+      ADD_FAILURE() << driver << " must raise on CUDA";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("other than `gels` is not supported on CUDA"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

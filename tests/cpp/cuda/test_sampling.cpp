@@ -1,0 +1,205 @@
+// CUDA conformance of grid sampling and torchvision's operators (plugins/cuda/src/grid_sample.cu,
+// vision.cu) against the CPU plugin on the same random inputs, op by op through the dispatcher:
+// grid_sampler_2d (bilinear, nearest, bicubic) and grid_sampler_3d (bilinear, nearest) under
+// every padding mode and align_corners, on strided inputs and grids with points outside the
+// image, forward and backward (with and without the input gradient); roi_align (adaptive and
+// fixed sampling, aligned or not, malformed rois) and roi_pool with their backwards; nms over
+// more boxes than one 64-bit mask block holds, with tied scores; and the errors a bad roi or
+// argmax raises.
+//
+// The forwards are meant to equal the CPU's bit for bit (same arithmetic, no FMA contraction);
+// the input gradients are summed with atomics on the GPU, so backwards are compared within
+// rounding. Without a GPU every comparison skips; PF_CUDA_CONFORMANCE_SELFCHECK=1 runs them
+// with the CPU as the device under test.
+#include "conformance_harness.h"
+#include "plugflow/dispatch.h"
+
+namespace {
+
+using namespace plugflow;
+using namespace cuda_conformance;
+
+using Tensors = std::vector<Tensor>;
+
+const std::vector<std::string> kOps = {"grid_sampler_2d", "grid_sampler_2d_backward",
+                                       "grid_sampler_3d", "grid_sampler_3d_backward",
+                                       "nms",             "roi_align",
+                                       "roi_align_backward", "roi_pool",
+                                       "roi_pool_backward"};
+
+Tensors run(const std::string& op, const Tensors& in, const Attrs& attrs) { return call_op(find_op(op), in, attrs); }
+
+// The backwards' tolerance: atomics add in another order than the CPU's loop.
+Tol sum_tolerance(DType dt) { return dt == DType::Float64 ? Tol{1e-10, 1e-10} : Tol{1e-5, 1e-5}; }
+
+void compare(const std::string& op, const Tensors& cpu_in, const Tensors& dev_in, const Attrs& attrs,
+             const std::string& where, Tol tol) {
+  const Tensors c = run(op, cpu_in, attrs), d = run(op, dev_in, attrs);
+  ASSERT_EQ(c.size(), d.size()) << where;
+  for (size_t i = 0; i < c.size(); ++i) EXPECT_TRUE(matches(c[i], d[i], tol)) << where << ": output " << i;
+}
+
+Tensor to_dev(const Tensor& t) { return ops::to(t, target(), std::nullopt, /*copy=*/true); }
+
+Pair pair_of(const Shape& s, DType dt, const std::vector<double>& v) {
+  const Tensor c = cpu_tensor(s, dt, v);
+  return {c, to_dev(c)};
+}
+
+std::vector<double> uniform(int64_t n, double lo, double hi, std::mt19937& rng) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) x = std::uniform_real_distribution<double>(lo, hi)(rng);
+  return v;
+}
+
+TEST_F(CudaPlugin, SamplingOpsHaveDtypesOnBothDevices) {
+  for (const std::string& op : kOps) EXPECT_FALSE(common_dtypes(op).empty()) << op;
+}
+
+// ---- grid sampling ------------------------------------------------------------------------------
+
+void compare_grid_sampler(int S, const std::vector<std::string>& modes, std::mt19937& rng) {
+  const std::string op = S == 2 ? "grid_sampler_2d" : "grid_sampler_3d";
+  const Shape in_shape = S == 2 ? Shape{2, 3, 5, 7} : Shape{2, 3, 4, 5, 6};
+  const Shape grid_shape = S == 2 ? Shape{2, 4, 6, 2} : Shape{2, 3, 4, 5, 3};
+  for (DType dt : common_dtypes(op)) {
+    for (const std::string& mode : modes)
+      for (const char* padding : {"zeros", "border", "reflection"})
+        for (bool align : {false, true}) {
+          const std::string where = ctx(op, dt, mode + " " + padding + (align ? " align_corners" : ""));
+          // a gapped input; a transposed grid (the coordinate dim strided) reaching 30% outside
+          Pair input = make_pair(in_shape, dt, View::Gapped, Values::Any, rng);
+          Shape reversed(grid_shape.rbegin(), grid_shape.rend());
+          Pair base = pair_of(reversed, dt, uniform(shape_numel(grid_shape), -1.3, 1.3, rng));
+          Shape perm;
+          for (int64_t d = S + 1; d >= 0; --d) perm.push_back(d);
+          Pair grid{ops::permute(base.cpu, perm), ops::permute(base.dev, perm)};
+          const Attrs attrs{{"mode", mode}, {"padding_mode", std::string(padding)}, {"align_corners", align}};
+          compare(op, {input.cpu, grid.cpu}, {input.dev, grid.dev}, attrs, where, tolerance(dt));
+
+          const Tensor out = run(op, {input.cpu, grid.cpu}, attrs)[0];
+          Pair g = make_pair(out.sizes(), dt, View::Transposed, Values::Any, rng);
+          for (bool input_grad : {true, false}) {
+            Attrs battrs = attrs;
+            battrs.set("input_grad", input_grad);
+            compare(op + "_backward", {g.cpu, input.cpu, grid.cpu}, {g.dev, input.dev, grid.dev}, battrs,
+                    where + (input_grad ? " backward" : " backward (grid only)"), sum_tolerance(dt));
+          }
+        }
+  }
+}
+
+TEST_F(CudaVsCpu, GridSampler2dEveryModeAndPadding) {
+  compare_grid_sampler(2, {"bilinear", "nearest", "bicubic"}, rng);
+}
+
+TEST_F(CudaVsCpu, GridSampler3dEveryModeAndPadding) { compare_grid_sampler(3, {"bilinear", "nearest"}, rng); }
+
+// ---- rois ---------------------------------------------------------------------------------------------
+
+// K rois (batch index, x1, y1, x2, y2) over a batch of 2 images of width x height (in input
+// pixels / scale), one of them malformed (x2 < x1).
+std::vector<double> random_rois(int64_t K, double width, double height, std::mt19937& rng) {
+  std::vector<double> v;
+  for (int64_t k = 0; k < K; ++k) {
+    const double x1 = std::uniform_real_distribution<double>(-2, width)(rng);
+    const double y1 = std::uniform_real_distribution<double>(-2, height)(rng);
+    const double w = std::uniform_real_distribution<double>(k == 0 ? -3 : 0.5, width / 2)(rng);
+    const double h = std::uniform_real_distribution<double>(0.5, height / 2)(rng);
+    v.insert(v.end(), {static_cast<double>(rng() % 2), x1, y1, x1 + w, y1 + h});
+  }
+  return v;
+}
+
+TEST_F(CudaVsCpu, RoiAlignForwardAndBackward) {
+  for (DType dt : common_dtypes("roi_align")) {
+    const Shape in_shape{2, 3, 10, 12};
+    Pair input = make_pair(in_shape, dt, View::Contiguous, Values::Any, rng);
+    for (double scale : {1.0, 0.5})
+      for (int64_t sampling : {0, 2})
+        for (bool aligned : {false, true}) {
+          const std::string where = ctx("roi_align", dt,
+                                        "scale " + std::to_string(scale) + " sampling " + std::to_string(sampling) +
+                                            (aligned ? " aligned" : ""));
+          Pair rois = pair_of({7, 5}, dt, random_rois(7, 12 / scale, 10 / scale, rng));
+          const Attrs attrs{{"spatial_scale", scale},
+                            {"pooled_height", int64_t{3}},
+                            {"pooled_width", int64_t{4}},
+                            {"sampling_ratio", sampling},
+                            {"aligned", aligned}};
+          compare("roi_align", {input.cpu, rois.cpu}, {input.dev, rois.dev}, attrs, where, tolerance(dt));
+          Pair g = make_pair({7, 3, 3, 4}, dt, View::Contiguous, Values::Any, rng);
+          Attrs battrs = attrs;
+          battrs.set("input_size", in_shape);
+          compare("roi_align_backward", {g.cpu, rois.cpu}, {g.dev, rois.dev}, battrs, where + " backward",
+                  sum_tolerance(dt));
+        }
+  }
+}
+
+TEST_F(CudaVsCpu, RoiPoolForwardAndBackward) {
+  for (DType dt : common_dtypes("roi_pool")) {
+    const Shape in_shape{2, 3, 9, 11};
+    for (double scale : {1.0, 0.5}) {
+      const std::string where = ctx("roi_pool", dt, "scale " + std::to_string(scale));
+      Pair input = make_pair(in_shape, dt, View::Contiguous, Values::Small, rng);  // ties in the max
+      Pair rois = pair_of({6, 5}, dt, random_rois(6, 11 / scale, 9 / scale, rng));
+      const Attrs attrs{{"spatial_scale", scale}, {"pooled_height", int64_t{2}}, {"pooled_width", int64_t{3}}};
+      compare("roi_pool", {input.cpu, rois.cpu}, {input.dev, rois.dev}, attrs, where, tolerance(dt));
+      const Tensor argmax = run("roi_pool", {input.cpu, rois.cpu}, attrs)[1];
+      Pair g = make_pair({6, 3, 2, 3}, dt, View::Contiguous, Values::Any, rng);
+      const Attrs battrs{{"pooled_height", int64_t{2}}, {"pooled_width", int64_t{3}}, {"input_size", in_shape}};
+      compare("roi_pool_backward", {g.cpu, rois.cpu, argmax}, {g.dev, rois.dev, to_dev(argmax)}, battrs,
+              where + " backward", sum_tolerance(dt));
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, BadRoisAndArgmaxRaiseAsOnTheCpu) {
+  const DType dt = DType::Float32;
+  Pair input = make_pair({1, 2, 6, 6}, dt, View::Contiguous, Values::Any, rng);
+  Pair bad_batch = pair_of({1, 5}, dt, {1, 0, 0, 3, 3});
+  Pair bad_coord = pair_of({1, 5}, dt, {0, 0, std::nan(""), 3, 3});
+  const Attrs align{{"spatial_scale", 1.0},
+                    {"pooled_height", int64_t{2}},
+                    {"pooled_width", int64_t{2}},
+                    {"sampling_ratio", int64_t{0}},
+                    {"aligned", false}};
+  EXPECT_THROW(run("roi_align", {input.dev, bad_batch.dev}, align), IndexError);
+  EXPECT_THROW(run("roi_align", {input.dev, bad_coord.dev}, align), Error);
+  const Attrs pool{{"spatial_scale", 1.0}, {"pooled_height", int64_t{2}}, {"pooled_width", int64_t{2}}};
+  EXPECT_THROW(run("roi_pool", {input.dev, bad_batch.dev}, pool), IndexError);
+  Pair rois = pair_of({1, 5}, dt, {0, 0, 0, 3, 3});
+  Pair g = make_pair({1, 2, 2, 2}, dt, View::Contiguous, Values::Any, rng);
+  Tensor argmax = ops::to(cpu_tensor({1, 2, 2, 2}, DType::Int32, {0, 1, 2, 36, 4, 5, 6, 7}), target(), std::nullopt);
+  const Attrs pool_back{{"pooled_height", int64_t{2}}, {"pooled_width", int64_t{2}}, {"input_size", Shape{1, 2, 6, 6}}};
+  try {
+    run("roi_pool_backward", {g.dev, rois.dev, argmax}, pool_back);
+    ADD_FAILURE() << "an argmax outside the plane must raise";
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("argmax 36"), std::string::npos) << e.what();
+  }
+}
+
+// ---- nms ----------------------------------------------------------------------------------------------
+
+TEST_F(CudaVsCpu, NmsKeepsTheCpusBoxes) {
+  for (DType dt : common_dtypes("nms")) {
+    for (int64_t n : {1, 7, 150}) {
+      std::vector<double> boxes;
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = std::uniform_real_distribution<double>(0, 40)(rng);
+        const double y = std::uniform_real_distribution<double>(0, 40)(rng);
+        boxes.insert(boxes.end(), {x, y, x + std::uniform_real_distribution<double>(1, 15)(rng),
+                                   y + std::uniform_real_distribution<double>(1, 15)(rng)});
+      }
+      Pair b = pair_of({n, 4}, dt, boxes);
+      Pair s = make_pair({n}, dt, View::Contiguous, Values::Small, rng);  // tied scores
+      for (double threshold : {0.2, 0.5, 0.8})
+        compare("nms", {b.cpu, s.cpu}, {b.dev, s.dev}, Attrs{{"iou_threshold", threshold}},
+                ctx("nms", dt, std::to_string(n) + " boxes, threshold " + std::to_string(threshold)), Tol{0, 0});
+    }
+  }
+}
+
+}  // namespace
