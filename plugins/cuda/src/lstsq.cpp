@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernel_common.h"
+#include "plugflow/linalg_error.h"
 #include "launchers.h"
 
 namespace plugflow::cuda {
@@ -232,10 +233,10 @@ void lstsq(KernelContext& ctx, const KernelScope& scope) {
   PF_CHECK(last_info >= 0, "linalg.lstsq: cuSOLVER argument ", -last_info, " was invalid");
   for (int64_t i = 0; i < batch; ++i)
     for (int64_t d = 0; d < diag; ++d)
-      PF_CHECK(diagonal[i * diag + d] != T(0),
-               "torch.linalg.lstsq: The least squares solution could not be computed because the input matrix does "
-               "not have full rank (error code: ",
-               d + 1, ").");
+      // (the core drops the batch element from the message of a single matrix, as on the CPU)
+      PF_CHECK_T(diagonal[i * diag + d] != T(0), LinAlgError, "torch.linalg.lstsq: (Batch element ", i,
+                 "): The least squares solution could not be computed because the input matrix does not have full "
+                 "rank (error code: ", d + 1, ").");
 }
 
 void lstsq_kernel(KernelContext& ctx) {
