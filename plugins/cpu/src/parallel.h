@@ -32,14 +32,16 @@ void install_fork_handler();
 // workers are paid back by the punctual regions after them; when the debt passes kDebtLimitNs
 // the waits cost more than serial execution would, and the next small loops (a stretch) run
 // their slices on the calling thread. Then loops go parallel again with no debt (the first
-// region pays for waking the workers, which slept meanwhile). A debt run up again soon after
-// (within kSoonRegions parallel regions) doubles the stretch, up to kMaxSerialRegions, so the
-// parallel tries cost a few percent on a machine that stays busy; a later one starts over.
+// region pays for waking the workers, which slept meanwhile); for the next kSoonRegions regions a
+// smaller debt (kRetryDebtLimitNs) is enough to go back, with a doubled stretch (up to
+// kMaxSerialRegions), so the parallel tries cost a few percent on a machine that stays busy; a
+// debt run up later starts over.
 // Races between threads only shift a decision by a region.
 class LateWorkerGuard {
  public:
   static constexpr int64_t kGrainNs = 8'000;
   static constexpr int64_t kDebtLimitNs = 50'000'000;
+  static constexpr int64_t kRetryDebtLimitNs = 5'000'000;
   static constexpr int64_t kWaitCapNs = 5'000'000;  // one stall (a suspended process) is not a trend
   static constexpr int64_t kFirstSerialRegions = 64;
   static constexpr int64_t kMaxSerialRegions = 4096;
@@ -62,7 +64,7 @@ class LateWorkerGuard {
     const int64_t regions = parallel_regions_.fetch_add(1, std::memory_order_relaxed) + 1;
     const int64_t debt = std::max<int64_t>(
         0, debt_.load(std::memory_order_relaxed) + std::min(wait_ns, kWaitCapNs) - grains * kGrainNs);
-    if (debt <= kDebtLimitNs) {
+    if (debt <= (regions <= kSoonRegions ? kRetryDebtLimitNs : kDebtLimitNs)) {
       debt_.store(debt, std::memory_order_relaxed);
       return;
     }

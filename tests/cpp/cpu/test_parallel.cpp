@@ -69,6 +69,18 @@ TEST(LateWorkerGuard, ADebtSoonAfterAStretchDoublesTheNextOneUpToTheCap) {
   EXPECT_EQ(expected, LateWorkerGuard::kMaxSerialRegions);
 }
 
+TEST(LateWorkerGuard, ARetryOnAMachineStillBusyReturnsToSerialWithinAFewRegions) {
+  LateWorkerGuard guard;
+  ASSERT_GT(regions_until_serial(guard, 1000 * kUs), 0);
+  serial_turns(guard);
+  guard.observe(kGrains, 5000 * kUs);  // waking the workers: no debt by itself
+  EXPECT_FALSE(guard.take_serial_turn());
+  const int64_t per_region = 1000 * kUs - kGrains * LateWorkerGuard::kGrainNs;
+  const int64_t regions = regions_until_serial(guard, 1000 * kUs);
+  EXPECT_LE(regions, LateWorkerGuard::kRetryDebtLimitNs / per_region + 1);
+  EXPECT_EQ(serial_turns(guard) + 1, 2 * LateWorkerGuard::kFirstSerialRegions);
+}
+
 TEST(LateWorkerGuard, ADebtLongAfterTheLastStretchStartsOver) {
   LateWorkerGuard guard;
   ASSERT_GT(regions_until_serial(guard, 2000 * kUs), 0);
