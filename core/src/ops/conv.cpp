@@ -404,6 +404,14 @@ const bool kConvOpsRegistered = [] {
               "upsample_bilinear2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
               "bool align_corners, float scale_h, float scale_w) -> Tensor",
               upsample_backward_meta);
+  register_op("upsample_bicubic2d",
+              "upsample_bicubic2d(Tensor input, int[2] output_size, bool align_corners, float scale_h, "
+              "float scale_w) -> Tensor",
+              upsample_meta);
+  register_op("upsample_bicubic2d_backward",
+              "upsample_bicubic2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
+              "bool align_corners, float scale_h, float scale_w) -> Tensor",
+              upsample_backward_meta);
   return true;
 }();
 
@@ -950,6 +958,14 @@ Tensor upsample_bilinear2d(const Tensor& input, const Shape& output_size, bool a
   Attrs attrs = upsample_attrs(input, output_size, scales);
   attrs.set("align_corners", align_corners);
   return run_linear_pair("upsample_bilinear2d", "UpsampleBilinear2DBackward0", "UpsampleBilinear2DBackwardBackward0",
+                         input, attrs);
+}
+
+Tensor upsample_bicubic2d(const Tensor& input, const Shape& output_size, bool align_corners,
+                          const std::vector<double>& scales) {
+  Attrs attrs = upsample_attrs(input, output_size, scales);
+  attrs.set("align_corners", align_corners);
+  return run_linear_pair("upsample_bicubic2d", "UpsampleBicubic2DBackward0", "UpsampleBicubic2DBackwardBackward0",
                          input, attrs);
 }
 
