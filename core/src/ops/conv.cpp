@@ -340,6 +340,8 @@ std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& a
   PF_CHECK(x.sizes()[2] > 0 && x.sizes()[3] > 0 && os[0] > 0 && os[1] > 0,
            "Input and output sizes should be greater than 0, but got input (H: ", x.sizes()[2], ", W: ", x.sizes()[3],
            ") output (H: ", os[0], ", W: ", os[1], ")");
+  // an empty batch is fine, no channels is not (PyTorch's upsample_2d_common_check)
+  PF_CHECK(x.sizes()[1] > 0, "Non-empty 4D data tensor expected but got a tensor with sizes ", shape_str(x.sizes()));
   if (attrs.has("align_corners")) attrs.get<bool>("align_corners");
   return {out_meta({x.sizes()[0], x.sizes()[1], os[0], os[1]}, x.dtype(), x.device())};
 }
