@@ -355,16 +355,15 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if antialias:
         raise NotImplementedError("interpolate: antialias=True is not supported by plugflow")
 
-    # PyTorch's message for a mode it has no kernel of this rank for (bicubic is 4-d only)
-    input_error = (f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.dim()}D) for the modes: "
-                   f"nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact (got {mode})")
-    if mode not in ("nearest", "linear", "bilinear", "bicubic", "area") or input.dim() not in (3, 4):
+    if (mode not in ("nearest", "linear", "bilinear", "bicubic", "area") or input.dim() not in (3, 4)
+            or (mode == "bicubic" and input.dim() == 3)):
         if input.dim() in (3, 4, 5) and mode in ("trilinear", "nearest-exact", "nearest", "area"):
             raise NotImplementedError(f"interpolate: mode '{mode}' for {input.dim()}D input is not supported by "
                                       "plugflow")
-        raise NotImplementedError(input_error)
-    if input.dim() == 3 and mode == "bicubic":
-        raise NotImplementedError(input_error)
+        # PyTorch's message, also for bicubic (4-d only) on 3-d or 5-d input
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.dim()}D) for "
+                                  "the modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact"
+                                  f" (got {mode})")
     if input.dim() == 3 and mode == "bilinear":
         raise NotImplementedError("Got 3D input, but bilinear mode needs 4D input")
     if input.dim() == 4 and mode == "linear":
