@@ -32,6 +32,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "nn_math.h"
 #include "scalar_math.h"
 
 namespace plugflow::grid_sample_math {
@@ -235,18 +236,14 @@ struct Taps2d {
   bool valid[kMax];
 };
 
-// PyTorch's cubic convolution coefficients (A = -0.75) and their derivatives in t.
+// PyTorch's cubic convolution coefficients (A = -0.75) and their derivatives in t. The last
+// tap's distance is 2 - t here, as in ATen's grid sampler (upsampling's is (1 - t) + 1).
 template <typename T>
 PF_HOST_DEVICE_INLINE void cubic_coefficients(T (&c)[4], T t) {
-  const T A = T(-0.75);
-  T x = t + T(1);
-  c[0] = ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A;
-  x = t;
-  c[1] = ((A + T(2)) * x - (A + T(3))) * x * x + T(1);
-  x = T(1) - t;
-  c[2] = ((A + T(2)) * x - (A + T(3))) * x * x + T(1);
-  x = T(2) - t;
-  c[3] = ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A;
+  c[0] = nn_math::cubic_far(t + T(1));
+  c[1] = nn_math::cubic_near(t);
+  c[2] = nn_math::cubic_near(T(1) - t);
+  c[3] = nn_math::cubic_far(T(2) - t);
 }
 template <typename T>
 PF_HOST_DEVICE_INLINE void cubic_coefficients_grad(T (&c)[4], T t) {

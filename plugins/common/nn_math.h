@@ -1,8 +1,9 @@
-// The index and coefficient formulas of the nn kernels (norms, pooling, upsampling, dropout)
-// that the CPU and CUDA plugins share, written once so that both devices sample the same
-// positions, pick the same windows and keep the same dropout elements (docs/kernels.md, "Norm
-// family" and "Conv family"). The formulas are PyTorch 1.13's (ATen's Pool.h,
-// AdaptivePooling.h, UpSample.h, Normalization.cpp), including its float rounding of scales.
+// The index and coefficient formulas of the nn kernels (norms, pooling, upsampling, cubic
+// interpolation, dropout) that the CPU and CUDA plugins share, written once so that both
+// devices sample the same positions, pick the same windows and keep the same dropout elements
+// (docs/kernels.md, "Norm family" and "Conv family"). The formulas are PyTorch 1.13's (ATen's
+// Pool.h, AdaptivePooling.h, UpSample.h, Normalization.cpp), including its float rounding of
+// scales.
 //
 // Every function is __host__ __device__ under nvcc and plain inline under g++ (as
 // scalar_math.h); tests/cpp/common/test_nn_math.cpp tests them on the CPU.
@@ -159,6 +160,46 @@ PF_HOST_DEVICE_INLINE LinearTap<T> linear_tap(int64_t o, int64_t in, int64_t out
   T lambda = src - static_cast<T>(i);
   lambda = lambda < T(0) ? T(0) : lambda > T(1) ? T(1) : lambda;
   return {i, i + (i < in - 1 ? 1 : 0), T(1) - lambda, lambda};
+}
+
+// ---- cubic convolution (A = -0.75) ---------------------------------------------------------------
+// ATen's cubic_convolution1/2: the kernel's weight at distance x from a tap, for x <= 1 (near)
+// and 1 < x < 2 (far). Shared by grid_sample's and upsample_bicubic2d's bicubic modes.
+template <typename T>
+PF_HOST_DEVICE_INLINE T cubic_near(T x) {
+  const T A = T(-0.75);
+  return ((A + T(2)) * x - (A + T(3))) * x * x + T(1);
+}
+template <typename T>
+PF_HOST_DEVICE_INLINE T cubic_far(T x) {
+  const T A = T(-0.75);
+  return ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A;
+}
+
+// Cubic interpolation taps of output o along a dim: out[o] = sum_j w[j] * in[i[j]], taps at
+// floor(src) - 1 .. floor(src) + 2 clamped to [0, in - 1] (PyTorch's border-clamped access).
+template <typename T>
+struct CubicTap {
+  int64_t i[4];
+  T w[4];
+};
+// As upsample_bicubic2d computes them: src as for linear_tap but never clipped at 0, its floor
+// taken in float (ATen's floorf, also for double), and the far weight of the last tap from
+// (1 - t) + 1, as ATen's get_cubic_upsample_coefficients does (not 2 - t: it rounds apart).
+template <typename T>
+PF_HOST_DEVICE_INLINE CubicTap<T> cubic_tap(int64_t o, int64_t in, int64_t out, bool align_corners,
+                                            double user_scale) {
+  const T scale = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
+                                : source_scale<T>(user_scale, in, out);
+  const T src = align_corners ? scale * static_cast<T>(o) : scale * (static_cast<T>(o) + T(0.5)) - T(0.5);
+  const auto f = static_cast<int64_t>(scalar_math::floor(static_cast<float>(src)));
+  const T t = src - static_cast<T>(f), u = T(1) - t;
+  CubicTap<T> tap{{}, {cubic_far(t + T(1)), cubic_near(t), cubic_near(u), cubic_far(u + T(1))}};
+  for (int j = 0; j < 4; ++j) {
+    const int64_t k = f - 1 + j;
+    tap.i[j] = k < 0 ? 0 : k > in - 1 ? in - 1 : k;
+  }
+  return tap;
 }
 
 }  // namespace plugflow::nn_math

@@ -152,6 +152,12 @@ void bind_conv(py::module_& m) {
         return ops::upsample_bilinear2d(input, output_size, align_corners, scales);
       },
       py::arg("input"), py::arg("output_size"), py::arg("align_corners"), py::arg("scales"), nogil);
+  m.def(
+      "_upsample_bicubic2d",
+      [](const Tensor& input, const Shape& output_size, bool align_corners, const std::vector<double>& scales) {
+        return ops::upsample_bicubic2d(input, output_size, align_corners, scales);
+      },
+      py::arg("input"), py::arg("output_size"), py::arg("align_corners"), py::arg("scales"), nogil);
 
   m.def(
       "grid_sampler",

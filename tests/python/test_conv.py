@@ -1,7 +1,7 @@
 """The conv family against PyTorch 1.13: conv1d/conv2d (int/tuple/'same'/'valid' padding,
 stride, dilation, groups, bias, unbatched input), conv_transpose1d/2d, max/avg/adaptive pooling
 (1-d and 2-d, ceil_mode, count_include_pad, divisor_override, indices) and interpolate
-(nearest, linear, bilinear with align_corners, area; size or scale_factor). Values and
+(nearest, linear, bilinear and bicubic with align_corners, area; size or scale_factor). Values and
 gradients (input, weight, bias; double backward) on fresh random inputs in three memory
 layouts, batch size 0, and PyTorch's exceptions for bad input.
 
@@ -496,6 +496,105 @@ def test_interpolate_float32_and_aliases(rng):
     assert tuple(F.interpolate(xp, size=4).shape) == tuple(TF.interpolate(xt, size=4).shape)
 
 
+# ---- bicubic -------------------------------------------------------------------------------------------------
+
+def random_bicubic_kwargs(rng, case, hw):
+    """size or scale_factor (up or down, per dim or one), recompute_scale_factor, align_corners."""
+    if case % 2:
+        kwargs = dict(size=tuple(int(v) for v in rng.integers(1, 17, size=2)))
+    else:  # with recompute_scale_factor False PyTorch places taps by 1/scale rather than in/out
+        while True:
+            scale = tuple(float(v) for v in rng.uniform(0.3, 3.0, size=2))
+            if case % 4 == 0:
+                scale = (scale[0], scale[0])
+            out = [int(h * s) for h, s in zip(hw, scale)]
+            # a scale that keeps a dim's size: PyTorch 1.13's backward copies the gradient there
+            # while its forward samples by 1/scale (plugflow's backward stays the forward's adjoint)
+            if min(out) >= 1 and not any(o == h for o, h in zip(out, hw)):
+                break
+        kwargs = dict(scale_factor=scale if case % 4 else scale[0], recompute_scale_factor=bool(case % 8 < 4))
+    kwargs["align_corners"] = bool(case % 3 == 0)
+    return kwargs
+
+
+@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_interpolate_bicubic_random(rng, case, dtype):
+    """Up and down, odd sizes, size or scale_factor, both align_corners and
+    recompute_scale_factor, four memory layouts: values and input gradients."""
+    hw = tuple(int(v) for v in rng.integers(1, 12, size=2))
+    kwargs = random_bicubic_kwargs(rng, case, hw)
+    layout = (LAYOUTS + ["transposed"])[case % 4]
+    xp, xt = pair(rng, (int(rng.integers(1, 3)), int(rng.integers(1, 4))) + hw, dtype, layout, grad=True)
+    out_t = TF.interpolate(xt, mode="bicubic", **kwargs)
+    out_p = F.interpolate(xp, mode="bicubic", **kwargs)
+    close(out_p, out_t, dtype)
+    backward_both(rng, out_p, out_t)
+    close(xp.grad, xt.grad, dtype)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_interpolate_bicubic_backward_is_the_adjoint(rng, case):
+    """<up(x), g> = <x, up^T(g)> in float64, independently of PyTorch."""
+    hw = tuple(int(v) for v in rng.integers(1, 12, size=2))
+    kwargs = random_bicubic_kwargs(rng, case, hw)
+    xp, _ = pair(rng, (2, 3) + hw, grad=True)
+    out = F.interpolate(xp, mode="bicubic", **kwargs)
+    g = pf.from_numpy(rng.uniform(-1, 1, size=tuple(out.shape)))
+    out.backward(g)
+    lhs = float((out.detach() * g).sum().item())
+    rhs = float((xp.detach() * xp.grad).sum().item())
+    assert abs(lhs - rhs) <= 1e-10 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
+@pytest.mark.parametrize("in_hw,kwargs", [((1, 1), dict(size=(5, 7))), ((6, 5), dict(size=(1, 1))),
+                                          ((1, 1), dict(size=(1, 1))), ((1, 1), dict(scale_factor=3.5)),
+                                          ((1, 9), dict(size=(4, 1))), ((7, 4), dict(scale_factor=(0.2, 1.0)))])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_interpolate_bicubic_single_pixels(rng, in_hw, kwargs, align_corners):
+    xp, xt = pair(rng, (2, 3) + in_hw, grad=True)
+    out_t = TF.interpolate(xt, mode="bicubic", align_corners=align_corners, **kwargs)
+    out_p = F.interpolate(xp, mode="bicubic", align_corners=align_corners, **kwargs)
+    close(out_p, out_t)
+    backward_both(rng, out_p, out_t)
+    close(xp.grad, xt.grad)
+
+
+def test_interpolate_bicubic_same_size_scale(rng):
+    """A scale factor that keeps the size: PyTorch 1.13's forward samples by 1/scale, its backward
+    copies the gradient (as if the scale were 1). plugflow's backward is its forward's adjoint,
+    checked against the transpose of PyTorch's forward as a matrix (its images of the one-hot
+    inputs)."""
+    xp, xt = pair(rng, (2, 3, 8, 10), grad=True)
+    kwargs = dict(scale_factor=1.05, mode="bicubic", recompute_scale_factor=False)
+    out_p, out_t = F.interpolate(xp, **kwargs), TF.interpolate(xt, **kwargs)
+    assert tuple(out_p.shape) == (2, 3, 8, 10)
+    close(out_p, out_t)
+    g = rng.uniform(-1, 1, size=(2, 3, 8, 10))
+    out_p.backward(pf.from_numpy(g))
+    one_hot = torch.eye(80, dtype=torch.float64).reshape(80, 1, 8, 10)
+    forward = TF.interpolate(one_hot, **kwargs).reshape(80, 80)  # row i: the image of input pixel i
+    want = (torch.from_numpy(g).reshape(6, 80) @ forward.T).reshape(2, 3, 8, 10)
+    close(xp.grad, want)
+    assert not torch.allclose(want, torch.from_numpy(g))  # not the copy PyTorch's backward makes
+
+
+def test_interpolate_bicubic_empty_batch_and_bfloat16(rng):
+    xp, xt = pair(rng, (0, 3, 5, 6), grad=True)
+    out_p, out_t = F.interpolate(xp, size=(7, 4), mode="bicubic"), TF.interpolate(xt, size=(7, 4), mode="bicubic")
+    assert tuple(out_p.shape) == tuple(out_t.shape) == (0, 3, 7, 4)
+    out_p.sum().backward()
+    assert tuple(xp.grad.shape) == (0, 3, 5, 6)
+    # bfloat16 (autocast's type) runs in float32 and rounds once: within bfloat16's precision of
+    # PyTorch's float32 result on the same values
+    xp, xt = pair(rng, (2, 3, 5, 6))
+    xp, xt = xp.to(pf.bfloat16), xt.to(torch.bfloat16)
+    out_p = F.interpolate(xp, scale_factor=1.7, mode="bicubic", align_corners=True)
+    assert out_p.dtype == pf.bfloat16
+    want = TF.interpolate(xt.float(), scale_factor=1.7, mode="bicubic", align_corners=True)
+    np.testing.assert_allclose(to_torch(out_p.float()).numpy(), want.numpy(), rtol=2**-7, atol=2**-7)
+
+
 def test_top_level_aliases(rng):
     """torch.conv2d, torch.max_pool2d, torch.adaptive_max_pool1d (a tuple), ... exist at the top level."""
     xp, xt = pair(rng, (2, 3, 7, 6))
@@ -545,6 +644,20 @@ POOL_ERRORS = [
     ("interp linear 4-d", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=3, mode="linear"),
      "Got 4D input, but linear mode needs 3D input"),
     ("interp bad mode", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=3, mode="cubic"), "got cubic"),
+    ("bicubic 3-d", lambda M: M.interpolate(M.zeros(2, 3, 4), size=3, mode="bicubic"),
+     "Only 3D, 4D and 5D input Tensors supported \\(got 3D\\).*\\(got bicubic\\)"),
+    ("bicubic 5-d", lambda M: M.interpolate(M.zeros(1, 2, 3, 4, 4), size=3, mode="bicubic"),
+     "Only 3D, 4D and 5D input Tensors supported \\(got 5D\\).*\\(got bicubic\\)"),
+    ("bicubic size 0", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=(0, 2), mode="bicubic"),
+     "Input and output sizes should be greater than 0"),
+    ("bicubic empty input", lambda M: M.interpolate(M.zeros(1, 2, 0, 4), size=3, mode="bicubic"),
+     "Input and output sizes should be greater than 0"),
+    ("bicubic integer input", lambda M: M.interpolate(M.zeros(1, 2, 3, 4, dtype=M.int64), size=3, mode="bicubic"),
+     "not implemented for"),
+    ("upsample no channels", lambda M: M.interpolate(M.zeros(1, 0, 3, 4), size=3, mode="bicubic"),
+     "Non-empty 4D data tensor expected but got a tensor with sizes \\[1, 0, 3, 4\\]"),
+    ("upsample no channels bilinear", lambda M: M.interpolate(M.zeros(2, 0, 3, 4), size=3, mode="bilinear"),
+     "Non-empty 4D data tensor expected"),
     ("interp size overflow", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=2**40), "overflow"),
     ("adaptive size overflow", lambda M: M.adaptive_avg_pool2d(M.zeros(1, 2, 3, 4), 2**40), "overflow"),
     ("interp size 0", lambda M: M.interpolate(M.zeros(1, 2, 3, 4), size=0),

@@ -184,7 +184,8 @@ def test_max_pool_return_indices(rng, cls, arg):
 
 
 @pytest.mark.parametrize("kwargs", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=1.5, mode="bilinear"),
-                                    dict(size=4, mode="bilinear", align_corners=True)])
+                                    dict(size=4, mode="bilinear", align_corners=True),
+                                    dict(scale_factor=1.5, mode="bicubic")])
 def test_upsample(rng, kwargs):
     up_p, up_t = same_modules(rng, "Upsample", **kwargs)
     x_p, x_t = tensor_pair(rng.normal(size=(2, 3, 4, 5)), grad=True)

@@ -46,6 +46,7 @@ def transforms(rng):
         "normalize": T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
         "resize_bilinear": T.Resize(10),
         "resize_nearest": T.Resize((12, 7), interpolation=InterpolationMode.NEAREST),
+        "resize_bicubic": T.Resize((13, 31), interpolation=InterpolationMode.BICUBIC),
         "center_crop": T.CenterCrop(8),
         "center_crop_pads": T.CenterCrop((22, 30)),
         "random_crop_whole_padded": T.RandomCrop((24, 28), padding=2),

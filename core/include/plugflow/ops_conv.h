@@ -84,5 +84,8 @@ PF_API std::pair<Tensor, Tensor> adaptive_max_pool3d(const Tensor& input, const 
 PF_API Tensor upsample_nearest2d(const Tensor& input, const Shape& output_size, const std::vector<double>& scales);
 PF_API Tensor upsample_bilinear2d(const Tensor& input, const Shape& output_size, bool align_corners,
                                   const std::vector<double>& scales);
+// Cubic convolution (A = -0.75) over the 4 x 4 nearest inputs, clamped at the borders.
+PF_API Tensor upsample_bicubic2d(const Tensor& input, const Shape& output_size, bool align_corners,
+                                 const std::vector<double>& scales);
 
 }  // namespace plugflow::ops

@@ -340,6 +340,8 @@ std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& a
   PF_CHECK(x.sizes()[2] > 0 && x.sizes()[3] > 0 && os[0] > 0 && os[1] > 0,
            "Input and output sizes should be greater than 0, but got input (H: ", x.sizes()[2], ", W: ", x.sizes()[3],
            ") output (H: ", os[0], ", W: ", os[1], ")");
+  // an empty batch is fine, no channels is not (PyTorch's upsample_2d_common_check)
+  PF_CHECK(x.sizes()[1] > 0, "Non-empty 4D data tensor expected but got a tensor with sizes ", shape_str(x.sizes()));
   if (attrs.has("align_corners")) attrs.get<bool>("align_corners");
   return {out_meta({x.sizes()[0], x.sizes()[1], os[0], os[1]}, x.dtype(), x.device())};
 }
@@ -402,6 +404,14 @@ const bool kConvOpsRegistered = [] {
               upsample_meta);
   register_op("upsample_bilinear2d_backward",
               "upsample_bilinear2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
+              "bool align_corners, float scale_h, float scale_w) -> Tensor",
+              upsample_backward_meta);
+  register_op("upsample_bicubic2d",
+              "upsample_bicubic2d(Tensor input, int[2] output_size, bool align_corners, float scale_h, "
+              "float scale_w) -> Tensor",
+              upsample_meta);
+  register_op("upsample_bicubic2d_backward",
+              "upsample_bicubic2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
               "bool align_corners, float scale_h, float scale_w) -> Tensor",
               upsample_backward_meta);
   return true;
@@ -950,6 +960,14 @@ Tensor upsample_bilinear2d(const Tensor& input, const Shape& output_size, bool a
   Attrs attrs = upsample_attrs(input, output_size, scales);
   attrs.set("align_corners", align_corners);
   return run_linear_pair("upsample_bilinear2d", "UpsampleBilinear2DBackward0", "UpsampleBilinear2DBackwardBackward0",
+                         input, attrs);
+}
+
+Tensor upsample_bicubic2d(const Tensor& input, const Shape& output_size, bool align_corners,
+                          const std::vector<double>& scales) {
+  Attrs attrs = upsample_attrs(input, output_size, scales);
+  attrs.set("align_corners", align_corners);
+  return run_linear_pair("upsample_bicubic2d", "UpsampleBicubic2DBackward0", "UpsampleBicubic2DBackwardBackward0",
                          input, attrs);
 }
 

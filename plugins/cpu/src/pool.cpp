@@ -1,6 +1,6 @@
 // Pooling and upsampling (docs/kernels.md, "Conv family") for float32/float64: max_pool2d/3d,
 // adaptive_max_pool2d/3d, avg_pool2d/3d(+_backward), adaptive_avg_pool2d/3d(+_backward),
-// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward).
+// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward), upsample_bicubic2d(+_backward).
 //
 // Every op maps each (n, c) plane (volume, in 3-d) on its own, so they run in parallel; inputs
 // are read with their strides, outputs are contiguous. A 2-d op is the 3-d one with a depth of
@@ -398,6 +398,86 @@ struct UpsampleBilinearBackward {
   }
 };
 
+template <typename T>
+std::vector<nn_math::CubicTap<T>> cubic_taps(int64_t in, int64_t out, bool align_corners, double user_scale) {
+  std::vector<nn_math::CubicTap<T>> taps(out);
+  for (int64_t o = 0; o < out; ++o) taps[o] = nn_math::cubic_tap<T>(o, in, out, align_corners, user_scale);
+  return taps;
+}
+
+// A thread's buffer of at least n elements, kept between calls (one per plane would be a large
+// allocation per plane).
+template <typename T>
+T* row_buffer(int64_t n) {
+  thread_local std::vector<T> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+  return buf.data();
+}
+
+// Separable: each input row is first interpolated along W into rows (H, OW), which are then
+// combined along H. The sums are PyTorch's, in its order: out = sum_j w_h[j] * (sum_i w_w[i] *
+// in[h_j, w_i]), so values agree with its kernel up to its compiler's fused multiply-adds.
+template <typename T>
+struct UpsampleBicubic {
+  static void run(const KernelContext& ctx) {
+    const UpsampleSizes s = upsample_sizes(ctx, false);
+    const bool ac = ctx.attr<bool>("align_corners");
+    const auto th = cubic_taps<T>(s.H, s.OH, ac, s.scale_h), tw = cubic_taps<T>(s.W, s.OW, ac, s.scale_w);
+    T* out = ctx.output(0).data<T>();
+    for_each_volume<T>(ctx.input(0), (s.H + s.OH) * s.OW * 4, [&](const Volume<T>& in, int64_t k) {
+      T* rows = row_buffer<T>(s.H * s.OW);
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const auto& x = tw[ow];
+          rows[h * s.OW + ow] = in.at(h, x.i[0]) * x.w[0] + in.at(h, x.i[1]) * x.w[1] + in.at(h, x.i[2]) * x.w[2] +
+                                in.at(h, x.i[3]) * x.w[3];
+        }
+      T* o = out + k * s.OH * s.OW;
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        const auto& y = th[oh];
+        const T *r0 = rows + y.i[0] * s.OW, *r1 = rows + y.i[1] * s.OW, *r2 = rows + y.i[2] * s.OW,
+                *r3 = rows + y.i[3] * s.OW;
+        for (int64_t ow = 0; ow < s.OW; ++ow)
+          o[oh * s.OW + ow] = r0[ow] * y.w[0] + r1[ow] * y.w[1] + r2[ow] * y.w[2] + r3[ow] * y.w[3];
+      }
+    });
+  }
+};
+
+// The adjoint, separable too: gradients are scattered along H into rows (H, OW), then each row
+// along W. (PyTorch scatters each output to its 16 taps; the sums differ by rounding only.)
+template <typename T>
+struct UpsampleBicubicBackward {
+  static void run(const KernelContext& ctx) {
+    const UpsampleSizes s = upsample_sizes(ctx, true);
+    const bool ac = ctx.attr<bool>("align_corners");
+    const auto th = cubic_taps<T>(s.H, s.OH, ac, s.scale_h), tw = cubic_taps<T>(s.W, s.OW, ac, s.scale_w);
+    T* out = ctx.output(0).data<T>();
+    for_each_volume<T>(ctx.input(0), (s.H + s.OH) * s.OW * 4, [&](const Volume<T>& go, int64_t k) {
+      T* rows = row_buffer<T>(s.H * s.OW);
+      std::fill(rows, rows + s.H * s.OW, T(0));
+      for (int64_t oh = 0; oh < s.OH; ++oh) {
+        const auto& y = th[oh];
+        for (int j = 0; j < 4; ++j) {
+          T* r = rows + y.i[j] * s.OW;
+          const T w = y.w[j];
+          for (int64_t ow = 0; ow < s.OW; ++ow) r[ow] += go.at(oh, ow) * w;
+        }
+      }
+      T* gi = out + k * s.H * s.W;
+      std::fill(gi, gi + s.H * s.W, T(0));
+      for (int64_t h = 0; h < s.H; ++h) {
+        T* g = gi + h * s.W;
+        const T* r = rows + h * s.OW;
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const auto& x = tw[ow];
+          for (int i = 0; i < 4; ++i) g[x.i[i]] += r[ow] * x.w[i];
+        }
+      }
+    });
+  }
+};
+
 }  // namespace
 
 void max_pool_native(KernelContext& ctx) { dispatch_float<MaxPool>(ctx); }
@@ -433,6 +513,8 @@ void register_pool_kernels(Registrar& reg) {
   reg_all<dispatch_float<UpsampleNearestBackward>>(reg, "upsample_nearest2d_backward");
   reg_all<dispatch_float<UpsampleBilinear>>(reg, "upsample_bilinear2d");
   reg_all<dispatch_float<UpsampleBilinearBackward>>(reg, "upsample_bilinear2d_backward");
+  reg_all<dispatch_float<UpsampleBicubic>>(reg, "upsample_bicubic2d");
+  reg_all<dispatch_float<UpsampleBicubicBackward>>(reg, "upsample_bicubic2d_backward");
 }
 
 }  // namespace plugflow::cpu

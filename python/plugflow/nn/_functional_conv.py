@@ -308,7 +308,8 @@ def adaptive_max_pool1d(input, output_size, return_indices=False):
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     """Resizes (N, C, L) or (N, C, H, W) input to `size` or by `scale_factor`: modes 'nearest',
-    'linear' (3-d), 'bilinear' (4-d, align_corners) and 'area' (adaptive average pooling)."""
+    'linear' (3-d), 'bilinear' and 'bicubic' (4-d, align_corners) and 'area' (adaptive average
+    pooling)."""
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
             raise ValueError("align_corners option can only be set with the interpolating modes: "
@@ -354,10 +355,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if antialias:
         raise NotImplementedError("interpolate: antialias=True is not supported by plugflow")
 
-    if mode not in ("nearest", "linear", "bilinear", "area") or input.dim() not in (3, 4):
-        if input.dim() in (3, 4, 5) and mode in ("bicubic", "trilinear", "nearest-exact", "nearest", "area"):
+    if (mode not in ("nearest", "linear", "bilinear", "bicubic", "area") or input.dim() not in (3, 4)
+            or (mode == "bicubic" and input.dim() == 3)):
+        if input.dim() in (3, 4, 5) and mode in ("trilinear", "nearest-exact", "nearest", "area"):
             raise NotImplementedError(f"interpolate: mode '{mode}' for {input.dim()}D input is not supported by "
                                       "plugflow")
+        # PyTorch's message, also for bicubic (4-d only) on 3-d or 5-d input
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.dim()}D) for "
                                   "the modes: nearest | linear | bilinear | bicubic | trilinear | area | nearest-exact"
                                   f" (got {mode})")
@@ -380,6 +383,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     scales = [] if scale_factors is None else list(scale_factors)
     if mode == "nearest":
         return _C._upsample_nearest2d(input, list(output_size), scales)
+    if mode == "bicubic":
+        return _C._upsample_bicubic2d(input, list(output_size), bool(align_corners), scales)
     return _C._upsample_bilinear2d(input, list(output_size), bool(align_corners), scales)
 
 

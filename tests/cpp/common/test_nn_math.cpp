@@ -1,7 +1,7 @@
 // The nn index and coefficient formulas the CPU and CUDA kernels share
-// (plugins/common/nn_math.h), on the CPU: sample positions and windows against values PyTorch
-// 1.13 computes (F.interpolate, F.avg_pool2d, F.adaptive_avg_pool2d on a row of 5 or 7
-// values), the dropout threshold against its definition, and the norm helpers.
+// (plugins/common/nn_math.h), on the CPU: sample positions, cubic weights and windows against
+// values PyTorch 1.13 computes (F.interpolate, F.avg_pool2d, F.adaptive_avg_pool2d on a row of
+// 5 or 7 values), the dropout threshold against its definition, and the norm helpers.
 #include "nn_math.h"
 
 #include <gtest/gtest.h>
@@ -39,6 +39,34 @@ TEST(NnMath, LinearTapsMatchPyTorch) {
   const auto single = nm::linear_tap<double>(0, 5, 1, true, 0.0);  // one output: the first input
   EXPECT_EQ(single.i0, 0);
   EXPECT_EQ(single.w0, 1.0);
+}
+
+// out[o] of a cubic interpolation of in[i] = i^2 (5 values).
+double cubic_of_squares(int64_t o, int64_t out, bool align_corners, double scale) {
+  const auto t = nm::cubic_tap<double>(o, 5, out, align_corners, scale);
+  double sum = 0, weights = 0;
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_GE(t.i[j], 0);
+    EXPECT_LT(t.i[j], 5);
+    sum += t.w[j] * static_cast<double>(t.i[j] * t.i[j]);
+    weights += t.w[j];
+  }
+  EXPECT_NEAR(weights, 1.0, 1e-12);
+  return sum;
+}
+
+TEST(NnMath, CubicTapsMatchPyTorch) {
+  // F.interpolate(tensor([0., 1, 4, 9, 16]).view(1, 1, 1, 5), mode='bicubic', float64): size 8
+  // with align_corners False and True, and scale_factor 1.3 (6 outputs, taps placed by 1/1.3).
+  const std::vector<double> no_ac = {-0.09283447265625, 0.18756103515625, 1.176513671875, 2.619384765625,
+                                     5.441650390625,    8.471435546875,   13.39508056640625, 16.64984130859375};
+  const std::vector<double> ac = {0.0, 0.26530612244897966, 1.3760932944606452, 2.7055393586005816,
+                                  5.341107871720127, 7.883381924198245, 12.463556851311946, 16.0};
+  const std::vector<double> by_scale = {-0.06772018661811563, 0.33828800637232725, 1.9594333181611252,
+                                        4.967512517068738, 8.666875284478829, 14.472931838871187};
+  for (int64_t o = 0; o < 8; ++o) EXPECT_NEAR(cubic_of_squares(o, 8, false, 0.0), no_ac[o], 1e-12) << o;
+  for (int64_t o = 0; o < 8; ++o) EXPECT_NEAR(cubic_of_squares(o, 8, true, 0.0), ac[o], 1e-12) << o;
+  for (int64_t o = 0; o < 6; ++o) EXPECT_NEAR(cubic_of_squares(o, 6, false, 1.3), by_scale[o], 1e-12) << o;
 }
 
 TEST(NnMath, PoolingWindowsMatchPyTorch) {

@@ -100,6 +100,8 @@ const std::map<std::string, std::string> kNotYetOnCuda = {
     {"ps_roi_pool_backward", "torchvision operator, not written yet"},
     {"deform_conv2d", "torchvision operator, not written yet"},
     {"deform_conv2d_backward", "torchvision operator, not written yet"},
+    {"upsample_bicubic2d", "bicubic upsampling, not written yet"},
+    {"upsample_bicubic2d_backward", "bicubic upsampling, not written yet"},
 };
 
 // Dtypes CUDA registers beyond the CPU's (docs/kernels.md): half precision where the CPU has
