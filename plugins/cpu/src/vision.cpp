@@ -138,6 +138,18 @@ void roi_align_forward(const KernelContext& ctx) {
   });
 }
 
+// The backward kernels' rois, checked as the forward checks them, as boxes.
+template <typename T>
+std::vector<RoiAlignBox<T>> checked_align_boxes(const T* rois, int64_t num_rois, int64_t batch,
+                                                const RoiAlignParams& p, const char* op) {
+  check_rois(rois, num_rois, batch, op);
+  check_roi_align_grids(rois, num_rois, p);
+  std::vector<RoiAlignBox<T>> boxes;
+  boxes.reserve(static_cast<size_t>(num_rois));
+  for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, p);
+  return boxes;
+}
+
 template <typename T>
 void roi_align_backward(const KernelContext& ctx) {
   const Shape& input_size = ctx.attr<Shape>("input_size");
@@ -148,11 +160,7 @@ void roi_align_backward(const KernelContext& ctx) {
   const int64_t num_rois = ctx.input(1).sizes()[0];
   const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
   std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
-  check_rois(rois, num_rois, input_size[0], "roi_align_backward");
-  check_roi_align_grids(rois, num_rois, p);
-  std::vector<RoiAlignBox<T>> boxes;
-  boxes.reserve(static_cast<size_t>(num_rois));
-  for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, p);
+  const std::vector<RoiAlignBox<T>> boxes = checked_align_boxes(rois, num_rois, input_size[0], p, "roi_align_backward");
   parallel_for(p.channels, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t n = 0; n < num_rois; ++n) {
@@ -284,11 +292,7 @@ void ps_roi_align_backward(const KernelContext& ctx) {
   const int64_t num_rois = ctx.input(1).sizes()[0];
   const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
   std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
-  check_rois(rois, num_rois, input_size[0], "ps_roi_align_backward");
-  check_roi_align_grids(rois, num_rois, p);
-  std::vector<RoiAlignBox<T>> boxes;
-  boxes.reserve(static_cast<size_t>(num_rois));
-  for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, p);
+  const std::vector<RoiAlignBox<T>> boxes = checked_align_boxes(rois, num_rois, input_size[0], p, "ps_roi_align_backward");
   parallel_for(p.channels, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t ph = (c % bins) / p.pooled_width, pw = c % p.pooled_width;
