@@ -116,8 +116,11 @@ def comparisons(got, want, whole_gradient=False):
     first = relative_errors({"loss[0]": got["losses"][0], "logits": got["logits"]},
                             {"loss[0]": want["losses"][0], "logits": want["logits"]})
     first.update((gradient_error if whole_gradient else relative_errors)(got["grads"], want["grads"]))
-    later = relative_errors({f"loss[{i}]": got["losses"][i] for i in steps},
-                            {f"loss[{i}]": want["losses"][i] for i in steps})
+    # The later losses with the first one among them, so that it sets their floor: a model that
+    # memorizes its batch drives the loss to ~1e-12, which then holds only rounding noise of the
+    # O(1) logits it is computed from (convnext_large: 2e-12 after 3 steps, 6e-17 apart).
+    later = relative_errors({f"loss[{i}]": got["losses"][i] for i in [0, *steps]},
+                            {f"loss[{i}]": want["losses"][i] for i in [0, *steps]})
     later.update(relative_errors(got["final"], want["final"]))
     return first, later
 
