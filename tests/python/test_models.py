@@ -214,10 +214,13 @@ def cross_entropy(fw, logits, target):
 # ---- the tests ----------------------------------------------------------------------------------
 
 def test_resnet_train_steps_match_torch():
-    x = np.random.randn(4, 3, 17, 17).astype(np.float32)  # odd size: exercises padding/stride edges
+    # float64: in float32 a ReLU input within rounding of zero can fall on either side in either
+    # framework and shift every gradient upstream by percents (batch norms over 4 images spread
+    # it); test_torchvision_models checks float32 ResNets with a bound for such flips.
+    x = np.random.randn(4, 3, 17, 17)  # odd size: exercises padding/stride edges
     y = np.random.randint(0, 10, size=4).astype(np.int64)
     pmodel, tmodel = compare_training(
-        resnet, [x, y], lambda fw, out, t: fw.nn.functional.cross_entropy(out, t),
+        lambda fw: resnet(fw).double(), [x, y], lambda fw, out, t: fw.nn.functional.cross_entropy(out, t),
         lambda fw, params: fw.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4), steps=3)
     # Eval mode uses the running statistics the training steps updated.
     pmodel.eval()
