@@ -709,8 +709,10 @@ def test_lbfgs_matches_torch(rng, problem, kwargs, dtype):
     if dtype == "float64":
         assert (p_iter, p_func) == (t_iter, t_func)
         assert len(p_evals) == len(t_evals)
-        np.testing.assert_allclose(p_losses, t_losses, rtol=1e-6, atol=1e-9)
-        tol = dict(rtol=1e-6, atol=1e-8)
+        # Rosenbrock's curved valley amplifies the reordered sums ~1e4-fold over a strong-Wolfe
+        # run (a clean-clone run saw 2.7e-6 on the third loss); a wrong step is off by far more.
+        np.testing.assert_allclose(p_losses, t_losses, rtol=1e-5, atol=1e-9)
+        tol = dict(rtol=1e-5, atol=1e-7)
     else:
         # Near the optimum a float32 loss resolves the parameters only to ~sqrt(2^-24) ~ 2e-4.
         np.testing.assert_allclose(p_losses, t_losses, rtol=1e-5)
