@@ -386,6 +386,7 @@ def _sorted_last(x):
 def _select_along(input, dim, keepdim, fn, pick):
     """Reduce input along dim by picking, per slice, position pick(n, nans) of the sorted slice."""
     if input.dim() == 0:
+        _wrap_dim(dim, 0)  # a 0-d tensor takes dim 0 or -1
         x = input.reshape(1)
         dim = 0
     else:
@@ -785,8 +786,8 @@ def _cdist_values(x1, x2, p, use_mm):
     diff_ = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
     if p == 0:  # PyTorch's min(ceil(|d|), 1): a NaN difference makes the distance NaN
         return diff_.ceil().clamp_max(1).sum(-1)
-    if math.isinf(p):
-        return diff_.amax(-1)
+    if math.isinf(p):  # points without coordinates are all 0 apart (amax has no identity)
+        return diff_.amax(-1) if diff_.shape[-1] else diff_.sum(-1)
     if p == 1:
         return diff_.sum(-1)
     if p == 2:

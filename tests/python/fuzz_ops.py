@@ -930,9 +930,11 @@ def conv(g):
         kw = kw.replace("padding='same'", "padding=0")
     if transposed and g.p(0.3):
         kw += kwargs(output_padding=g.choice([0, 1]))
-    if not transposed and re.search(r"padding=(\d*[1-9]|'same')", kw):
+    if re.search(r"padding=(\d*[1-9]|'same')", kw):
         # (a NaN weight tap that meets only padding: PyTorch's im2col multiplies it by the padded
-        # zero, plugflow's kernel never reads padding; which one holds is the backend's choice)
+        # zero, plugflow's kernel never reads padding; which one holds is the backend's choice.
+        # A transposed convolution's input gradient is a convolution over the cropped output: the
+        # same holds for its padding)
         w_spec = g.specs[str(w)]
         w_spec.data = np.where(np.isnan(w_spec.data), 0, w_spec.data).astype(w_spec.data.dtype)
     fn = f"conv_transpose{dims}d" if transposed else f"conv{dims}d"

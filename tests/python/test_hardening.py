@@ -618,6 +618,58 @@ def test_square_pow_and_mse_gradients_overflow_as_torch():
         _both(lambda lib, a: a.pow(3.0), x, grad=(0,))
         _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b, reduction="none"), x, y, grad=(0, 1))
         _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b, reduction="sum"), x, y, grad=(0, 1))
+        _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b), x, y, grad=(0, 1))
+    # mse_loss's own gradient, (2 / n * d) * g: finite where differentiating mean(square(d)),
+    # g / n * (2 * d), overflows (differences near float64's limit, broadcast target).
+    for _ in range(10):
+        x, y = rng.uniform(-1, 1, (4, 5)) * 1.7e308, rng.uniform(-1e-3, 1e-3, 5)
+        _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b.expand(4, 5)), x, y, grad=(0, 1))
+        _both(lambda lib, a, b: lib.nn.functional.mse_loss(a, b.expand(4, 5)), (x / 1e270).astype("float32"), y.astype("float32"), grad=(0,))
+
+
+def test_cumprod_gradient_of_an_overflowing_product_matches_torch():
+    # rev_cumsum(g * out) / x where the running product overflows to inf, with and without zeros:
+    # the parts of the gradient are selected, never multiplied by a 0/1 mask (0 * inf = NaN).
+    rng = seeded_rng()
+    for zeros in (0, 1, 2):
+        for _ in range(5):
+            x = rng.uniform(0.5, 4.0, (3, 400)) * rng.choice([-1.0, 1.0], (3, 400))
+            for row in range(3):
+                x[row, rng.choice(400, zeros, replace=False)] = 0.0
+            _both(lambda lib, a: a.cumprod(1), x.astype("float32"), grad=(0,))
+            _both(lambda lib, a: a.cumprod(0), x.T.copy(), grad=(0,))
+
+
+@pytest.mark.parametrize("mode", ["replicate", "reflect"])
+def test_pad_to_an_empty_width_beside_other_padded_dims_matches_torch(mode):
+    # PyTorch's rule for 2-d and 3-d padding: some padded dim keeps an element, none is negative.
+    cases = [((1, 1, 1), (0, -1)), ((1, 1, 3), (0, -3, 1, 1)), ((1, 1, 3), (0, -3, 0, -1)), ((1, 2, 2, 2), (0, -2, 0, 0, 1, 1)),
+             ((1, 1, 1, 1), (0, -1, 0, -1, 0, -1)), ((1, 1, 3), (0, -5, 1, 1)), ((2, 1, 2, 2), (0, 0, 0, -2))]
+    rng = seeded_rng()
+    for shape, pads in cases:
+        x = rng.uniform(-1, 1, shape)
+        outcomes = []
+        for lib in (torch, pf):
+            try:
+                outcomes.append(lib.nn.functional.pad(lib.from_numpy(x), pads, mode=mode))
+            except RuntimeError as e:
+                outcomes.append(f"RuntimeError: {e}")
+        if isinstance(outcomes[0], str):
+            assert isinstance(outcomes[1], str), (shape, pads, outcomes)
+        else:
+            assert_matches(outcomes[1], outcomes[0])
+
+
+def test_cdist_inf_of_points_without_coordinates_and_dims_of_0d_medians():
+    rng = seeded_rng()
+    for p in (0.0, 1.0, 2.0, math.inf):
+        _both(lambda lib, a, b: lib.cdist(a, b, p=p), rng.uniform(-1, 1, (7, 0)), rng.uniform(-1, 1, (3, 0)), grad=(0, 1))
+    for lib in (torch, pf):
+        for fn in ("median", "nanmedian", "kthvalue"):
+            args = (1,) if fn == "kthvalue" else ()
+            with pytest.raises(IndexError, match="Dimension out of range"):
+                getattr(lib, fn)(lib.tensor(1.5), *args, 64)
+            assert getattr(lib, fn)(lib.tensor(1.5), *args, -1)[0].item() == 1.5
 
 
 def test_pairwise_distance_of_0d_inputs_is_the_norm_with_its_gradient():

@@ -225,19 +225,29 @@ Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool revers
 // sum_{i >= j} g_i along dim: the backward of cumsum (and cumsum's own double backward).
 Tensor reverse_cumsum(const Tensor& g, int64_t dim) { return run_scan("cumsum", g, dim, true); }
 
-// d/dx of cumprod along dim, zeros included. With z the first zero of a line: positions
-// before z get rev_cumsum(g * out) / x; z itself gets rev_cumsum(g * cumprod(x with x_z = 1));
-// positions after z get 0 (each of their products contains x_z).
+// d/dx of cumprod along dim, zeros included, in PyTorch's formulas and order (an overflowed
+// product must give the same inf, never a 0 * inf = NaN of its own). Without a zero it is
+// rev_cumsum(g * out) / x. With z the first zero of a line and z2 the second: positions before
+// z get rev_cumsum(g * out over [0, z)) / x; z gets out[z - 1] times the sum over j in [z, z2)
+// of g_j * prod_{z < k <= j} x_k; positions after z get 0 (each of their products holds x_z).
 Tensor cumprod_backward(const Tensor& g, const Tensor& x, const Tensor& out, int64_t dim) {
+  const Tensor w = mul(g, out);
   const Tensor is_zero = zero_mask(x);
+  if (!item(any(is_zero)).to_bool()) return binary("div", reverse_cumsum(w, dim), x);
   const Tensor zeros_so_far = run_scan("cumsum", is_zero, dim, false);
-  const Tensor before = zero_mask(zeros_so_far);
-  const Tensor first = mul(is_zero, mask_as(binary("eq", zeros_so_far, Scalar(int64_t{1})), x.dtype()));
-  const Tensor safe_x = binary("add", x, is_zero);
-  const Tensor t_before = mul(binary("div", reverse_cumsum(mul(g, out), dim), safe_x), before);
-  const Tensor cp = run_scan("cumprod", binary("add", x, first), dim, false);
-  const Tensor t_first = mul(reverse_cumsum(mul(g, cp), dim), first);
-  return binary("add", t_before, t_first);
+  const Tensor before = binary("eq", zeros_so_far, Scalar(int64_t{0}));
+  // (divided by x with its zeros as 1: no 0 / 0 for a double backward through the where)
+  const Tensor t_before = binary("div", reverse_cumsum(where(before, w, Scalar(0.0)), dim), binary("add", x, is_zero));
+  const Tensor up_to_second = binary("eq", zeros_so_far, Scalar(int64_t{1}));  // [z, z2)
+  const Tensor first = binary("logical_and", up_to_second, binary("eq", is_zero, Scalar(int64_t{1})));
+  const Tensor between = binary("logical_and", up_to_second, unary("logical_not", first));  // (z, z2)
+  const Tensor products = run_scan("cumprod", where(between, x, Scalar(1.0)), dim, false);
+  const Tensor sums = reduce("sum", mul(products, where(up_to_second, g, Scalar(0.0))), {dim}, true);
+  // out[z - 1] (1 where z is the line's first element)
+  const Tensor z = argmax(mask_as(first, x.dtype()), dim, true);
+  const Tensor previous = where(binary("eq", z, Scalar(int64_t{0})), Scalar(1.0),
+                                gather(out, dim, clamp(binary("sub", z, Scalar(int64_t{1})), Scalar(int64_t{0}), std::nullopt)));
+  return where(before, t_before, where(first, mul(sums, previous), Scalar(0.0)));
 }
 
 Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool reverse) {

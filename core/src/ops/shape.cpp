@@ -1038,15 +1038,25 @@ Tensor pad(const Tensor& t, const Shape& pad_arg, const std::string& mode, std::
              "D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for input, but got: ",
              shape_str(t.sizes()));
   static const char* kDimNames[] = {"W", "H", "D"};
-  for (int64_t i = 0; i < npad; ++i) {
+  // PyTorch's rule: some padded dim keeps at least one element (an output of width 0 beside
+  // height 5 is a valid empty result), none goes negative.
+  bool some_output = false;
+  std::string inputs, outputs;
+  for (int64_t i = npad - 1; i >= 0; --i) {
     const int64_t d = ndim - 1 - i, n = t.sizes()[d];
     const int64_t before = pad_arg[2 * i], after = pad_arg[2 * i + 1];
     if (reflect)
       PF_CHECK(before < n && after < n, "Argument #", 4 + 2 * i,
                ": Padding size should be less than the corresponding input dimension, but got: padding (", before,
                ", ", after, ") at dimension ", d, " of input ", shape_str(t.sizes()));
-    PF_CHECK(n + before + after >= 1, "input (", kDimNames[i], ": ", n, ") is too small. Calculated output ",
-             kDimNames[i], ": ", n + before + after);
+    some_output = some_output || n + before + after >= 1;
+    inputs += std::string(i + 1 < npad ? ", " : "") + kDimNames[i] + ": " + std::to_string(n);
+    outputs += std::string(i + 1 < npad ? " " : "") + kDimNames[i] + ": " + std::to_string(n + before + after);
+  }
+  PF_CHECK(some_output, "input (", inputs, ") is too small. Calculated output ", outputs);
+  for (int64_t i = 0; i < npad; ++i) {
+    const int64_t n = t.sizes()[ndim - 1 - i], size = n + pad_arg[2 * i] + pad_arg[2 * i + 1];
+    PF_CHECK(size >= 0, "Trying to create tensor with negative dimension ", size);
   }
   return pad_with_kernel(t, pad_arg, mode);
 }

@@ -10,6 +10,7 @@ import math
 import warnings
 
 from .. import _C, _creation
+from ..autograd.function import Function as _Function
 from ..amp.autocast_mode import _autocast_op
 
 __all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
@@ -216,7 +217,28 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = _resolve_reduction(size_average, reduce, reduction)
     _warn_if_size_differs(input, target)
     _require_float(_C.promote_types(input.dtype, target.dtype), "mse_cpu")
-    return _reduce((input - target).square(), reduction)
+    return _MseLoss.apply(input, target, reduction)
+
+
+class _MseLoss(_Function):
+    """mse_loss with PyTorch's gradient, (norm * (input - target)) * grad with norm = 2 / numel
+    for 'mean' (2 otherwise): in that order a difference near the dtype's limit keeps a finite
+    gradient where differentiating mean(square(d)), grad / n * (2 * d), overflows."""
+
+    @staticmethod
+    def forward(ctx, input, target, reduction):
+        ctx.save_for_backward(input, target)
+        ctx.reduction = reduction
+        return _reduce((input - target).square(), reduction)
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, target = ctx.saved_tensors
+        d = input - target
+        norm = 2.0 / d.numel() if ctx.reduction == "mean" and d.numel() else 2.0
+        g = (d * norm) * grad
+        return (g.sum_to_size(input.shape) if ctx.needs_input_grad[0] else None,
+                (-g).sum_to_size(target.shape) if ctx.needs_input_grad[1] else None, None)
 
 
 @_autocast_op("l1_loss")
