@@ -6,7 +6,8 @@
 OUT_DIR/plugflow holds symlinks to the source tree's Python files (edits show up at once;
 rerun after adding a top-level module) and a snapshot (copies) of the build's _C extension,
 core library and plugins in the layout `meson install` produces, so rebuilding BUILD_DIR never
-changes a staged package under a running test. Used for parallel work in separate build
+changes a staged package under a running test, and a plugflow.pc for plugins built against it
+(OUT_DIR/plugflow/lib/pkgconfig). Used for parallel work in separate build
 directories (build-<name>) so nobody overwrites the shared .venv.
 """
 import glob
@@ -29,6 +30,23 @@ shutil.copy(ext, tmp)
 shutil.copy(os.path.join(build, "core", "libplugflow_core.so"), os.path.join(tmp, "lib"))
 for so in glob.glob(os.path.join(build, "plugins", "*", "libplugflow_*.so")):
     shutil.copy(so, os.path.join(tmp, "lib", "plugins"))
+# The plugin SDK of this snapshot (headers from the source tree, the staged core library), so
+# that plugins a test builds with pkg-config match the staged core, not an installed one.
+with open(os.path.join(root, "core", "include", "plugflow", "plugin.h")) as f:
+    abi_major = next(line.split()[2] for line in f if line.startswith("#define PLUGFLOW_ABI_MAJOR "))
+os.makedirs(os.path.join(tmp, "lib", "pkgconfig"))
+with open(os.path.join(tmp, "lib", "pkgconfig", "plugflow.pc"), "w") as f:
+    f.write(f"""includedir={os.path.join(root, "core", "include")}
+corelibdir={os.path.join(pkg, "lib")}
+plugindir={os.path.join(pkg, "lib", "plugins")}
+abi_major={abi_major}
+
+Name: plugflow
+Description: plugflow plugin SDK (staged from {build})
+Version: 0.1.0
+Libs: -L${{corelibdir}} -Wl,-rpath,${{corelibdir}} -lplugflow_core
+Cflags: -I${{includedir}} -std=c++20
+""")
 # Swap in the new snapshot in one step.
 shutil.rmtree(pkg, ignore_errors=True)
 os.rename(tmp, pkg)

@@ -179,9 +179,12 @@ def test_plugins(tmp_path_factory):
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None or shutil.which("pkg-config") is None:
         pytest.skip("building the test plugins needs a C++ compiler and pkg-config (Debian: g++, pkg-config)")
-    prefix = Path(sys.prefix)
+    # The SDK of the plugflow under test: a staged package's own (tools/stage.py), else the
+    # installed one's.
+    staged = Path(pf.__file__).parent / "lib" / "pkgconfig"
     env = dict(os.environ, PKG_CONFIG_PATH=os.pathsep.join(
-        [str(prefix / "lib" / "pkgconfig")] + [p for p in [os.environ.get("PKG_CONFIG_PATH")] if p]))
+        [str(staged), str(Path(sys.prefix) / "lib" / "pkgconfig")] +
+        [p for p in [os.environ.get("PKG_CONFIG_PATH")] if p]))
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "plugflow"], env=env, capture_output=True,
                            text=True, check=True).stdout.split()
     out = tmp_path_factory.mktemp("test_plugins")
