@@ -268,7 +268,7 @@ def test_collectives_in_graphs_in_process():
 # ---- ResNet-18 and the demo's CNN ----------------------------------------------------------------
 
 @pytest.mark.parametrize("model_name,nproc,graph", [("resnet18", 2, False), ("resnet18", 4, False),
-                                                    ("resnet18", 2, True), ("digits", 2, False),
+                                                    ("resnet18", 2, True), ("resnet18", 4, True), ("digits", 2, False),
                                                     ("digits", 4, False), ("digits", 2, True), ("digits", 4, True)])
 def test_image_model_with_sync_batch_norm_trains_like_one_process(tmp_path, model_name, nproc, graph):
     """Under DDP, BatchNorm normalizes with each rank's own statistics, so only SyncBatchNorm
