@@ -61,6 +61,19 @@ def collectives():
     dist.reduce_scatter_tensor(output, pf.arange(ws, dtype=pf.float32), op=dist.ReduceOp.SUM)
     out["reduce_scatter_tensor"] = output.tolist()
 
+    # reduce into the last rank; gather to and scatter from rank 1 (views and a non-contiguous part)
+    t = pf.tensor([rank + 1.0, -1.0], dtype=pf.float64)
+    dist.reduce(t, dst=ws - 1, op=dist.ReduceOp.MAX)
+    out["reduce"] = t.tolist()
+    gathered = [pf.zeros(2, 2, dtype=pf.int64) for _ in range(ws)] if rank == 1 else None
+    dist.gather(pf.tensor([[rank, 1], [2, 3 * rank]]).t(), gathered, dst=1)
+    out["gather"] = [g.tolist() for g in gathered] if gathered else None
+    parts = list(pf.arange(3 * ws, dtype=pf.float32).view(3, ws).t()) if rank == 1 else None
+    received = pf.zeros(3, dtype=pf.float32)
+    work = dist.scatter(received, parts, src=1, async_op=True)
+    work.wait()
+    out["scatter"] = received.tolist()
+
     if rank == 0:
         dist.send(pf.tensor([3.5, 4.5]), dst=1, tag=3)
     elif rank == 1:

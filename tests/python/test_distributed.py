@@ -84,6 +84,9 @@ def test_collectives_across_processes(world_size):
         assert r["all_gather_into_tensor"] == [v for i in range(ws) for v in (i, -i)]
         assert r["reduce_scatter"] == [sum(k + rank for k in range(ws)), 100.0 * rank * ws]
         assert r["reduce_scatter_tensor"] == [float(rank * ws)]
+        assert r["reduce"] == ([float(ws), -1.0] if rank == ws - 1 else [rank + 1.0, -1.0])
+        assert r["gather"] == ([[[i, 2], [1, 3 * i]] for i in range(ws)] if rank == 1 else None)
+        assert r["scatter"] == [float(rank), float(rank + ws), float(rank + 2 * ws)]
         # Ranks other than 0 arrive 0.3 s late: rank 0 must have waited for them.
         if rank == 0:
             assert r["barrier_s"] >= 0.25
@@ -259,6 +262,18 @@ def test_bad_arguments(single_rank_group):
         dist.recv(pf.zeros(2))
     with pytest.raises(ValueError, match="must be a ProcessGroup"):
         dist.barrier(group=object())
+    with pytest.raises(ValueError, match="dst 3 is not a rank"):
+        dist.reduce(pf.ones(2), dst=3)
+    with pytest.raises(ValueError, match="one tensor per rank"):
+        dist.gather(pf.ones(2), [pf.zeros(2), pf.zeros(2)], dst=0)
+    with pytest.raises(ValueError, match="must match"):
+        dist.scatter(pf.zeros(2), [pf.zeros(3)], src=0)
+    # A world of one: the root keeps its own tensor.
+    out = [pf.zeros(2)]
+    dist.gather(pf.tensor([1.0, 2.0]), out, dst=0)
+    t = pf.zeros(2)
+    dist.scatter(t, [pf.tensor([3.0, 4.0])], src=0)
+    assert out[0].tolist() == [1.0, 2.0] and t.tolist() == [3.0, 4.0]
     # Argument errors leave the group usable.
     t = pf.tensor([5.0])
     dist.all_reduce(t)

@@ -31,8 +31,8 @@ __all__ = [
     "Backend", "GradBucket", "GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
     "all_gather_object", "all_reduce", "all_to_all", "all_to_all_single", "barrier", "broadcast",
     "broadcast_object_list", "default_pg_timeout", "destroy_process_group", "get_backend", "get_rank",
-    "get_world_size", "group", "init_process_group", "is_available", "is_gloo_available", "is_initialized",
-    "is_nccl_available", "new_group", "recv", "reduce_scatter", "reduce_scatter_tensor", "send",
+    "gather", "get_world_size", "group", "init_process_group", "is_available", "is_gloo_available", "is_initialized",
+    "is_nccl_available", "new_group", "recv", "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "send",
 ]
 
 ReduceOp = _C._ReduceOp  # SUM, AVG, PRODUCT, MIN, MAX
@@ -719,6 +719,87 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
                              f"holds {out.numel()}")
         out.copy_(gathered[src].narrow(0, start, n).view(out.shape))
     return _done(_CompletedWork() if async_op else None, list(output_tensor_list))
+
+
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduce `tensor` over all ranks into rank `dst`'s tensor; the other ranks' tensors are
+    left as they were (PyTorch leaves them unspecified). Composed from all_reduce (on a copy
+    outside `dst`)."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    _check_tensor(tensor, "reduce")
+    _check_op(op, "reduce")
+    root = _root(pg, dst, "reduce", "dst")
+    all_reduce(tensor if pg.rank() == root else tensor.detach().clone(), op, group=pg)
+    return _done(_CompletedWork() if async_op else None, [tensor])
+
+
+def _root(pg, global_rank, fn, arg):
+    """The group rank of a composed collective's root, checked (the backend checks its own)."""
+    root = pg._group_rank(global_rank, fn, arg)
+    if not 0 <= root < pg.size():
+        raise ValueError(f"{fn}: {arg} {global_rank} is not a rank of the group (size {pg.size()})")
+    return root
+
+
+def _check_root_only_list(pg, root, ts, tensor, fn, arg, role):
+    """gather's gather_list / scatter's scatter_list: world_size tensors like `tensor` on the
+    root, nothing elsewhere (PyTorch's rule)."""
+    if pg.rank() != root:
+        if ts:
+            raise ValueError(f"Argument ``{arg}`` must NOT be specified on non-{role} ranks.")
+        return
+    _check_tensor_list(ts, fn, arg)
+    if len(ts) != pg.size():
+        raise ValueError(f"{fn}: {arg} must hold one tensor per rank ({pg.size()}), got {len(ts)}")
+    for i, t in enumerate(ts):
+        if t.shape != tensor.shape or t.dtype != tensor.dtype:
+            raise ValueError(f"{fn}: {arg}[{i}] has shape {list(t.shape)} and dtype {t.dtype}; every tensor must "
+                             f"match `tensor` ({list(tensor.shape)}, {tensor.dtype})")
+
+
+def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+    """Rank `dst` receives every rank's `tensor` into gather_list (one tensor per rank, in rank
+    order); the other ranks pass no list. Each rank sends to `dst` directly."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    _check_tensor(tensor, "gather")
+    root = _root(pg, dst, "gather", "dst")
+    _check_root_only_list(pg, root, gather_list, tensor, "gather", "gather_list", "destination")
+    if pg.rank() != root:
+        pg._comm.send(tensor.contiguous(), root, 0)
+    else:
+        for r, out in enumerate(gather_list):
+            if r == root:
+                out.copy_(tensor)
+            else:
+                received = empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+                pg._comm.recv(received, r, 0)
+                out.copy_(received)
+    return _done(_CompletedWork() if async_op else None, list(gather_list or []))
+
+
+def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
+    """Rank r's `tensor` receives scatter_list[r] of rank `src`; the other ranks pass no list.
+    `src` sends each rank its part directly."""
+    pg = _resolve_group(group)
+    if pg is None:  # not a member of the group
+        return None
+    _check_tensor(tensor, "scatter")
+    root = _root(pg, src, "scatter", "src")
+    _check_root_only_list(pg, root, scatter_list, tensor, "scatter", "scatter_list", "source")
+    if pg.rank() != root:
+        received = empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        pg._comm.recv(received, root, 0)
+        tensor.copy_(received)
+    else:
+        for r, part in enumerate(scatter_list):
+            if r != root:
+                pg._comm.send(part.contiguous(), r, 0)
+        tensor.copy_(scatter_list[root])
+    return _done(_CompletedWork() if async_op else None, [tensor])
 
 
 class _CompletedWork:
