@@ -710,6 +710,8 @@ def histc(input, bins=100, min=0, max=0, *, out=None):  # noqa: A002
         lo, hi = lo - 1, hi + 1
     if math.isinf(lo) or math.isinf(hi) or math.isnan(lo) or math.isnan(hi):
         raise RuntimeError(f"torch.histc: range of [{lo}, {hi}] is not finite")
+    if not lo < hi:  # a single value too large for +-1 to move (3.4e38)
+        raise RuntimeError("torch.histc: max must be larger than min")
     inside = (x >= lo) & (x <= hi)
     # The bin in double, as PyTorch: (x - lo) / (hi - lo) * bins (in bfloat16 0.898 * 10 is 9.0).
     pos = ((x.double() - lo) / (hi - lo) * bins).floor().to(_C.int64).clamp(0, bins - 1)
@@ -1004,12 +1006,22 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
 
 
 def heaviside(input, values, *, out=None):
-    """0 where input < 0, values where input == 0, 1 where input > 0."""
+    """0 where input < 0, values where input == 0, 1 where input > 0. Not differentiable (as in
+    PyTorch: backward raises)."""
     _check_tensor(input, "heaviside")
     if input.dtype != values.dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
-    ones = (input > 0).to(input.dtype)
-    return _C.where(input == 0, values.to(input.dtype), ones)
+    return _Heaviside.apply(input, values)
+
+
+class _Heaviside(_Function):
+    @staticmethod
+    def forward(ctx, input, values):
+        return _C.where(input == 0, values.to(input.dtype), (input > 0).to(input.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("derivative for aten::heaviside is not implemented")
 
 
 def _heaviside_(self, values):

@@ -750,3 +750,17 @@ def test_norm_p0_gives_no_gradient():
         grads.append((a.grad, b.grad))
     assert grads[0][0] is None and grads[1][0] is None
     assert_matches(grads[1][1], grads[0][1])
+
+
+def test_heaviside_has_no_derivative_and_histc_of_one_huge_value_raises():
+    # Both as PyTorch 1.13: heaviside's backward raises (for input and values alike); a single
+    # value too large for the +-1 range widening to move cannot make a range.
+    for lib in (torch, pf):
+        for which in (0, 1):
+            a, b = lib.tensor([-1.0, 0.0, 2.0]), lib.tensor([0.5, 0.5, 0.5])
+            (a, b)[which].requires_grad_(True)
+            with pytest.raises(RuntimeError, match="derivative for aten::heaviside is not implemented"):
+                lib.heaviside(a, b).sum().backward()
+        with pytest.raises(RuntimeError, match="max must be larger than min"):
+            lib.histc(lib.tensor([3.4e38]), 1, 0, 0)
+        assert lib.histc(lib.tensor([1e8]), 1, 0, 0).tolist() == [1.0]
