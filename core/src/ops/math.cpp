@@ -249,10 +249,13 @@ void record_clamp(const char* name, const Tensor& a, const Tensor& lo, const Ten
 // The bound clamp's values use: PyTorch 1.13's clamp with a single number bound computes
 // min(a, bound) / max(a, bound) as std::min / std::max, which return `a` for a NaN bound, so a
 // lone NaN bound leaves the values alone (an infinite bound of the same side does that too). Its
-// gradient still compares with NaN (zero). With both bounds, a NaN one makes every value NaN.
+// gradient still compares with NaN (zero). With both bounds, a NaN one makes every value NaN:
+// the other bound is then not converted to the dtype (PyTorch fills NaN before any range check).
 std::optional<Scalar> value_bound(const std::optional<Scalar>& bound, const std::optional<Scalar>& other,
                                   double neutral) {
-  if (bound && !other && bound->is_floating() && std::isnan(bound->to_double())) return Scalar(neutral);
+  const auto is_nan = [](const std::optional<Scalar>& b) { return b && b->is_floating() && std::isnan(b->to_double()); };
+  if (is_nan(bound) && !other) return Scalar(neutral);
+  if (bound && is_nan(other)) return other;
   return bound;
 }
 
