@@ -973,6 +973,27 @@ def _torch_skips_empty_index_checks(call, t, p):
     return isinstance(selected, Done) and isinstance(selected.result, torch.Tensor) and selected.result.numel() == 0
 
 
+def _torch_derivative_of_uncast_operand(call, t, p):
+    # PyTorch computes a binary op in the result dtype but its derivative formula sees the operand
+    # as given: xlogy(t0, t1) with a float64 t0 = -1.9e-210 and a float16 result computes with t0
+    # = 0 (forward 0), while the backward's "self == 0" mask reads -1.9e-210 (NaN gradient).
+    # plugflow's backward sees the operand it computed with. Accepted when only gradients differ
+    # and plugflow's equal PyTorch's with each differing operand cast to the result dtype first.
+    import torch
+    if call.family != "binary" or not (isinstance(t, Done) and isinstance(p, Done)) or not t.grads or \
+            not isinstance(t.result, torch.Tensor) or compare(canon(p.result), canon(t.result), call.tol):
+        return False
+    result_dtype = str(t.result.dtype).replace("torch.", "")
+    code = call.code
+    for name, spec in call.specs.items():
+        if spec.dtype != result_dtype:
+            code = re.sub(rf"\b{name}\b", f"{name}.to(lib.{result_dtype})", code)
+    if code == call.code:
+        return False
+    cast = execute(call.with_code(code), torch)
+    return isinstance(cast, Done) and not _compare_done(call, cast, p)
+
+
 def _int64_limit(call, t, p):
     # A number 2**63 stored into int64 (F.pad's value, fill): PyTorch's overflow check compares
     # in double, where int64's max rounds up to 2**63, so it passes and the store is undefined
@@ -1041,6 +1062,8 @@ ALLOWED = [
     ("partial-overlap", "plugflow copies a partially overlapping input of an in-place op", _torch_refuses_partial_overlap),
     ("accumulated-gradient-order", "the order of a gradient's sum over shared elements near the dtype's limit",
      _accumulated_gradient_order),
+    ("torch-derivative-of-uncast-operand", "PyTorch's derivative reads an operand before its cast to the result "
+                                           "dtype", _torch_derivative_of_uncast_operand),
     ("torch-fused-multiply-add", "PyTorch's addcmul fuses its multiply-add (FMA)", _torch_fused_multiply_add),
     ("torch-0d-mask", "PyTorch 1.13 takes a 0-d masked_fill mask of any dtype", _torch_accepts_a_0d_mask_of_another_dtype),
     ("empty-index-checks", "plugflow checks an index that selects nothing", _torch_skips_empty_index_checks),
