@@ -488,7 +488,12 @@ def _torch_vectorized_math(call, t, p):
     name = m and (m.group(1) or m.group(2))
     power = POW_BY_NUMBER.fullmatch(call.code)
     exponent = power and (power.group("e1") or power.group("e2") or power.group("e3"))
-    if power and exponent != "t1":
+    if power and exponent == "t1":
+        y = call.specs["t1"].build(torch, "float64")[0].detach().numpy()
+
+        def fn(x):
+            return np.power(x, y)
+    elif power:
         def fn(x):
             return np.power(x, float(eval(exponent)))  # noqa: S307
     elif name in NUMPY_UNARY and not ("t1" in call.code and "out=t1" not in call.code):
@@ -609,13 +614,14 @@ def _torch_invalid_gradient_shape(call, t, p):
 
 
 def _torch_empty_product_integer_beta(call, t, p):
-    # PyTorch 1.13's addmm / addbmm / baddbmm of integer tensors whose product is empty (k = 0 or
-    # no batches) multiply self by beta as a float number, so a fractional beta raises "result
-    # type Float can't be cast to the desired output type Int"; with a non-empty product the
+    # PyTorch 1.13's addmm / addmv / addbmm / baddbmm of integer tensors whose product is empty
+    # (k = 0 or no batches) multiply self by beta as a float number (or in self's floating dtype),
+    # so a fractional beta raises "result type Float can't be cast to the desired output type
+    # Int"; with a non-empty product the
     # same call truncates beta to the integer dtype. plugflow truncates either way. Accepted
     # when plugflow's result is PyTorch's for the integer beta.
     import torch
-    m = re.match(r"lib\.(addmm|addbmm|baddbmm)\(t0, t1, t2.*\bbeta=([-\d.e+]+)", call.code)
+    m = re.match(r"lib\.(addmm|addmv|addbmm|baddbmm)\(t0, t1, t2.*\bbeta=([-\d.e+]+)", call.code)
     if not m or not (isinstance(t, Raised) and isinstance(p, Done)) or "can't be cast to the desired output type" \
             not in t.message or not any(0 in s.shape for s in call.specs.values()):
         return False
