@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, assert_same_outcome, backward_both, check_double_backward, from_torch, random_dims, random_pair, tensor_pair
+from helpers import (assert_matches, assert_same_outcome, backward_both, check_double_backward, from_torch, random_dims,
+                     random_pair, tensor_pair, to_torch)
 
 SEEDS = range(6)
 
@@ -433,6 +434,24 @@ def test_softmax_values_and_grad(seed, op, dtype):
     assert out_p.grad_fn.name() == ("SoftmaxBackward0" if op == "softmax" else "LogSoftmaxBackward0")
     backward_both(rng, out_p, out_t)
     close(p.grad, t.grad, dtype)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_softmax_16bit_lines_are_the_float32_result_rounded(op, dtype):
+    """Dense 16-bit lines run the float32 kernel on a widened copy: the result is float32's
+    softmax of the same values, rounded once (special rows and lines past one vector included)."""
+    rng = np.random.default_rng()
+    for n in (1, 7, 64, 1000, 3001):
+        x = rng.uniform(-12, 12, (5, n))
+        x[1, rng.integers(n)] = math.nan
+        x[2, :] = -math.inf
+        x[3, rng.integers(n)] = math.inf
+        p = pf.from_numpy(x).to(getattr(pf, dtype))
+        widened = torch.from_numpy(x).to(getattr(torch, dtype)).float()
+        expected = getattr(widened, op)(1).to(getattr(torch, dtype))
+        close(getattr(p, op)(1), expected, dtype)
+        close(getattr(p, op)(1), to_torch(getattr(p.float(), op)(1).to(getattr(pf, dtype))), dtype)
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])

@@ -188,6 +188,20 @@ void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins
   detail::run_elementwise(ops, item, &detail::contiguous_loop<F, Out, In...>, &f);
 }
 
+// float16/bfloat16 (T) <-> float32 over dense arrays of the 16-bit values' bits, vectorized for
+// the CPU's ISA: the 16-bit path of kernels whose float32 loop is the fast one (a 16-bit value
+// widens exactly; narrowing rounds to nearest even, as every conversion to T).
+template <typename T>
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void widen_16bit(const uint16_t* in,
+                                                                                               float* out, int64_t n) {
+  _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) out[i] = T::to_float(in[i]);
+}
+template <typename T>
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void narrow_16bit(const float* in,
+                                                                                                uint16_t* out, int64_t n) {
+  _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) out[i] = T::from_float(in[i]);
+}
+
 // Writes f(i) to element i (row-major logical order) of a 1-d or contiguous output; used by
 // index-dependent generators (arange, linspace, random). A non-contiguous output is filled
 // through a contiguous temporary so "element i" keeps meaning the logical index.

@@ -349,18 +349,6 @@ template <> DenseF32Fn dense_f32<GeluOp>(const KernelContext& ctx) {
   return GeluOp<float>(ctx).tanh_approx ? dense_gelu_tanh_f32 : dense_gelu_f32;
 }
 
-// float16/bfloat16 <-> float32 over dense arrays (the 16-bit value's bits), vectorized.
-template <typename T>
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void widen(const uint16_t* in,
-                                                                                         float* out, int64_t n) {
-  _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) out[i] = T::to_float(in[i]);
-}
-template <typename T>
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void narrow(const float* in,
-                                                                                          uint16_t* out, int64_t n) {
-  _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) out[i] = T::from_float(in[i]);
-}
-
 // Runs fn over a and out when both are dense with the same layout (element i of one is element
 // i of the other in memory order); false otherwise. float16/bfloat16 run through float32 blocks
 // (what their functors compute in; the generic loop's struct stores kept the larger functions
@@ -385,9 +373,9 @@ bool run_dense_f32(DenseF32Fn fn, const Tensor& a, const Tensor& out) {
     alignas(64) float buf[kBlock];
     for (int64_t i = b; i < e; i += kBlock) {
       const int64_t m = std::min(kBlock, e - i);
-      bf16 ? widen<BFloat16>(in + i, buf, m) : widen<Half>(in + i, buf, m);
+      bf16 ? widen_16bit<BFloat16>(in + i, buf, m) : widen_16bit<Half>(in + i, buf, m);
       fn(buf, buf, m);
-      bf16 ? narrow<BFloat16>(buf, o + i, m) : narrow<Half>(buf, o + i, m);
+      bf16 ? narrow_16bit<BFloat16>(buf, o + i, m) : narrow_16bit<Half>(buf, o + i, m);
     }
   });
   return true;
