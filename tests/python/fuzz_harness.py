@@ -959,13 +959,14 @@ def _torch_fused_multiply_add(call, t, p):
     return bool(fused.any()) and compare(same, ("tensor", e[1], e[2], np.where(fused, 0, e[3])), call.tol) is None
 
 
-def _torch_accepts_a_0d_mask_of_another_dtype(call, t, p):
-    # PyTorch 1.13 skips masked_fill's mask dtype check for a 0-d mask: a floating one never fills
-    # (not even 1.0), a signed integer one fills where it is nonzero. plugflow refuses any mask
-    # that is not bool (or the deprecated uint8), as PyTorch does for every mask with dims.
+def _torch_reads_a_mask_of_another_dtype(call, t, p):
+    # PyTorch 1.13's CPU masked_fill / masked_scatter lost their mask dtype check: a mask of
+    # another dtype is read as bytes (int16 ones fill everything, float 1.0 fills nothing, an
+    # int64 2 raises "Mask tensor can take 0 and 1 values only"). plugflow refuses any mask that
+    # is not bool (or the deprecated uint8), as PyTorch documents and later releases do.
     m = call.specs.get("t1")
-    return "masked_fill" in call.code and isinstance(t, Done) and isinstance(p, Raised) and m is not None and \
-        m.shape == () and m.dtype not in ("bool", "uint8") and "only supports boolean masks" in p.message
+    return re.search(r"masked_(fill|scatter)", call.code) is not None and isinstance(p, Raised) and \
+        m is not None and m.dtype not in ("bool", "uint8") and "only supports boolean masks" in p.message
 
 
 def _torch_skips_empty_index_checks(call, t, p):
@@ -1071,7 +1072,8 @@ ALLOWED = [
     ("torch-derivative-of-uncast-operand", "PyTorch's derivative reads an operand before its cast to the result "
                                            "dtype", _torch_derivative_of_uncast_operand),
     ("torch-fused-multiply-add", "PyTorch's addcmul fuses its multiply-add (FMA)", _torch_fused_multiply_add),
-    ("torch-0d-mask", "PyTorch 1.13 takes a 0-d masked_fill mask of any dtype", _torch_accepts_a_0d_mask_of_another_dtype),
+    ("torch-mask-of-another-dtype", "PyTorch 1.13 reads a masked_fill / masked_scatter mask of another dtype as bytes",
+     _torch_reads_a_mask_of_another_dtype),
     ("empty-index-checks", "plugflow checks an index that selects nothing", _torch_skips_empty_index_checks),
 ]
 

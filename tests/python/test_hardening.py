@@ -771,3 +771,22 @@ def test_heaviside_has_no_derivative_and_histc_of_one_huge_value_raises():
         with pytest.raises(RuntimeError, match="max must be larger than min"):
             lib.histc(lib.tensor([3.4e38]), 1, 0, 0)
         assert lib.histc(lib.tensor([1e8]), 1, 0, 0).tolist() == [1.0]
+
+
+def test_sub_alpha_is_checked_negated_and_in_place_alpha_is_checked():
+    # PyTorch's sub(a, b, alpha) is add(a, b, -alpha): 2**31 is a valid int32 sub alpha, -2**31
+    # is not; in-place add_ / sub_ check alpha like the out-of-place ops.
+    cases = [("int32", lambda t: t.sub(1, alpha=2**31)), ("int32", lambda t: t.sub(1, alpha=-2**31)),
+             ("int32", lambda t: t.sub_(1, alpha=2**31)), ("int32", lambda t: t.sub_(t, alpha=-2**31)),
+             ("int8", lambda t: t.add_(t, alpha=1000)), ("int8", lambda t: t.add_(t, alpha=127)),
+             ("int8", lambda t: t.sub_(t, alpha=128)), ("int8", lambda t: t.sub_(t, alpha=-128)),
+             ("int8", lambda t: t.sub(0, alpha=-128)), ("int64", lambda t: t.sub(1, alpha=-2**63))]
+    for dtype, fn in cases:
+        outcomes = []
+        for lib in (torch, pf):
+            try:
+                outcomes.append(fn(lib.tensor([5, -3], dtype=getattr(lib, dtype))).tolist())
+            except RuntimeError as e:
+                assert "without overflow" in str(e)
+                outcomes.append("overflow")
+        assert outcomes[0] == outcomes[1], (dtype, outcomes)

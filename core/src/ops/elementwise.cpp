@@ -102,16 +102,26 @@ Tensor prepare(const Tensor& t, DType dt, const Shape& shape) {
   return c.sizes() == shape ? c : expand(c, shape);
 }
 
+// add's and sub's alpha against the computation dtype (PyTorch's checks). sub(a, b, alpha) is
+// PyTorch's add(a, b, -alpha): the negated alpha must fit (int64's negation wraps, as there):
+// alpha = 2**31 is a valid int32 sub, -2**31 is not.
+void check_alpha(const BinaryInfo& info, const Attrs& attrs, DType dt) {
+  if (!attrs.has("alpha")) return;
+  const Scalar& alpha = attrs.get<Scalar>("alpha");
+  PF_CHECK(!alpha.is_bool() || dt == DType::Bool, "Boolean alpha only supported for Boolean results.");
+  PF_CHECK(!(alpha.is_floating() && !is_floating(dt)),
+           "For integral input tensors, argument alpha must not be a floating point number.");
+  const bool negated = info.name == "sub" && !alpha.is_bool();
+  check_scalar_fits(!negated              ? alpha
+                    : alpha.is_floating() ? Scalar(-alpha.to_double())
+                                          : Scalar(static_cast<int64_t>(0 - static_cast<uint64_t>(alpha.to_int()))),
+                    dt);
+}
+
 Tensor run_binary(const BinaryInfo& info, const Tensor& a, const Tensor& b, DType common, const Attrs& attrs) {
   const DType dt = compute_dtype(info, common, attrs);
   check_bool_arith(info, dt);
-  if (attrs.has("alpha")) {
-    const Scalar& alpha = attrs.get<Scalar>("alpha");
-    PF_CHECK(!alpha.is_bool() || dt == DType::Bool, "Boolean alpha only supported for Boolean results.");
-    PF_CHECK(!(alpha.is_floating() && !is_floating(dt)),
-             "For integral input tensors, argument alpha must not be a floating point number.");
-    check_scalar_fits(alpha, dt);
-  }
+  check_alpha(info, attrs, dt);
   // Same shape and dtype (the common case) needs no broadcasting or casting views.
   const bool plain = a.sizes() == b.sizes() && a.dtype() == dt && b.dtype() == dt;
   const Shape shape = plain ? Shape() : broadcast_shapes(a.sizes(), b.sizes());
@@ -135,6 +145,7 @@ Tensor run_binary_inplace(const BinaryInfo& info, Tensor& a, const Tensor& b, DT
     return a;
   }
   check_bool_arith(info, result);
+  check_alpha(info, attrs, result);
   autograd::check_inplace(a);
   Tensor bb = prepare(b, result, shape);
   // Elementwise kernels may read and write the same element, but not read elements another
