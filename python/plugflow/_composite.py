@@ -418,8 +418,27 @@ def _median_impl(input, dim, keepdim, fn, ignore_nan):
             if input.dtype in _FLOATS:
                 return input.sum() * 0 + math.nan
             return _creation.full((), math.nan, dtype=_C.float64, device=input.device).to(input.dtype)
-        return _select_along(input.reshape(-1), 0, False, fn, pick)[0]
+        with no_grad():
+            value = _select_along(input.reshape(-1), 0, False, fn, pick)[0]
+        return _EvenlyDistributed.apply(input, value)
     return _select_along(input, dim, keepdim, fn, pick)
+
+
+class _EvenlyDistributed(_Function):
+    """A value picked from all of input (median() and nanmedian() without dim) with PyTorch's
+    evenly_distribute_backward: the gradient is split equally among the elements equal to the
+    value (among the NaNs when it is NaN), not given to one of them."""
+
+    @staticmethod
+    def forward(ctx, input, value):
+        ctx.save_for_backward(input, value)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, value = ctx.saved_tensors
+        mask = input.isnan() if bool(value.isnan().item()) else input == value
+        return _C.where(mask, grad / mask.sum(), _creation.zeros((), dtype=grad.dtype, device=grad.device)), None
 
 
 def median(input, dim=None, keepdim=False, *, out=None):

@@ -790,3 +790,14 @@ def test_sub_alpha_is_checked_negated_and_in_place_alpha_is_checked():
                 assert "without overflow" in str(e)
                 outcomes.append("overflow")
         assert outcomes[0] == outcomes[1], (dtype, outcomes)
+
+
+@pytest.mark.parametrize("fn", ["median", "nanmedian"])
+def test_median_of_all_elements_splits_the_gradient_among_ties(fn):
+    # PyTorch's evenly_distribute_backward: every element equal to the median (every NaN when the
+    # median is NaN) gets an equal share, as max() and min() do.
+    rng = seeded_rng()
+    for _ in range(20):
+        x = rng.integers(-3, 4, int(rng.integers(1, 12))).astype("float64")
+        x[rng.random(x.size) < 0.2] = math.nan
+        _both(lambda lib, t: getattr(t, fn)(), x, grad=(0,))
