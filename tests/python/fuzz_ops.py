@@ -935,8 +935,10 @@ def conv(g):
         # zero, plugflow's kernel never reads padding; which one holds is the backend's choice.
         # A transposed convolution's input gradient is a convolution over the cropped output: the
         # same holds for its padding)
-        w_spec = g.specs[str(w)]
-        w_spec.data = np.where(np.isnan(w_spec.data), 0, w_spec.data).astype(w_spec.data.dtype)
+        # (and a transposed convolution's weight gradient pairs each input value with the
+        # cropped output's gradient: a NaN input meets PyTorch's padded zeros the same way)
+        for spec in [g.specs[str(w)]] + ([g.specs[str(x)]] if transposed else []):
+            spec.data = np.where(np.isnan(spec.data), 0, spec.data).astype(spec.data.dtype)
     fn = f"conv_transpose{dims}d" if transposed else f"conv{dims}d"
     return C(f"F.{fn}({x}, {w}, {lit(b) if b is not None else 'None'}{kw})", tol=8.0, accumulates=True)
 
