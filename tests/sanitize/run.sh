@@ -39,6 +39,11 @@ PYTEST_FILES=(
   test_distributed.py
 )
 
+# Float32 precision bounds hold for the optimized kernels (vectorized, FMA-contracted), which
+# `make test` checks; this -O1 build rounds differently (log_softmax's worst element 3e-7
+# relative where the optimized kernel stays under 1.8e-7), so they are left out here.
+PYTEST_DESELECT="not worst_element_relative_error"
+
 step() { echo "== $* ($(($(date +%s) - START))s)"; }
 
 MARKERS='runtime error: |ERROR: (Address|Leak|UndefinedBehavior)Sanitizer'
@@ -89,7 +94,7 @@ STAGE=$LOGDIR/stage
 PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)"
 (cd tests/python &&
   LD_PRELOAD=$PRELOAD PYTHONPATH=$STAGE ASAN_OPTIONS="$ASAN_COMMON:log_path=$LOGDIR/py-asan:detect_leaks=0" \
-  "$PY" -m pytest -q -n "$JOBS" -p no:cacheprovider "${PYTEST_FILES[@]}") 2>&1 | tee "$LOGDIR/pytest.log"
+  "$PY" -m pytest -q -n "$JOBS" -p no:cacheprovider -k "$PYTEST_DESELECT" "${PYTEST_FILES[@]}") 2>&1 | tee "$LOGDIR/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
 reports py-asan "$LOGDIR/pytest.log" || failed=1
 
