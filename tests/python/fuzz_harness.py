@@ -861,6 +861,7 @@ def _torch_atan2_reciprocal(call, t, p):
 VECTORIZED_DIVISION = re.compile(r"lib\.(?P<f1>fmod|remainder|floor_divide)\(t0, (?P<d1>[^,()]+)\)"
                                  r"|t0\.(?P<f2>fmod|remainder|floor_divide)_?\((?P<d2>[^,()]+)\)"
                                  r"|t0 (?P<op>%|//) (?P<d3>[^,()]+)"
+                                 r"|(?P<n5>[-\d.e+]+) (?P<op5>%|//) t0"
                                  r"|(?:lib\.(?P<f3>div|divide)\(t0, |t0\.(?P<f4>div|divide)\()(?P<d4>[^,()]+), "
                                  r"rounding_mode='floor'\)")
 NUMPY_DIVISION = {"fmod": "fmod", "remainder": "remainder", "floor_divide": "floor_divide", "%": "remainder",
@@ -881,13 +882,17 @@ def _torch_vectorized_remainder(call, t, p):
     result = canon(p.result)
     if result[0] != "tensor" or result[1] not in ("float32", "float64"):
         return False
-    fn = getattr(np, NUMPY_DIVISION[m.group("f1") or m.group("f2") or m.group("op") or m.group("f3") or m.group("f4")])
+    fn = getattr(np, NUMPY_DIVISION[m.group("f1") or m.group("f2") or m.group("op") or m.group("f3") or m.group("f4")
+                                    or m.group("op5")])
     divisor = m.group("d1") or m.group("d2") or m.group("d3") or m.group("d4")
 
     def operand(name):
         return call.specs[name].build(torch, "float64")[0].detach().numpy().astype(result[1])
-    x = operand("t0")
-    y = operand("t1") if divisor == "t1" else np.asarray(float(eval(divisor)), dtype=result[1])  # noqa: S307
+    if m.group("n5"):  # a number divided by t0
+        x, y = np.asarray(float(m.group("n5")), dtype=result[1]), operand("t0")
+    else:
+        x = operand("t0")
+        y = operand("t1") if divisor == "t1" else np.asarray(float(eval(divisor)), dtype=result[1])  # noqa: S307
     with np.errstate(all="ignore"):
         expected = fn(x, y)
     return compare(result, ("tensor", result[1], tuple(expected.shape), expected)) is None
