@@ -510,6 +510,28 @@ def _torch_vectorized_math(call, t, p):
     return compare(actual, _cast_like(expected, actual), call.tol) is None
 
 
+def _torch_pow_exponent_in_double(call, t, p):
+    # PyTorch 1.13's pow of a float32 tensor by a number takes the number as a double in its
+    # scalar loop (the elements after the last full vector) and as a float in its vector loop:
+    # an exponent such as 1e-310 is 0 in one and not in the other (0 ** 1e-310 is 0, 0 ** 0 is
+    # 1). plugflow takes the exponent in the tensor's dtype everywhere, as the vector loop does.
+    # Accepted when plugflow's values are numpy's power with the exponent rounded to the dtype.
+    import numpy as np
+    import torch
+    power = POW_BY_NUMBER.fullmatch(call.code)
+    exponent = power and (power.group("e1") or power.group("e2") or power.group("e3"))
+    if not power or exponent == "t1" or not isinstance(p, Done):
+        return False
+    actual = canon(p.inputs["t0"] if call.stmt or "pow_(" in call.code else p.result)
+    if actual[0] != "tensor" or actual[1] not in ("float32", "float16", "bfloat16"):
+        return False
+    dtype = np.float32
+    x = call.specs["t0"].build(torch, "float64")[0].detach().numpy().astype(dtype)
+    with np.errstate(all="ignore"):
+        expected = np.power(x, dtype(float(eval(exponent))))  # noqa: S307
+    return compare(actual, _cast_like(("tensor", "float32", tuple(x.shape), expected), actual), call.tol) is None
+
+
 def _torch_addmv_empty_matrix(call, t, p):
     # PyTorch 1.13's addmv with a matrix of no elements computes beta * self with mul_out into
     # its result, which resizes the result to self's shape: addmv(tensor(2.), zeros(5, 0),
@@ -1050,6 +1072,8 @@ ALLOWED = [
     ("torch-integer-backward", "PyTorch's backward wraps an integer operand", _torch_integer_backward),
     ("torch-gemv-zero-alpha", "PyTorch's gemv path ignores a zero-alpha product", _torch_gemv_zero_alpha),
     ("torch-vectorized-math", "PyTorch's vectorized log1p, pow & co. near the dtype's limits", _torch_vectorized_math),
+    ("torch-pow-exponent-in-double", "PyTorch's scalar pow loop takes a number exponent as a double",
+     _torch_pow_exponent_in_double),
     ("torch-lacks-derivative", "PyTorch 1.13 has no floor_divide or number % tensor derivative",
      _torch_lacks_derivative),
     ("torch-setitem-0d-slice", "PyTorch 1.13 writes a 0-d tensor through any slice", _torch_setitem_0d_slice),
