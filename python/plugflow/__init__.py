@@ -52,6 +52,8 @@ from ._C import (bool, uint8, int8, int16, int32, int64, float16, bfloat16, floa
                  promote_types, can_cast, init, set_num_threads, get_num_threads)
 from ._size import Size
 from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
+from ._memory_format import (memory_format, contiguous_format, channels_last, channels_last_3d,  # noqa: E402,F401
+                             preserve_format, empty_strided)
 from ._tensor_str import set_printoptions, get_printoptions
 from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
                         linspace, frombuffer, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,

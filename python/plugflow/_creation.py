@@ -9,6 +9,7 @@ import operator
 import struct
 
 from . import _C
+from . import _memory_format as _mf
 from ._C import Tensor
 
 __all__ = [
@@ -129,9 +130,15 @@ def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
     return _finish(_C.from_numpy(array), requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, **kwargs):
-    """An uninitialized tensor."""
+def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None, **kwargs):
+    """An uninitialized tensor (laid out as memory_format says, contiguous by default)."""
     sizes = _sizes(size, kwargs, "empty")
+    if memory_format is not None and memory_format is not _mf.contiguous_format:
+        _mf.check(memory_format, "empty")
+        if memory_format is _mf.preserve_format:
+            raise RuntimeError("empty(): preserve_format needs an input tensor to preserve (use empty_like)")
+        return _finish(_mf.empty_in_format(sizes, memory_format, dtype or get_default_dtype(), _device(device)),
+                       requires_grad)
     return _finish(_C._empty(sizes, dtype or get_default_dtype(), _device(device)), requires_grad)
 
 
@@ -285,45 +292,66 @@ def _like(input, dtype, device):
     return input.shape, dtype or input.dtype, _device(device) or input.device
 
 
-def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
-    _check_layout(layout)
+def _like_in_format(input, dtype, device, memory_format, fill):
+    """A *_like result laid out as memory_format says (None: contiguous), filled by `fill`
+    (a function of the new tensor, or None to leave it uninitialized)."""
     size, dtype, device = _like(input, dtype, device)
-    return _finish(_C._empty(size, dtype, device), requires_grad)
+    if memory_format is None:
+        return None, size, dtype, device
+    _mf.check(memory_format, "empty_like")
+    out = _mf.empty_in_format(size, memory_format, dtype, device, like=input)
+    if fill is not None:
+        fill(out)
+    return out, size, dtype, device
 
 
-def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     _check_layout(layout)
-    size, dtype, device = _like(input, dtype, device)
-    return _finish(_C._zeros(size, dtype, device), requires_grad)
+    out, size, dtype, device = _like_in_format(input, dtype, device, memory_format, None)
+    return _finish(out if out is not None else _C._empty(size, dtype, device), requires_grad)
 
 
-def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     _check_layout(layout)
-    size, dtype, device = _like(input, dtype, device)
-    return _finish(_C._ones(size, dtype, device), requires_grad)
+    out, size, dtype, device = _like_in_format(input, dtype, device, memory_format, lambda t: t.zero_())
+    return _finish(out if out is not None else _C._zeros(size, dtype, device), requires_grad)
 
 
-def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False):
+def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     _check_layout(layout)
-    size, dtype, device = _like(input, dtype, device)
-    return _finish(_C._full(size, fill_value, dtype, device), requires_grad)
+    out, size, dtype, device = _like_in_format(input, dtype, device, memory_format, lambda t: t.fill_(1))
+    return _finish(out if out is not None else _C._ones(size, dtype, device), requires_grad)
 
 
-def rand_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     _check_layout(layout)
-    size, dtype, device = _like(input, dtype, device)
-    return _finish(_C._rand(size, dtype, device), requires_grad)
+    out, size, dtype, device = _like_in_format(input, dtype, device, memory_format,
+                                               lambda t: t.copy_(_C._full(tuple(t.shape), fill_value, t.dtype,
+                                                                          t.device)))
+    return _finish(out if out is not None else _C._full(size, fill_value, dtype, device), requires_grad)
 
 
-def randn_like(input, *, dtype=None, layout=None, device=None, requires_grad=False):
+def rand_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     _check_layout(layout)
-    size, dtype, device = _like(input, dtype, device)
-    return _finish(_C._randn(size, dtype, device), requires_grad)
+    out, size, dtype, device = _like_in_format(input, dtype, device, memory_format,
+                                               lambda t: t.copy_(_C._rand(tuple(t.shape), t.dtype, t.device)))
+    return _finish(out if out is not None else _C._rand(size, dtype, device), requires_grad)
 
 
-def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False):
+def randn_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
+    _check_layout(layout)
+    out, size, dtype, device = _like_in_format(input, dtype, device, memory_format,
+                                               lambda t: t.copy_(_C._randn(tuple(t.shape), t.dtype, t.device)))
+    return _finish(out if out is not None else _C._randn(size, dtype, device), requires_grad)
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, memory_format=None):
     """randint_like(input, high) or randint_like(input, low, high)."""
     if high is None:
         low, high = 0, low
     size, dtype, device = _like(input, dtype, device)
-    return randint(low, high, size, dtype=dtype, device=device, requires_grad=requires_grad)
+    values = randint(low, high, size, dtype=dtype, device=device)
+    if memory_format is not None:
+        _mf.check(memory_format, "randint_like")
+        values = _mf.empty_in_format(size, memory_format, dtype, device, like=input).copy_(values)
+    return _finish(values, requires_grad)

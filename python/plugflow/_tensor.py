@@ -151,7 +151,37 @@ def _device_predicate(device_type):
 _ALWAYS_FALSE = ("is_sparse", "is_sparse_csr", "is_mkldnn", "is_quantized", "is_nested")
 
 
+def _with_memory_format(Tensor):
+    """contiguous / is_contiguous / clone / to with PyTorch's memory_format argument (the
+    C++ methods stay the path without one; see _memory_format)."""
+    from . import _memory_format as mf
+    contiguous, is_contiguous, clone, to = Tensor.contiguous, Tensor.is_contiguous, Tensor.clone, Tensor.to
+
+    def contiguous_(self, memory_format=mf.contiguous_format):
+        return contiguous(self) if memory_format is mf.contiguous_format else mf.contiguous(self, memory_format)
+
+    def is_contiguous_(self, memory_format=mf.contiguous_format):
+        return is_contiguous(self) if memory_format is mf.contiguous_format else mf.is_contiguous(self, memory_format)
+
+    def clone_(self, *, memory_format=None):
+        """A copy (contiguous without memory_format; see _memory_format)."""
+        return clone(self) if memory_format is None else mf.clone(self, memory_format)
+
+    def to_(self, *args, memory_format=None, **kwargs):
+        out = to(self, *args, **kwargs)
+        if memory_format is None or memory_format is mf.preserve_format:
+            return out
+        if mf.is_contiguous(out, memory_format):
+            return out
+        return mf.clone(out, memory_format)
+
+    for name, fn in (("contiguous", contiguous_), ("is_contiguous", is_contiguous_), ("clone", clone_), ("to", to_)):
+        fn.__name__ = name
+        setattr(Tensor, name, fn)
+
+
 def _install():
+    _with_memory_format(Tensor)
     Tensor.__repr__ = _repr
     Tensor.__format__ = _format
     Tensor.__deepcopy__ = __deepcopy__

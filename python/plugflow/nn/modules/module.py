@@ -13,7 +13,7 @@ import warnings
 import weakref
 from collections import OrderedDict, namedtuple
 
-from ... import _C, _creation
+from ... import _C, _creation, _memory_format
 from ..._C import Tensor
 from ...autograd import Function, no_grad
 from ..parameter import Parameter
@@ -490,16 +490,20 @@ class Module:
         """Moves parameters and buffers to device without copying their values."""
         return self._apply(lambda t: _creation.empty_like(t, device=device))
 
-    def to(self, *args, **kwargs):
+    def to(self, *args, memory_format=None, **kwargs):
         """to(device=None, dtype=None, non_blocking=False), to(dtype), to(tensor): moves and/or
-        casts parameters and buffers in place. A dtype applies to floating-point tensors only."""
+        casts parameters and buffers in place. A dtype applies to floating-point tensors only;
+        memory_format (channels_last, channels_last_3d) to the 4-d / 5-d ones."""
         device, dtype, non_blocking = _parse_to(*args, **kwargs)
         if dtype is not None and not dtype.is_floating_point:
             raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but got desired "
                             f"dtype={dtype}")
+        if memory_format is not None:
+            _memory_format.check(memory_format, "to")
 
         def convert(t):
-            return t.to(device, dtype if t.is_floating_point() else None, non_blocking)
+            t = t.to(device, dtype if t.is_floating_point() else None, non_blocking)
+            return _memory_format.convert_module_tensor(t, memory_format)
 
         return self._apply(convert)
 
