@@ -532,6 +532,31 @@ def _torch_pow_exponent_in_double(call, t, p):
     return compare(actual, _cast_like(("tensor", "float32", tuple(x.shape), expected), actual), call.tol) is None
 
 
+def _torch_float32_loss_accumulator(call, t, p):
+    # A loss reduced over elements whose float32 terms are huge: PyTorch's float32 accumulator
+    # overflows (+inf + -inf = NaN), plugflow's double one does not (-inf). Accepted when
+    # plugflow's result is PyTorch's own elementwise loss (reduction='none') summed in float64,
+    # then averaged for 'mean', in the result dtype.
+    import numpy as np
+    import torch
+    m = re.fullmatch(r"(F\.\w+\(.*?)(?:, reduction='(mean|sum)')?\)", call.code)
+    if call.family != "loss" or not m or not (isinstance(t, Done) and isinstance(p, Done)):
+        return False
+    if not isinstance(t.result, torch.Tensor) or t.result.dim() != 0 or t.result.dtype not in (torch.float16,
+                                                                                             torch.bfloat16,
+                                                                                             torch.float32):
+        return False
+    elementwise = execute(type(call)(call.family, m.group(1) + ", reduction='none')", call.specs, call.index), torch)
+    if not isinstance(elementwise, Done):
+        return False
+    terms = elementwise.result.detach().double()
+    total = terms.sum() if m.group(2) == "sum" else terms.mean()
+    expected = total.to(t.result.dtype).numpy()
+    actual = canon(p.result)
+    return actual[0] == "tensor" and compare(actual, ("tensor", actual[1], (), np.asarray(expected, np.float64)),
+                                             call.tol) is None
+
+
 def _torch_addmv_empty_matrix(call, t, p):
     # PyTorch 1.13's addmv with a matrix of no elements computes beta * self with mul_out into
     # its result, which resizes the result to self's shape: addmv(tensor(2.), zeros(5, 0),
@@ -902,22 +927,29 @@ def _torch_vectorized_remainder(call, t, p):
     if not m or not (isinstance(t, Done) and isinstance(p, Done)):
         return False
     result = canon(p.result)
-    if result[0] != "tensor" or result[1] not in ("float32", "float64"):
+    if result[0] != "tensor" or result[1] not in ("bfloat16", "float16", "float32", "float64"):
         return False
     fn = getattr(np, NUMPY_DIVISION[m.group("f1") or m.group("f2") or m.group("op") or m.group("f3") or m.group("f4")
                                     or m.group("op5")])
     divisor = m.group("d1") or m.group("d2") or m.group("d3") or m.group("d4")
+    # 16-bit results: the operands rounded to the dtype, the division in float32 (PyTorch's and
+    # plugflow's opmath), the result rounded once by _cast_like.
+    compute = "float64" if result[1] == "float64" else "float32"
+
+    def rounded(values):
+        t = torch.as_tensor(np.asarray(values, np.float64)).to(getattr(torch, result[1]))
+        return t.to(getattr(torch, compute)).numpy()
 
     def operand(name):
-        return call.specs[name].build(torch, "float64")[0].detach().numpy().astype(result[1])
+        return rounded(call.specs[name].build(torch, "float64")[0].detach().numpy())
     if m.group("n5"):  # a number divided by t0
-        x, y = np.asarray(float(m.group("n5")), dtype=result[1]), operand("t0")
+        x, y = rounded(float(m.group("n5"))), operand("t0")
     else:
         x = operand("t0")
-        y = operand("t1") if divisor == "t1" else np.asarray(float(eval(divisor)), dtype=result[1])  # noqa: S307
+        y = operand("t1") if divisor == "t1" else rounded(float(eval(divisor)))  # noqa: S307
     with np.errstate(all="ignore"):
         expected = fn(x, y)
-    return compare(result, ("tensor", result[1], tuple(expected.shape), expected)) is None
+    return compare(result, _cast_like(("tensor", compute, tuple(expected.shape), expected), result)) is None
 
 
 def _shared_leaf_map(spec):
@@ -1072,6 +1104,8 @@ ALLOWED = [
     ("torch-integer-backward", "PyTorch's backward wraps an integer operand", _torch_integer_backward),
     ("torch-gemv-zero-alpha", "PyTorch's gemv path ignores a zero-alpha product", _torch_gemv_zero_alpha),
     ("torch-vectorized-math", "PyTorch's vectorized log1p, pow & co. near the dtype's limits", _torch_vectorized_math),
+    ("torch-float32-loss-accumulator", "PyTorch sums a float32 loss in float32 (an overflow gives inf - inf)",
+     _torch_float32_loss_accumulator),
     ("torch-pow-exponent-in-double", "PyTorch's scalar pow loop takes a number exponent as a double",
      _torch_pow_exponent_in_double),
     ("torch-lacks-derivative", "PyTorch 1.13 has no floor_divide or number % tensor derivative",
