@@ -974,9 +974,15 @@ def _accumulated_gradient_order(call, t, p):
     import numpy as np
     from fuzz_inputs import TensorSpec
     import torch
-    if not (isinstance(t, Done) and isinstance(p, Done)) or not t.grads or \
-            compare(canon(p.result), canon(t.result), call.tol * _input_precision(call, p.result)):
+    if not (isinstance(t, Done) and isinstance(p, Done)) or not t.grads:
         return False
+    if compare(canon(p.result), canon(t.result), call.tol * _input_precision(call, p.result)):
+        # (or the result is the float64 reference's where PyTorch's is rounding noise: a layer
+        # norm of rows that an expanded input makes constant)
+        ref = execute(call, torch, reference="floats")
+        if not isinstance(ref, Done) or compare(canon(p.result), _cast_like(canon(ref.result), canon(p.result)),
+                                                call.tol * _input_precision(call, p.result)):
+            return False
     shared = {n for n, s in call.specs.items() if s.requires_grad and s.layout[0] in ("overlap", "expanded")}
     specs, sums = dict(call.specs), {}
     for n in shared:
