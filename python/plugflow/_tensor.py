@@ -168,6 +168,8 @@ def _with_memory_format(Tensor):
         return clone(self) if memory_format is None else mf.clone(self, memory_format)
 
     def to_(self, *args, memory_format=None, **kwargs):
+        if memory_format is not None:
+            mf.check(memory_format, "to")
         out = to(self, *args, **kwargs)
         if memory_format is None or memory_format is mf.preserve_format:
             return out

@@ -138,8 +138,9 @@ def test_to_returns_self_when_nothing_changes():
     assert t.to(device="cpu", dtype=pf.float64).dtype is pf.float64
     assert t.to(None, pf.int32).dtype is pf.int32
     assert t.type_as(pf.ones(1, dtype=pf.int16)).dtype is pf.int16
-    with pytest.raises(TypeError, match="unexpected keyword"):
+    with pytest.raises(TypeError, match="argument 'memory_format' must be torch.memory_format"):
         t.to(memory_format=1)
+    assert t.to(memory_format=pf.contiguous_format) is t and t.to(memory_format=pf.preserve_format) is t
 
 
 @pytest.mark.parametrize("name", FLOAT_NAMES)
