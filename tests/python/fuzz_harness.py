@@ -1013,11 +1013,13 @@ def as_float64(x):
 
 
 def _torch_fused_multiply_add(call, t, p):
-    # PyTorch's addcmul kernel is compiled with multiply-add contraction (FMA): value * t1 * t2
-    # past the dtype's range added to an infinite self gives that infinity, where plugflow's
-    # separate multiply and add give inf + (-inf) = NaN. Accepted when only such positions differ.
+    # PyTorch's addcmul and add / sub with alpha fuse their multiply-add (FMA): value * t1 * t2
+    # (alpha * other) past the dtype's range added to an infinite self gives that infinity, where
+    # plugflow's separate multiply and add give inf + (-inf) = NaN. Accepted when only such
+    # positions differ.
     import numpy as np
-    if not re.match(r"(lib\.addcmul\(t0|t0\.addcmul_?\()", call.code) or not (isinstance(t, Done) and isinstance(p, Done)):
+    if not re.match(r"(lib\.(addcmul|add|sub)\(t0|t0\.(addcmul|add|sub)_?\()", call.code) or \
+            not (isinstance(t, Done) and isinstance(p, Done)):
         return False
     a, e = canon(p.result), canon(t.result)
     if a[0] != "tensor" or a[1:3] != e[1:3] or a[1] not in TOLERANCE:
@@ -1144,7 +1146,7 @@ ALLOWED = [
      _accumulated_gradient_order),
     ("torch-derivative-of-uncast-operand", "PyTorch's derivative reads an operand before its cast to the result "
                                            "dtype", _torch_derivative_of_uncast_operand),
-    ("torch-fused-multiply-add", "PyTorch's addcmul fuses its multiply-add (FMA)", _torch_fused_multiply_add),
+    ("torch-fused-multiply-add", "PyTorch's addcmul and alpha add fuse their multiply-add (FMA)", _torch_fused_multiply_add),
     ("torch-mask-of-another-dtype", "PyTorch 1.13 reads a masked_fill / masked_scatter mask of another dtype as bytes",
      _torch_reads_a_mask_of_another_dtype),
     ("empty-index-checks", "plugflow checks an index that selects nothing", _torch_skips_empty_index_checks),
@@ -1217,16 +1219,22 @@ def judge(call, torch_done=None):
 
 
 def _integers_rounded(call, result):
-    """The call with the integer tensor operands of an elementwise op rounded to the result's
-    16-bit float dtype first, as PyTorch's TensorIterator casts them (an int32 of 1e9 is inf in float16), and the
-    environment it runs in; None where the result is not float16 / bfloat16."""
+    """The call with the integer and wider float tensor operands of an elementwise op rounded to
+    the result's 16-bit float dtype first, as PyTorch's TensorIterator casts them (an int32 of 1e9
+    or a float32 of 3.4e38 is inf in float16), and the environment it runs in; None where the
+    result is not float16 / bfloat16."""
     import torch
     if result[0] != "tensor" or result[1] not in ("float16", "bfloat16"):
         return None, None
     code = call.code
     for name, spec in call.specs.items():
-        if spec.dtype in ("uint8", "int8", "int16", "int32", "int64"):
+        if spec.dtype in ("uint8", "int8", "int16", "int32", "int64", "float32", "float64"):
             code = re.sub(rf"\b{name}\b", f"_rounded({name})", code)
+    # A number multiplier (addcmul's value, add's alpha) is a float in a 16-bit kernel (its opmath):
+    # 1e-310 is 0 there.
+    import numpy as np
+    code = re.sub(r"\b(value|alpha)=([-+]?[\d.]+(?:e[-+]?\d+)?)",
+                  lambda m: f"{m.group(1)}={float(np.float32(float(m.group(2))))!r}", code)
     to = getattr(torch, result[1])
     return call.with_code(code), {"_rounded": lambda x: x.to(to).double()}
 
