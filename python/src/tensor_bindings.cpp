@@ -1630,7 +1630,18 @@ void bind_tensor(py::module_& m) {
 
   // -- views: methods take sizes as *args (t.view(2, 3)), functions as one sequence.
   cls.def("view",
-          [](const Tensor& t, const py::args& shape) { return ops::view(t, ints_from_args(shape, "view", "size")); })
+          [](const Tensor& t, const py::args& shape, const py::kwargs& kwargs) {
+            // view(dtype) / view(dtype=...): the same bytes as another dtype; else sizes
+            py::handle as_dtype = shape.size() == 1 && !kwargs.contains("dtype") ? shape[0]
+                                  : kwargs.contains("dtype") && shape.size() == 0 ? kwargs["dtype"]
+                                                                                  : py::handle();
+            DType dt;
+            if (as_dtype && !py::isinstance<py::int_>(as_dtype) && dtype_from_object(as_dtype, dt, false))
+              return ops::view_dtype(t, dt);
+            PF_CHECK_T(kwargs.empty(), TypeError, "view() got an unexpected keyword argument '",
+                       py::str(kwargs.begin()->first).cast<std::string>(), "'");
+            return ops::view(t, ints_from_args(shape, "view", "size"));
+          })
       .def("reshape", [](const Tensor& t,
                          const py::args& shape) { return ops::reshape(t, ints_from_args(shape, "reshape", "shape")); })
       .def("permute", [](const Tensor& t,

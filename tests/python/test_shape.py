@@ -808,3 +808,35 @@ def test_as_strided_gradient_over_shared_elements_matches_torch(size, stride, of
 def test_dims_of_a_0d_tensor_are_index_errors(code):
     # Found by the fuzzer: PyTorch's wrap_scalar=false ops refuse any dim of a 0-d tensor.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+def test_view_as_another_dtype_matches_torch():
+    """view(dtype): the same bytes read as another dtype (PyTorch's rules for a different element
+    size: a dense last dim, exactly divisible sizes, strides and offset), sharing memory, never
+    requiring grad."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((3, 8)).astype("float32")
+    cases = [lambda t: t, lambda t: t[1:], lambda t: t[:, 2:6], lambda t: t[:, ::2], lambda t: t.t(), lambda t: t[0, 1:],
+             lambda t: t[0, 0], lambda t: t[:, :3], lambda t: t.reshape(-1)[1:5]]
+    for make in cases:
+        for name in ("float32", "int32", "float64", "int64", "float16", "bfloat16", "int16", "uint8", "int8"):
+            outcomes = []
+            for lib in (torch, pf):
+                t = make(lib.from_numpy(x.copy()))
+                try:
+                    v = t.view(getattr(lib, name))
+                    outcomes.append((tuple(v.shape), v.stride(), v.float().tolist() if name != "float32" else v.tolist(),
+                                     v.requires_grad))
+                except RuntimeError as e:
+                    outcomes.append(str(e))
+            assert outcomes[0] == outcomes[1] or (
+                # (NaN bit patterns: compare as strings)
+                str(outcomes[0]) == str(outcomes[1])), (name, outcomes)
+    a = pf.tensor([1.0, -2.0], requires_grad=True)
+    v = a.view(pf.int32)
+    assert not v.requires_grad and a.view(dtype=pf.float32).requires_grad is False
+    b = pf.tensor([1.0, -2.0])
+    b.view(pf.int32)[0] = 0  # writes through to b
+    assert b.tolist() == [0.0, -2.0]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        b.view(2, sizes=1)

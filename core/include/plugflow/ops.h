@@ -68,6 +68,7 @@ PF_API Tensor clone(const Tensor& t);
 // ---- views ---------------------------------------------------------------------------------
 PF_API Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset);
 PF_API Tensor view(const Tensor& t, const Shape& sizes);  // one -1 allowed
+PF_API Tensor view_dtype(const Tensor& t, DType dtype);  // the same bytes as another dtype
 PF_API Tensor reshape(const Tensor& t, const Shape& sizes);
 PF_API Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
 PF_API Tensor permute(const Tensor& t, const Shape& dims);

@@ -172,6 +172,44 @@ Tensor view(const Tensor& t, const Shape& sizes) {
                      reshape_back(t));
 }
 
+// The same memory read as another dtype (PyTorch's view(dtype)): a new element size rescales the
+// last dim, which must be dense, and every other stride and the offset must convert exactly. Not
+// differentiable (the result never requires grad, as in PyTorch).
+Tensor view_dtype(const Tensor& t, DType dtype) {
+  const int64_t old_size = itemsize(t.dtype()), new_size = itemsize(dtype);
+  if (old_size == new_size) return Tensor::view_of(t.storage(), t.sizes(), t.strides(), t.offset(), dtype);
+  const auto why = [&](auto&&... what) {
+    return detail::str_cat(what..., " to view ", scalar_type_name(t.dtype()), " as ", scalar_type_name(dtype),
+                          " (different element sizes)");
+  };
+  PF_CHECK(t.dim() > 0, why("self.dim() cannot be 0"));
+  const int64_t last = t.dim() - 1;
+  const auto check_dense_last = [&] {
+    PF_CHECK(t.strides()[last] == 1, why("self.stride(-1) must be 1"), ", but got ", t.strides()[last]);
+  };
+  Shape sizes = t.sizes(), strides = t.strides();
+  int64_t offset = t.offset();
+  if (new_size > old_size) {  // (PyTorch's order of checks)
+    const int64_t ratio = new_size / old_size;
+    PF_CHECK(sizes[last] % ratio == 0, why("self.size(-1) must be divisible by ", ratio), ", but got ", sizes[last]);
+    PF_CHECK(offset % ratio == 0, why("self.storage_offset() must be divisible by ", ratio), ", but got ", offset);
+    check_dense_last();
+    for (int64_t d = 0; d < last; ++d)
+      PF_CHECK(strides[d] % ratio == 0, why("self.stride(", d, ") must be divisible by ", ratio), ", but got ",
+               strides[d]);
+    sizes[last] /= ratio;
+    for (int64_t d = 0; d < last; ++d) strides[d] /= ratio;
+    offset /= ratio;
+  } else {
+    check_dense_last();
+    const int64_t ratio = old_size / new_size;
+    sizes[last] *= ratio;
+    for (int64_t d = 0; d < last; ++d) strides[d] *= ratio;
+    offset *= ratio;
+  }
+  return Tensor::view_of(t.storage(), std::move(sizes), std::move(strides), offset, dtype);
+}
+
 Tensor reshape(const Tensor& t, const Shape& sizes) {
   const Shape shape = infer_size(sizes, t.numel());
   Shape strides;
