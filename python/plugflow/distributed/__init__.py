@@ -759,6 +759,13 @@ def _check_root_only_list(pg, root, ts, tensor, fn, arg, role):
                              f"match `tensor` ({list(tensor.shape)}, {tensor.dtype})")
 
 
+def _recv_into(pg, out, src):
+    """Receives group rank `src`'s tensor into `out` (through a dense buffer: `out` may be any view)."""
+    received = empty(out.shape, dtype=out.dtype, device=out.device)
+    pg._comm.recv(received, src, 0)
+    out.copy_(received)
+
+
 def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
     """Rank `dst` receives every rank's `tensor` into gather_list (one tensor per rank, in rank
     order); the other ranks pass no list. Each rank sends to `dst` directly."""
@@ -775,9 +782,7 @@ def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
             if r == root:
                 out.copy_(tensor)
             else:
-                received = empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-                pg._comm.recv(received, r, 0)
-                out.copy_(received)
+                _recv_into(pg, out, r)
     return _done(_CompletedWork() if async_op else None, list(gather_list or []))
 
 
@@ -791,9 +796,7 @@ def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
     root = _root(pg, src, "scatter", "src")
     _check_root_only_list(pg, root, scatter_list, tensor, "scatter", "scatter_list", "source")
     if pg.rank() != root:
-        received = empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-        pg._comm.recv(received, root, 0)
-        tensor.copy_(received)
+        _recv_into(pg, tensor, root)
     else:
         for r, part in enumerate(scatter_list):
             if r != root:
