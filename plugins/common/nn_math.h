@@ -202,4 +202,12 @@ PF_HOST_DEVICE_INLINE CubicTap<T> cubic_tap(int64_t o, int64_t in, int64_t out, 
   return tap;
 }
 
+// sum_j v[j] * w[j] for the values v[j] at the taps i[j], added left to right: one pass of
+// upsample_bicubic2d's separable sums (along W, then along H over the row sums), in the order
+// both plugins add.
+template <typename T>
+PF_HOST_DEVICE_INLINE T cubic_sum(const CubicTap<T>& tap, const T (&v)[4]) {
+  return v[0] * tap.w[0] + v[1] * tap.w[1] + v[2] * tap.w[2] + v[3] * tap.w[3];
+}
+
 }  // namespace plugflow::nn_math

@@ -1,7 +1,9 @@
 // The arithmetic of torchvision's operators (docs/kernels.md, "torchvision operators") that the
-// CPU and CUDA plugins share: nms's overlap test, roi_align's sampling grid and bilinear taps,
-// roi_pool's bins, and the checks of the values read from rois. The CPU plugin
-// (plugins/cpu/src/vision.cpp) and the CUDA plugin (plugins/cuda/src/vision.cu) add the loops;
+// CPU and CUDA plugins share: nms's overlap test, roi_align's sampling grid and bilinear taps
+// (ps_roi_align's too), roi_pool's and ps_roi_pool's bins, the position-sensitive channel
+// mapping, deform_conv2d's sample positions, bilinear values and their gradients, and the checks
+// of the values read from rois. The CPU plugin (plugins/cpu/src/vision.cpp) and the CUDA plugin
+// (plugins/cuda/src/vision.cu) add the loops;
 // both follow torchvision 0.14's CPU kernels (csrc/ops/cpu/*_kernel.cpp) expression for
 // expression, so the forwards agree bit for bit (the CUDA file is compiled without FMA
 // contraction; its backwards add with atomics, in another order).
@@ -239,10 +241,10 @@ struct RoiPoolBox {
 };
 
 // A roi coordinate times spatial_scale, rounded half away from zero, as torchvision's quantizing
-// kernels do (ps_roi_pool's backward rounds in float: roundf). Host.
+// kernels do (ps_roi_pool's backward rounds in float: roundf).
 template <typename T>
-T rounded_coordinate(T v, T scale, bool in_float) {
-  return in_float ? static_cast<T>(std::round(static_cast<float>(v * scale))) : std::round(v * scale);
+PF_HOST_DEVICE_INLINE T rounded_coordinate(T v, T scale, bool in_float) {
+  return in_float ? static_cast<T>(round_(static_cast<float>(v * scale))) : round_(v * scale);
 }
 
 // Host: every rounded coordinate must fit the int torchvision keeps it in, with room for the bin
@@ -274,6 +276,174 @@ PF_HOST_DEVICE_INLINE T pool_max(const T* plane, int64_t width, int64_t h0, int6
       }
     }
   return maxval;
+}
+
+// ---- ps_roi_align / ps_roi_pool ----------------------------------------------------------------------
+
+// The bin (ph, pw) input channel c feeds in a position-sensitive op: output channel c_out's bin
+// (ph, pw) pools input channel (c_out * PH + ph) * PW + pw, so output element n * C + c (C input
+// channels, output (K, C / (PH * PW), PH, PW)) reads input channel c of roi n.
+struct PsBin {
+  int64_t ph, pw;
+};
+PF_HOST_DEVICE_INLINE PsBin ps_bin(int64_t c, int64_t pooled_height, int64_t pooled_width) {
+  const int64_t bin = c % (pooled_height * pooled_width);
+  return {bin / pooled_width, bin % pooled_width};
+}
+
+// The divisor of ps_roi_align's bin means: the grid's size, without roi_align's floor at 1, so
+// an empty adaptive grid gives 0 / 0 = NaN, as torchvision.
+template <typename T>
+PF_HOST_DEVICE_INLINE T ps_align_count(const RoiAlignBox<T>& box) {
+  return static_cast<T>(box.grid_h * box.grid_w);
+}
+
+// One bin of a ps_roi_pool roi: [h0, h1) x [w0, w1) after clipping.
+struct PsPoolBin {
+  int64_t h0, h1, w0, w1;
+  PF_HOST_DEVICE_INLINE bool empty() const { return h1 <= h0 || w1 <= w0; }
+  PF_HOST_DEVICE_INLINE int64_t area() const { return (h1 - h0) * (w1 - w0); }
+};
+
+// A ps_roi_pool roi quantized to the feature map (roi size at least 1 x 1, no +1 unlike
+// roi_pool), and its bins. torchvision's forward clips bins to [0, H - 1) x [0, W - 1), so the
+// last row and column are never pooled, while its backward clips to [0, H) x [0, W) and rounds
+// in float: both kept (the callers pass the clip and the rounding).
+template <typename T>
+struct PsPoolRoi {
+  int64_t start_h, start_w;
+  T bin_h, bin_w;
+
+  PF_HOST_DEVICE_INLINE PsPoolRoi(const T* roi, T scale, int64_t pooled_height, int64_t pooled_width,
+                                  bool round_in_float) {
+    start_w = static_cast<int64_t>(rounded_coordinate(roi[1], scale, round_in_float));
+    start_h = static_cast<int64_t>(rounded_coordinate(roi[2], scale, round_in_float));
+    const int64_t end_w = static_cast<int64_t>(rounded_coordinate(roi[3], scale, round_in_float));
+    const int64_t end_h = static_cast<int64_t>(rounded_coordinate(roi[4], scale, round_in_float));
+    bin_h = static_cast<T>(max_<int64_t>(end_h - start_h, 1)) / static_cast<T>(pooled_height);
+    bin_w = static_cast<T>(max_<int64_t>(end_w - start_w, 1)) / static_cast<T>(pooled_width);
+  }
+  PF_HOST_DEVICE_INLINE static int64_t edge(T v, int64_t start, int64_t clip) {
+    return min_(max_<int64_t>(static_cast<int64_t>(v) + start, 0), clip);
+  }
+  PF_HOST_DEVICE_INLINE PsPoolBin bin(int64_t ph, int64_t pw, int64_t clip_h, int64_t clip_w) const {
+    return {edge(floor_(static_cast<T>(ph) * bin_h), start_h, clip_h),
+            edge(ceil_(static_cast<T>(ph + 1) * bin_h), start_h, clip_h),
+            edge(floor_(static_cast<T>(pw) * bin_w), start_w, clip_w),
+            edge(ceil_(static_cast<T>(pw + 1) * bin_w), start_w, clip_w)};
+  }
+};
+
+// ps_roi_pool's forward value of bin r of `plane` (row length `width`): the mean, 0 when empty.
+template <typename T>
+PF_HOST_DEVICE_INLINE T ps_pool_mean(const T* plane, int64_t width, const PsPoolBin& r) {
+  T sum = 0;
+  for (int64_t h = r.h0; h < r.h1; ++h)
+    for (int64_t w = r.w0; w < r.w1; ++w) sum += plane[h * width + w];
+  return r.empty() ? T(0) : sum / static_cast<T>(r.area());
+}
+
+// ---- deform_conv2d -----------------------------------------------------------------------------------
+
+// The sizes of a deformable convolution: input (N, C, H, W), weight (O, C / groups, kh, kw),
+// output (N, O, OH, OW). Its im2col matrix has K = C / groups * kh * kw rows per group and
+// P = OH * OW columns; offset (N, 2 * offset_groups * taps, OH, OW) holds (dy, dx) row pairs per
+// tap, group-major, mask (N, offset_groups * taps, OH, OW) one row per (offset group, tap).
+struct DeformGeometry {
+  int64_t C, H, W, O, kh, kw, OH, OW, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, offset_groups;
+  bool has_mask;
+  PF_HOST_DEVICE_INLINE int64_t taps() const { return kh * kw; }
+  PF_HOST_DEVICE_INLINE int64_t P() const { return OH * OW; }
+  PF_HOST_DEVICE_INLINE int64_t K() const { return C / groups * taps(); }
+  PF_HOST_DEVICE_INLINE int64_t Og() const { return O / groups; }
+  PF_HOST_DEVICE_INLINE int64_t channels_per_offset_group() const { return C / offset_groups; }
+  // Mask row r = (offset group, tap) of channel c's tap t.
+  PF_HOST_DEVICE_INLINE int64_t mask_row(int64_t c, int64_t t) const {
+    return c / channels_per_offset_group() * taps() + t;
+  }
+  // The offset row of dy for mask row r (dx is the next row).
+  PF_HOST_DEVICE_INLINE int64_t dy_row(int64_t r) const { return r / taps() * 2 * taps() + 2 * (r % taps()); }
+  // Where tap t of output position p samples, displaced by (dy, dx).
+  template <typename T>
+  PF_HOST_DEVICE_INLINE void position(int64_t t, int64_t p, T dy, T dx, T& y, T& x) const {
+    const int64_t i = t / kw, j = t % kw, oh = p / OW, ow = p % OW;
+    y = static_cast<T>(oh * stride_h - pad_h + i * dil_h) + dy;
+    x = static_cast<T>(ow * stride_w - pad_w + j * dil_w) + dx;
+  }
+};
+
+// Where one tap of one output position samples (torchvision's bilinear_interpolate and
+// get_coordinate_weight): the corner (y_low, x_low), the fractional parts, and which of the four
+// corners (y_low x_low, y_low x_high, y_high x_low, y_high x_high: bits 0-3) lie in the image.
+// Outside [-1, H) x [-1, W) (NaN included) no corner does. The value itself is interpolated
+// only strictly inside (-1, H) x (-1, W), as torchvision's; on the -1 edge the position still
+// has a coordinate gradient from the corners inside.
+template <typename T>
+struct DeformSample {
+  int64_t base = 0;  // y_low * W + x_low
+  T ly = 0, lx = 0;
+  uint8_t corners = 0;
+  bool sampled = false;
+
+  DeformSample() = default;
+  PF_HOST_DEVICE_INLINE DeformSample(T y, T x, int64_t H, int64_t W) {
+    if (!(y >= -1 && y < static_cast<T>(H) && x >= -1 && x < static_cast<T>(W))) return;
+    const int64_t yl = static_cast<int64_t>(floor_(y)), xl = static_cast<int64_t>(floor_(x));
+    base = yl * W + xl;
+    ly = y - static_cast<T>(yl);
+    lx = x - static_cast<T>(xl);
+    const bool top = yl >= 0, bottom = yl + 1 <= H - 1, left = xl >= 0, right = xl + 1 <= W - 1;
+    corners = static_cast<uint8_t>((top && left) | (top && right) << 1 | (bottom && left) << 2 |
+                                   (bottom && right) << 3);
+    sampled = y > -1 && x > -1;
+  }
+  // The four corner values of `plane` (row length W; 0 outside the image).
+  PF_HOST_DEVICE_INLINE void corner_values(const T* plane, int64_t W, T v[4]) const {
+    const int64_t pos[4] = {base, base + 1, base + W, base + W + 1};
+    for (int q = 0; q < 4; ++q) v[q] = corners >> q & 1 ? plane[pos[q]] : T(0);
+  }
+  PF_HOST_DEVICE_INLINE T value(const T* plane, int64_t W) const {
+    if (!sampled) return 0;
+    T v[4];
+    corner_values(plane, W, v);
+    const T hy = 1 - ly, hx = 1 - lx;
+    return hy * hx * v[0] + hy * lx * v[1] + ly * hx * v[2] + ly * lx * v[3];
+  }
+  // One channel's share of the offset and mask gradients of this sample, for the column
+  // gradient g and the mask value m (1 without a mask): the slopes of the value in y and x times
+  // m * g into gy and gx, and (with a mask) g times the value into gm.
+  PF_HOST_DEVICE_INLINE void add_coordinate_grads(const T* plane, int64_t W, T m, T g, bool has_mask, T& gy, T& gx,
+                                                  T& gm) const {
+    if (!corners) return;
+    T v[4];
+    corner_values(plane, W, v);
+    const T dy_weight = lx * (v[3] - v[1]) + (1 - lx) * (v[2] - v[0]);
+    const T dx_weight = ly * (v[3] - v[2]) + (1 - ly) * (v[1] - v[0]);
+    gy += m * dy_weight * g;
+    gx += m * dx_weight * g;
+    if (has_mask) gm += g * value(plane, W);
+  }
+  // The adjoint of value() times m: adds m * weight * g to each corner inside the image through
+  // add(pointer, value).
+  template <typename Add>
+  PF_HOST_DEVICE_INLINE void scatter(T* plane, int64_t W, T m, T g, Add add) const {
+    if (!sampled) return;
+    const T hy = 1 - ly, hx = 1 - lx;
+    const T w[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
+    const int64_t pos[4] = {base, base + 1, base + W, base + W + 1};
+    for (int q = 0; q < 4; ++q)
+      if (corners >> q & 1) add(plane + pos[q], m * w[q] * g);
+  }
+};
+
+// Tap t of output position p of one image: its sample, from the image's offset (2 * mask rows
+// x P values).
+template <typename T>
+PF_HOST_DEVICE_INLINE DeformSample<T> deform_sample(const DeformGeometry& g, const T* offset, int64_t r, int64_t p) {
+  const T* dy = offset + g.dy_row(r) * g.P();
+  T y, x;
+  g.position(r % g.taps(), p, dy[p], dy[g.P() + p], y, x);
+  return DeformSample<T>(y, x, g.H, g.W);
 }
 
 }  // namespace plugflow::roi_math

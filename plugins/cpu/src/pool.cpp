@@ -416,7 +416,8 @@ T* row_buffer(int64_t n) {
 
 // Separable: each input row is first interpolated along W into rows (H, OW), which are then
 // combined along H. The sums are PyTorch's, in its order: out = sum_j w_h[j] * (sum_i w_w[i] *
-// in[h_j, w_i]), so values agree with its kernel up to its compiler's fused multiply-adds.
+// in[h_j, w_i]) (nn_math::cubic_sum, shared with the CUDA kernel), so values agree with its
+// kernel up to its compiler's fused multiply-adds.
 template <typename T>
 struct UpsampleBicubic {
   static void run(const KernelContext& ctx) {
@@ -429,16 +430,18 @@ struct UpsampleBicubic {
       for (int64_t h = 0; h < s.H; ++h)
         for (int64_t ow = 0; ow < s.OW; ++ow) {
           const auto& x = tw[ow];
-          rows[h * s.OW + ow] = in.at(h, x.i[0]) * x.w[0] + in.at(h, x.i[1]) * x.w[1] + in.at(h, x.i[2]) * x.w[2] +
-                                in.at(h, x.i[3]) * x.w[3];
+          const T v[4] = {in.at(h, x.i[0]), in.at(h, x.i[1]), in.at(h, x.i[2]), in.at(h, x.i[3])};
+          rows[h * s.OW + ow] = nn_math::cubic_sum(x, v);
         }
       T* o = out + k * s.OH * s.OW;
       for (int64_t oh = 0; oh < s.OH; ++oh) {
         const auto& y = th[oh];
         const T *r0 = rows + y.i[0] * s.OW, *r1 = rows + y.i[1] * s.OW, *r2 = rows + y.i[2] * s.OW,
                 *r3 = rows + y.i[3] * s.OW;
-        for (int64_t ow = 0; ow < s.OW; ++ow)
-          o[oh * s.OW + ow] = r0[ow] * y.w[0] + r1[ow] * y.w[1] + r2[ow] * y.w[2] + r3[ow] * y.w[3];
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const T v[4] = {r0[ow], r1[ow], r2[ow], r3[ow]};
+          o[oh * s.OW + ow] = nn_math::cubic_sum(y, v);
+        }
       }
     });
   }

@@ -3,12 +3,13 @@
 // contiguous inputs and outputs.
 //
 // The roi arithmetic is torchvision 0.14's CPU kernels' (csrc/ops/cpu/*_kernel.cpp), expression
-// for expression and in the same accumulation order, so results agree bit for bit; what the CUDA
-// plugin shares (nms's overlap test, roi_align's grid and taps, roi_pool's bins, the roi checks)
-// lives in plugins/common/roi_math.h. Unlike torchvision's kernels, every value read from rois
-// is checked before it is used as an index: a batch index outside the input raises IndexError
-// and a non-finite coordinate (or an adaptive sampling grid too large for an int) raises
-// RuntimeError, where torchvision reads out of bounds.
+// for expression and in the same accumulation order, so results agree bit for bit; the
+// per-element arithmetic the CUDA plugin shares (overlap test, sampling grids and bilinear taps,
+// bins, the position-sensitive channel mapping, deform_conv2d's samples and their gradients, the
+// roi checks) lives in plugins/common/roi_math.h. Unlike torchvision's kernels, every value read
+// from rois is checked before it is used as an index: a batch index outside the input raises
+// IndexError and a non-finite coordinate (or an adaptive sampling grid too large for an int)
+// raises RuntimeError, where torchvision reads out of bounds.
 //
 // Threads: the roi forwards run rois in parallel (each writes its own outputs); the backwards
 // run input channels in parallel, each thread visiting rois and bins in torchvision's order, so
@@ -258,7 +259,7 @@ void ps_roi_align_forward(const KernelContext& ctx) {
   T* output = ctx.output(0).data<T>();
   int32_t* channel_mapping = ctx.output(1).data<int32_t>();
   const int64_t num_rois = ctx.input(1).sizes()[0];
-  const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
+  const int64_t plane = p.height * p.width;
   check_rois(rois, num_rois, input_t.sizes()[0], "ps_roi_align");
   check_roi_align_grids(rois, num_rois, p);
   parallel_for(num_rois, 1, [&](int64_t begin, int64_t end) {
@@ -268,11 +269,11 @@ void ps_roi_align_forward(const KernelContext& ctx) {
       const int64_t b = static_cast<int64_t>(roi[0]);
       const RoiAlignBox<T> box(roi, p);
       const int64_t samples = bin_taps(box, p, taps);
-      // unlike roi_align, no floor at 1: an empty adaptive grid averages to 0 / 0 (NaN), as torchvision
-      const T count = static_cast<T>(box.grid_h * box.grid_w);
+      const T count = ps_align_count(box);
       for (int64_t c = 0; c < p.channels; ++c) {
         const T* in = input + (b * p.channels + c) * plane;
-        const Taps<T>* tap = taps.data() + (c % bins) * samples;
+        const PsBin bin = ps_bin(c, p.pooled_height, p.pooled_width);
+        const Taps<T>* tap = taps.data() + (bin.ph * p.pooled_width + bin.pw) * samples;
         T val = 0.;
         for (int64_t s = 0; s < samples; ++s, ++tap) val += tap->value(in);
         output[n * p.channels + c] = val / count;
@@ -290,70 +291,32 @@ void ps_roi_align_backward(const KernelContext& ctx) {
   const T* rois = ctx.input(1).data<T>();
   T* grad_input = ctx.output(0).data<T>();
   const int64_t num_rois = ctx.input(1).sizes()[0];
-  const int64_t plane = p.height * p.width, bins = p.pooled_height * p.pooled_width;
+  const int64_t plane = p.height * p.width;
   std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
   const std::vector<RoiAlignBox<T>> boxes = checked_align_boxes(rois, num_rois, input_size[0], p, "ps_roi_align_backward");
   parallel_for(p.channels, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t ph = (c % bins) / p.pooled_width, pw = c % p.pooled_width;
+      const PsBin bin = ps_bin(c, p.pooled_height, p.pooled_width);
       for (int64_t n = 0; n < num_rois; ++n) {
         const RoiAlignBox<T>& box = boxes[n];
         T* gi = grad_input + (static_cast<int64_t>(rois[5 * n]) * p.channels + c) * plane;
         const T g_bin = grad[n * p.channels + c];
-        const T count = static_cast<T>(box.grid_h * box.grid_w);
+        const T count = ps_align_count(box);
         for (int64_t iy = 0; iy < box.grid_h; ++iy) {
-          const T y = box.y(ph, iy);
-          for (int64_t ix = 0; ix < box.grid_w; ++ix) {
-            const Taps<T> t(y, box.x(pw, ix), p.height, p.width);
-            if (!t.inside) continue;
-            for (int q = 0; q < 4; ++q) gi[t.pos[q]] += g_bin * t.w[q] / count;
-          }
+          const T y = box.y(bin.ph, iy);
+          for (int64_t ix = 0; ix < box.grid_w; ++ix)
+            Taps<T>(y, box.x(bin.pw, ix), p.height, p.width).scatter(gi, g_bin, count, accumulate<T>);
         }
       }
     }
   });
 }
 
-// One bin of a ps_roi_pool roi: [h0, h1) x [w0, w1) after clipping to [0, clip_h) x [0, clip_w).
-struct PoolBin {
-  int64_t h0, h1, w0, w1;
-  bool empty() const { return h1 <= h0 || w1 <= w0; }
-  int64_t area() const { return (h1 - h0) * (w1 - w0); }
-};
-
-// A ps_roi_pool roi quantized to the feature map (roi size at least 1 x 1), and its bins.
-// torchvision's forward clips bins to [0, H - 1) x [0, W - 1), so the last row and column are
-// never pooled, while its backward clips to [0, H) x [0, W) and rounds in float: both kept.
-template <typename T>
-struct PoolRoi {
-  int64_t start_h, start_w;
-  T bin_h, bin_w;
-
-  PoolRoi(const T* roi, T scale, int64_t pooled_height, int64_t pooled_width, bool round_in_float) {
-    start_w = static_cast<int64_t>(rounded_coordinate(roi[1], scale, round_in_float));
-    start_h = static_cast<int64_t>(rounded_coordinate(roi[2], scale, round_in_float));
-    const int64_t end_w = static_cast<int64_t>(rounded_coordinate(roi[3], scale, round_in_float));
-    const int64_t end_h = static_cast<int64_t>(rounded_coordinate(roi[4], scale, round_in_float));
-    bin_h = static_cast<T>(std::max<int64_t>(end_h - start_h, 1)) / static_cast<T>(pooled_height);
-    bin_w = static_cast<T>(std::max<int64_t>(end_w - start_w, 1)) / static_cast<T>(pooled_width);
-  }
-  PoolBin bin(int64_t ph, int64_t pw, int64_t clip_h, int64_t clip_w) const {
-    const auto edge = [](T v, int64_t start, int64_t clip) {
-      return std::min(std::max<int64_t>(static_cast<int64_t>(v) + start, 0), clip);
-    };
-    return {edge(std::floor(static_cast<T>(ph) * bin_h), start_h, clip_h),
-            edge(std::ceil(static_cast<T>(ph + 1) * bin_h), start_h, clip_h),
-            edge(std::floor(static_cast<T>(pw) * bin_w), start_w, clip_w),
-            edge(std::ceil(static_cast<T>(pw + 1) * bin_w), start_w, clip_w)};
-  }
-};
-
 template <typename T>
 void ps_roi_pool_forward(const KernelContext& ctx) {
   const Tensor& input_t = ctx.input(0);
   const int64_t channels = input_t.sizes()[1], height = input_t.sizes()[2], width = input_t.sizes()[3];
   const int64_t pooled_height = ctx.attr<int64_t>("pooled_height"), pooled_width = ctx.attr<int64_t>("pooled_width");
-  const int64_t bins = pooled_height * pooled_width;
   const T scale = static_cast<T>(ctx.attr<double>("spatial_scale"));
   const T* input = input_t.data<T>();
   const T* rois = ctx.input(1).data<T>();
@@ -366,15 +329,11 @@ void ps_roi_pool_forward(const KernelContext& ctx) {
     for (int64_t n = begin; n < end; ++n) {
       const T* roi = rois + 5 * n;
       const int64_t b = static_cast<int64_t>(roi[0]);
-      const PoolRoi<T> box(roi, scale, pooled_height, pooled_width, false);
+      const PsPoolRoi<T> box(roi, scale, pooled_height, pooled_width, false);
       for (int64_t c = 0; c < channels; ++c) {
-        const int64_t bin = c % bins;
-        const PoolBin r = box.bin(bin / pooled_width, bin % pooled_width, height - 1, width - 1);
-        const T* in = input + (b * channels + c) * height * width;
-        T sum = 0;
-        for (int64_t h = r.h0; h < r.h1; ++h)
-          for (int64_t w = r.w0; w < r.w1; ++w) sum += in[h * width + w];
-        output[n * channels + c] = r.empty() ? T(0) : sum / static_cast<T>(r.area());
+        const PsBin bin = ps_bin(c, pooled_height, pooled_width);
+        const PsPoolBin r = box.bin(bin.ph, bin.pw, height - 1, width - 1);
+        output[n * channels + c] = ps_pool_mean(input + (b * channels + c) * height * width, width, r);
         channel_mapping[n * channels + c] = static_cast<int32_t>(c);
       }
     }
@@ -386,7 +345,6 @@ void ps_roi_pool_backward(const KernelContext& ctx) {
   const Shape& input_size = ctx.attr<Shape>("input_size");
   const int64_t channels = input_size[1], height = input_size[2], width = input_size[3];
   const int64_t pooled_height = ctx.attr<int64_t>("pooled_height"), pooled_width = ctx.attr<int64_t>("pooled_width");
-  const int64_t bins = pooled_height * pooled_width;
   const T scale = static_cast<T>(ctx.attr<double>("spatial_scale"));
   const T* grad = ctx.input(0).data<T>();
   const T* rois = ctx.input(1).data<T>();
@@ -395,14 +353,14 @@ void ps_roi_pool_backward(const KernelContext& ctx) {
   std::fill(grad_input, grad_input + ctx.output(0).numel(), T(0));
   check_rois(rois, num_rois, input_size[0], "ps_roi_pool_backward");
   check_rounded_coordinates(rois, num_rois, scale, true, "ps_roi_pool_backward");
-  std::vector<PoolRoi<T>> boxes;
+  std::vector<PsPoolRoi<T>> boxes;
   boxes.reserve(static_cast<size_t>(num_rois));
   for (int64_t n = 0; n < num_rois; ++n) boxes.emplace_back(rois + 5 * n, scale, pooled_height, pooled_width, true);
   parallel_for(channels, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t ph = (c % bins) / pooled_width, pw = c % pooled_width;
+      const PsBin bin = ps_bin(c, pooled_height, pooled_width);
       for (int64_t n = 0; n < num_rois; ++n) {
-        const PoolBin r = boxes[n].bin(ph, pw, height, width);
+        const PsPoolBin r = boxes[n].bin(bin.ph, bin.pw, height, width);
         if (r.empty()) continue;
         T* gi = grad_input + (static_cast<int64_t>(rois[5 * n]) * channels + c) * height * width;
         const T diff = grad[n * channels + c] / static_cast<T>(r.area());
@@ -429,16 +387,6 @@ void ps_roi_pool_backward(const KernelContext& ctx) {
 // (channels, or offset-group taps), so it does not depend on the thread count; GEMMs split
 // themselves (blas.h).
 
-struct DeformGeometry {
-  int64_t C, H, W, O, kh, kw, OH, OW, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, offset_groups;
-  bool has_mask;
-  int64_t taps() const { return kh * kw; }
-  int64_t P() const { return OH * OW; }
-  int64_t K() const { return C / groups * taps(); }
-  int64_t Og() const { return O / groups; }
-  int64_t channels_per_offset_group() const { return C / offset_groups; }
-};
-
 // From the forward's operands input, weight and offset.
 DeformGeometry deform_geometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, const Tensor& offset) {
   const Shape &stride = ctx.attr<Shape>("stride"), &pad = ctx.attr<Shape>("padding"),
@@ -449,65 +397,14 @@ DeformGeometry deform_geometry(const KernelContext& ctx, const Tensor& x, const 
           ctx.attr<int64_t>("offset_groups"), ctx.attr<bool>("has_mask")};
 }
 
-// Where one tap of one output position samples (torchvision's bilinear_interpolate and
-// get_coordinate_weight): the corner (y_low, x_low), the fractional parts, and which of the four
-// corners (y_low x_low, y_low x_high, y_high x_low, y_high x_high: bits 0-3) lie in the image.
-// Outside [-1, H) x [-1, W) (NaN included) no corner does. The value itself is interpolated
-// only strictly inside (-1, H) x (-1, W), as torchvision's; on the -1 edge the position still
-// has a coordinate gradient from the corners inside.
-template <typename T>
-struct DeformSample {
-  int64_t base = 0;  // y_low * W + x_low
-  T ly = 0, lx = 0;
-  uint8_t corners = 0;
-  bool sampled = false;
-
-  DeformSample() = default;
-  DeformSample(T y, T x, int64_t H, int64_t W) {
-    if (!(y >= -1 && y < static_cast<T>(H) && x >= -1 && x < static_cast<T>(W))) return;
-    const int64_t yl = static_cast<int64_t>(std::floor(y)), xl = static_cast<int64_t>(std::floor(x));
-    base = yl * W + xl;
-    ly = y - static_cast<T>(yl);
-    lx = x - static_cast<T>(xl);
-    const bool top = yl >= 0, bottom = yl + 1 <= H - 1, left = xl >= 0, right = xl + 1 <= W - 1;
-    corners = static_cast<uint8_t>((top && left) | (top && right) << 1 | (bottom && left) << 2 |
-                                   (bottom && right) << 3);
-    sampled = y > -1 && x > -1;
-  }
-  // The four corner values (0 outside the image).
-  void corner_values(const T* in, int64_t W, T v[4]) const {
-    const int64_t pos[4] = {base, base + 1, base + W, base + W + 1};
-    for (int q = 0; q < 4; ++q) v[q] = corners >> q & 1 ? in[pos[q]] : T(0);
-  }
-  T value(const T* in, int64_t W) const {
-    if (!sampled) return 0;
-    T v[4];
-    corner_values(in, W, v);
-    const T hy = 1 - ly, hx = 1 - lx;
-    return hy * hx * v[0] + hy * lx * v[1] + ly * hx * v[2] + ly * lx * v[3];
-  }
-};
-
-// The samples of image n, (offset group, tap, position) row-major: offset holds (dy, dx) pairs
-// per tap, group-major.
+// The samples of image n, (offset group, tap, position) row-major.
 template <typename T>
 void deform_samples(const DeformGeometry& g, const T* offset, std::vector<DeformSample<T>>& samples) {
-  const int64_t taps = g.taps(), P = g.P();
-  samples.resize(static_cast<size_t>(g.offset_groups * taps * P));
-  parallel_for(g.offset_groups * taps, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t t = r % taps, i = t / g.kw, j = t % g.kw;
-      const T* dy = offset + (r / taps * 2 * taps + 2 * t) * P;
-      const T* dx = dy + P;
-      DeformSample<T>* row = samples.data() + r * P;
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const int64_t p = oh * g.OW + ow;
-          const T y = static_cast<T>(oh * g.stride_h - g.pad_h + i * g.dil_h) + dy[p];
-          const T x = static_cast<T>(ow * g.stride_w - g.pad_w + j * g.dil_w) + dx[p];
-          row[p] = DeformSample<T>(y, x, g.H, g.W);
-        }
-    }
+  const int64_t P = g.P();
+  samples.resize(static_cast<size_t>(g.offset_groups * g.taps() * P));
+  parallel_for(g.offset_groups * g.taps(), 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t p = 0; p < P; ++p) samples[r * P + p] = deform_sample(g, offset, r, p);
   });
 }
 
@@ -515,12 +412,12 @@ void deform_samples(const DeformGeometry& g, const T* offset, std::vector<Deform
 template <typename T>
 void deform_im2col(const DeformGeometry& g, const T* image, const T* mask,
                    const std::vector<DeformSample<T>>& samples, T* col) {
-  const int64_t taps = g.taps(), P = g.P(), cpg = g.channels_per_offset_group();
+  const int64_t taps = g.taps(), P = g.P();
   parallel_for(g.C, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const T* in = image + c * g.H * g.W;
       for (int64_t t = 0; t < taps; ++t) {
-        const int64_t r = c / cpg * taps + t;
+        const int64_t r = g.mask_row(c, t);
         const DeformSample<T>* s = samples.data() + r * P;
         T* row = col + (c * taps + t) * P;
         if (g.has_mask) {
@@ -601,20 +498,11 @@ void deform_conv2d_backward(const KernelContext& ctx) {
         for (int64_t c = grp * cpg; c < (grp + 1) * cpg; ++c) {
           const T* in = image + c * plane;
           const T* colg = col.get() + (c * taps + t) * P;
-          for (int64_t p = 0; p < P; ++p) {
-            if (!s[p].corners) continue;
-            T v[4];
-            s[p].corner_values(in, g.W, v);
-            const T ly = s[p].ly, lx = s[p].lx;
-            const T dy_weight = lx * (v[3] - v[1]) + (1 - lx) * (v[2] - v[0]);
-            const T dx_weight = ly * (v[3] - v[2]) + (1 - ly) * (v[1] - v[0]);
-            const T mv = g.has_mask ? m[r * P + p] : T(1);
-            gy[p] += mv * dy_weight * colg[p];
-            gx[p] += mv * dx_weight * colg[p];
-            if (g.has_mask) gm[p] += colg[p] * s[p].value(in, g.W);
-          }
+          for (int64_t p = 0; p < P; ++p)
+            s[p].add_coordinate_grads(in, g.W, g.has_mask ? m[r * P + p] : T(1), colg[p], g.has_mask, gy[p], gx[p],
+                                      gm[p]);
         }
-        T* row = goff + (grp * 2 * taps + 2 * t) * P;
+        T* row = goff + g.dy_row(r) * P;
         std::copy(gy, gy + P, row);
         std::copy(gx, gx + P, row + P);
         if (g.has_mask) std::copy(gm, gm + P, gmask + r * P);
@@ -627,18 +515,11 @@ void deform_conv2d_backward(const KernelContext& ctx) {
         T* gi = gimage + c * plane;
         std::fill(gi, gi + plane, T(0));
         for (int64_t t = 0; t < taps; ++t) {
-          const int64_t r = c / cpg * taps + t;
+          const int64_t r = g.mask_row(c, t);
           const DeformSample<T>* s = samples.data() + r * P;
           const T* colg = col.get() + (c * taps + t) * P;
-          for (int64_t p = 0; p < P; ++p) {
-            if (!s[p].sampled) continue;
-            const T mv = g.has_mask ? m[r * P + p] : T(1);
-            const T ly = s[p].ly, lx = s[p].lx, hy = 1 - ly, hx = 1 - lx;
-            const T w[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
-            const int64_t pos[4] = {s[p].base, s[p].base + 1, s[p].base + g.W, s[p].base + g.W + 1};
-            for (int q = 0; q < 4; ++q)
-              if (s[p].corners >> q & 1) gi[pos[q]] += mv * w[q] * colg[p];
-          }
+          for (int64_t p = 0; p < P; ++p)
+            s[p].scatter(gi, g.W, g.has_mask ? m[r * P + p] : T(1), colg[p], accumulate<T>);
         }
       }
     });

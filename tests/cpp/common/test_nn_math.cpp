@@ -44,15 +44,16 @@ TEST(NnMath, LinearTapsMatchPyTorch) {
 // out[o] of a cubic interpolation of in[i] = i^2 (5 values).
 double cubic_of_squares(int64_t o, int64_t out, bool align_corners, double scale) {
   const auto t = nm::cubic_tap<double>(o, 5, out, align_corners, scale);
-  double sum = 0, weights = 0;
+  double weights = 0;
   for (int j = 0; j < 4; ++j) {
     EXPECT_GE(t.i[j], 0);
     EXPECT_LT(t.i[j], 5);
-    sum += t.w[j] * static_cast<double>(t.i[j] * t.i[j]);
     weights += t.w[j];
   }
   EXPECT_NEAR(weights, 1.0, 1e-12);
-  return sum;
+  const double v[4] = {static_cast<double>(t.i[0] * t.i[0]), static_cast<double>(t.i[1] * t.i[1]),
+                       static_cast<double>(t.i[2] * t.i[2]), static_cast<double>(t.i[3] * t.i[3])};
+  return nm::cubic_sum(t, v);
 }
 
 TEST(NnMath, CubicTapsMatchPyTorch) {
@@ -67,6 +68,64 @@ TEST(NnMath, CubicTapsMatchPyTorch) {
   for (int64_t o = 0; o < 8; ++o) EXPECT_NEAR(cubic_of_squares(o, 8, false, 0.0), no_ac[o], 1e-12) << o;
   for (int64_t o = 0; o < 8; ++o) EXPECT_NEAR(cubic_of_squares(o, 8, true, 0.0), ac[o], 1e-12) << o;
   for (int64_t o = 0; o < 6; ++o) EXPECT_NEAR(cubic_of_squares(o, 6, false, 1.3), by_scale[o], 1e-12) << o;
+}
+
+TEST(NnMath, BicubicUpsamplingOfAPlaneMatchesPyTorch) {
+  // F.interpolate(in, size=(5, 6), mode='bicubic', align_corners=False / True) of the 3 x 4 plane
+  // in[h][w] = sqrt(5h + w + 1), float64: the kernels' separable sums
+  const std::vector<double> want[2] = {{0.8230766796749415, 1.0474037669750305, 1.3764234753473938,
+                                        1.5628127729092711, 1.7964130351806589, 1.928062614486123,
+                                        1.4710480979728089, 1.6413896206724732, 1.896517202999531,
+                                        2.048525736861583, 2.243205295168057, 2.354835806031639,
+                                        2.432453148314306, 2.5304946693912345, 2.686026571931278,
+                                        2.7907236027365463, 2.931339419905745, 3.0148934787546713,
+                                        3.0714569483703538, 3.1460478668992944, 3.2670533926363956,
+                                        3.3519761223325477, 3.468278427585115, 3.5383012756434464,
+                                        3.387474486744692, 3.4583766293501705, 3.572487311373715,
+                                        3.651382396412454, 3.7593957151939557, 3.824375706144809}, {1.0, 1.219172277691189,
+                                                                                                    1.5034866388970218, 1.660329455437986,
+                                                                                                    1.870341516713296, 2.0,
+                                                                                                    1.6434509606816932, 1.8056102553381284,
+                                                                                                    2.0223752803553703, 2.148677403432523,
+                                                                                                    2.321386081679175, 2.430469619989943,
+                                                                                                    2.449489742783178, 2.5498728346937884,
+                                                                                                    2.6926256158214747, 2.784515463152618,
+                                                                                                    2.9147263882222796, 3.0,
+                                                                                                    3.0189469299552116, 3.095491616469371,
+                                                                                                    3.207738578928823, 3.283214865977353,
+                                                                                                    3.3920927807988477, 3.4645786933869704,
+                                                                                                    3.3166247903554, 3.3916040438069657,
+                                                                                                    3.4998879838628367, 3.5711293923555942,
+                                                                                                    3.6736370099674818, 3.7416573867739413}};
+  for (bool ac : {false, true})
+    for (int64_t oh = 0; oh < 5; ++oh)
+      for (int64_t ow = 0; ow < 6; ++ow) {
+        const auto th = nm::cubic_tap<double>(oh, 3, 5, ac, 0.0), tw = nm::cubic_tap<double>(ow, 4, 6, ac, 0.0);
+        double rows[4];
+        for (int j = 0; j < 4; ++j) {
+          double row[4];
+          for (int i = 0; i < 4; ++i) row[i] = std::sqrt(static_cast<double>(5 * th.i[j] + tw.i[i] + 1));
+          rows[j] = nm::cubic_sum(tw, row);
+        }
+        const double v = nm::cubic_sum(th, rows);
+        EXPECT_NEAR(v, want[ac][oh * 6 + ow], 1e-12) << oh << " " << ow << (ac ? " align_corners" : "");
+      }
+}
+
+TEST(NnMath, CubicTapsAreNonDecreasingInTheOutput) {
+  // The CUDA backward finds the outputs whose taps read an input as one range per dim.
+  for (int64_t in : {1, 2, 3, 5, 8})
+    for (int64_t out : {1, 2, 4, 7, 13})
+      for (bool ac : {false, true})
+        for (double scale : {0.0, 0.4, 1.7})
+          for (int64_t o = 1; o < out; ++o) {
+            const auto prev = nm::cubic_tap<double>(o - 1, in, out, ac, scale);
+            const auto t = nm::cubic_tap<double>(o, in, out, ac, scale);
+            for (int j = 0; j < 4; ++j) {
+              EXPECT_LE(prev.i[j], t.i[j]) << in << " -> " << out << " o " << o << " tap " << j;
+              if (j > 0) EXPECT_LE(t.i[j - 1], t.i[j]);
+            }
+          }
 }
 
 TEST(NnMath, PoolingWindowsMatchPyTorch) {
