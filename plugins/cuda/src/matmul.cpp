@@ -1,7 +1,7 @@
-// mm and bmm. Floating dtypes go to cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx):
-// float32 in exact fp32 (no TF32, as PyTorch's default), float64 in fp64, and f16/bf16 with
-// float accumulation (reduced-precision split-K reductions disallowed). Integer dtypes use
-// launch_integer_bmm (matmul_int.cu).
+// mm and bmm, and the row-major gemm other kernels call (launchers.h). Floating dtypes go to
+// cuBLAS (cublasGemmEx / cublasGemmStridedBatchedEx): float32 in exact fp32 (no TF32, as
+// PyTorch's default), float64 in fp64, and f16/bf16 with float accumulation (reduced-precision
+// split-K reductions disallowed). Integer dtypes use launch_integer_bmm (matmul_int.cu).
 //
 // cuBLAS is column-major; a row-major C = A @ B is the column-major C^T = B^T @ A^T, so the
 // operands are passed swapped. A strided operand is read in place when it is row-major or
@@ -279,6 +279,34 @@ void triangular_solve(DType dtype, const KernelScope& scope, bool transpose, int
     PF_CUBLAS_CHECK(cublas().strsm(blas.get(), CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, op, CUBLAS_DIAG_NON_UNIT, n,
                                    nrhs, &one, static_cast<const float*>(a), lda, static_cast<float*>(b), ldb));
   }
+}
+
+void gemm(DType dtype, const KernelScope& scope, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+          const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
+  PF_CHECK(dtype == DType::Float32 || dtype == DType::Float64, "cuda gemm: unsupported dtype ", dtype_name(dtype));
+  if (M == 0 || N == 0) return;
+  for (int64_t v : {M, N, K, lda, ldb, ldc})
+    PF_CHECK(v <= INT_MAX, "cuda gemm: sizes beyond 2^31-1 are not supported by cuBLAS (", M, "x", K, " @ ", K, "x",
+             N, ")");
+  const size_t isz = dtype == DType::Float64 ? sizeof(double) : sizeof(float);
+  if (K == 0) {  // an empty sum (cuBLAS would only scale C by beta)
+    if (beta == 0.0)
+      PF_CUDA_CHECK(cudaMemset2DAsync(c, static_cast<size_t>(ldc) * isz, 0, static_cast<size_t>(N) * isz,
+                                      static_cast<size_t>(M), scope.stream));
+    return;
+  }
+  const BlasTypes types = blas_types(dtype);
+  const float alpha_f = 1.0f, beta_f = static_cast<float>(beta);
+  const double alpha_d = 1.0;
+  const bool f64 = dtype == DType::Float64;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : static_cast<const void*>(&alpha_f);
+  const void* beta_p = f64 ? static_cast<const void*>(&beta) : static_cast<const void*>(&beta_f);
+  // Row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T: the operands swapped.
+  BlasLease blas(scope.device, scope.stream);
+  PF_CUBLAS_CHECK(cublas().gemm_ex(blas.get(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), alpha, b, types.data,
+                                   static_cast<int>(ldb), a, types.data, static_cast<int>(lda), beta_p, c, types.data,
+                                   static_cast<int>(ldc), types.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 std::vector<KernelDef> matmul_kernels() {

@@ -1,7 +1,7 @@
 // Pooling and upsampling (docs/kernels.md, "Conv family") on CUDA: max_pool2d/3d,
 // adaptive_max_pool2d/3d, avg_pool2d/3d(+_backward), adaptive_avg_pool2d/3d(+_backward),
-// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward), for float16, bfloat16,
-// float32 and float64.
+// upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward), upsample_bicubic2d(+_backward),
+// for float16, bfloat16, float32 and float64.
 //
 // A 2-d op is the 3-d one with a depth of 1, as on the CPU (plugins/cpu/src/pool.cpp); windows,
 // sample positions and weights come from plugins/common/nn_math.h, shared with it. Inputs are
@@ -11,9 +11,9 @@
 // Every kernel runs a thread per element it writes, so nothing is accumulated with atomics: a
 // backward kernel gathers, for its input element, the gradients of the outputs that read it, in
 // the order the CPU's scatter adds them (outputs in row-major order; for bilinear, the four
-// taps in the CPU's order), and this file is compiled without FMA contraction: results are
-// deterministic and meant to equal the CPU's bit for bit (tests/cpp/cuda/test_nn.cpp compares
-// them within the usual tolerances).
+// taps in the CPU's order; for bicubic, the CPU's two separable passes), and this file is
+// compiled without FMA contraction: results are deterministic and meant to equal the CPU's bit
+// for bit (tests/cpp/cuda/test_nn.cpp compares them within the usual tolerances).
 #include <cmath>
 #include <limits>
 
@@ -355,6 +355,10 @@ struct Resample {
   PF_DEVICE nn_math::LinearTap<C> tap(int64_t o) const {
     return nn_math::linear_tap<C>(o, in, out, align_corners, scale);
   }
+  template <typename C>
+  PF_DEVICE nn_math::CubicTap<C> cubic(int64_t o) const {
+    return nn_math::cubic_tap<C>(o, in, out, align_corners, scale);
+  }
 };
 
 // The first output o in [0, out) with key(o) >= v, for a non-decreasing key (binary search).
@@ -451,6 +455,57 @@ __global__ void upsample_bilinear_backward_kernel(int64_t total, StridedVolume<D
   }
 }
 
+// out = sum_j w_h[j] * (sum_i w_w[i] * in[h_j, w_i]): the CPU's separable sums in its order
+// (nn_math::cubic_sum), in C.
+template <typename D>
+__global__ void upsample_bicubic_kernel(int64_t total, StridedVolume<D> in, UpsampleDims s, D* out) {
+  using C = opmath_t<D>;
+  PF_FOR_EACH(i, total) {
+    const Position o = position(i, Extent{1, s.h.out, s.w.out});
+    const nn_math::CubicTap<C> th = s.h.template cubic<C>(o.h), tw = s.w.template cubic<C>(o.w);
+    C rows[4];
+    for (int j = 0; j < 4; ++j) {
+      const C v[4] = {in.at(o.k, 0, th.i[j], tw.i[0]), in.at(o.k, 0, th.i[j], tw.i[1]),
+                      in.at(o.k, 0, th.i[j], tw.i[2]), in.at(o.k, 0, th.i[j], tw.i[3])};
+      rows[j] = nn_math::cubic_sum(tw, v);
+    }
+    out[i] = cast_to<D>(nn_math::cubic_sum(th, rows));
+  }
+}
+
+// grad_input at (h, w): the CPU's separable scatter (each gradient along H into rows (H, OW),
+// then each row along W) gathered. For each output column ow whose taps include w, in order: its
+// row sum, g * w_h[j] over the outputs oh whose taps include h (row-major) and each of their taps
+// j landing on h; then that sum times each w_w[i] landing on w. Clamped taps i[0] <= ... <= i[3]
+// are non-decreasing in the output, so those outputs are one range per dim.
+template <typename D>
+__global__ void upsample_bicubic_backward_kernel(int64_t total, StridedVolume<D> grad, UpsampleDims s, D* grad_in) {
+  using C = opmath_t<D>;
+  PF_FOR_EACH(i, total) {
+    const Position x = position(i, Extent{1, s.h.in, s.w.in});
+    const auto first_h = [&](int64_t o) { return s.h.template cubic<C>(o).i[0]; };
+    const auto last_h = [&](int64_t o) { return s.h.template cubic<C>(o).i[3]; };
+    const auto first_w = [&](int64_t o) { return s.w.template cubic<C>(o).i[0]; };
+    const auto last_w = [&](int64_t o) { return s.w.template cubic<C>(o).i[3]; };
+    const int64_t h0 = first_at_least(s.h.out, x.h, last_h), h1 = first_at_least(s.h.out, x.h + 1, first_h);
+    const int64_t w0 = first_at_least(s.w.out, x.w, last_w), w1 = first_at_least(s.w.out, x.w + 1, first_w);
+    C sum = 0;
+    for (int64_t ow = w0; ow < w1; ++ow) {
+      C row = 0;
+      for (int64_t oh = h0; oh < h1; ++oh) {
+        const nn_math::CubicTap<C> th = s.h.template cubic<C>(oh);
+        const C g = grad.at(x.k, 0, oh, ow);
+        for (int j = 0; j < 4; ++j)
+          if (th.i[j] == x.h) row += g * th.w[j];
+      }
+      const nn_math::CubicTap<C> tw = s.w.template cubic<C>(ow);
+      for (int j = 0; j < 4; ++j)
+        if (tw.i[j] == x.w) sum += row * tw.w[j];
+    }
+    grad_in[i] = cast_to<D>(sum);
+  }
+}
+
 template <bool Backward, template <typename> class Kernel>
 void upsample_entry(KernelContext& ctx) {
   KernelScope scope(ctx);
@@ -467,6 +522,8 @@ template <typename D> struct NearestFwd { static constexpr auto fn = upsample_ne
 template <typename D> struct NearestBwd { static constexpr auto fn = upsample_nearest_backward_kernel<D>; };
 template <typename D> struct BilinearFwd { static constexpr auto fn = upsample_bilinear_kernel<D>; };
 template <typename D> struct BilinearBwd { static constexpr auto fn = upsample_bilinear_backward_kernel<D>; };
+template <typename D> struct BicubicFwd { static constexpr auto fn = upsample_bicubic_kernel<D>; };
+template <typename D> struct BicubicBwd { static constexpr auto fn = upsample_bicubic_backward_kernel<D>; };
 
 #undef PF_FOR_EACH
 
@@ -493,6 +550,8 @@ std::vector<KernelDef> pool_kernels() {
   defs.push_back({"upsample_nearest2d_backward", floats, &upsample_entry<true, NearestBwd>});
   defs.push_back({"upsample_bilinear2d", floats, &upsample_entry<false, BilinearFwd>});
   defs.push_back({"upsample_bilinear2d_backward", floats, &upsample_entry<true, BilinearBwd>});
+  defs.push_back({"upsample_bicubic2d", floats, &upsample_entry<false, BicubicFwd>});
+  defs.push_back({"upsample_bicubic2d_backward", floats, &upsample_entry<true, BicubicBwd>});
   return defs;
 }
 

@@ -89,20 +89,11 @@ TEST_F(CudaPlugin, LoadsAndReportsItsDevices) {
   }
 }
 
-// Ops the CPU plugin registers that have no CUDA kernel yet: the honest gap, op by op. Entries
-// leave this list as their kernels land (the test fails while a listed op is registered on
-// CUDA, so the list cannot go stale).
-const std::map<std::string, std::string> kNotYetOnCuda = {
-    // Not written yet.
-    {"ps_roi_align", "torchvision operator, not written yet"},
-    {"ps_roi_align_backward", "torchvision operator, not written yet"},
-    {"ps_roi_pool", "torchvision operator, not written yet"},
-    {"ps_roi_pool_backward", "torchvision operator, not written yet"},
-    {"deform_conv2d", "torchvision operator, not written yet"},
-    {"deform_conv2d_backward", "torchvision operator, not written yet"},
-    {"upsample_bicubic2d", "bicubic upsampling, not written yet"},
-    {"upsample_bicubic2d_backward", "bicubic upsampling, not written yet"},
-};
+// Ops the CPU plugin registers that have no CUDA kernel yet: the honest gap, op by op (none at
+// present). An op enters this list with the reason when its CPU kernel lands first, and leaves
+// it as its CUDA kernel lands (the test fails while a listed op is registered on CUDA, so the
+// list cannot go stale).
+const std::map<std::string, std::string> kNotYetOnCuda = {};
 
 // Dtypes CUDA registers beyond the CPU's (docs/kernels.md): half precision where the CPU has
 // none, for autocast on CUDA.

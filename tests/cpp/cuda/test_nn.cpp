@@ -5,7 +5,7 @@
 // group norm, embedding (strided weights, every dtype, duplicates, padding_idx, scaling by
 // frequency, a bad index), dropout (the same Philox numbers), max / average / adaptive pooling
 // in 2-d and 3-d (strided inputs, -inf and NaN windows, ceil mode, dilation) and nearest /
-// bilinear upsampling, each backward against the CPU's.
+// bilinear / bicubic upsampling, each backward against the CPU's.
 //
 // Without a GPU every comparison skips; PF_CUDA_CONFORMANCE_SELFCHECK=1 runs them with the CPU
 // as the device under test (a check of the tests themselves).
@@ -53,7 +53,8 @@ TEST_F(CudaPlugin, NnOpsHaveKernelsOnBothDevices) {
                          "adaptive_max_pool3d", "avg_pool2d", "avg_pool3d", "avg_pool2d_backward",
                          "avg_pool3d_backward", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
                          "adaptive_avg_pool2d_backward", "adaptive_avg_pool3d_backward", "upsample_nearest2d",
-                         "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward"})
+                         "upsample_nearest2d_backward", "upsample_bilinear2d", "upsample_bilinear2d_backward",
+                         "upsample_bicubic2d", "upsample_bicubic2d_backward"})
     EXPECT_FALSE(common_dtypes(op).empty()) << "no dtype of '" << op << "' on both devices";
 }
 
@@ -364,6 +365,11 @@ TEST_F(CudaVsCpu, UpsamplingAndItsBackward) {
           compare("upsample_bilinear2d", {x.cpu}, {x.dev}, bil, where + (ac ? " bilinear align_corners" : " bilinear"));
           bil.set("input_size", input_size);
           compare("upsample_bilinear2d_backward", {g.cpu}, {g.dev}, bil, where + (ac ? " bilinear align_corners backward" : " bilinear backward"));
+          Attrs bic = nearest;
+          bic.set("align_corners", ac);
+          compare("upsample_bicubic2d", {x.cpu}, {x.dev}, bic, where + (ac ? " bicubic align_corners" : " bicubic"));
+          bic.set("input_size", input_size);
+          compare("upsample_bicubic2d_backward", {g.cpu}, {g.dev}, bic, where + (ac ? " bicubic align_corners backward" : " bicubic backward"));
         }
       }
     }

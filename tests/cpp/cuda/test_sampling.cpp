@@ -3,13 +3,15 @@
 // grid_sampler_2d (bilinear, nearest, bicubic) and grid_sampler_3d (bilinear, nearest) under
 // every padding mode and align_corners, on strided inputs and grids with points outside the
 // image, forward and backward (with and without the input gradient); roi_align (adaptive and
-// fixed sampling, aligned or not, malformed rois) and roi_pool with their backwards; nms over
-// more boxes than one 64-bit mask block holds, with tied scores; and the errors a bad roi or
-// argmax raises.
+// fixed sampling, aligned or not, malformed rois), roi_pool, ps_roi_align and ps_roi_pool with
+// their backwards; deform_conv2d and its backward (groups, offset groups, stride, padding,
+// dilation, with and without mask and bias, offsets reaching outside the image and NaN); nms
+// over more boxes than one 64-bit mask block holds, with tied scores; and the errors a bad roi
+// or argmax raises.
 //
-// The forwards are meant to equal the CPU's bit for bit (same arithmetic, no FMA contraction);
-// the input gradients are summed with atomics on the GPU, so backwards are compared within
-// rounding. Without a GPU every comparison skips; PF_CUDA_CONFORMANCE_SELFCHECK=1 runs them
+// The roi forwards are meant to equal the CPU's bit for bit (same arithmetic, no FMA
+// contraction); the input gradients are summed with atomics on the GPU, and deform_conv2d's
+// GEMMs are cuBLAS's, so those are compared within rounding. Without a GPU every comparison skips; PF_CUDA_CONFORMANCE_SELFCHECK=1 runs them
 // with the CPU as the device under test.
 #include "conformance_harness.h"
 #include "plugflow/dispatch.h"
@@ -21,16 +23,23 @@ using namespace cuda_conformance;
 
 using Tensors = std::vector<Tensor>;
 
-const std::vector<std::string> kOps = {"grid_sampler_2d", "grid_sampler_2d_backward",
-                                       "grid_sampler_3d", "grid_sampler_3d_backward",
-                                       "nms",             "roi_align",
-                                       "roi_align_backward", "roi_pool",
-                                       "roi_pool_backward"};
+const std::vector<std::string> kOps = {"grid_sampler_2d",       "grid_sampler_2d_backward",
+                                       "grid_sampler_3d",       "grid_sampler_3d_backward",
+                                       "nms",                   "roi_align",
+                                       "roi_align_backward",    "roi_pool",
+                                       "roi_pool_backward",     "ps_roi_align",
+                                       "ps_roi_align_backward", "ps_roi_pool",
+                                       "ps_roi_pool_backward",  "deform_conv2d",
+                                       "deform_conv2d_backward"};
 
 Tensors run(const std::string& op, const Tensors& in, const Attrs& attrs) { return call_op(find_op(op), in, attrs); }
 
 // The backwards' tolerance: atomics add in another order than the CPU's loop.
 Tol sum_tolerance(DType dt) { return dt == DType::Float64 ? Tol{1e-10, 1e-10} : Tol{1e-5, 1e-5}; }
+
+// deform_conv2d's: cuBLAS and the CPU's BLAS sum up to a few hundred products of N(0, 2) values
+// (the weight gradient: one per image and position) in different orders.
+Tol deform_tolerance(DType dt) { return dt == DType::Float64 ? Tol{1e-9, 1e-9} : Tol{1e-4, 5e-4}; }
 
 void compare(const std::string& op, const Tensors& cpu_in, const Tensors& dev_in, const Attrs& attrs,
              const std::string& where, Tol tol) {
@@ -155,6 +164,89 @@ TEST_F(CudaVsCpu, RoiPoolForwardAndBackward) {
   }
 }
 
+TEST_F(CudaVsCpu, PsRoiAlignAndPsRoiPoolForwardAndBackward) {
+  const int64_t PH = 2, PW = 3, K = 7;
+  const Shape in_shape{2, 12, 10, 12};  // 2 output channels of 2 x 3 bins
+  for (DType dt : common_dtypes("ps_roi_align")) {
+    Pair input = make_pair(in_shape, dt, View::Contiguous, Values::Any, rng);
+    for (double scale : {1.0, 0.5}) {
+      const std::string where = ctx("ps_roi", dt, "scale " + std::to_string(scale));
+      Pair rois = pair_of({K, 5}, dt, random_rois(K, 12 / scale, 10 / scale, rng));
+      Pair g = make_pair({K, 2, PH, PW}, dt, View::Contiguous, Values::Any, rng);
+      for (int64_t sampling : {0, 2}) {
+        const Attrs attrs{{"spatial_scale", scale},
+                          {"pooled_height", PH},
+                          {"pooled_width", PW},
+                          {"sampling_ratio", sampling}};
+        const std::string align_where = where + " ps_roi_align sampling " + std::to_string(sampling);
+        compare("ps_roi_align", {input.cpu, rois.cpu}, {input.dev, rois.dev}, attrs, align_where, tolerance(dt));
+        Attrs battrs = attrs;
+        battrs.set("input_size", in_shape);
+        compare("ps_roi_align_backward", {g.cpu, rois.cpu}, {g.dev, rois.dev}, battrs, align_where + " backward",
+                sum_tolerance(dt));
+      }
+      const Attrs pool{{"spatial_scale", scale}, {"pooled_height", PH}, {"pooled_width", PW}};
+      compare("ps_roi_pool", {input.cpu, rois.cpu}, {input.dev, rois.dev}, pool, where + " ps_roi_pool", tolerance(dt));
+      Attrs pool_back = pool;
+      pool_back.set("input_size", in_shape);
+      compare("ps_roi_pool_backward", {g.cpu, rois.cpu}, {g.dev, rois.dev}, pool_back, where + " ps_roi_pool backward",
+              sum_tolerance(dt));
+    }
+  }
+}
+
+// ---- deform_conv2d --------------------------------------------------------------------------------
+
+struct DeformCase {
+  int64_t N, C, H, W, O, kh, kw, stride, pad, dilation, groups, offset_groups;
+  bool mask, bias;
+};
+
+TEST_F(CudaVsCpu, DeformConv2dForwardAndBackward) {
+  const DeformCase cases[] = {
+      {2, 3, 7, 9, 4, 3, 3, 1, 1, 1, 1, 1, false, true},
+      {1, 4, 8, 6, 6, 3, 2, 2, 0, 1, 2, 2, true, false},
+      {2, 6, 9, 9, 4, 2, 3, 1, 2, 2, 2, 3, true, true},
+  };
+  for (DType dt : common_dtypes("deform_conv2d")) {
+    for (const DeformCase& c : cases) {
+      const int64_t OH = (c.H + 2 * c.pad - c.dilation * (c.kh - 1) - 1) / c.stride + 1;
+      const int64_t OW = (c.W + 2 * c.pad - c.dilation * (c.kw - 1) - 1) / c.stride + 1;
+      const int64_t taps = c.kh * c.kw;
+      const std::string where = ctx("deform_conv2d", dt,
+                                    shape_str({c.N, c.C, c.H, c.W}) + " groups " + std::to_string(c.groups) +
+                                        " offset groups " + std::to_string(c.offset_groups) +
+                                        (c.mask ? " mask" : "") + (c.bias ? " bias" : ""));
+      Pair input = make_pair({c.N, c.C, c.H, c.W}, dt, View::Contiguous, Values::Any, rng);
+      Pair weight = make_pair({c.O, c.C / c.groups, c.kh, c.kw}, dt, View::Contiguous, Values::Any, rng);
+      // offsets of up to 3 pixels: samples across the border and outside the image; one NaN
+      std::vector<double> off = uniform(c.N * 2 * c.offset_groups * taps * OH * OW, -3, 3, rng);
+      off[off.size() / 2] = std::nan("");
+      Pair offset = pair_of({c.N, 2 * c.offset_groups * taps, OH, OW}, dt, off);
+      Pair mask = pair_of({c.N, c.offset_groups * taps, OH, OW}, dt,
+                          uniform(c.N * c.offset_groups * taps * OH * OW, 0, 1, rng));
+      Pair bias = make_pair({c.O}, dt, View::Contiguous, Values::Any, rng);
+      const Attrs attrs{{"stride", Shape{c.stride, c.stride}},
+                        {"padding", Shape{c.pad, c.pad}},
+                        {"dilation", Shape{c.dilation, c.dilation}},
+                        {"groups", c.groups},
+                        {"offset_groups", c.offset_groups},
+                        {"has_mask", c.mask}};
+      Tensors cpu_in{input.cpu, weight.cpu, offset.cpu}, dev_in{input.dev, weight.dev, offset.dev};
+      if (c.mask) cpu_in.push_back(mask.cpu), dev_in.push_back(mask.dev);
+      Tensors cpu_fwd = cpu_in, dev_fwd = dev_in;
+      if (c.bias) cpu_fwd.push_back(bias.cpu), dev_fwd.push_back(bias.dev);
+      Attrs fattrs = attrs;
+      fattrs.set("has_bias", c.bias);
+      compare("deform_conv2d", cpu_fwd, dev_fwd, fattrs, where, deform_tolerance(dt));
+      Pair g = make_pair({c.N, c.O, OH, OW}, dt, View::Contiguous, Values::Any, rng);
+      cpu_in.insert(cpu_in.begin(), g.cpu);
+      dev_in.insert(dev_in.begin(), g.dev);
+      compare("deform_conv2d_backward", cpu_in, dev_in, attrs, where + " backward", deform_tolerance(dt));
+    }
+  }
+}
+
 TEST_F(CudaVsCpu, BadRoisAndArgmaxRaiseAsOnTheCpu) {
   const DType dt = DType::Float32;
   Pair input = make_pair({1, 2, 6, 6}, dt, View::Contiguous, Values::Any, rng);
@@ -169,6 +261,20 @@ TEST_F(CudaVsCpu, BadRoisAndArgmaxRaiseAsOnTheCpu) {
   EXPECT_THROW(run("roi_align", {input.dev, bad_coord.dev}, align), Error);
   const Attrs pool{{"spatial_scale", 1.0}, {"pooled_height", int64_t{2}}, {"pooled_width", int64_t{2}}};
   EXPECT_THROW(run("roi_pool", {input.dev, bad_batch.dev}, pool), IndexError);
+  Pair ps_input = make_pair({1, 4, 6, 6}, dt, View::Contiguous, Values::Any, rng);  // one channel per bin
+  Attrs ps_align = pool;
+  ps_align.set("sampling_ratio", int64_t{0});
+  EXPECT_THROW(run("ps_roi_align", {ps_input.dev, bad_batch.dev}, ps_align), IndexError);
+  EXPECT_THROW(run("ps_roi_align", {ps_input.dev, bad_coord.dev}, ps_align), Error);
+  EXPECT_THROW(run("ps_roi_pool", {ps_input.dev, bad_batch.dev}, pool), IndexError);
+  Pair huge = pair_of({1, 5}, dt, {0, 0, 0, 1e30, 1e30});
+  EXPECT_THROW(run("ps_roi_pool", {ps_input.dev, huge.dev}, pool), Error);
+  Pair ps_grad = make_pair({1, 1, 2, 2}, dt, View::Contiguous, Values::Any, rng);
+  Attrs ps_pool_back = pool;
+  ps_pool_back.set("input_size", Shape{1, 4, 6, 6});
+  EXPECT_THROW(run("ps_roi_pool_backward", {ps_grad.dev, bad_batch.dev}, ps_pool_back), IndexError);
+  ps_align.set("input_size", Shape{1, 4, 6, 6});
+  EXPECT_THROW(run("ps_roi_align_backward", {ps_grad.dev, bad_coord.dev}, ps_align), Error);
   Pair rois = pair_of({1, 5}, dt, {0, 0, 0, 3, 3});
   Pair g = make_pair({1, 2, 2, 2}, dt, View::Contiguous, Values::Any, rng);
   Tensor argmax = ops::to(cpu_tensor({1, 2, 2, 2}, DType::Int32, {0, 1, 2, 36, 4, 5, 6, 7}), target(), std::nullopt);
