@@ -7,6 +7,8 @@
 #   3. a Python smoke check: tensors on cuda and a few calls of each op family against the CPU
 #      (conv3d, grid sampling, torchvision's operators and lstsq included), with matmul / add /
 #      sum timings,
+#   3b. ps_roi_align, ps_roi_pool, deform_conv2d and bicubic upsampling against the CPU on random
+#      inputs, outputs and every operand's gradient (tests/gpu/ops_check.py),
 #   4. the runtime: streams, events, pinned memory with non_blocking copies, memory statistics,
 #      GradScaler's device-side skip (tests/gpu/runtime_check.py),
 #   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
@@ -21,7 +23,8 @@
 #
 # Without a GPU (nvidia-smi missing or plugflow sees no device) it says so and runs a dry run of
 # what works on the CPU: the build as configured, the GoogleTests that run without a device, and
-# the model script on the CPU with small shapes.
+# the model script on the CPU with small shapes, and tests/gpu/ops_check.py comparing the CPU
+# with itself.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -154,6 +157,7 @@ if [ $GPU -eq 0 ]; then
       timeout 300 "$PY" tests/gpu/train_models.py "$model" compare --amp fp16 --steps 2 --dry-run &&
       grep '^losses' "$LOGDIR/dry-$model-compare.log" | sed 's/^/      /' | tee -a "$REPORT"
   done
+  run_step "dry run: ops_check.py (CPU vs CPU)" "$LOGDIR/dry-ops.log" timeout 120 "$PY" tests/gpu/ops_check.py --dry-run
   throughput "resnet50 dry run" resnet50 heuristic off 2
   throughput "bert dry run" bert heuristic off 2
   finish "DRY RUN on the CPU, small shapes: not GPU figures"
@@ -275,6 +279,12 @@ print(f"timing: sum over rows of 4096x4096 float32: {dt * 1e3:.3f} ms/iter, {4 *
 PYEOF
 if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 120 "$PY" "$LOGDIR/smoke.py"; then
   grep '^timing:\|^smoke:\|^families:\|^issue 13 kernels:\|^devices:' "$LOGDIR/python.log" | sed 's/^/      /' | tee -a "$REPORT"
+fi
+
+# 3b. The torchvision operators and bicubic upsampling against the CPU, forward and gradients.
+if run_step "ps_roi_align, ps_roi_pool, deform_conv2d, bicubic upsampling against the CPU (+ gradients)" \
+    "$LOGDIR/ops.log" timeout 120 "$PY" tests/gpu/ops_check.py; then
+  grep '^issue 13 kernels:' "$LOGDIR/ops.log" | sed 's/^/      /' | tee -a "$REPORT"
 fi
 
 # 4. Streams, events, pinned memory, memory statistics, GradScaler.
