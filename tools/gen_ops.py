@@ -6,7 +6,8 @@
 
 The header holds X-macro lists (PF_OPDEFS_*) of all the definition files that the core, the
 in-tree plugins and the Python bindings expand; the .inc holds the backward tables, compiled
-inside core/src/ops/elementwise_grad.cpp (formulas) and reduce.cpp (named functions). Nothing generated is committed
+inside core/src/ops/elementwise_grad.cpp (formulas), reduce.cpp and reduction_extra.cpp (named
+functions). Nothing generated is committed
 except the docs sections (one per definition file), which a test keeps equal to what this
 script writes.
 """
@@ -17,7 +18,9 @@ import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation", "ternary", "reduction")
+FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax")
+# Ops along one dim (along_dim.yaml): each line along `dim` maps to a line of the same shape.
+ALONG_DIM = ("scan", "softmax")
 DTYPE_RULES = {
     "unary": {"float": "FloatMath", "same": "AnyDtype", "bool": "BoolOut", "integral": "IntegralOnly"},
     "binary": {"same": "Arithmetic", "float": "Arithmetic", "integral": "Arithmetic", "compare": "Compare",
@@ -25,22 +28,34 @@ DTYPE_RULES = {
     "activation": {"float": None},
     "ternary": {"promote": None, "same": None},
     "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input"},
+    "scan": {"accumulate": None},
+    "softmax": {"floating": None},
 }
-DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ternary": "promote", "reduction": "input"}
+DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ternary": "promote", "reduction": "input",
+                 "scan": "accumulate", "softmax": "floating"}
 KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
 DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
 PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input", "special"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber",
-             "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput"}
+             "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput", "exact": "Exact"}
 IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
           "identity", "dim_optional", "doc"}
 REDUCTION_ONLY = {"identity", "dim_optional"}
-# ternary ops name theirs; reductions also take `int[] dims, bool keepdim`
-INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"], "reduction": ["self"]}
-REDUCTION_ATTRS = {"dims": "int[]", "keepdim": "bool"}
+# ternary ops name theirs
+INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"], "reduction": ["self"],
+          "scan": ["self"], "softmax": ["self"]}
+# The families whose attributes (positional, in this order) and Python forms are the family's
+FIXED_ATTRS = {"reduction": {"dims": "int[]", "keepdim": "bool"},
+               "scan": {"dim": "int", "reverse": "bool"},  # reverse: from the end (cumsum's backward)
+               "softmax": {"dim": "int"}}
+FIXED_PYTHON = {"reduction": ["function", "method"], "scan": ["function", "method", "inplace"],
+                "softmax": ["function", "method"]}
+PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype])",
+               "scan": "torch.X, Tensor.X and Tensor.X_ (dim, *, dtype)",
+               "softmax": "torch.X and Tensor.X (dim, dtype)"}
 
 
 class DefinitionError(Exception):
@@ -106,25 +121,25 @@ def normalize(e, seen):
     if kdt not in KERNEL_DTYPES:
         fail("kernels: say which dtypes the kernels cover (all, numeric, float, integral)")
     custom_kernel = bool(kernels.get("custom", family == "activation"))
-    if custom_kernel and family in ("ternary", "reduction"):
-        fail("kernels: the in-tree plugins register every ternary op and reduction from its definition")
+    if custom_kernel and family not in ("unary", "binary", "activation"):
+        fail(f"kernels: the in-tree plugins register every {family} op from its definition")
 
     attrs = e.get("attrs", {})
     for a, t in attrs.items():
         if t not in ATTR_TYPES:
             fail(f"attribute {a}: type {t} is not one of {sorted(ATTR_TYPES)}")
-    if family == "reduction":
+    if family in FIXED_ATTRS:
         if attrs:
-            fail(f"attrs: a reduction's are {REDUCTION_ATTRS}")
-        attrs = REDUCTION_ATTRS
+            fail(f"attrs: a {family} op's are {FIXED_ATTRS[family]}")
+        attrs = FIXED_ATTRS[family]
 
-    default_python = {"ternary": "custom", "reduction": ["function", "method"]}
+    default_python = {"ternary": "custom", **FIXED_PYTHON}
     python = e.get("python", default_python.get(family, ["function", "method", "inplace"]))
     custom_python = python == "custom"
     if family == "ternary" and not custom_python:
         fail("python: ternary ops are bound by hand (custom): their arguments differ")
-    if family == "reduction" and "python" in e:
-        fail("python: a reduction is bound as torch.X and Tensor.X (dim, keepdim[, dtype])")
+    if family in FIXED_PYTHON and "python" in e:
+        fail(f"python: a {family} op is bound as {PYTHON_FORM[family]}")
     python = set() if custom_python else set(python)
     if python - PY_TOKENS:
         fail(f"python: unknown exposure {sorted(python - PY_TOKENS)}")
@@ -158,8 +173,9 @@ def normalize(e, seen):
     if deriv is not None:
         if family == "ternary":
             fail("derivative: a ternary op's backward is written in core/src/ops/math.cpp")
-        if family == "reduction" and "function" not in deriv:
-            fail("derivative: a reduction's backward is a `function` (it also reads dims and keepdim)")
+        if family in FIXED_ATTRS and "function" not in deriv:
+            fail(f"derivative: a {family} op's backward is a `function` "
+                 f"(it also reads {', '.join(FIXED_ATTRS[family])})")
         if bool_out:
             fail("an op with a bool output has no derivative")
         if "function" in deriv:
@@ -179,7 +195,7 @@ def normalize(e, seen):
 def signature(op):
     ins = ", ".join(f"Tensor {i}" for i in op["inputs"])
     attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
-    if attrs and op["family"] != "reduction":  # dims and keepdim are positional
+    if attrs and op["family"] not in FIXED_ATTRS:  # those are positional
         attrs = ", *" + attrs
     return f"{op['name']}({ins}{attrs}) -> Tensor"
 
@@ -203,6 +219,8 @@ def header(ops):
     acts = [o for o in ops if o["family"] == "activation"]
     ternary = [o for o in ops if o["family"] == "ternary"]
     reductions = [o for o in ops if o["family"] == "reduction"]
+    scans = [o for o in ops if o["family"] == "scan"]
+    softmaxes = [o for o in ops if o["family"] == "softmax"]
     parts = [
         "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
         "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
@@ -240,6 +258,17 @@ def header(ops):
               "X(name, dtype_arg, dim_optional): torch.X / Tensor.X(dim, keepdim[, *, dtype]); dim defaults to"
               " None where optional, else ()",
               [[q(o["name"]), cbool(o["dtype"] != "input"), cbool(o["dim_optional"])] for o in reductions]),
+        macro("PF_OPDEFS_SCAN",
+              "X(name, Camel, Dtypes, signature): the scans along one dim (integers and bool scan in int64, dtype="
+              " casts first); the catalog, torch.X / Tensor.X / Tensor.X_(dim, *, dtype), and in-tree plugins"
+              " register functor Camel##Op (CPU) / Camel##Scan (CUDA) for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], q(signature(o))] for o in scans]),
+        macro("PF_OPDEFS_SOFTMAX",
+              "X(name, Camel, Dtypes, signature): the softmax family along one dim (floating, dtype= casts first);"
+              " the catalog, torch.X / Tensor.X(dim, dtype), and in-tree plugins register functor Camel##Op (CPU)"
+              " / Camel##Fn (CUDA) for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], q(signature(o))]
+               for o in softmaxes]),
     ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
@@ -270,7 +299,7 @@ def uses_of(exprs, names):
 
 def derivatives(ops):
     letters = {"self": "a", "other": "b", "result": "o"}
-    out = {"unary": [], "binary": [], "reduction": []}
+    out = {"unary": [], "binary": [], "reduction": [], "along_dim": []}
     for o in ops:
         d = o["derivative"]
         if d is None:
@@ -280,6 +309,11 @@ def derivatives(ops):
             # PyTorch's node names: a reduction with a no-dim overload has XBackward0 for it, XBackward1 with dims
             nodes = [f"{camel(o['name'])}Backward0", f"{camel(o['name'])}Backward{1 if o['dim_optional'] else 0}"]
             out["reduction"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}", "{nodes[0]}", "{nodes[1]}"}}}},')
+            continue
+        if o["family"] in ALONG_DIM:
+            needs = "".join(letters[u] for u in ("self", "result") if u in d.get("uses", []))
+            node = f"{camel(o['name'])}Backward0"
+            out["along_dim"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}", "{node}"}}}},')
             continue
         kind = "binary" if o["family"] == "binary" else "unary"
         inputs = INPUTS[o["family"]]
@@ -297,10 +331,12 @@ def derivatives(ops):
         needs = "".join(letters[u] for u in ("self", "other", "result") if u in uses)
         out[kind].append(f'{{"{o["name"]}", {{{fn}, "{needs}"}}}},')
     return ("// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
-            "// The backward formulas, as initializers of elementwise_grad.cpp's and reduce.cpp's tables.\n"
+            "// The backward formulas, as initializers of elementwise_grad.cpp's, reduce.cpp's and\n"
+            "// reduction_extra.cpp's tables.\n"
             "#define PF_OPDEFS_BINARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["binary"]) + "\n"
             "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n"
-            "#define PF_OPDEFS_REDUCTION_DERIVATIVES \\\n  " + " \\\n  ".join(out["reduction"]) + "\n")
+            "#define PF_OPDEFS_REDUCTION_DERIVATIVES \\\n  " + " \\\n  ".join(out["reduction"]) + "\n"
+            "#define PF_OPDEFS_ALONG_DIM_DERIVATIVES \\\n  " + " \\\n  ".join(out["along_dim"]) + "\n")
 
 
 DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from {source} -->"
@@ -358,9 +394,25 @@ def reduction_rows(ops):
     return rows
 
 
+ALONG_DIM_DTYPE = {"accumulate": "any: integers and bool are cast to int64 first (or all to `dtype=`)",
+                   "floating": "floating (the input or `dtype=`; the cast happens first)"}
+
+
+def along_dim_rows(ops):
+    rows = ["| op | input (= output) dtypes | kernel dtypes | attrs | notes |", "|---|---|---|---|---|"]
+    for o in ops:
+        rows.append(f"| `{o['name']}` | {ALONG_DIM_DTYPE[o['dtype']]} | {kernel_cell(o)} | {attrs_cell(o)} | "
+                    f"{cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
-    rows_of = {"ternary": ternary_rows, "reduction": reduction_rows}
-    rows = rows_of.get(ops[0]["family"], elementwise_rows)(ops)
+    rows_of = {"ternary": ternary_rows, "reduction": reduction_rows, "scan": along_dim_rows,
+               "softmax": along_dim_rows}
+    writers = {rows_of.get(o["family"], elementwise_rows) for o in ops}
+    if len(writers) > 1:
+        raise DefinitionError(f"{source}: its families need different docs tables (one file, one table)")
+    rows = writers.pop()(ops)
     return DOC_BEGIN.format(source=source) + "\n" + "\n".join(rows) + "\n" + DOC_END
 
 
@@ -403,7 +455,10 @@ def main():
     if args.derivatives:
         open(args.derivatives, "w", encoding="utf-8").write(derivatives(ops))
     if args.docs:
-        update_docs(ops_by_file, args.docs, args.check)
+        try:
+            update_docs(ops_by_file, args.docs, args.check)
+        except DefinitionError as e:
+            sys.exit(str(e))
 
 
 if __name__ == "__main__":

@@ -89,10 +89,6 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"norm", {P::None, P::Float32}},
       {"logsumexp", {P::None, P::Float32}},
       {"cosine_similarity", {P::None, P::Float32}},
-      {"softmax", {P::None, P::Float32}},
-      {"log_softmax", {P::None, P::Float32}},
-      {"cumsum", {P::None, P::Float32}},
-      {"cumprod", {P::None, P::Float32}},
       // promote
       {"cat", {P::Promote, P::None}},
       {"stack", {P::Promote, P::None}},

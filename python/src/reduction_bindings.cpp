@@ -1,5 +1,6 @@
 // The reduction family (plugflow/ops_reduction.h) as plugflow.X functions and Tensor methods:
-// var, std, var_mean, std_mean, logsumexp, norm, cumsum(_), cumprod(_), softmax, log_softmax.
+// var, std, var_mean, std_mean, logsumexp, norm, and the ops along one dim of
+// core/opdefs/along_dim.yaml (cumsum(_), cumprod(_), softmax, log_softmax).
 // (all/any are bound with the other reductions in tensor_bindings.cpp.) Runs after
 // bind_tensor: methods are added to the existing class.
 #include <pybind11/pybind11.h>
@@ -12,6 +13,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "opdefs.h"
 #include "plugflow/error.h"
 #include "plugflow/ops.h"
 
@@ -200,26 +202,26 @@ void bind_reduction(py::module_& m) {
       py::arg("p") = "fro", py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("out") = py::none(),
       py::arg("dtype") = py::none());
 
-  // ---- scans --------------------------------------------------------------------------------------
-  for (const char* name : {"cumsum", "cumprod"}) {
-    const bool is_sum = std::string(name) == "cumsum";
+  // ---- the ops along one dim (core/opdefs/along_dim.yaml) -------------------------------------------
+#define PF_X(name, ...) name,
+  // scans: torch.X / Tensor.X(dim, *, dtype) and Tensor.X_
+  for (const char* name : {PF_OPDEFS_SCAN(PF_X)}) {
     both(
         name,
-        [is_sum, name](const Tensor& t, py::handle dim, py::handle dtype) {
+        [name](const Tensor& t, py::handle dim, py::handle dtype) {
           const int64_t d = to_int(dim, name, "dim");
-          const auto dt = dtype_arg(dtype, name);
-          return is_sum ? ops::cumsum(t, d, dt) : ops::cumprod(t, d, dt);
+          return ops::along_dim(name, t, d, dtype_arg(dtype, name));
         },
         py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none());
     const std::string inplace = std::string(name) + "_";
     cls.attr(inplace.c_str()) = py::cpp_function(
-        [is_sum, name](py::object self, py::handle dim, py::handle dtype) {
+        [name](py::object self, py::handle dim, py::handle dtype) {
           Tensor& t = self.cast<Tensor&>();
           const int64_t d = to_int(dim, name, "dim");
           const auto dt = dtype_arg(dtype, name);
           PF_CHECK(!dt || *dt == t.dtype(), "Bad in-place call: input tensor dtype ", cpp_type_name(t.dtype()),
                    " and output tensor dtype ", cpp_type_name(*dt), " should match");
-          const Tensor r = is_sum ? ops::cumsum(t, d, dtype_arg(dtype, name)) : ops::cumprod(t, d, dtype_arg(dtype, name));
+          const Tensor r = ops::along_dim(name, t, d, dt);
           PF_CHECK(!is_floating(r.dtype()) || is_floating(t.dtype()), "result type ", dtype_name(r.dtype()),
                    " can't be cast to the desired output type ", dtype_name(t.dtype()));
           ops::copy_(t, r);
@@ -227,20 +229,18 @@ void bind_reduction(py::module_& m) {
         },
         py::name(inplace.c_str()), py::is_method(cls), py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none());
   }
-
-  // ---- softmax ------------------------------------------------------------------------------------
-  for (const char* name : {"softmax", "log_softmax"}) {
-    const bool log = std::string(name) == "log_softmax";
+  // the softmax family: torch.X / Tensor.X(dim, dtype)
+  for (const char* name : {PF_OPDEFS_SOFTMAX(PF_X)}) {
     both(
         name,
-        [log](const Tensor& t, py::handle dim, py::handle dtype) {
+        [name](const Tensor& t, py::handle dim, py::handle dtype) {
           PF_CHECK(!dim.is_none(), "Please look up dimensions by name, got: name = None.");
-          const int64_t d = to_int(dim, log ? "log_softmax" : "softmax", "dim");
-          const auto dt = dtype_arg(dtype, log ? "log_softmax" : "softmax");
-          return log ? ops::log_softmax(t, d, dt) : ops::softmax(t, d, dt);
+          const int64_t d = to_int(dim, name, "dim");
+          return ops::along_dim(name, t, d, dtype_arg(dtype, name));
         },
         py::arg("dim"), py::arg("dtype") = py::none());
   }
+#undef PF_X
 }
 
 }  // namespace plugflow::python

@@ -19,6 +19,8 @@ import gen_ops  # noqa: E402  (the build's own reader of the definitions)
 
 OPS = [o for ops in gen_ops.load_all(sorted((ROOT / "core" / "opdefs").glob("*.yaml"))).values() for o in ops]
 PYTHON_OPS = [o for o in OPS if not o["custom_python"] and o["python"]]
+# The arguments after the tensors that a family's Python forms require (the dim of an op along one dim).
+REQUIRED_ARGS = {"scan": [1], "softmax": [1]}
 
 
 def inputs(lib, op):
@@ -29,7 +31,7 @@ def inputs(lib, op):
     else:
         data = [rng.uniform(0.1, 0.9, size=(2, 3)) for _ in range(3)]
     tensors = [lib.tensor(d) for d in data]
-    return tensors[:len(op["inputs"])]
+    return tensors[:len(op["inputs"])] + REQUIRED_ARGS.get(op["family"], [])
 
 
 def names(op):

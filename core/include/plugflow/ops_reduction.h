@@ -7,6 +7,7 @@
 // every dim, as for ops::reduce.
 #pragma once
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "plugflow/export.h"
@@ -53,5 +54,10 @@ PF_API Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype =
 // (or a floating `dtype`, which the input is cast to first).
 PF_API Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
 PF_API Tensor log_softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype = std::nullopt);
+
+// The scans and the softmax family by name (those of core/opdefs/along_dim.yaml: the Python
+// bindings of every one of them call this); an unknown name raises ValueError.
+PF_API Tensor along_dim(const std::string& name, const Tensor& a, int64_t dim,
+                        std::optional<DType> dtype = std::nullopt);
 
 }  // namespace plugflow::ops

@@ -2,13 +2,18 @@
 // and messages, and backward formulas written with ops (so double backward works).
 //
 // Kernels (docs/kernels.md, "Reduction family"): var_mean, norm, all, any over sorted unique
-// dims like sum; cumsum/cumprod (with a `reverse` flag, which cumsum's backward uses) and
-// softmax/log_softmax along one dim. logsumexp is composed from amax/sub/exp/sum/log.
+// dims like sum; the ops along one dim (the scans, with a `reverse` flag which cumsum's backward
+// uses, and the softmax family) are defined in core/opdefs/along_dim.yaml. logsumexp is
+// composed from amax/sub/exp/sum/log.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
+#include <unordered_map>
 
 #include "../autograd/grad_utils.h"
+#include "opdefs.h"
+#include "opdefs_derivatives.inc"
 #include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
@@ -92,10 +97,13 @@ const bool kReductionOpsRegistered = [] {
   register_op("norm", "norm(Tensor a, int[] dims, bool keepdim, float p) -> Tensor", norm_meta);
   register_op("all", "all(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
   register_op("any", "any(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
-  register_op("cumsum", "cumsum(Tensor a, int dim, bool reverse) -> Tensor", scan_meta);
-  register_op("cumprod", "cumprod(Tensor a, int dim, bool reverse) -> Tensor", scan_meta);
-  register_op("softmax", "softmax(Tensor a, int dim) -> Tensor", softmax_meta);
-  register_op("log_softmax", "log_softmax(Tensor a, int dim) -> Tensor", softmax_meta);
+  // The ops along one dim (core/opdefs/along_dim.yaml).
+#define PF_X(name, Camel, dtypes, sig) register_op(name, sig, scan_meta);
+  PF_OPDEFS_SCAN(PF_X)
+#undef PF_X
+#define PF_X(name, Camel, dtypes, sig) register_op(name, sig, softmax_meta);
+  PF_OPDEFS_SOFTMAX(PF_X)
+#undef PF_X
   return true;
 }();
 
@@ -217,7 +225,13 @@ std::pair<Tensor, Tensor> var_mean_impl(const Tensor& a_in, const Shape& dims_in
   return {v, m};
 }
 
-// ---- scans -------------------------------------------------------------------------------------
+// ---- the ops along one dim (core/opdefs/along_dim.yaml) -------------------------------------------
+
+// What their backward reads besides the gradient and the saved tensors.
+struct LineArgs {
+  int64_t dim;   // wrapped, of an input at least 1-d
+  bool reverse;  // scans: the forward scan ran from the end
+};
 
 // The scan kernel along dim (x at least 1-d), recorded for autograd.
 Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool reverse);
@@ -225,12 +239,20 @@ Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool revers
 // sum_{i >= j} g_i along dim: the backward of cumsum (and cumsum's own double backward).
 Tensor reverse_cumsum(const Tensor& g, int64_t dim) { return run_scan("cumsum", g, dim, true); }
 
+// ---- the backwards named by the definitions (`derivative:`) ----------------------------------------
+
+Tensor cumsum_backward(const Tensor& g, const Tensor&, const Tensor&, const LineArgs& args) {
+  return run_scan("cumsum", g, args.dim, !args.reverse);
+}
+
 // d/dx of cumprod along dim, zeros included, in PyTorch's formulas and order (an overflowed
 // product must give the same inf, never a 0 * inf = NaN of its own). Without a zero it is
 // rev_cumsum(g * out) / x. With z the first zero of a line and z2 the second: positions before
 // z get rev_cumsum(g * out over [0, z)) / x; z gets out[z - 1] times the sum over j in [z, z2)
 // of g_j * prod_{z < k <= j} x_k; positions after z get 0 (each of their products holds x_z).
-Tensor cumprod_backward(const Tensor& g, const Tensor& x, const Tensor& out, int64_t dim) {
+Tensor cumprod_backward(const Tensor& g, const Tensor& x, const Tensor& out, const LineArgs& args) {
+  PF_CHECK(!args.reverse, "cumprod: the reverse scan is not differentiable");  // (only cumsum's backward runs one)
+  const int64_t dim = args.dim;
   const Tensor w = mul(g, out);
   const Tensor is_zero = zero_mask(x);
   if (!item(any(is_zero)).to_bool()) return binary("div", reverse_cumsum(w, dim), x);
@@ -250,25 +272,46 @@ Tensor cumprod_backward(const Tensor& g, const Tensor& x, const Tensor& out, int
   return where(before, t_before, where(first, mul(sums, previous), Scalar(0.0)));
 }
 
+// softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g) (y: the output)
+Tensor softmax_backward(const Tensor& g, const Tensor&, const Tensor& y, const LineArgs& args) {
+  return mul(y, binary("sub", g, reduce("sum", mul(g, y), {args.dim}, true)));
+}
+Tensor log_softmax_backward(const Tensor& g, const Tensor&, const Tensor& y, const LineArgs& args) {
+  return binary("sub", g, mul(unary("exp", y), reduce("sum", g, {args.dim}, true)));
+}
+
+struct LineGrad {
+  Tensor (*fn)(const Tensor& g, const Tensor& self, const Tensor& result, const LineArgs& args);
+  const char* needs;  // subset of "ao": the input, the output (only those are saved)
+  const char* node;   // PyTorch's node name
+};
+
+const std::unordered_map<std::string, LineGrad>& line_grads() {
+  static const std::unordered_map<std::string, LineGrad> table = {PF_OPDEFS_ALONG_DIM_DERIVATIVES};
+  return table;
+}
+
+void record_along_dim(const std::string& name, const Tensor& in, const Tensor& out, LineArgs args) {
+  if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&in})) return;
+  const auto it = line_grads().find(name);
+  PF_CHECK_T(it != line_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+  const LineGrad& spec = it->second;
+  auto node = autograd::make_node(spec.node, [fn = spec.fn, args](const Tensors& g, const Tensors& s) -> Tensors {
+    return {fn(g[0], s[0], s[1], args)};
+  });
+  const std::string_view needs = spec.needs;
+  node->reserve_saved(2);
+  node->save(needs.find('a') != std::string_view::npos ? in : Tensor());
+  node->save_output(needs.find('o') != std::string_view::npos ? out : Tensor(), 0);
+  autograd::record(node, {in}, {out});
+}
+
+// ---- scans -------------------------------------------------------------------------------------
+
 Tensor run_scan(const std::string& op, const Tensor& x, int64_t dim, bool reverse) {
   const Tensor in[] = {x};
   Tensor out = call_op(find_op(op), in, Attrs{{"dim", dim}, {"reverse", reverse}})[0];
-  if (is_floating(out.dtype()) && autograd::any_requires_grad({&x})) {
-    if (op == "cumsum") {
-      auto node = autograd::make_node("CumsumBackward0", [dim, reverse](const Tensors& g, const Tensors&) -> Tensors {
-        return {run_scan("cumsum", g[0], dim, !reverse)};
-      });
-      autograd::record(node, {x}, {out});
-    } else {
-      PF_CHECK(!reverse, "cumprod: the reverse scan is not differentiable");
-      auto node = autograd::make_node("CumprodBackward0", [dim](const Tensors& g, const Tensors& s) -> Tensors {
-        return {cumprod_backward(g[0], s[0], s[1], dim)};
-      });
-      node->save(x);
-      node->save_output(out, 0);
-      autograd::record(node, {x}, {out});
-    }
-  }
+  record_along_dim(op, x, out, {dim, reverse});
   return out;
 }
 
@@ -286,29 +329,30 @@ Tensor scan(const std::string& op, const Tensor& a, int64_t dim, std::optional<D
 
 // ---- softmax -------------------------------------------------------------------------------------
 
-Tensor softmax_impl(bool log, const Tensor& a_in, int64_t dim, std::optional<DType> dtype) {
+Tensor softmax_impl(const std::string& op, const Tensor& a_in, int64_t dim, std::optional<DType> dtype) {
   const Tensor a = dtype ? to(a_in, std::nullopt, *dtype) : a_in;
-  PF_CHECK(is_floating(a.dtype()), "\"", log ? "log_softmax" : "softmax", "_lastdim_kernel_impl\" not implemented for '",
+  PF_CHECK(is_floating(a.dtype()), "\"", op, "_lastdim_kernel_impl\" not implemented for '",
            scalar_type_name(a.dtype()), "'");
   const int64_t d = wrap_dim(dim, a.dim());
   const Tensor x = a.dim() == 0 ? reshape(a, {1}) : a;
-  static const OpDef& softmax_op = find_op("softmax");
-  static const OpDef& log_softmax_op = find_op("log_softmax");
   const Tensor in[] = {x};
-  Tensor out = call_op(log ? log_softmax_op : softmax_op, in, Attrs{{"dim", d}})[0];
-  if (autograd::any_requires_grad({&x})) {
-    auto node = autograd::make_node(log ? "LogSoftmaxBackward0" : "SoftmaxBackward0",
-                                    [log, d](const Tensors& g, const Tensors& s) -> Tensors {
-                                      const Tensor& y = s[0];
-                                      if (log)  // g - exp(y) * sum(g)
-                                        return {binary("sub", g[0], mul(unary("exp", y), reduce("sum", g[0], {d}, true)))};
-                                      // y * (g - sum(g * y))
-                                      return {mul(y, binary("sub", g[0], reduce("sum", mul(g[0], y), {d}, true)))};
-                                    });
-    node->save_output(out, 0);
-    autograd::record(node, {x}, {out});
-  }
+  Tensor out = call_op(find_op(op), in, Attrs{{"dim", d}})[0];
+  record_along_dim(op, x, out, {d, false});
   return a.dim() == 0 ? reshape(out, {}) : out;
+}
+
+enum class LineFamily { Scan, Softmax };
+
+const std::unordered_map<std::string_view, LineFamily>& line_ops() {
+  static const std::unordered_map<std::string_view, LineFamily> table = {
+#define PF_X(name, ...) {name, LineFamily::Scan},
+      PF_OPDEFS_SCAN(PF_X)
+#undef PF_X
+#define PF_X(name, ...) {name, LineFamily::Softmax},
+      PF_OPDEFS_SOFTMAX(PF_X)
+#undef PF_X
+  };
+  return table;
 }
 
 // The largest finite value of a floating dtype (clamping a max keeps infinities out of x - max).
@@ -450,27 +494,20 @@ Tensor any(const Tensor& a, const Shape& dims, bool keepdim) {
   return call_op(op, in, reduce_attrs(r))[0];
 }
 
-// softmax, log_softmax, cumsum and cumprod are autocast only when the caller gave no dtype.
-Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+// The ops along one dim are autocast only when the caller gave no dtype.
+Tensor along_dim(const std::string& name, const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  const auto it = line_ops().find(name);
+  PF_CHECK_T(it != line_ops().end(), ValueError, "unknown op along one dim '", name, "'");
   if (autocast::active() && !dtype) [[unlikely]]
-    if (autocast::OpScope cast{"cumsum", {a}}) return cumsum(cast[0], dim, dtype);
-  return scan("cumsum", a, dim, dtype);
-}
-Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
-  if (autocast::active() && !dtype) [[unlikely]]
-    if (autocast::OpScope cast{"cumprod", {a}}) return cumprod(cast[0], dim, dtype);
-  return scan("cumprod", a, dim, dtype);
+    if (autocast::OpScope cast{name, {a}}) return along_dim(name, cast[0], dim, dtype);
+  return it->second == LineFamily::Scan ? scan(name, a, dim, dtype) : softmax_impl(name, a, dim, dtype);
 }
 
-Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
-  if (autocast::active() && !dtype) [[unlikely]]
-    if (autocast::OpScope cast{"softmax", {a}}) return softmax(cast[0], dim, dtype);
-  return softmax_impl(false, a, dim, dtype);
-}
+Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return along_dim("cumsum", a, dim, dtype); }
+Tensor cumprod(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return along_dim("cumprod", a, dim, dtype); }
+Tensor softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) { return along_dim("softmax", a, dim, dtype); }
 Tensor log_softmax(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
-  if (autocast::active() && !dtype) [[unlikely]]
-    if (autocast::OpScope cast{"log_softmax", {a}}) return log_softmax(cast[0], dim, dtype);
-  return softmax_impl(true, a, dim, dtype);
+  return along_dim("log_softmax", a, dim, dtype);
 }
 
 }  // namespace ops

@@ -15,7 +15,7 @@ void register_matmul_kernels(Registrar& reg);     // mm, bmm
 void register_random_kernels(Registrar& reg);     // uniform, normal, randint
 void register_indexing_kernels(Registrar& reg);   // index, index_put, where, nonzero
 void register_math_kernels(Registrar& reg);       // clamp, lerp, addcmul, addcdiv
-void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, cumsum, cumprod, softmax, log_softmax
+void register_reduction_kernels(Registrar& reg);  // var_mean, norm, all, any, the ops of core/opdefs/along_dim.yaml
 void register_norm_kernels(Registrar& reg);       // batch/layer/group norm (+ backward), embedding (+ backward), dropout
 void register_conv_kernels(Registrar& reg);       // conv2d/conv3d, their _grad_input and _grad_weight
 void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling (2-d, 3-d), upsampling and their backwards

@@ -2,10 +2,10 @@
 //   * var_mean (Welford), norm (p = 0, 1, 2, +-inf, any p), all, any: through the shared
 //     reduction driver (reduce_loops.h), so any dims and strides, threads and vectorized
 //     inner loops come for free; Welford partials merge with Chan's formula.
-//   * cumsum, cumprod: scans along one dim, optionally from the end (`reverse`, used by the
-//     backward of cumsum). Lines along the dim run in parallel; when the dim is not the
-//     innermost one and the next dim is contiguous, a tile of neighbouring lines advances
-//     together, which vectorizes.
+//   * the scans of core/opdefs/along_dim.yaml (cumsum, cumprod): along one dim, optionally from
+//     the end (`reverse`, used by the backward of cumsum), each op's step a functor XOp. Lines
+//     along the dim run in parallel; when the dim is not the innermost one and the next dim is
+//     contiguous, a tile of neighbouring lines advances together, which vectorizes.
 //   * softmax, log_softmax: per contiguous line one pass computes the running max and the sum
 //     of exp(x - max) together (block by block, the sum rescaled when the max grows), a second
 //     pass writes; a tile of neighbouring lines takes a max pass, a sum pass and a write pass.
@@ -21,6 +21,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 #include "reduce_loops.h"
 
 namespace plugflow::cpu {
@@ -269,21 +270,40 @@ void for_each_line(const Lines& L, const char* in, char* out, const FLine& f_lin
   });
 }
 
-// ---- cumsum / cumprod ----------------------------------------------------------------------------------
+// ---- scans --------------------------------------------------------------------------------------------
 
-template <typename T, bool Prod>
-void scan_typed(const Tensor& a, const Tensor& out, int64_t dim, bool reverse) {
+// A scan's step, named after its op (core/opdefs/along_dim.yaml): the running value combined
+// with the next element, in sum's accumulation type (double for float32/64, float for f16/bf16,
+// wrapping int64 for integers and bool); `supported` picks the dtypes.
+template <typename T>
+struct CumsumOp {
+  static constexpr bool supported = true;
   using acc_t = sum_acc_t<T>;
+  static constexpr acc_t identity = acc_t(0);
+  static acc_t combine(acc_t acc, acc_t v) { return acc + v; }
+};
+template <typename T>
+struct CumprodOp {
+  static constexpr bool supported = true;
+  using acc_t = sum_acc_t<T>;
+  static constexpr acc_t identity = acc_t(1);
+  static acc_t combine(acc_t acc, acc_t v) { return acc * v; }
+};
+
+template <typename T, template <typename> class OpT>
+void scan_typed(const Tensor& a, const Tensor& out, int64_t dim, bool reverse) {
+  using Op = OpT<T>;
+  using acc_t = typename Op::acc_t;
   const Lines L = make_lines(a, out, dim);
   const int64_t n = L.n;
-  const acc_t identity = Prod ? acc_t(1) : acc_t(0);
+  const acc_t identity = Op::identity;
   auto pos = [n, reverse](int64_t s) { return reverse ? n - 1 - s : s; };
   auto line = [&](const char* x, char* y) {
     acc_t acc = identity;
     for (int64_t s = 0; s < n; ++s) {
       const int64_t j = pos(s);
       const acc_t v = to_acc<T, acc_t>(*reinterpret_cast<const T*>(x + j * L.sa));
-      acc = Prod ? acc * v : acc + v;
+      acc = Op::combine(acc, v);
       *reinterpret_cast<T*>(y + j * L.so) = from_acc<T>(acc);
     }
   };
@@ -297,7 +317,7 @@ void scan_typed(const Tensor& a, const Tensor& out, int64_t dim, bool reverse) {
 #pragma omp simd
       for (int64_t k = 0; k < nt; ++k) {
         const acc_t v = to_acc<T, acc_t>(xr[k]);
-        acc[k] = Prod ? acc[k] * v : acc[k] + v;
+        acc[k] = Op::combine(acc[k], v);
         yr[k] = from_acc<T>(acc[k]);
       }
     }
@@ -318,15 +338,14 @@ int64_t checked_line_dim(const KernelContext& ctx) {
   return dim;
 }
 
-template <bool Prod>
+template <template <typename> class OpT>
 void scan_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
   const int64_t dim = checked_line_dim(ctx);
   const bool reverse = ctx.attr<bool>("reverse");
-  visit_dtype(a.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    scan_typed<T, Prod>(a, out, dim, reverse);
+  dispatch_supported<OpT>(ctx, a.dtype(), [&](auto tag) {
+    scan_typed<typename decltype(tag)::type, OpT>(a, out, dim, reverse);
   });
 }
 
@@ -536,6 +555,19 @@ void softmax_kernel(KernelContext& ctx) {
   });
 }
 
+// The softmax family's ops (core/opdefs/along_dim.yaml), named after them: `supported` picks
+// the dtypes, `log` the formula (softmax_finish).
+template <typename T>
+struct SoftmaxOp {
+  static constexpr bool supported = is_float_v<T>;
+  static constexpr bool log = false;
+};
+template <typename T>
+struct LogSoftmaxOp {
+  static constexpr bool supported = is_float_v<T>;
+  static constexpr bool log = true;
+};
+
 }  // namespace
 
 void softmax_native(KernelContext& ctx) { softmax_kernel<false>(ctx); }
@@ -548,10 +580,14 @@ void register_reduction_kernels(Registrar& reg) {
   reg.kernel("norm", DeviceType::CPU, floats, norm_kernel);
   reg.kernel("all", DeviceType::CPU, all, logical_kernel<true>);
   reg.kernel("any", DeviceType::CPU, all, logical_kernel<false>);
-  reg.kernel("cumsum", DeviceType::CPU, all, scan_kernel<false>);
-  reg.kernel("cumprod", DeviceType::CPU, all, scan_kernel<true>);
-  reg.kernel("softmax", DeviceType::CPU, floats, softmax_native);
-  reg.kernel("log_softmax", DeviceType::CPU, floats, softmax_kernel<true>);
+  // The ops along one dim of the definitions (core/opdefs/along_dim.yaml): each functor is named
+  // after its op (cumsum -> CumsumOp), its `supported` trait picks the dtypes.
+#define PF_X(name, Camel, dtypes, sig) register_supported<Camel##Op>(reg, name, scan_kernel<Camel##Op>);
+  PF_OPDEFS_SCAN(PF_X)
+#undef PF_X
+#define PF_X(name, Camel, dtypes, sig) register_supported<Camel##Op>(reg, name, softmax_kernel<Camel##Op<float>::log>);
+  PF_OPDEFS_SOFTMAX(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

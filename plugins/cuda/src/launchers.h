@@ -24,7 +24,7 @@ std::vector<KernelDef> binary_kernels();   // binary.cu: arithmetic, bitwise, lo
 std::vector<KernelDef> unary_kernels();    // unary.cu (includes unary_math_kernels)
 std::vector<KernelDef> unary_math_kernels();  // unary_math.cu: float math and activations
 std::vector<KernelDef> reduce_kernels();   // reduce.cu: sum prod mean amax amin max_dim min_dim argmax argmin
-std::vector<KernelDef> reduction_extra_kernels();  // reduction_extra.cu: var_mean norm all any cumsum cumprod softmax log_softmax
+std::vector<KernelDef> reduction_extra_kernels();  // reduction_extra.cu: var_mean norm all any, the ops of core/opdefs/along_dim.yaml
 std::vector<KernelDef> shape_kernels();    // shape.cu: sort topk tril triu flip pad unique _take_along_dim _scatter_add_along_dim
 std::vector<KernelDef> indexing_kernels(); // indexing_ops.cu: index index_put where nonzero
 std::vector<KernelDef> math_kernels();     // math.cu: clamp lerp addcmul addcdiv

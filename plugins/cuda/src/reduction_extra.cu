@@ -2,13 +2,14 @@
 //   * var_mean (Welford, partials merged with Chan's formula), norm, all, any: reducers for
 //     the shared driver of reduce.cuh, so any dims and strides and the chunked two-pass path
 //     for long reductions come with it.
-//   * cumsum, cumprod: scans along one dim. Lines whose elements are closer in memory than
-//     neighbouring lines (e.g. along the last dim) get a block each, scanned tile by tile
-//     with cub::BlockScan and a running carry; other lines (e.g. along dim 0 of a matrix) get
-//     a thread each, so a warp reads 32 neighbouring lines' elements at once.
-//   * softmax, log_softmax: the same split. A line's max and sum of exp(x - max) come from one
-//     online pass (the sum rescaled whenever the max grows; block partials merge the same
-//     way), then a second pass writes.
+//   * the scans of core/opdefs/along_dim.yaml (cumsum, cumprod; each op's step a functor
+//     XScan) along one dim. Lines whose elements are closer in memory than neighbouring lines
+//     (e.g. along the last dim) get a block each, scanned tile by tile with cub::BlockScan and
+//     a running carry; other lines (e.g. along dim 0 of a matrix) get a thread each, so a warp
+//     reads 32 neighbouring lines' elements at once.
+//   * softmax, log_softmax (the definitions' softmax family): the same split. A line's max and
+//     sum of exp(x - max) come from one online pass (the sum rescaled whenever the max grows;
+//     block partials merge the same way), then a second pass writes.
 #include <cub/block/block_scan.cuh>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include "dmath.cuh"
 #include "lines.cuh"
+#include "opdefs.h"
 #include "reduce.cuh"
 
 namespace plugflow::cuda {
@@ -182,20 +184,27 @@ unsigned line_blocks(const Lines& L, const KernelScope& scope) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(L.num_lines, cap)));
 }
 
-// ---- cumsum / cumprod ------------------------------------------------------------------------------
+// ---- scans ----------------------------------------------------------------------------------------
 
-// Accumulates like sum/prod: double (float32/64), float (f16/bf16), wrapping 64-bit integers.
-template <typename D, bool Prod>
-struct ScanOp {
+// A scan's step, named after its op (core/opdefs/along_dim.yaml), accumulating like sum/prod:
+// double (float32/64), float (f16/bf16), wrapping 64-bit integers.
+template <typename D>
+struct CumsumScan {
   using acc_t = sum_acc_t<D>;
-  PF_DEVICE acc_t identity() const { return Prod ? acc_t(1) : acc_t(0); }
-  PF_DEVICE acc_t operator()(acc_t a, acc_t b) const { return Prod ? a * b : a + b; }
+  PF_DEVICE acc_t identity() const { return acc_t(0); }
+  PF_DEVICE acc_t operator()(acc_t a, acc_t b) const { return a + b; }
+};
+template <typename D>
+struct CumprodScan {
+  using acc_t = sum_acc_t<D>;
+  PF_DEVICE acc_t identity() const { return acc_t(1); }
+  PF_DEVICE acc_t operator()(acc_t a, acc_t b) const { return a * b; }
 };
 
-template <typename D, bool Prod>
+template <typename D, template <typename> class ScanT>
 __global__ void scan_thread_per_line_kernel(Lines L, const char* in, char* out, bool reverse) {
-  using acc_t = typename ScanOp<D, Prod>::acc_t;
-  const ScanOp<D, Prod> op;
+  using acc_t = typename ScanT<D>::acc_t;
+  const ScanT<D> op;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t line = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; line < L.num_lines; line += step) {
     int64_t in_off, out_off, unused;
@@ -211,12 +220,12 @@ __global__ void scan_thread_per_line_kernel(Lines L, const char* in, char* out, 
 
 // One block per line (grid-stride over lines; every thread of a block runs the same
 // iterations, so the barriers inside are uniform).
-template <typename D, bool Prod>
+template <typename D, template <typename> class ScanT>
 __global__ void scan_block_per_line_kernel(Lines L, const char* in, char* out, bool reverse) {
-  using acc_t = typename ScanOp<D, Prod>::acc_t;
+  using acc_t = typename ScanT<D>::acc_t;
   using BlockScan = cub::BlockScan<acc_t, kBlockThreads>;
   __shared__ typename BlockScan::TempStorage temp;
-  const ScanOp<D, Prod> op;
+  const ScanT<D> op;
   for (int64_t line = blockIdx.x; line < L.num_lines; line += gridDim.x) {
     int64_t in_off, out_off, unused;
     L.ix.output_offsets(line, in_off, out_off, unused);
@@ -235,7 +244,7 @@ __global__ void scan_block_per_line_kernel(Lines L, const char* in, char* out, b
   }
 }
 
-template <bool Prod>
+template <template <typename> class ScanT, typename Types>
 void scan_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
@@ -247,12 +256,12 @@ void scan_kernel(KernelContext& ctx) {
   if (L.num_lines == 0 || L.n == 0) return;
   const char* in = static_cast<const char*>(a.data_ptr());
   char* o = static_cast<char*>(out.data_ptr());
-  dispatch_supported<AllTypes>(ctx, a.dtype(), [&](auto tag) {
+  dispatch_supported<Types>(ctx, a.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
     if (block_per_line(L)) {
-      scan_block_per_line_kernel<D, Prod><<<line_blocks(L, scope), kBlockThreads, 0, scope.stream>>>(L, in, o, reverse);
+      scan_block_per_line_kernel<D, ScanT><<<line_blocks(L, scope), kBlockThreads, 0, scope.stream>>>(L, in, o, reverse);
     } else {
-      scan_thread_per_line_kernel<D, Prod>
+      scan_thread_per_line_kernel<D, ScanT>
           <<<scope.blocks_for(L.num_lines), kBlockThreads, 0, scope.stream>>>(L, in, o, reverse);
     }
     PF_CUDA_CHECK_LAUNCH();
@@ -348,7 +357,7 @@ __global__ void softmax_block_per_line_kernel(Lines L, const char* in, char* out
   }
 }
 
-template <bool Log>
+template <bool Log, typename Types>
 void softmax_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
@@ -359,7 +368,7 @@ void softmax_kernel(KernelContext& ctx) {
   if (L.num_lines == 0 || L.n == 0) return;
   const char* in = static_cast<const char*>(a.data_ptr());
   char* o = static_cast<char*>(out.data_ptr());
-  dispatch_supported<FloatTypes>(ctx, a.dtype(), [&](auto tag) {
+  dispatch_supported<Types>(ctx, a.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
     if (block_per_line(L)) {
       softmax_block_per_line_kernel<D, Log><<<line_blocks(L, scope), kBlockThreads, 0, scope.stream>>>(L, in, o);
@@ -370,6 +379,15 @@ void softmax_kernel(KernelContext& ctx) {
   });
 }
 
+// The softmax family's ops (core/opdefs/along_dim.yaml), named after them: `log` picks the
+// formula (softmax_finish).
+struct SoftmaxFn {
+  static constexpr bool log = false;
+};
+struct LogSoftmaxFn {
+  static constexpr bool log = true;
+};
+
 }  // namespace
 
 std::vector<KernelDef> reduction_extra_kernels() {
@@ -378,10 +396,17 @@ std::vector<KernelDef> reduction_extra_kernels() {
       {"norm", supported_dtypes<FloatTypes>(), &norm_kernel},
       {"all", supported_dtypes<AllTypes>(), &logical_kernel<true>},
       {"any", supported_dtypes<AllTypes>(), &logical_kernel<false>},
-      {"cumsum", supported_dtypes<AllTypes>(), &scan_kernel<false>},
-      {"cumprod", supported_dtypes<AllTypes>(), &scan_kernel<true>},
-      {"softmax", supported_dtypes<FloatTypes>(), &softmax_kernel<false>},
-      {"log_softmax", supported_dtypes<FloatTypes>(), &softmax_kernel<true>},
+  // The ops along one dim of the definitions (core/opdefs/along_dim.yaml): each functor is named
+  // after its op (cumsum -> CumsumScan, log_softmax -> LogSoftmaxFn), registered for the
+  // definition's `kernels` dtypes.
+#define PF_X(name, Camel, dtypes, sig) \
+  {name, supported_dtypes<dtypes##Types>(), &scan_kernel<Camel##Scan, dtypes##Types>},
+      PF_OPDEFS_SCAN(PF_X)
+#undef PF_X
+#define PF_X(name, Camel, dtypes, sig) \
+  {name, supported_dtypes<dtypes##Types>(), &softmax_kernel<Camel##Fn::log, dtypes##Types>},
+      PF_OPDEFS_SOFTMAX(PF_X)
+#undef PF_X
   };
 }
 

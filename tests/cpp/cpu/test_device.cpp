@@ -46,6 +46,8 @@ TEST_F(CpuTest, EveryDocumentedOpHasCpuKernels) {
   PF_OPDEFS_ACTIVATION(PF_X)
   PF_OPDEFS_TERNARY(PF_X)
   PF_OPDEFS_REDUCTION(PF_X)
+  PF_OPDEFS_SCAN(PF_X)
+  PF_OPDEFS_SOFTMAX(PF_X)
 #undef PF_X
   const auto kernels = plugflow::registered_kernels();
   for (const std::string& op : ops) {
