@@ -103,6 +103,21 @@ struct RoiAlignParams {
   bool aligned;
 };
 
+// The parameters of a roi_align-family call (host side): the (N, C, H, W) input sizes and the
+// op's attributes, read through the kernel context. ps_roi_align passes aligned = true (its
+// geometry is always roi_align's aligned one).
+template <typename Context, typename Sizes>
+RoiAlignParams roi_align_params(const Context& ctx, const Sizes& input_size, bool aligned) {
+  return {input_size[1],
+          input_size[2],
+          input_size[3],
+          ctx.template attr<int64_t>("pooled_height"),
+          ctx.template attr<int64_t>("pooled_width"),
+          ctx.template attr<int64_t>("sampling_ratio"),
+          ctx.template attr<double>("spatial_scale"),
+          aligned};
+}
+
 // One roi's geometry in torchvision's arithmetic (spatial_scale is rounded to T first, as the
 // kernels take it as `const T&`).
 template <typename T>

@@ -78,17 +78,6 @@ void accumulate(T* where, T v) {
   *where += v;
 }
 
-RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_size, bool aligned) {
-  return {input_size[1],
-          input_size[2],
-          input_size[3],
-          ctx.attr<int64_t>("pooled_height"),
-          ctx.attr<int64_t>("pooled_width"),
-          ctx.attr<int64_t>("sampling_ratio"),
-          ctx.attr<double>("spatial_scale"),
-          aligned};
-}
-
 // The taps of each bin's samples, bin after bin (torchvision's pre_calc, shared by all
 // channels); returns the samples per bin. An image of no pixels has none (every sample reads 0).
 template <typename T>

@@ -169,17 +169,6 @@ void nms_entry(KernelContext& ctx) {
 
 // ---- roi_align ------------------------------------------------------------------------------------
 
-rm::RoiAlignParams roi_align_params(const KernelContext& ctx, const Shape& input_size) {
-  return {input_size[1],
-          input_size[2],
-          input_size[3],
-          ctx.attr<int64_t>("pooled_height"),
-          ctx.attr<int64_t>("pooled_width"),
-          ctx.attr<int64_t>("sampling_ratio"),
-          ctx.attr<double>("spatial_scale"),
-          ctx.attr<bool>("aligned")};
-}
-
 // The CPU's checks of the rois (batch indices, finite coordinates, adaptive grids).
 template <typename T>
 void check_roi_align_rois(const Tensor& rois, int64_t batch, const rm::RoiAlignParams& p, const char* op,
@@ -233,7 +222,7 @@ void roi_align_entry(KernelContext& ctx) {
   dispatch(ctx, [&](auto zero_value) {
     using T = decltype(zero_value);
     const Tensor &input = ctx.input(0), &rois = ctx.input(1);
-    const rm::RoiAlignParams p = roi_align_params(ctx, input.sizes());
+    const rm::RoiAlignParams p = rm::roi_align_params(ctx, input.sizes(), ctx.attr<bool>("aligned"));
     check_roi_align_rois<T>(rois, input.sizes()[0], p, "roi_align", scope.stream);
     launch(scope, ctx.output(0).numel(), roi_align_forward_kernel<T>, static_cast<const T*>(input.data_ptr()),
            static_cast<const T*>(rois.data_ptr()), p, static_cast<T*>(ctx.output(0).data_ptr()));
@@ -246,7 +235,7 @@ void roi_align_backward_entry(KernelContext& ctx) {
     using T = decltype(zero_value);
     const Tensor &grad = ctx.input(0), &rois = ctx.input(1);
     const Shape& input_size = ctx.attr<Shape>("input_size");
-    const rm::RoiAlignParams p = roi_align_params(ctx, input_size);
+    const rm::RoiAlignParams p = rm::roi_align_params(ctx, input_size, ctx.attr<bool>("aligned"));
     zero(ctx.output(0), scope.stream);
     check_roi_align_rois<T>(rois, input_size[0], p, "roi_align_backward", scope.stream);
     launch(scope, grad.numel(), roi_align_backward_kernel<T>, static_cast<const T*>(grad.data_ptr()),
@@ -347,19 +336,6 @@ void roi_pool_backward_entry(KernelContext& ctx) {
 // into bin rm::ps_bin(c) (plugins/common/roi_math.h); the backwards run a thread per gradient
 // element and add into the zeroed input gradient with atomicAdd.
 
-// ps_roi_align always uses roi_align's aligned geometry (torchvision shifts by half a pixel and
-// never widens small rois).
-rm::RoiAlignParams ps_roi_align_params(const KernelContext& ctx, const Shape& input_size) {
-  return {input_size[1],
-          input_size[2],
-          input_size[3],
-          ctx.attr<int64_t>("pooled_height"),
-          ctx.attr<int64_t>("pooled_width"),
-          ctx.attr<int64_t>("sampling_ratio"),
-          ctx.attr<double>("spatial_scale"),
-          true};
-}
-
 template <typename T>
 __global__ void ps_roi_align_forward_kernel(int64_t total, const T* input, const T* rois, rm::RoiAlignParams p, T* out,
                                             int32_t* channel_mapping) {
@@ -406,7 +382,7 @@ void ps_roi_align_entry(KernelContext& ctx) {
   dispatch(ctx, [&](auto zero_value) {
     using T = decltype(zero_value);
     const Tensor &input = ctx.input(0), &rois = ctx.input(1);
-    const rm::RoiAlignParams p = ps_roi_align_params(ctx, input.sizes());
+    const rm::RoiAlignParams p = rm::roi_align_params(ctx, input.sizes(), true);
     check_roi_align_rois<T>(rois, input.sizes()[0], p, "ps_roi_align", scope.stream);
     launch(scope, rois.sizes()[0] * p.channels, ps_roi_align_forward_kernel<T>,
            static_cast<const T*>(input.data_ptr()), static_cast<const T*>(rois.data_ptr()), p,
@@ -420,7 +396,7 @@ void ps_roi_align_backward_entry(KernelContext& ctx) {
     using T = decltype(zero_value);
     const Tensor &grad = ctx.input(0), &rois = ctx.input(1);
     const Shape& input_size = ctx.attr<Shape>("input_size");
-    const rm::RoiAlignParams p = ps_roi_align_params(ctx, input_size);
+    const rm::RoiAlignParams p = rm::roi_align_params(ctx, input_size, true);
     zero(ctx.output(0), scope.stream);
     check_roi_align_rois<T>(rois, input_size[0], p, "ps_roi_align_backward", scope.stream);
     launch(scope, rois.sizes()[0] * p.channels, ps_roi_align_backward_kernel<T>,
