@@ -112,13 +112,19 @@ def _special_values_with_random(rng, n=6):
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 def test_xlogy_xlog1py_hypot_on_every_pair_of_special_values(op, dtype):
     """Every pair of special and random values: xlogy's and xlog1py's 0 where x is 0 (unless y is
-    NaN), NaN for y NaN, -inf and NaN at log's edges; hypot's infinities beating NaN. PyTorch's
-    CPU hypot has no float16 kernel: plugflow's is compared with PyTorch's float32 result rounded."""
+    NaN), NaN for y NaN, -inf and NaN at log's edges; hypot's infinities beating NaN.
+
+    16-bit dtypes are compared with PyTorch's float32 result rounded once, which is how plugflow
+    computes them: PyTorch's CPU hypot has no float16 kernel, and its 16-bit xlogy/xlog1py round
+    the log to 16 bits before the product, which overflows to inf next to the dtype's largest
+    finite value where the once-rounded product is finite."""
     rng = seeded_rng()
-    values = torch.tensor(_special_values_with_random(rng), dtype=getattr(torch, dtype))
+    torch_dtype = getattr(torch, dtype)
+    values = torch.tensor(_special_values_with_random(rng), dtype=torch_dtype)
     a, b = values[:, None], values[None, :]
     fn = _special_fn(torch, op)
-    expected = fn(a.float(), b.float()).half() if (op, dtype) == ("hypot", "float16") else fn(a, b)
+    sixteen_bit = dtype in ("float16", "bfloat16")
+    expected = fn(a.float(), b.float()).to(torch_dtype) if sixteen_bit else fn(a, b)
     got = _special_fn(pf, op)(from_torch(a), from_torch(b))
     assert_matches(got, expected)
 
