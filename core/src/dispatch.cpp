@@ -177,7 +177,7 @@ std::vector<Tensor> call_op(const OpDef& op, std::span<const Tensor> inputs, con
   std::vector<TensorMeta> metas = op.meta(inputs, attrs);
   std::vector<Tensor> outputs;
   outputs.reserve(metas.size());
-  for (const auto& m : metas) outputs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+  for (const auto& m : metas) outputs.push_back(Tensor::empty(m.sizes, m.dtype, m.device, m.memory_format));
   const Device device = inputs.empty() ? metas.at(0).device : inputs[0].device();
   run_kernel(op, inputs, attrs, outputs, device, /*fresh_outputs=*/true);
   return outputs;

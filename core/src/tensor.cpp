@@ -120,13 +120,29 @@ std::string shape_str(const Shape& sizes) {
   return s + "]";
 }
 
-Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
+Shape format_strides(const Shape& sizes, MemoryFormat format) {
+  if (format == MemoryFormat::Contiguous) return contiguous_strides(sizes);
+  PF_CHECK(sizes.size() == 4 || sizes.size() == 5, "required rank 4 or 5 tensor to use channels_last format, got ",
+           sizes.size(), "-d");
+  // (N, C, *spatial) laid out as (N, *spatial, C): the row-major strides of that permutation.
+  Shape permuted{sizes[0]};
+  permuted.insert(permuted.end(), sizes.begin() + 2, sizes.end());
+  permuted.push_back(sizes[1]);
+  const Shape dense = contiguous_strides(permuted);
+  Shape strides(sizes.size());
+  strides[0] = dense[0];
+  strides[1] = dense.back();
+  for (size_t d = 2; d < sizes.size(); ++d) strides[d] = dense[d - 1];
+  return strides;
+}
+
+Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device, MemoryFormat format) {
   for (int64_t s : sizes)
     PF_CHECK_T(s >= 0, ValueError, "Trying to create tensor with negative dimension ", s, ": ", shape_str(sizes));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(device, storage_nbytes(sizes, dtype));
   impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
+  impl->strides = format_strides(sizes, format);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
@@ -186,6 +202,28 @@ bool Tensor::is_contiguous() const {
     expected *= s;
   }
   return true;
+}
+
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::Contiguous) return is_contiguous();
+  if (dim() != 4 && dim() != 5) return false;
+  for (int64_t s : impl_->sizes)
+    if (s == 0) return true;
+  const Shape want = format_strides(impl_->sizes, format);
+  for (size_t d = 0; d < want.size(); ++d)
+    if (impl_->sizes[d] != 1 && impl_->strides[d] != want[d]) return false;
+  return true;
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  return !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
+                                                                       : MemoryFormat::Contiguous;
+}
+
+MemoryFormat result_memory_format(std::span<const Tensor> inputs) {
+  for (const Tensor& t : inputs)
+    if (t.numel() > 1 && t.is_non_overlapping_and_dense()) return t.suggest_memory_format();
+  return MemoryFormat::Contiguous;
 }
 
 bool Tensor::is_non_overlapping_and_dense() const {

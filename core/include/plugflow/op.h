@@ -57,6 +57,7 @@ struct TensorMeta {
   Shape sizes;
   DType dtype;
   Device device;
+  MemoryFormat memory_format = MemoryFormat::Contiguous;  // of a fresh output
 };
 
 // Validates inputs and attributes (throwing the error a user should see) and infers outputs.

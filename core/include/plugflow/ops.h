@@ -62,8 +62,8 @@ PF_API Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DT
 // (Tensor.pin_memory()); the tensor itself when it is pinned already. RuntimeError without one.
 PF_API Tensor pin_memory(const Tensor& t);
 PF_API bool is_pinned(const Tensor& t);
-PF_API Tensor contiguous(const Tensor& t);
-PF_API Tensor clone(const Tensor& t);
+PF_API Tensor contiguous(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous);
+PF_API Tensor clone(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous);
 
 // ---- views ---------------------------------------------------------------------------------
 PF_API Tensor as_strided(const Tensor& t, const Shape& sizes, const Shape& strides, int64_t offset);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -82,13 +83,21 @@ PF_API int64_t checked_size_mul(int64_t a, int64_t b, const char* what);
 PF_API int64_t checked_size_add(int64_t a, int64_t b, const char* what);
 PF_API std::string shape_str(const Shape& sizes);  // "[2, 3]"
 
+// The order of a dense tensor's dims in memory (PyTorch's memory_format): row-major, or
+// channels last, where a 4-d (N, C, H, W) or 5-d (N, C, D, H, W) tensor is laid out as
+// (N, H, W, C) / (N, D, H, W, C). Ops whose inputs are channels last return channels-last
+// results (elementwise, convolution, batch norm, pooling: docs/kernels.md, "Memory formats").
+enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast };
+// The strides of a new tensor of `sizes` in `format` (ChannelsLast needs 4 or 5 dims).
+PF_API Shape format_strides(const Shape& sizes, MemoryFormat format);
+
 class PF_API Tensor {
  public:
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // New uninitialized contiguous tensor.
-  static Tensor empty(const Shape& sizes, DType dtype, Device device);
+  // New uninitialized tensor, contiguous or in `format`.
+  static Tensor empty(const Shape& sizes, DType dtype, Device device, MemoryFormat format = MemoryFormat::Contiguous);
   // A view on an existing storage; check_view's errors when it does not fit the storage.
   static Tensor view_of(std::shared_ptr<Storage> storage, Shape sizes, Shape strides,
                         int64_t offset, DType dtype);
@@ -108,6 +117,11 @@ class PF_API Tensor {
   size_t itemsize() const { return plugflow::itemsize(impl_->dtype); }
   Device device() const { return impl_->storage->device(); }
   bool is_contiguous() const;
+  // Dense in `format`'s order (size-1 dims' strides ignored, as is_contiguous() does).
+  bool is_contiguous(MemoryFormat format) const;
+  // The format a result computed from this tensor takes: ChannelsLast for a 4-d/5-d tensor
+  // dense in channels-last order and not also row-major (C == 1 or a 1x1 image is both).
+  MemoryFormat suggest_memory_format() const;
   // True when the elements fill a dense block with no gaps (any order), so a flat loop works.
   bool is_non_overlapping_and_dense() const;
 
@@ -125,5 +139,9 @@ class PF_API Tensor {
  private:
   std::shared_ptr<TensorImpl> impl_;
 };
+
+// The format of an elementwise result of `inputs` (of one shape): as PyTorch's TensorIterator
+// decides, the first input whose layout is unambiguous (dense, not broadcast) decides.
+PF_API MemoryFormat result_memory_format(std::span<const Tensor> inputs);
 
 }  // namespace plugflow

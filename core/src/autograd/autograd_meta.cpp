@@ -187,11 +187,13 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (!is_grad_enabled()) {  // plain backward: .grad never carries history
     if (!m.grad.defined()) {
       // Keep the incoming buffer when nothing else references it; otherwise a private copy,
-      // so that later in-place accumulation never writes into another tensor's gradient.
+      // so that later in-place accumulation never writes into another tensor's gradient. The
+      // gradient takes the leaf's layout (row-major or channels last: PyTorch's layout contract).
+      const MemoryFormat format = leaf.suggest_memory_format();
       const bool unique = g.impl_ptr().use_count() == 1 &&
                           g.storage().use_count() - graph::capture_references(g.storage().get()) == 1 &&
-                          g.is_contiguous() && g.impl()->autograd == nullptr;
-      m.grad = unique ? g : ops::clone(detach(g));
+                          g.is_contiguous(format) && g.impl()->autograd == nullptr;
+      m.grad = unique ? g : ops::clone(detach(g), format);
     } else {
       ops::binary_("add", m.grad, detach(g));
     }

@@ -58,12 +58,20 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* what_a, cons
 
 // An output's meta, refusing shapes whose element count overflows int64 (a huge size from a
 // user's argument must not wrap around to a small allocation).
-TensorMeta out_meta(const Shape& sizes, DType dtype, Device device) {
+TensorMeta out_meta(const Shape& sizes, DType dtype, Device device, MemoryFormat format = MemoryFormat::Contiguous) {
   int64_t n = 1;
   for (int64_t s : sizes)
     PF_CHECK(s >= 0 && !__builtin_mul_overflow(n, s, &n), "Storage size calculation overflowed with sizes=",
              shape_str(sizes));
-  return {sizes, dtype, device};
+  return {sizes, dtype, device, format};
+}
+
+// A convolution's activations (output, input gradient) are channels last when its image or its
+// weight is (PyTorch's rule for oneDNN and cuDNN convolutions).
+MemoryFormat conv_memory_format(const Tensor& image, const Tensor& weight) {
+  const bool channels_last = image.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                             weight.suggest_memory_format() == MemoryFormat::ChannelsLast;
+  return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
 // "a x b x c", as PyTorch prints spatial sizes in its messages.
@@ -149,7 +157,7 @@ std::vector<TensorMeta> conv_meta(std::span<const Tensor> in, const Attrs& attrs
   }
   PF_CHECK(fits, "Calculated padded input size per channel: (", sizes_x(padded), "). Kernel size: (", sizes_x(extent),
            "). Kernel size can't be greater than actual input size");
-  return {out_meta(out, x.dtype(), x.device())};
+  return {out_meta(out, x.dtype(), x.device(), conv_memory_format(x, w))};
 }
 
 template <int64_t S>
@@ -167,7 +175,7 @@ std::vector<TensorMeta> conv_grad_input_meta(std::span<const Tensor> in, const A
     PF_CHECK(s >= 0, conv_name(S), "_grad_input: negative input size ", shape_str(size));
     out.push_back(s);
   }
-  return {out_meta(out, g.dtype(), g.device())};
+  return {out_meta(out, g.dtype(), g.device(), conv_memory_format(g, w))};
 }
 
 template <int64_t S>
@@ -524,9 +532,13 @@ Tensor conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
         "ConvolutionBackward0",
         [attrs, need_x, need_w, need_b, has_bias](const Tensors& g, const Tensors& s) -> Tensors {
           const Tensor &x = s[0], &w = s[1];
+          // Channels-last convolutions take their output gradient channels last too (an
+          // expanded one, from sum(), would otherwise make the input gradient row-major).
+          const MemoryFormat format = conv_memory_format(x, w);
+          const Tensor grad = format == MemoryFormat::ChannelsLast ? contiguous(g[0], format) : g[0];
           Tensors r(has_bias ? 3 : 2);
-          if (need_x) r[0] = conv_grad_input(g[0], w, spatial_sizes(x), attrs);
-          if (need_w) r[1] = conv_grad_weight(g[0], x, spatial_sizes(w), attrs);
+          if (need_x) r[0] = conv_grad_input(grad, w, spatial_sizes(x), attrs);
+          if (need_w) r[1] = conv_grad_weight(grad, x, spatial_sizes(w), attrs);
           if (need_b) {
             Shape dims{0};
             for (int64_t d = 2; d < g[0].dim(); ++d) dims.push_back(d);

@@ -205,10 +205,10 @@ Tensor pin_memory(const Tensor& t) {
   PF_THROW(Error, "Cannot pin memory: no device backend with page-locked host memory is available", why);
 }
 
-Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
+Tensor contiguous(const Tensor& t, MemoryFormat format) { return t.is_contiguous(format) ? t : clone(t, format); }
 
-Tensor clone(const Tensor& t) {
-  Tensor out = Tensor::empty(t.sizes(), t.dtype(), t.device());
+Tensor clone(const Tensor& t, MemoryFormat format) {
+  Tensor out = Tensor::empty(t.sizes(), t.dtype(), t.device(), format);
   if (t.numel() > 0) device_copy(out, t);
   if (autograd::any_requires_grad({&t})) {
     auto node = autograd::make_node("CloneBackward0", [](const std::vector<Tensor>& g, const std::vector<Tensor>&) {

@@ -20,12 +20,12 @@ void check_same_inputs(std::span<const Tensor> in, const char* what) {
 
 std::vector<TensorMeta> same_as_input(std::span<const Tensor> in, const Attrs&) {
   check_same_inputs(in, "elementwise op");
-  return {{in[0].sizes(), in[0].dtype(), in[0].device()}};
+  return {{in[0].sizes(), in[0].dtype(), in[0].device(), result_memory_format(in)}};
 }
 
 std::vector<TensorMeta> bool_output(std::span<const Tensor> in, const Attrs&) {
   check_same_inputs(in, "elementwise op");
-  return {{in[0].sizes(), DType::Bool, in[0].device()}};
+  return {{in[0].sizes(), DType::Bool, in[0].device(), result_memory_format(in)}};
 }
 
 // Ops that write into caller-provided outputs (fill, copy, arange, random): the functional

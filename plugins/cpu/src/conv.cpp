@@ -26,6 +26,7 @@
 
 #include "blas.h"
 #include "kernels.h"
+#include "row_major_outputs.h"
 #include "loops.h"
 
 
@@ -384,8 +385,8 @@ void register_conv_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
   for (const char* rank : {"2d", "3d"}) {
     const std::string conv = std::string("conv") + rank;
-    reg.kernel(conv, DeviceType::CPU, floats, conv_im2col);
-    reg.kernel(conv + "_grad_input", DeviceType::CPU, floats, conv_grad_input_im2col);
+    reg.kernel(conv, DeviceType::CPU, floats, with_row_major_outputs<conv_im2col>);
+    reg.kernel(conv + "_grad_input", DeviceType::CPU, floats, with_row_major_outputs<conv_grad_input_im2col>);
     reg.kernel(conv + "_grad_weight", DeviceType::CPU, floats, conv_grad_weight_im2col);
     reg.kernel(conv, DeviceType::CPU, {DType::BFloat16}, widened<conv_im2col>);
     reg.kernel(conv + "_grad_input", DeviceType::CPU, {DType::BFloat16}, widened<conv_grad_input_im2col>);

@@ -37,6 +37,7 @@
 #include "../loops.h"
 #include "algo_search.h"
 #include "common.h"
+#include "row_major_outputs.h"
 #include "plugflow/algo_choice.h"
 #include "plugflow/error.h"
 #include "plugflow/runtime.h"
@@ -78,6 +79,9 @@ struct Problem {
   int64_t N, C, H, W, O, OH, OW, kh, kw, groups;
   Dims stride, dilation, pad_l, pad_r;  // oneDNN's: dilation 0 is dense
   bool bias = false;
+  // Channels-last activations (the caller's image and result are NHWC): the primitive takes
+  // them as they are (format_tag::nhwc) instead of reordering to and from a blocked format.
+  bool channels_last = false;
   // The caller's operands in oneDNN's argument order (forward: src, weights, bias; backward data:
   // diff_dst, weights; backward weights: diff_dst, src), then the output.
   std::vector<Operand> inputs;
@@ -118,6 +122,7 @@ struct Problem {
       dims(addend->strides, '.');
     }
     if (activation != "none") k << " +" << activation;
+    if (channels_last) k << " nhwc";
     return k.str();
   }
 };
@@ -129,7 +134,7 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   if (dtype != DType::Float32 && dtype != DType::BFloat16) return std::nullopt;
   for (const Tensor& t : ctx.inputs)
     if (t.dtype() != dtype) return std::nullopt;  // im2col raises the mixed-dtype error
-  if (!out.is_contiguous()) return std::nullopt;
+  if (!out.is_contiguous() && !out.is_contiguous(MemoryFormat::ChannelsLast)) return std::nullopt;
   // (image, output-gradient or output, kernel) per kind.
   const Tensor& image = kind == Kind::Forward ? ctx.input(0) : kind == Kind::BackwardData ? out : ctx.input(1);
   const Tensor& result = kind == Kind::Forward ? out : ctx.input(0);
@@ -154,10 +159,13 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
             {padding[0], padding[1]},
             {0, 0},
             false,
+            false,
             {},
             {},
             std::nullopt,
             "none"};
+  p.channels_last = image.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                    result.suggest_memory_format() == MemoryFormat::ChannelsLast;
   for (int i = 0; i < 2; ++i) {
     const int64_t in = i == 0 ? p.H : p.W, outn = i == 0 ? p.OH : p.OW, k = i == 0 ? p.kh : p.kw;
     const auto pr = right_padding(in, outn, k, stride[i], dilation[i], padding[i]);
@@ -238,8 +246,11 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   auto plan = std::make_shared<Plan>();
   plan->algorithm = algo;
   const dnnl::engine& eng = engine();
-  const auto src = any_desc(p.src_dims(), p.dt), weights = any_desc(p.weight_dims(), p.dt),
-             dst = any_desc(p.dst_dims(), p.dt);
+  const auto activation_desc = [&](const Dims& dims) {
+    return p.channels_last ? memory::desc(dims, p.dt, memory::format_tag::nhwc) : any_desc(dims, p.dt);
+  };
+  const auto src = activation_desc(p.src_dims()), weights = any_desc(p.weight_dims(), p.dt),
+             dst = activation_desc(p.dst_dims());
   // Backward primitives need the forward one they belong to as a hint.
   const auto fwd_desc = [&](dnnl::prop_kind pk, bool with_bias) {
     return with_bias ? dnnl::convolution_forward::desc(pk, algo, src, weights, any_desc({p.O}, p.dt), dst, p.stride, p.dilation,
@@ -307,6 +318,13 @@ std::shared_ptr<Plan> build_plan(const Problem& p, dnnl::algorithm algo) {
   plan->primitive_output = out_md;
   if (plan->user_output != out_md)
     plan->output_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(eng, out_md, eng, plan->user_output));
+  // oneDNN has channels-last kernels for the common shapes; where it has only its reference
+  // implementation, the blocked formats with reorders are much faster.
+  if (p.channels_last && plan->implementation.rfind("ref", 0) == 0) {
+    Problem blocked = p;
+    blocked.channels_last = false;
+    return build_plan(blocked, algo);
+  }
   if (p.addend) {
     plan->user_addend = user_desc(*p.addend, p.dt);
     plan->addend_reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
@@ -503,8 +521,8 @@ void conv_kernel(KernelContext& ctx) {
     const KernelFn im2col = kind == Kind::Forward        ? (ctx.op.name == "conv2d_fused" ? conv2d_fused_native : conv_im2col)
                             : kind == Kind::BackwardData ? conv_grad_input_im2col
                                                          : conv_grad_weight_im2col;
-    if (ctx.input(0).dtype() == DType::BFloat16) run_widened(ctx, im2col);
-    else im2col(ctx);
+    if (ctx.input(0).dtype() == DType::BFloat16) run_widened(ctx, im2col);  // row-major float32 outputs
+    else run_with_row_major_outputs(ctx, im2col);
   });
 }
 
