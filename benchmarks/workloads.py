@@ -8,6 +8,12 @@ function; one call is one timed unit (a training step or an inference). With `MO
 """
 
 MODE = "eager"  # "eager" | "graph" | "graph-bf16"; set by benchmarks/run.py's worker
+CHANNELS_LAST = False  # image inputs (and so the CNNs' activations) in channels-last layout
+
+
+def _image(fw, *shape):
+    x = fw.randn(*shape)
+    return x.contiguous(memory_format=fw.channels_last) if CHANNELS_LAST else x
 
 
 def _graph(fw, build, modules, optimizer=None):
@@ -143,14 +149,14 @@ def make_resnet18_cifar_train(fw):
     """A CIFAR-size ResNet-18 training step: batch 16, 3x32x32, SGD with momentum."""
     model = _resnet(fw, 18, 10, cifar_stem=True)
     optimizer = fw.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = fw.randn(16, 3, 32, 32), fw.randint(0, 10, (16,))
+    x, y = _image(fw, 16, 3, 32, 32), fw.randint(0, 10, (16,))
     return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y)
 
 
 def make_resnet18_infer(fw):
     """ResNet-18 inference at batch 1, 3x224x224 (eval mode, no grad)."""
     model = _resnet(fw, 18, 1000, cifar_stem=False).eval()
-    x = fw.randn(1, 3, 224, 224)
+    x = _image(fw, 1, 3, 224, 224)
     if MODE != "eager":
         graph = _graph(fw, model, [model])
         return lambda: graph(x)

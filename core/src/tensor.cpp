@@ -124,15 +124,17 @@ Shape format_strides(const Shape& sizes, MemoryFormat format) {
   if (format == MemoryFormat::Contiguous) return contiguous_strides(sizes);
   PF_CHECK(sizes.size() == 4 || sizes.size() == 5, "required rank 4 or 5 tensor to use channels_last format, got ",
            sizes.size(), "-d");
-  // (N, C, *spatial) laid out as (N, *spatial, C): the row-major strides of that permutation.
-  Shape permuted{sizes[0]};
-  permuted.insert(permuted.end(), sizes.begin() + 2, sizes.end());
-  permuted.push_back(sizes[1]);
-  const Shape dense = contiguous_strides(permuted);
+  // (N, C, *spatial) laid out as (N, *spatial, C): PyTorch's products, a size 0 included (the
+  // element count is checked by the caller; a stride saturates as contiguous_strides' do).
   Shape strides(sizes.size());
-  strides[0] = dense[0];
-  strides[1] = dense.back();
-  for (size_t d = 2; d < sizes.size(); ++d) strides[d] = dense[d - 1];
+  int64_t step = 1;
+  const auto place = [&](size_t d) {
+    strides[d] = step;
+    if (__builtin_mul_overflow(step, sizes[d], &step)) step = std::numeric_limits<int64_t>::max();
+  };
+  place(1);
+  for (size_t d = sizes.size() - 1; d >= 2; --d) place(d);
+  place(0);
   return strides;
 }
 
@@ -207,12 +209,19 @@ bool Tensor::is_contiguous() const {
 bool Tensor::is_contiguous(MemoryFormat format) const {
   if (format == MemoryFormat::Contiguous) return is_contiguous();
   if (dim() != 4 && dim() != 5) return false;
-  for (int64_t s : impl_->sizes)
-    if (s == 0) return true;
-  const Shape want = format_strides(impl_->sizes, format);
-  for (size_t d = 0; d < want.size(); ++d)
-    if (impl_->sizes[d] != 1 && impl_->strides[d] != want[d]) return false;
-  return true;
+  // PyTorch's check, empty tensors included: dense in the order C, the spatial dims from the
+  // innermost, N, size-1 dims skipped.
+  int64_t expected = 1;
+  const auto dense_at = [&](size_t d) {
+    if (impl_->sizes[d] == 1) return true;
+    if (impl_->strides[d] != expected) return false;
+    expected *= impl_->sizes[d];
+    return true;
+  };
+  if (!dense_at(1)) return false;
+  for (size_t d = impl_->sizes.size() - 1; d >= 2; --d)
+    if (!dense_at(d)) return false;
+  return dense_at(0);
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {

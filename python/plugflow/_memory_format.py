@@ -7,9 +7,9 @@ whose C stride is 1. What this module gives, with PyTorch's meaning:
   - `memory_format=` on Tensor.contiguous / is_contiguous / clone / to, the *_like creation
     functions, empty, and Module.to (4-d and 5-d parameters and buffers);
   - empty_strided.
-Operations keep PyTorch's results but not its layout propagation: an op on a channels-last
-input returns a contiguous result (`clone()` without memory_format too), where PyTorch would
-return channels-last. docs/compat.md says so.
+Ops propagate channels last as PyTorch's do for elementwise ops, 2-d convolutions and leaf
+gradients (docs/kernels.md, "Memory formats"); other ops, and `clone()` without memory_format,
+return contiguous results. docs/compat.md says so.
 """
 
 import builtins
@@ -74,12 +74,11 @@ def strides(shape, fmt, like=None):
     rank = 4 if fmt is channels_last else 5
     if len(shape) != rank:
         raise RuntimeError(f"required rank {rank} tensor to use {fmt._name} format")
-    # (N, C, *spatial) laid out as (N, *spatial, C)
-    order = (0, *range(2, rank), 1)
-    permuted = _row_major([shape[d] for d in order])
-    out = [0] * rank
-    for d, s in zip(order, permuted):
-        out[d] = s
+    # (N, C, *spatial) laid out as (N, *spatial, C); PyTorch's products, a size 0 included.
+    out, step = [0] * rank, 1
+    for d in (1, *range(rank - 1, 1, -1), 0):
+        out[d] = step
+        step *= shape[d]
     return tuple(out)
 
 
@@ -113,7 +112,14 @@ def is_contiguous(t, fmt):
         return t.is_contiguous()
     if t.dim() != (4 if fmt is channels_last else 5):
         return False
-    return builtins.all(n <= 1 or s == e for n, s, e in zip(t.shape, t.stride(), strides(t.shape, fmt)))
+    # PyTorch's check, empty tensors included: dense in the order C, spatial dims innermost first, N.
+    shape, stride, expected = t.shape, t.stride(), 1
+    for d in (1, *range(t.dim() - 1, 1, -1), 0):
+        if shape[d] != 1:
+            if stride[d] != expected:
+                return False
+            expected *= shape[d]
+    return True
 
 
 def clone(t, fmt):

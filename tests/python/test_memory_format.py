@@ -1,8 +1,8 @@
 """Memory formats against PyTorch 1.13: the format objects, memory_format= on contiguous /
 is_contiguous / clone / to / empty / the *_like functions / Module.to, empty_strided, the
 errors, and that channels-last inputs give PyTorch's values (and gradients) in the ops models run
-on them. Results of ops are contiguous in plugflow (PyTorch propagates channels-last), so only
-the tensors a memory_format argument makes are compared by strides."""
+on them, with PyTorch's result layouts where plugflow propagates channels last (elementwise ops,
+convolutions and their gradients, leaf gradients)."""
 
 import pickle
 
@@ -148,3 +148,90 @@ def test_module_to_leaves_other_ranks_alone():
     with pytest.raises(TypeError, match="memory_format"):
         lin.to(memory_format="channels_last")
     assert np.isfinite(conv3(pf.randn(1, 2, 3, 3, 3)).sum().item())
+
+
+def layout_flags(t, fmt="channels_last"):
+    """(row-major?, in `fmt`?) of a torch or plugflow tensor."""
+    lib = torch if isinstance(t, torch.Tensor) else pf
+    return t.is_contiguous(), t.is_contiguous(memory_format=getattr(lib, fmt))
+
+
+def in_format(lib, x, fmt):
+    return lib.from_numpy(x.copy()).contiguous(memory_format=getattr(lib, fmt))
+
+
+ELEMENTWISE = [
+    ("relu", lambda lib, a, b: lib.relu(a)),
+    ("exp", lambda lib, a, b: a.exp()),
+    ("neg", lambda lib, a, b: -a),
+    ("add", lambda lib, a, b: a + b),
+    ("mul_number", lambda lib, a, b: a * 2.5),
+    ("sub_reversed", lambda lib, a, b: b - a),
+    ("bias_first", lambda lib, a, b: lib.ones(1, a.shape[1], 1, 1, dtype=a.dtype) + a),
+    ("gt", lambda lib, a, b: a > b),
+    ("where", lambda lib, a, b: lib.where(a > 0, a, b)),
+    ("sigmoid", lambda lib, a, b: lib.sigmoid(a)),
+]
+
+
+@pytest.mark.parametrize("name, fn", ELEMENTWISE, ids=[n for n, _ in ELEMENTWISE])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 5, 1, 7), (3, 1, 4, 4), (2, 6, 1, 1), (2, 0, 3, 3)])
+@pytest.mark.parametrize("layouts", [("channels_last", "channels_last"), ("channels_last", "contiguous_format"),
+                                     ("contiguous_format", "channels_last")])
+def test_elementwise_results_take_the_layout_torch_gives(name, fn, shape, layouts):
+    """An elementwise op on channels-last operands returns a channels-last result (the first
+    operand with an unambiguous layout decides, as PyTorch's TensorIterator), with PyTorch's values."""
+    rng = seeded_rng()
+    x, y = rng.standard_normal(shape).astype("float32"), rng.standard_normal(shape).astype("float32")
+    results = [fn(lib, in_format(lib, x, layouts[0]), in_format(lib, y, layouts[1])) for lib in (torch, pf)]
+    assert_matches(results[1], results[0])
+    assert layout_flags(results[1]) == layout_flags(results[0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", [
+    dict(x=(2, 6, 9, 7), w=(8, 6, 3, 3), stride=1, padding=1, groups=1),
+    dict(x=(3, 4, 8, 5), w=(6, 2, 3, 1), stride=2, padding=(1, 0), groups=2),
+    dict(x=(1, 8, 6, 6), w=(8, 1, 3, 3), stride=1, padding=1, groups=8),
+    dict(x=(2, 5, 7, 7), w=(4, 5, 1, 1), stride=2, padding=0, groups=1),
+])
+@pytest.mark.parametrize("which", ["input", "weight", "both"])
+def test_channels_last_convolution_matches_torch(dtype, case, which):
+    """conv2d with a channels-last input, weight or both: PyTorch's output layout (channels last when
+    either is), values and gradients; the input's gradient in the input's layout, also for an
+    expanded upstream gradient (sum())."""
+    rng = seeded_rng()
+    x = rng.standard_normal(case["x"]).astype(dtype)
+    w = rng.standard_normal(case["w"]).astype(dtype)
+    b = rng.standard_normal(case["w"][0]).astype(dtype)
+    results = []
+    for lib in (torch, pf):
+        xt = in_format(lib, x, "channels_last" if which in ("input", "both") else "contiguous_format")
+        wt = in_format(lib, w, "channels_last" if which in ("weight", "both") else "contiguous_format")
+        xt.requires_grad_(), wt.requires_grad_()
+        bt = lib.from_numpy(b.copy()).requires_grad_()
+        y = lib.nn.functional.conv2d(xt, wt, bt, stride=case["stride"], padding=case["padding"], groups=case["groups"])
+        (y * y).sum().backward()
+        gx_sum = lib.autograd.grad(lib.nn.functional.conv2d(xt, wt, stride=case["stride"], padding=case["padding"],
+                                                            groups=case["groups"]).sum(), [xt])[0]
+        results.append((y, xt.grad, wt.grad, bt.grad, gx_sum))
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == "float32" else dict(rtol=1e-10, atol=1e-10)
+    for p, t in zip(results[1], results[0]):
+        assert_matches(p, t, **tol)
+        assert layout_flags(p) == layout_flags(t)
+
+
+def test_channels_last_3d_convolution_matches_torch():
+    rng = seeded_rng()
+    x = rng.standard_normal((2, 3, 5, 6, 4))
+    w = rng.standard_normal((4, 3, 3, 3, 3))
+    results = []
+    for lib in (torch, pf):
+        xt = in_format(lib, x, "channels_last_3d").requires_grad_()
+        wt = lib.from_numpy(w.copy()).requires_grad_()
+        y = lib.nn.functional.conv3d(xt, wt, padding=1)
+        (y * y).sum().backward()
+        results.append((y, xt.grad, wt.grad))
+    for p, t in zip(results[1], results[0]):
+        assert_matches(p, t, rtol=1e-10, atol=1e-10)
+        assert layout_flags(p, "channels_last_3d") == layout_flags(t, "channels_last_3d")

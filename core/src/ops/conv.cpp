@@ -66,11 +66,12 @@ TensorMeta out_meta(const Shape& sizes, DType dtype, Device device, MemoryFormat
   return {sizes, dtype, device, format};
 }
 
-// A convolution's activations (output, input gradient) are channels last when its image or its
-// weight is (PyTorch's rule for oneDNN and cuDNN convolutions).
+// A 2-d convolution's activations (output, input gradient) are channels last when its image or
+// its weight is (PyTorch's rule for oneDNN and cuDNN convolutions); 3-d ones stay row-major, as
+// PyTorch 1.13's CPU conv3d returns them.
 MemoryFormat conv_memory_format(const Tensor& image, const Tensor& weight) {
-  const bool channels_last = image.suggest_memory_format() == MemoryFormat::ChannelsLast ||
-                             weight.suggest_memory_format() == MemoryFormat::ChannelsLast;
+  const bool channels_last = image.dim() == 4 && (image.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+                                                  weight.suggest_memory_format() == MemoryFormat::ChannelsLast);
   return channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 

@@ -53,7 +53,8 @@ std::vector<TensorMeta> where_meta(std::span<const Tensor> in, const Attrs&) {
   PF_CHECK_T(in[0].dtype() == in[1].dtype(), TypeError, "where: self and other must have one dtype (promote first), got ",
              dtype_name(in[0].dtype()), " and ", dtype_name(in[1].dtype()));
   PF_CHECK_T(in[2].dtype() == DType::Bool, TypeError, "where: condition must be bool, got ", dtype_name(in[2].dtype()));
-  return {{in[0].sizes(), in[0].dtype(), in[0].device()}};
+  const Tensor in_torch_order[] = {in[2], in[0], in[1]};  // where(condition, self, other)
+  return {{in[0].sizes(), in[0].dtype(), in[0].device(), result_memory_format(in_torch_order)}};
 }
 
 // nonzero(self) -> out: the caller counts the non-zeros and allocates out (n, ndim) int64.
