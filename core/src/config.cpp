@@ -331,7 +331,7 @@ class SchemaReader {
   void read_optimizations(const YAML::Node& node, const std::string& path, const YAML::Mark& mark, Optimizations& o) {
     for_each_field(node, path, mark,
                    {"conv_algo_search", "algo_cache", "fuse_pad_conv", "fuse_add_to_output", "fuse_conv_bn",
-                    "fuse_bias_act", "fuse_model_update", "amp", "graph"},
+                    "fuse_bias_act", "fuse_model_update", "amp", "graph", "graph_memory_format"},
                    [&](const std::string& key, const YAML::Mark& m, const YAML::Node& v) {
                      const std::string leaf = key.substr(path.size() + 1);
                      if (leaf == "conv_algo_search") {
@@ -351,6 +351,8 @@ class SchemaReader {
                        o.fuse_model_update = read_bool(v, key, m);
                      } else if (leaf == "graph") {
                        o.graph = read_bool(v, key, m);
+                     } else if (leaf == "graph_memory_format") {
+                       o.graph_memory_format = read_choice(v, key, m, {"auto", "channels_last", "contiguous"});
                      } else if (leaf == "amp") {
                        // YAML 1.1 readers take `off`/`no`/`false` for a boolean false; all mean "off".
                        bool b = true;

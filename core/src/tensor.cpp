@@ -225,8 +225,10 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
-  return !is_contiguous() && is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
-                                                                       : MemoryFormat::Contiguous;
+  // (An empty tensor is row-major contiguous whatever its strides; its channels-last check
+  // looks at the strides, as PyTorch's.)
+  return (numel() == 0 || !is_contiguous()) && is_contiguous(MemoryFormat::ChannelsLast) ? MemoryFormat::ChannelsLast
+                                                                                        : MemoryFormat::Contiguous;
 }
 
 MemoryFormat result_memory_format(std::span<const Tensor> inputs) {

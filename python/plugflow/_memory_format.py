@@ -125,6 +125,9 @@ def is_contiguous(t, fmt):
 def clone(t, fmt):
     """t copied into a new tensor laid out as `fmt` (differentiable, as clone)."""
     check(fmt, "clone")
+    if fmt is channels_last or fmt is channels_last_3d:
+        strides(t.shape, fmt)  # the rank check
+        return t._clone_channels_last()  # one core op: an nn.Graph captures it as a copy
     return empty_in_format(t.shape, fmt, t.dtype, t.device, like=t).copy_(t)
 
 

@@ -52,6 +52,7 @@ py::dict config_dict(const Config& c) {
   opt["fuse_model_update"] = o.fuse_model_update;
   opt["graph"] = o.graph;
   opt["amp"] = o.amp;
+  opt["graph_memory_format"] = o.graph_memory_format;
 
   py::dict coll;
   coll["cpu"] = c.collective_cpu;

@@ -1268,6 +1268,9 @@ void bind_tensor(py::module_& m) {
       .def(
           "clone", [](const Tensor& t) { return ops::clone(t); }, py::call_guard<py::gil_scoped_release>())
       .def(
+          "_clone_channels_last", [](const Tensor& t) { return ops::clone(t, MemoryFormat::ChannelsLast); },
+          py::call_guard<py::gil_scoped_release>())
+      .def(
           "copy_",
           [](py::object self, const Tensor& src, bool non_blocking) {
             Tensor& t = tensor_ref(self);

@@ -360,3 +360,70 @@ def test_graph_conv_algo_search_overrides_the_config(tmp_path):
     choices = json.loads(proc.stdout.strip().splitlines()[-1])
     by_batch = {c["key"].split("in=")[1].split("x")[0]: c["source"] for c in choices if c["op"] == "conv2d"}
     assert by_batch == {"2": "search", "1": "heuristic"}, choices
+
+
+def residual_cnn(dtype):
+    """conv-bn-relu, a residual block, pooling: the ops a channels-last graph runs channels last."""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))) + x)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2), Block(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [pf.float64, pf.float32])
+def test_channels_last_graph_trains_like_eager(dtype):
+    """graph.config.set_memory_format(channels_last): the graph converts its image argument to
+    channels last inside (the caller's tensor is untouched) and trains step for step as the
+    eager model on the row-major input; its convolutions' outputs are channels last."""
+    rng = seeded_rng(seed_plugflow=True)
+    eager = residual_cnn(dtype)
+    graphed = copy.deepcopy(eager)
+    opt_e, opt_g = (pf.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (eager, graphed))
+    g = TrainGraph(graphed, opt_g)
+    g.config.set_memory_format(pf.channels_last)
+    for _ in range(3):
+        x = pf.from_numpy(rng.standard_normal((4, 3, 10, 10))).to(dtype)
+        y = pf.from_numpy(rng.integers(0, 4, 4))
+        opt_e.zero_grad()
+        loss_e = F.cross_entropy(eager(x), y)
+        loss_e.backward()
+        opt_e.step()
+        loss_g = g(x, y)
+        assert x.is_contiguous()
+        assert_close(loss_g, loss_e, dtype)
+        for pe, pg in zip(eager.parameters(), graphed.parameters()):
+            np.testing.assert_allclose(pg.detach().numpy(), pe.detach().numpy(), **TOL[dtype])
+
+
+@pytest.mark.parametrize("setting, amp, channels_last", [
+    (pf.channels_last, False, True), (pf.contiguous_format, False, False), ("auto", False, False),
+    ("auto", True, True), (pf.contiguous_format, True, False)])
+def test_graph_memory_format_setting(setting, amp, channels_last):
+    """What each setting does to an inference graph's convolution output: 'auto' is channels last
+    under amp only."""
+    m = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU()).eval()
+    g = EvalGraph(m)
+    g.config.set_memory_format(setting)
+    if amp:
+        g.config.enable_amp(True, dtype=pf.bfloat16)
+    x = pf.randn(2, 3, 7, 7)
+    out = g(x)
+    assert out.is_contiguous(memory_format=pf.channels_last) == channels_last
+    assert out.is_contiguous() != channels_last
+    with pf.no_grad(), pf.autocast("cpu", dtype=pf.bfloat16, enabled=amp):
+        expected = m(x)
+    np.testing.assert_allclose(out.float().numpy(), expected.float().numpy(), rtol=1e-2 if amp else 1e-5,
+                               atol=1e-2 if amp else 1e-6)
+
+
+def test_graph_memory_format_errors(tmp_path):
+    with pytest.raises(ValueError, match="set_memory_format"):
+        EvalGraph(nn.ReLU()).config.set_memory_format("nhwc")
+    with pytest.raises(pf.ConfigError, match="graph_memory_format.*did you mean 'channels_last'"):
+        pf._C.parse_config("optimizations:\n  graph_memory_format: channel_last\n", "inline.yaml")

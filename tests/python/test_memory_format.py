@@ -171,6 +171,7 @@ ELEMENTWISE = [
     ("gt", lambda lib, a, b: a > b),
     ("where", lambda lib, a, b: lib.where(a > 0, a, b)),
     ("sigmoid", lambda lib, a, b: lib.sigmoid(a)),
+    ("to_double", lambda lib, a, b: a.double()),  # .to() keeps the layout (preserve_format)
 ]
 
 

@@ -120,7 +120,8 @@ class PF_API Tensor {
   // Dense in `format`'s order (size-1 dims' strides ignored, as is_contiguous() does).
   bool is_contiguous(MemoryFormat format) const;
   // The format a result computed from this tensor takes: ChannelsLast for a 4-d/5-d tensor
-  // dense in channels-last order and not also row-major (C == 1 or a 1x1 image is both).
+  // dense in channels-last order and not also row-major (C == 1 or a 1x1 image is both;
+  // an empty tensor counts by its strides).
   MemoryFormat suggest_memory_format() const;
   // True when the elements fill a dense block with no gaps (any order), so a flat loop works.
   bool is_non_overlapping_and_dense() const;

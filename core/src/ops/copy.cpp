@@ -161,7 +161,8 @@ Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DType> dt
   if (d.index < 0) d.index = 0;
   const DType dt = dtype.value_or(t.dtype());
   if (!copy && d == t.device() && dt == t.dtype()) return t;
-  Tensor out = Tensor::empty(t.sizes(), dt, d);
+  // PyTorch's preserve_format: a channels-last tensor stays channels last (autocast's casts too).
+  Tensor out = Tensor::empty(t.sizes(), dt, d, t.suggest_memory_format());
   {
     autograd::GradModeGuard no_grad(false);
     copy_(out, t, non_blocking);

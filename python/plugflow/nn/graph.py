@@ -69,10 +69,12 @@ class GraphConfig:
         }
         self._amp = opt["amp"]  # "off" | "bf16" | "fp16"
         self._conv_algo_search = opt["conv_algo_search"]
+        self._memory_format = opt["graph_memory_format"]  # "auto" | "channels_last" | "contiguous"
         self._grad_acc_steps = 1
 
     def _key(self):
-        return (tuple(sorted(self._passes.items())), self._amp, self._conv_algo_search, self._grad_acc_steps)
+        return (tuple(sorted(self._passes.items())), self._amp, self._conv_algo_search, self._memory_format,
+                self._grad_acc_steps)
 
     def enable_amp(self, mode=True, *, dtype=None):
         """Mixed precision for this graph: build() is captured under autocast (bfloat16, the
@@ -95,6 +97,25 @@ class GraphConfig:
         if strategy not in ("heuristic", "exhaustive"):
             raise ValueError(f"set_conv_algo_search: expected 'heuristic' or 'exhaustive', got {strategy!r}")
         self._conv_algo_search = strategy
+
+    def set_memory_format(self, memory_format):
+        """The layout of the graph's image activations: plugflow.channels_last converts every 4-d
+        floating tensor argument to channels last inside the graph (the caller's tensor is left
+        as it is), so convolutions, batch norms, pooling and elementwise ops run channels last;
+        plugflow.contiguous_format leaves the arguments as they come; "auto" is channels last
+        under amp, where oneDNN's 16-bit convolutions are fastest channels last, and the
+        arguments' own layout in float32, where its blocked formats are (docs/graph.md)."""
+        from .._memory_format import channels_last, contiguous_format
+        names = {channels_last: "channels_last", contiguous_format: "contiguous", "auto": "auto"}
+        if memory_format not in names:
+            raise ValueError("set_memory_format: expected plugflow.channels_last, plugflow.contiguous_format or "
+                             f"'auto', got {memory_format!r}")
+        self._memory_format = names[memory_format]
+
+    def _channels_last(self):
+        if self._memory_format == "auto":
+            return self._amp != "off"
+        return self._memory_format == "channels_last"
 
     def enable_cudnn_conv_heuristic_search_algo(self, mode=True):
         """OneFlow's name: True = heuristic search, False = exhaustive (any device)."""
@@ -134,7 +155,17 @@ class GraphConfig:
     def __repr__(self):
         on = [name for name, v in self._passes.items() if v]
         return (f"GraphConfig(amp={self._amp!r}, conv_algo_search={self._conv_algo_search!r}, "
-                f"gradient_accumulation_steps={self._grad_acc_steps}, passes={on})")
+                f"memory_format={self._memory_format!r}, gradient_accumulation_steps={self._grad_acc_steps}, "
+                f"passes={on})")
+
+
+def _in_channels_last(arg):
+    """A 4-d floating tensor argument converted to channels last inside the capture (a copy the
+    graph records; one already channels last, or with C == 1 or a 1x1 image, passes as it is)."""
+    from .._memory_format import channels_last
+    if isinstance(arg, Tensor) and arg.dim() == 4 and arg.dtype.is_floating_point:
+        return arg.contiguous(memory_format=channels_last)
+    return arg
 
 
 def _flatten(obj, out):
@@ -336,6 +367,8 @@ class Graph:
         capture = _C._GraphCapture(tensors)
         scope_hooks = self._scope_hooks(capture)
         try:
+            if self.config._channels_last():
+                args = [_in_channels_last(a) for a in args]
             with self._amp_region(tensors):
                 with self._scaled_backward():
                     outputs = self._run_build(args)
