@@ -18,7 +18,7 @@ import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax")
+FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments")
 # Ops along one dim (along_dim.yaml): each line along `dim` maps to a line of the same shape.
 ALONG_DIM = ("scan", "softmax")
 DTYPE_RULES = {
@@ -30,9 +30,10 @@ DTYPE_RULES = {
     "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input"},
     "scan": {"accumulate": None},
     "softmax": {"floating": None},
+    "moments": {"floating": None},
 }
 DEFAULT_DTYPE = {"unary": "float", "binary": "same", "activation": "float", "ternary": "promote", "reduction": "input",
-                 "scan": "accumulate", "softmax": "floating"}
+                 "scan": "accumulate", "softmax": "floating", "moments": "floating"}
 KERNEL_DTYPES = {"all": "All", "numeric": "Numeric", "float": "Float", "integral": "Integral"}
 DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all", "compare": "all", "logical": "all"}
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
@@ -42,20 +43,27 @@ OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number":
 IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
-          "identity", "dim_optional", "doc"}
+          "identity", "dim_optional", "doc", "outputs", "variants"}
 REDUCTION_ONLY = {"identity", "dim_optional"}
+MOMENTS_ONLY = {"outputs", "variants"}
+# A variant: one Python function over a kernel with several outputs (moments.yaml)
+VARIANT_FIELDS = {"name", "attrs", "outputs", "python", "out", "amp"}
+VARIANT_PYTHON = {"function", "method"}
 # ternary ops name theirs
 INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"], "reduction": ["self"],
-          "scan": ["self"], "softmax": ["self"]}
+          "scan": ["self"], "softmax": ["self"], "moments": ["self"]}
 # The families whose attributes (positional, in this order) and Python forms are the family's
 FIXED_ATTRS = {"reduction": {"dims": "int[]", "keepdim": "bool"},
                "scan": {"dim": "int", "reverse": "bool"},  # reverse: from the end (cumsum's backward)
-               "softmax": {"dim": "int"}}
+               "softmax": {"dim": "int"},
+               # PyTorch's var/std arguments; `attrs:` adds the kernel's own, which variants fix
+               "moments": {"dims": "int[]", "keepdim": "bool", "correction": "float"}}
 FIXED_PYTHON = {"reduction": ["function", "method"], "scan": ["function", "method", "inplace"],
-                "softmax": ["function", "method"]}
+                "softmax": ["function", "method"], "moments": []}
 PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype])",
                "scan": "torch.X, Tensor.X and Tensor.X_ (dim, *, dtype)",
-               "softmax": "torch.X and Tensor.X (dim, dtype)"}
+               "softmax": "torch.X and Tensor.X (dim, dtype)",
+               "moments": "its `variants` (dim, unbiased, keepdim, *, correction)"}
 
 
 class DefinitionError(Exception):
@@ -104,6 +112,8 @@ def normalize(e, seen):
         fail(f"family must be one of {FAMILIES}")
     if family != "reduction" and set(e) & REDUCTION_ONLY:
         fail(f"{sorted(set(e) & REDUCTION_ONLY)}: only reductions have these")
+    if family != "moments" and set(e) & MOMENTS_ONLY:
+        fail(f"{sorted(set(e) & MOMENTS_ONLY)}: only moments ops (several outputs, Python variants) have these")
     inputs = e.get("inputs", INPUTS.get(family))
     if family == "ternary":
         if not (isinstance(inputs, list) and len(inputs) == 3 and all(isinstance(i, str) for i in inputs)):
@@ -128,7 +138,11 @@ def normalize(e, seen):
     for a, t in attrs.items():
         if t not in ATTR_TYPES:
             fail(f"attribute {a}: type {t} is not one of {sorted(ATTR_TYPES)}")
-    if family in FIXED_ATTRS:
+    if family == "moments":
+        if set(attrs) & set(FIXED_ATTRS[family]):
+            fail(f"attrs: {FIXED_ATTRS[family]} are the family's; name only the kernel's own")
+        attrs = {**FIXED_ATTRS[family], **attrs}
+    elif family in FIXED_ATTRS:
         if attrs:
             fail(f"attrs: a {family} op's are {FIXED_ATTRS[family]}")
         attrs = FIXED_ATTRS[family]
@@ -169,6 +183,15 @@ def normalize(e, seen):
     if not isinstance(dim_optional, bool):
         fail("dim_optional: true or false")
 
+    outputs = e.get("outputs", ["result"])
+    if family == "moments" and not (isinstance(outputs, list) and len(outputs) >= 2 and
+                                    all(isinstance(x, str) and x not in ("self", "grad") for x in outputs)):
+        fail("outputs: a moments op names its outputs (two or more)")
+    seen.add(name)
+    variants = [normalize_variant(v, name, attrs, outputs, seen, fail) for v in e.get("variants", [])]
+    if family == "moments" and not variants:
+        fail("variants: a moments op is bound to Python through its variants (at least one)")
+
     deriv = e.get("derivative")
     if deriv is not None:
         if family == "ternary":
@@ -180,16 +203,60 @@ def normalize(e, seen):
             fail("an op with a bool output has no derivative")
         if "function" in deriv:
             uses = deriv.get("uses", [])
-            if set(deriv) - {"function", "uses"} or set(uses) - set(INPUTS[family]) - {"result"}:
-                fail("derivative: `function` takes only `uses` (a subset of the inputs and result)")
+            if set(deriv) - {"function", "uses"} or set(uses) - set(INPUTS[family]) - set(outputs):
+                fail(f"derivative: `function` takes only `uses` (a subset of the inputs and {outputs})")
         elif set(deriv) != set(INPUTS[family]):
             fail(f"derivative: give a formula for each input {INPUTS[family]}")
-    seen.add(name)
     seen.update(aliases)
     return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel,
                 attrs=attrs, python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp,
                 derivative=deriv, bool_out=bool_out, identity=identity, dim_optional=dim_optional,
-                doc=e.get("doc", ""))
+                outputs=outputs, variants=variants, doc=e.get("doc", ""))
+
+
+ATTR_VALUE_TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str}
+
+
+def normalize_variant(v, kernel, attrs, outputs, seen, fail):
+    """A Python function over `kernel`: the values of the kernel's own attributes it fixes, the
+    outputs it returns (in the kernel's order), its Python forms, out= and autocast."""
+    name = v.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        fail(f"variants: bad or missing name: {v!r}")
+    if name in seen - {kernel}:
+        fail(f"variant '{name}': defined twice")
+    if set(v) - VARIANT_FIELDS:
+        fail(f"variant '{name}': unknown fields {sorted(set(v) - VARIANT_FIELDS)} ({sorted(VARIANT_FIELDS)})")
+    own = {a: t for a, t in attrs.items() if a not in FIXED_ATTRS["moments"]}
+    fixed = v.get("attrs", {})
+    if set(fixed) != set(own):
+        fail(f"variant '{name}': attrs fixes each of the kernel's own attributes {sorted(own)}")
+    for a, value in fixed.items():
+        ok = ATTR_VALUE_TYPES.get(own[a])
+        if ok is None or not isinstance(value, ok) or (own[a] != "bool" and isinstance(value, bool)):
+            fail(f"variant '{name}': attrs: {a} is a {own[a]}, not {value!r}")
+    returned = v.get("outputs", outputs)
+    if not returned or [o for o in outputs if o in returned] != returned:
+        fail(f"variant '{name}': outputs: some of {outputs}, in that order")
+    python = v.get("python", ["function", "method"])
+    if not python or set(python) - VARIANT_PYTHON:
+        fail(f"variant '{name}': python: some of {sorted(VARIANT_PYTHON)}")
+    out = v.get("out")
+    if out is not None and (out not in OUT_KINDS or len(returned) != 1):
+        fail(f"variant '{name}': out: one of {sorted(OUT_KINDS)}, for a variant returning one output")
+    amp = v.get("amp", {})
+    for dev, pol in amp.items():
+        if dev not in ("cpu", "cuda") or pol not in AMP_POLICIES:
+            fail(f"variant '{name}': amp: {dev}: {pol}")
+    seen.add(name)
+    return dict(name=name, kernel=kernel, family="moments", inputs=["self"], dtype="floating", fixed=fixed,
+                outputs=returned, output_mask=sum(1 << outputs.index(o) for o in returned), python=set(python),
+                custom_python=False, out=out, aliases=[], amp=amp, bool_out=False, dim_optional=True,
+                node=f"{camel(name)}Backward0")
+
+
+def variants_of(ops):
+    return [v for o in ops for v in o["variants"]]
 
 
 def signature(op):
@@ -197,7 +264,8 @@ def signature(op):
     attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
     if attrs and op["family"] not in FIXED_ATTRS:  # those are positional
         attrs = ", *" + attrs
-    return f"{op['name']}({ins}{attrs}) -> Tensor"
+    outs = "Tensor" if op["outputs"] == ["result"] else "(" + ", ".join(f"Tensor {o}" for o in op["outputs"]) + ")"
+    return f"{op['name']}({ins}{attrs}) -> {outs}"
 
 
 def cbool(b):
@@ -221,6 +289,7 @@ def header(ops):
     reductions = [o for o in ops if o["family"] == "reduction"]
     scans = [o for o in ops if o["family"] == "scan"]
     softmaxes = [o for o in ops if o["family"] == "softmax"]
+    moments = [o for o in ops if o["family"] == "moments"]
     parts = [
         "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
         "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
@@ -269,6 +338,18 @@ def header(ops):
               " / Camel##Fn (CUDA) for Dtypes##Types",
               [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], q(signature(o))]
                for o in softmaxes]),
+        macro("PF_OPDEFS_MOMENTS",
+              "X(name, Camel, Dtypes, n_outputs, signature): reductions with several outputs, bound through their"
+              " variants; the catalog, and in-tree plugins register functor Camel##Op (CPU) / Camel##Red (CUDA)"
+              " for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], str(len(o["outputs"])),
+                q(signature(o))] for o in moments]),
+        macro("PF_OPDEFS_MOMENT_VARIANTS",
+              "X(name, kernel, (Attrs fixed), output_mask, node, function, method): the Python functions over a"
+              " moments kernel: the attributes they fix, the outputs they return (bit i: output i), their"
+              " backward node; torch.X / Tensor.X(dim, unbiased, keepdim, *, correction)",
+              [[q(v["name"]), q(v["kernel"]), attrs_init(v["fixed"]), str(v["output_mask"]), q(v["node"]),
+                cbool("function" in v["python"]), cbool("method" in v["python"])] for v in variants_of(moments)]),
     ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
@@ -284,13 +365,21 @@ def header(ops):
               [[q(o["name"])] for o in ops if "special" in o["python"]]),
         macro("PF_OPDEFS_PY_ALIASES", "X(alias, op, bound_generically): other Python names of an op",
               [[q(a), q(o["name"]), cbool(not o["custom_python"])] for o in ops for a in o["aliases"]]),
-        macro("PF_OPDEFS_PY_OUT", "X(name, OutKind): functions taking out= (aliases included)",
-              [[q(n), OUT_KINDS[o["out"]]] for o in ops if o["out"] for n in [o["name"]] + o["aliases"]]),
+        macro("PF_OPDEFS_PY_OUT", "X(name, OutKind): functions taking out= (aliases and variants included)",
+              [[q(n), OUT_KINDS[o["out"]]] for o in ops + variants_of(ops) if o["out"]
+               for n in [o["name"]] + o["aliases"]]),
         macro("PF_OPDEFS_AUTOCAST", "X(name, cpu Policy, cuda Policy): PyTorch 1.13's autocast lists",
               [[q(o["name"]), AMP_POLICIES.get(o["amp"].get("cpu"), "None"),
-                AMP_POLICIES.get(o["amp"].get("cuda"), "None")] for o in ops if o["amp"]]),
+                AMP_POLICIES.get(o["amp"].get("cuda"), "None")] for o in ops + variants_of(ops) if o["amp"]]),
     ]
     return "\n".join(parts)
+
+
+def attrs_init(fixed):
+    """Attribute values as a parenthesized C++ Attrs initializer (one macro argument)."""
+    def value(v):
+        return cbool(v) if isinstance(v, bool) else q(v) if isinstance(v, str) else repr(v)
+    return "(Attrs{" + ", ".join(f'{{"{a}", {value(v)}}}' for a, v in fixed.items()) + "})"
 
 
 def uses_of(exprs, names):
@@ -299,7 +388,7 @@ def uses_of(exprs, names):
 
 def derivatives(ops):
     letters = {"self": "a", "other": "b", "result": "o"}
-    out = {"unary": [], "binary": [], "reduction": [], "along_dim": []}
+    out = {"unary": [], "binary": [], "reduction": [], "along_dim": [], "moments": []}
     for o in ops:
         d = o["derivative"]
         if d is None:
@@ -309,6 +398,11 @@ def derivatives(ops):
             # PyTorch's node names: a reduction with a no-dim overload has XBackward0 for it, XBackward1 with dims
             nodes = [f"{camel(o['name'])}Backward0", f"{camel(o['name'])}Backward{1 if o['dim_optional'] else 0}"]
             out["reduction"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}", "{nodes[0]}", "{nodes[1]}"}}}},')
+            continue
+        if o["family"] == "moments":
+            # the saved tensors: a (the input), then an output's index
+            needs = "".join("a" if u == "self" else str(o["outputs"].index(u)) for u in d.get("uses", []))
+            out["moments"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}"}}}},')
             continue
         if o["family"] in ALONG_DIM:
             needs = "".join(letters[u] for u in ("self", "result") if u in d.get("uses", []))
@@ -332,11 +426,12 @@ def derivatives(ops):
         out[kind].append(f'{{"{o["name"]}", {{{fn}, "{needs}"}}}},')
     return ("// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
             "// The backward formulas, as initializers of elementwise_grad.cpp's, reduce.cpp's and\n"
-            "// reduction_extra.cpp's tables.\n"
+            "// reduction_extra.cpp's tables (the moments' node names are their variants').\n"
             "#define PF_OPDEFS_BINARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["binary"]) + "\n"
             "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n"
             "#define PF_OPDEFS_REDUCTION_DERIVATIVES \\\n  " + " \\\n  ".join(out["reduction"]) + "\n"
-            "#define PF_OPDEFS_ALONG_DIM_DERIVATIVES \\\n  " + " \\\n  ".join(out["along_dim"]) + "\n")
+            "#define PF_OPDEFS_ALONG_DIM_DERIVATIVES \\\n  " + " \\\n  ".join(out["along_dim"]) + "\n"
+            "#define PF_OPDEFS_MOMENTS_DERIVATIVES \\\n  " + " \\\n  ".join(out["moments"]) + "\n")
 
 
 DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from {source} -->"
@@ -406,9 +501,25 @@ def along_dim_rows(ops):
     return rows
 
 
+def variant_cell(v):
+    forms = " / ".join(f for f, token in (("torch.X", "function"), ("Tensor.X", "method")) if token in v["python"])
+    fixed = ", ".join(f"{a}={str(x).lower() if isinstance(x, bool) else x}" for a, x in v["fixed"].items())
+    out = f", out= ({v['out']})" if v["out"] else ""
+    return f"`{v['name']}`: {forms.replace('X', v['name'])} → {', '.join(v['outputs'])} ({fixed}{out})"
+
+
+def moments_rows(ops):
+    rows = ["| op | outputs | input (= output) dtypes | kernel dtypes | attrs | Python functions | notes |",
+            "|---|---|---|---|---|---|---|"]
+    for o in ops:
+        rows.append(f"| `{o['name']}` | {', '.join(o['outputs'])} | floating | {kernel_cell(o)} | {attrs_cell(o)} | "
+                    f"{'<br>'.join(variant_cell(v) for v in o['variants'])} | {cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
     rows_of = {"ternary": ternary_rows, "reduction": reduction_rows, "scan": along_dim_rows,
-               "softmax": along_dim_rows}
+               "softmax": along_dim_rows, "moments": moments_rows}
     writers = {rows_of.get(o["family"], elementwise_rows) for o in ops}
     if len(writers) > 1:
         raise DefinitionError(f"{source}: its families need different docs tables (one file, one table)")

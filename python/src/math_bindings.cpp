@@ -108,10 +108,12 @@ py::cpp_function out_path(py::object orig, std::string fn, OutKind kind, bool ne
   return py::cpp_function(
       [orig, fn, kind, needs_dim](py::args args, py::kwargs kwargs) -> py::object {
         py::object out = kwargs["out"];
-        // sum/prod/mean: PyTorch's no-dim overload X(input, *, dtype) has no out=
-        if (needs_dim && args.size() < 2 && (!kwargs.contains("dim") || kwargs["dim"].is_none()))
-          PF_THROW(TypeError, fn, "() received an invalid combination of arguments - got out= without dim (",
-                   fn, "(input, *, dtype=None) takes no out=; ", fn, "(input, dim, keepdim=False, *, dtype=None, out=None) does)");
+        // sum/prod/mean's no-dim overload X(input, *, dtype) and var/std's X(input, unbiased) have no
+        // out=: only the overloads with a dim (None included) have
+        const bool dim_given = (args.size() >= 2 && !PyBool_Check(args[1].ptr())) || kwargs.contains("dim");
+        if (needs_dim && !dim_given)
+          PF_THROW(TypeError, fn, "() received an invalid combination of arguments - got out= without dim (only ",
+                   fn, "'s overloads with a dim take out=)");
         py::dict rest = py::reinterpret_steal<py::dict>(PyDict_Copy(kwargs.ptr()));
         PyDict_DelItemString(rest.ptr(), "out");
         const Tensor* out_t = as_tensor(out);
@@ -155,12 +157,16 @@ PyObject* out_dispatch(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
 // Rebinds m.<name> so that it accepts PyTorch's `out=`.
 void add_out_param(py::module_& m, const char* name, OutKind kind) {
   if (!py::hasattr(m, name)) return;
-  // The reductions with PyTorch's no-dim overload (core/opdefs/reductions.yaml, dim_optional).
+  // The reductions with PyTorch's no-dim overload (core/opdefs/reductions.yaml, dim_optional;
+  // the variants of core/opdefs/moments.yaml).
   static const std::set<std::string> kDimOptional = [] {
     std::set<std::string> names;
 #define PF_X(op, dtype_arg, dim_optional) \
   if (dim_optional) names.insert(op);
     PF_OPDEFS_PY_REDUCTION(PF_X)
+#undef PF_X
+#define PF_X(op, ...) names.insert(op);
+    PF_OPDEFS_MOMENT_VARIANTS(PF_X)
 #undef PF_X
     return names;
   }();

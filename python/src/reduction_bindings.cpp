@@ -1,6 +1,6 @@
 // The reduction family (plugflow/ops_reduction.h) as plugflow.X functions and Tensor methods:
-// var, std, var_mean, std_mean, logsumexp, norm, and the ops along one dim of
-// core/opdefs/along_dim.yaml (cumsum(_), cumprod(_), softmax, log_softmax).
+// logsumexp, norm, the variants of core/opdefs/moments.yaml (var, std, var_mean, std_mean) and
+// the ops along one dim of core/opdefs/along_dim.yaml (cumsum(_), cumprod(_), softmax, log_softmax).
 // (all/any are bound with the other reductions in tensor_bindings.cpp.) Runs after
 // bind_tensor: methods are added to the existing class.
 #include <pybind11/pybind11.h>
@@ -50,35 +50,41 @@ Shape dims_arg(py::handle h, const char* fn) {
   return {to_int(h, fn, "dim")};
 }
 
-// var/std's overloads: (unbiased: bool), (dim, unbiased=True, keepdim=False) and
-// (dim=None, *, correction=None, keepdim=False).
+// var/std's overloads in PyTorch 1.13: (unbiased=True), (dim, unbiased=True, keepdim=False) and
+// (dim, *, correction, keepdim=False), dim None included. An argument left out arrives as
+// Ellipsis (`absent`): the first overload takes neither keepdim nor correction.
 struct VarArgs {
   Shape dims;
   double correction = 1;
+  bool keepdim = false;
 };
 
-VarArgs var_args(const char* fn, py::handle dim, py::handle unbiased, py::handle correction) {
+const py::handle absent = Py_Ellipsis;
+
+VarArgs var_args(const char* fn, py::handle dim, py::handle unbiased, py::handle keepdim, py::handle correction) {
   VarArgs r;
-  py::handle d = dim;
-  if (PyBool_Check(dim.ptr())) {  // var(True): the first positional is `unbiased`
-    PF_CHECK_T(unbiased.is_none() && correction.is_none(), TypeError, fn,
-               "() received an invalid combination of arguments");
-    r.correction = dim.ptr() == Py_True ? 1 : 0;
-    d = py::none();
+  const bool unbiased_overload = dim.is(absent) || PyBool_Check(dim.ptr());  // var(), var(True)
+  if (unbiased_overload) {
+    PF_CHECK_T(keepdim.is(absent) && correction.is(absent) && !(PyBool_Check(dim.ptr()) && !unbiased.is(absent)),
+               TypeError, fn, "() received an invalid combination of arguments (", fn,
+               "(input, unbiased) takes no dim, keepdim or correction)");
+    if (PyBool_Check(dim.ptr())) unbiased = dim;
   }
-  if (!unbiased.is_none()) {
-    PF_CHECK_T(correction.is_none(), TypeError, fn,
+  if (!unbiased.is(absent)) {
+    PF_CHECK_T(correction.is(absent), TypeError, fn,
                "() received an invalid combination of arguments - got both 'unbiased' and 'correction'");
     PF_CHECK_T(PyBool_Check(unbiased.ptr()), TypeError, fn, "(): argument 'unbiased' must be bool, not ",
                type_name(unbiased));
     r.correction = unbiased.ptr() == Py_True ? 1 : 0;
   }
-  if (!correction.is_none()) {
-    PF_CHECK_T(!PyBool_Check(correction.ptr()) && (PyLong_Check(correction.ptr()) || PyFloat_Check(correction.ptr())),
-               TypeError, fn, "(): argument 'correction' must be int, not ", type_name(correction));
-    r.correction = correction.cast<double>();
+  if (!correction.is(absent))
+    r.correction = static_cast<double>(to_int(correction, fn, "correction"));  // PyTorch 1.13's is an int
+  if (!keepdim.is(absent)) {
+    PF_CHECK_T(PyBool_Check(keepdim.ptr()), TypeError, fn, "(): argument 'keepdim' must be bool, not ",
+               type_name(keepdim));
+    r.keepdim = keepdim.ptr() == Py_True;
   }
-  r.dims = dims_arg(d, fn);
+  if (!unbiased_overload) r.dims = dims_arg(dim, fn);
   return r;
 }
 
@@ -117,8 +123,12 @@ void check_frobenius_dims(py::handle p, py::handle dim) {
   PF_CHECK(n <= 2, "Expected at most 2 dimensions, but got ", n, " dimensions instead.");
 }
 
-py::object pair(std::pair<Tensor, Tensor> r) {
-  return py::make_tuple(py::cast(std::move(r.first)), py::cast(std::move(r.second)));
+// One output as a tensor, several as a tuple.
+py::object tuple_or_tensor(std::vector<Tensor> r) {
+  if (r.size() == 1) return py::cast(std::move(r[0]));
+  py::tuple t(r.size());
+  for (size_t i = 0; i < r.size(); ++i) t[i] = py::cast(std::move(r[i]));
+  return t;
 }
 
 }  // namespace
@@ -137,39 +147,31 @@ void bind_reduction(py::module_& m) {
     public_names.attr("append")(name);
   };
 
-  // ---- statistics ---------------------------------------------------------------------------
-  both(
-      "var",
-      [](const Tensor& t, py::handle dim, py::handle unbiased, bool keepdim, py::handle correction) {
-        const VarArgs a = var_args("var", dim, unbiased, correction);
-        return ops::var(t, a.dims, a.correction, keepdim);
-      },
-      py::arg("dim") = py::none(), py::arg("unbiased") = py::none(), py::arg("keepdim") = false, py::kw_only(),
-      py::arg("correction") = py::none());
-  both(
-      "std",
-      [](const Tensor& t, py::handle dim, py::handle unbiased, bool keepdim, py::handle correction) {
-        const VarArgs a = var_args("std", dim, unbiased, correction);
-        return ops::std_dev(t, a.dims, a.correction, keepdim);
-      },
-      py::arg("dim") = py::none(), py::arg("unbiased") = py::none(), py::arg("keepdim") = false, py::kw_only(),
-      py::arg("correction") = py::none());
-  function(
-      "var_mean",
-      [](const Tensor& t, py::handle dim, py::handle unbiased, bool keepdim, py::handle correction) {
-        const VarArgs a = var_args("var_mean", dim, unbiased, correction);
-        return pair(ops::var_mean(t, a.dims, a.correction, keepdim));
-      },
-      py::arg("dim") = py::none(), py::arg("unbiased") = py::none(), py::arg("keepdim") = false, py::kw_only(),
-      py::arg("correction") = py::none());
-  function(
-      "std_mean",
-      [](const Tensor& t, py::handle dim, py::handle unbiased, bool keepdim, py::handle correction) {
-        const VarArgs a = var_args("std_mean", dim, unbiased, correction);
-        return pair(ops::std_mean(t, a.dims, a.correction, keepdim));
-      },
-      py::arg("dim") = py::none(), py::arg("unbiased") = py::none(), py::arg("keepdim") = false, py::kw_only(),
-      py::arg("correction") = py::none());
+  // ---- the reductions with several outputs (core/opdefs/moments.yaml) ------------------------------
+  // Each variant: torch.X and/or Tensor.X with PyTorch's var/std arguments; a tuple when it
+  // returns several outputs.
+  struct MomentsVariant {
+    const char* name;
+    bool function, method;
+  };
+#define PF_X(name, kernel, fixed, mask, node, function, method) MomentsVariant{name, function, method},
+  for (const MomentsVariant& v : {PF_OPDEFS_MOMENT_VARIANTS(PF_X)}) {
+#undef PF_X
+    const char* name = v.name;
+    auto f = [name](const Tensor& t, py::handle dim, py::handle unbiased, py::handle keepdim, py::handle correction) {
+      const VarArgs a = var_args(name, dim, unbiased, keepdim, correction);
+      return tuple_or_tensor(ops::moments(name, t, a.dims, a.correction, a.keepdim));
+    };
+    auto bind = [&](auto... self_arg) {
+      return py::cpp_function(f, py::name(name), self_arg..., py::arg("dim") = absent, py::arg("unbiased") = absent,
+                              py::arg("keepdim") = absent, py::kw_only(), py::arg("correction") = absent);
+    };
+    if (v.method) cls.attr(name) = bind(py::is_method(cls));
+    if (v.function) {
+      m.attr(name) = bind(py::arg("input"));
+      public_names.attr("append")(name);
+    }
+  }
 
   // ---- logsumexp, norm --------------------------------------------------------------------------
   both(

@@ -17,7 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import gen_ops  # noqa: E402  (the build's own reader of the definitions)
 
-OPS = [o for ops in gen_ops.load_all(sorted((ROOT / "core" / "opdefs").glob("*.yaml"))).values() for o in ops]
+DEFINED = [o for ops in gen_ops.load_all(sorted((ROOT / "core" / "opdefs").glob("*.yaml"))).values() for o in ops]
+# The Python functions: the ops, and the variants of a kernel with several outputs (var over var_mean)
+OPS = DEFINED + gen_ops.variants_of(DEFINED)
 PYTHON_OPS = [o for o in OPS if not o["custom_python"] and o["python"]]
 # The arguments after the tensors that a family's Python forms require (the dim of an op along one dim).
 REQUIRED_ARGS = {"scan": [1], "softmax": [1]}
@@ -57,6 +59,9 @@ def test_declared_forms_match_torch(op):
             assert_same_outcome(lambda lib: function(lib, op, name)(*inputs(lib, op)))
         if "method" in op["python"]:
             assert_same_outcome(lambda lib: getattr(lib.Tensor, name)(*inputs(lib, op)))
+        else:
+            assert not hasattr(torch.Tensor, name), f"torch.Tensor.{name} exists: the op is declared without it"
+            assert not hasattr(pf.Tensor, name), f"plugflow.Tensor.{name} exists: the op is declared without it"
         inplace = "inplace" in op["python"]
         assert hasattr(torch.Tensor, name + "_") == inplace, f"torch.Tensor.{name}_ exists: {not inplace}"
         if inplace:

@@ -4,6 +4,7 @@ softmax/log_softmax: values and gradients on random inputs (non-contiguous layou
 and 1, infinities and NaN), double backward, and PyTorch's exceptions for bad input."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -92,6 +93,39 @@ def test_var_mean_std_mean(op, seed):
     (mp * pf.from_numpy(g2)).sum().backward()
     ((vt * torch.from_numpy(g1)).sum() + (mt * torch.from_numpy(g2)).sum()).backward()
     close(p.grad, t.grad)
+
+
+@pytest.mark.parametrize("op", ["var", "std", "var_mean", "std_mean"])
+@pytest.mark.parametrize("call", [
+    "f(x)", "f(x, True)", "f(x, False)", "f(x, 1)", "f(x, (0, 2), False, True)", "f(x, None, True)",
+    "f(x, dim=[0, 1], correction=2, keepdim=True)", "f(x, correction=0)", "f(x, 1, unbiased=False, keepdim=True)",
+    "f(x, -1, correction=1)", "f(x, True, keepdim=True)", "f(x, 1, correction=0.5)", "f(x, 1, correction=True)",
+    "f(x, 1, unbiased=1)", "f(x, dim=1, unbiased=True, correction=1)", "f(x, 1.0)", "f(x, True, False)",
+    "f(x, 1, out=lib.empty(0))", "f(x, (0, 1), True, True, out=lib.empty(0, dtype=lib.float64))",
+    "f(x, None, correction=0, out=lib.empty(0))", "f(x, dim=None, out=lib.empty(0))", "f(x, out=lib.empty(0))",
+    "f(x, True, out=lib.empty(0))", "f(x, correction=0, out=lib.empty(0))", "f(x, 1, out=lib.empty(0, dtype=lib.int64))",
+    "f(x.requires_grad_(), 1, out=lib.empty(0))", "f(x.double(), 1, out=lib.empty(0, dtype=lib.float16))"])
+def test_moments_overloads_and_out_match_torch(op, call):
+    # var/std/var_mean/std_mean are the variants of one kernel (core/opdefs/moments.yaml): each
+    # takes PyTorch 1.13's three overloads; var/std take out= with a dim (None included).
+    data = np.random.default_rng(3).uniform(-2, 2, size=(3, 4, 2)).astype("float32")
+
+    def run(lib):
+        x = lib.tensor(data)
+        f = getattr(lib, op)
+        if "out=" in call:
+            m = re.search(r"out=(.*)\)$", call)
+            out = eval(m.group(1))  # noqa: S307
+            res = eval(call[:m.start()] + "out=out)")  # noqa: S307
+            return res is out, out
+        return eval(call)  # noqa: S307
+    assert_same_outcome(run, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, node", [("var", "VarBackward0"), ("std", "StdBackward0")])
+def test_var_std_node_names(op, node):
+    assert getattr(pf.ones(2, 3, requires_grad=True), op)(1).grad_fn.name() == node
+    assert getattr(torch.ones(2, 3, requires_grad=True), op)(1).grad_fn.name() == node
 
 
 def test_var_edge_cases():

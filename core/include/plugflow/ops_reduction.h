@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "plugflow/export.h"
 #include "plugflow/tensor.h"
@@ -26,6 +27,11 @@ PF_API std::pair<Tensor, Tensor> var_mean(const Tensor& a, const Shape& dims, do
                                           bool keepdim = false);
 PF_API std::pair<Tensor, Tensor> std_mean(const Tensor& a, const Shape& dims, double correction = 1,
                                           bool keepdim = false);
+// The functions over the reductions with several outputs by name (the variants of
+// core/opdefs/moments.yaml: var, std, var_mean, std_mean; the Python bindings of every one call
+// this): the outputs the variant returns. An unknown name raises ValueError.
+PF_API std::vector<Tensor> moments(const std::string& name, const Tensor& a, const Shape& dims,
+                                   double correction = 1, bool keepdim = false);
 
 // log(sum(exp(a))) over dims, computed stably (the max is subtracted first); integers
 // promote to float32. Over nothing: -inf.

@@ -1,10 +1,11 @@
 // The reduction family (plugflow/ops_reduction.h): catalog entries, PyTorch's argument rules
 // and messages, and backward formulas written with ops (so double backward works).
 //
-// Kernels (docs/kernels.md, "Reduction family"): var_mean, norm, all, any over sorted unique
-// dims like sum; the ops along one dim (the scans, with a `reverse` flag which cumsum's backward
-// uses, and the softmax family) are defined in core/opdefs/along_dim.yaml. logsumexp is
-// composed from amax/sub/exp/sum/log.
+// Kernels (docs/kernels.md, "Reduction family"): norm, all, any over sorted unique dims like
+// sum; the reductions with several outputs (var_mean, behind var, std, var_mean and std_mean)
+// are defined in core/opdefs/moments.yaml, the ops along one dim (the scans, with a `reverse`
+// flag which cumsum's backward uses, and the softmax family) in core/opdefs/along_dim.yaml.
+// logsumexp is composed from amax/sub/exp/sum/log.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,14 +49,16 @@ void meta_check_floating(const Tensor& in, const char* op) {
   PF_CHECK_T(is_floating(in.dtype()), TypeError, op, ": expected a floating input, got ", dtype_name(in.dtype()));
 }
 
-std::vector<TensorMeta> var_mean_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  meta_check_floating(in[0], "var_mean");
+// The moments (core/opdefs/moments.yaml): N outputs of the reduced shape and the input's dtype
+// (the kernel reads its own attributes).
+template <size_t N>
+std::vector<TensorMeta> moments_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  meta_check_floating(in[0], "moments");
   const auto& dims = attrs.get<Shape>("dims");
-  meta_check_dims(in[0], dims, "var_mean");
+  meta_check_dims(in[0], dims, "moments");
   attrs.get<double>("correction");
-  attrs.get<bool>("take_sqrt");
   const Shape out = meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim"));
-  return {{out, in[0].dtype(), in[0].device()}, {out, in[0].dtype(), in[0].device()}};
+  return std::vector<TensorMeta>(N, {out, in[0].dtype(), in[0].device()});
 }
 
 std::vector<TensorMeta> norm_meta(std::span<const Tensor> in, const Attrs& attrs) {
@@ -91,9 +94,10 @@ std::vector<TensorMeta> softmax_meta(std::span<const Tensor> in, const Attrs& at
 }
 
 const bool kReductionOpsRegistered = [] {
-  register_op("var_mean",
-              "var_mean(Tensor a, int[] dims, bool keepdim, float correction, bool take_sqrt) -> (Tensor var, Tensor mean)",
-              var_mean_meta);
+  // The reductions with several outputs (core/opdefs/moments.yaml).
+#define PF_X(name, Camel, dtypes, n_outputs, sig) register_op(name, sig, moments_meta<n_outputs>);
+  PF_OPDEFS_MOMENTS(PF_X)
+#undef PF_X
   register_op("norm", "norm(Tensor a, int[] dims, bool keepdim, float p) -> Tensor", norm_meta);
   register_op("all", "all(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
   register_op("any", "any(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
@@ -166,63 +170,115 @@ Tensor keep_dims(const Tensor& t, const Shape& dims, bool keepdim) {
 // 1 where t == 0 (as t's dtype): added to a divisor, makes it safe; the masked result is 0.
 Tensor zero_mask(const Tensor& t) { return mask_as(binary("eq", t, Scalar(int64_t{0})), t.dtype()); }
 
-// ---- var / std ---------------------------------------------------------------------------------
+// ---- the reductions with several outputs (core/opdefs/moments.yaml) -------------------------------
 
-// The gradient of var/std (output 0) and mean (output 1) over r's dims with respect to x.
-Tensor var_mean_backward(const Tensor& g_var, const Tensor& g_mean, const Tensor& x, const Tensor& result,
-                         const Shape& dims, bool keepdim, int64_t count, double correction, bool is_std) {
+// What a moments backward reads besides the gradients and the saved tensors.
+struct MomentArgs {
+  Shape dims;  // sorted, unique, non-negative (of an input at least 1-d)
+  bool keepdim;
+  int64_t count;      // elements per reduced slice
+  double correction;
+  Attrs attrs;        // the kernel's own attributes, as the variant fixed them
+};
+
+// The gradient of var (or std, take_sqrt; output 0) and mean (output 1) with respect to x.
+// g: one gradient per output, undefined where none flows; outs: the saved outputs (var).
+Tensor var_mean_backward(const Tensors& g, const Tensor& x, const Tensors& outs, const MomentArgs& args) {
+  const auto& [dims, keepdim, count, correction, attrs] = args;
   Tensor gx;
-  if (g_var.defined()) {
-    Tensor gv = keep_dims(g_var, dims, keepdim);
-    if (is_std) {  // d std = d var / (2 std); 0 where std == 0 (PyTorch's masking)
-      const Tensor s = keep_dims(result, dims, keepdim);
+  if (g[0].defined()) {
+    Tensor gv = keep_dims(g[0], dims, keepdim);
+    if (attrs.get<bool>("take_sqrt")) {  // d std = d var / (2 std); 0 where std == 0 (PyTorch's masking)
+      const Tensor s = keep_dims(outs[0], dims, keepdim);
       const Tensor z = zero_mask(s);
       gv = mul(binary("div", gv, mul(binary("add", s, z), Scalar(2.0))), binary("sub", Scalar(int64_t{1}), z));
     }
     const Tensor centered = binary("sub", x, reduce("mean", x, dims, true));
     gx = mul(mul(gv, centered), Scalar(2.0 / (static_cast<double>(count) - correction)));
   }
-  if (g_mean.defined()) {
-    const Tensor gm = binary("div", expand(keep_dims(g_mean, dims, keepdim), x.sizes()), Scalar(count));
+  if (g[1].defined()) {
+    const Tensor gm = binary("div", expand(keep_dims(g[1], dims, keepdim), x.sizes()), Scalar(count));
     gx = gx.defined() ? binary("add", gx, gm) : gm;
   }
   if (gx.defined() && gx.sizes() != x.sizes()) gx = expand(gx, x.sizes());
   return gx;
 }
 
-std::pair<Tensor, Tensor> var_mean_impl(const Tensor& a_in, const Shape& dims_in, double correction, bool keepdim,
-                                        bool is_std, bool with_mean) {
+struct MomentsGrad {
+  Tensor (*fn)(const Tensors& g, const Tensor& self, const Tensors& outs, const MomentArgs& args);
+  const char* needs;  // the saved tensors: 'a' the input, a digit an output's index
+};
+
+const std::unordered_map<std::string_view, MomentsGrad>& moments_grads() {
+  static const std::unordered_map<std::string_view, MomentsGrad> table = {PF_OPDEFS_MOMENTS_DERIVATIVES};
+  return table;
+}
+
+// A Python function over a moments kernel (`variants:`).
+struct MomentsVariant {
+  const char* kernel;
+  Attrs fixed;           // the kernel's own attributes
+  unsigned output_mask;  // bit i: returns output i
+  const char* node;      // PyTorch's backward node name
+};
+
+const std::unordered_map<std::string_view, MomentsVariant>& moments_variants() {
+  static const std::unordered_map<std::string_view, MomentsVariant> table = {
+#define PF_X(name, kernel, fixed, mask, node, function, method) {name, {kernel, fixed, mask, node}},
+      PF_OPDEFS_MOMENT_VARIANTS(PF_X)
+#undef PF_X
+  };
+  return table;
+}
+
+std::vector<Tensor> moments_impl(const std::string& name, const MomentsVariant& variant, const Tensor& a_in,
+                                 const Shape& dims_in, double correction, bool keepdim) {
   PF_CHECK(is_floating(a_in.dtype()), "std and var only support floating point and complex dtypes");
   const Reduction r = prepare(a_in, dims_in, keepdim);
-  Tensor v, m;
+  const OpDef& op = find_op(variant.kernel);
+  Attrs attrs = reduce_attrs(r);
+  attrs.set("correction", correction);
+  for (const auto& [n, v] : variant.fixed.items()) attrs.set(n, v);
+  const Tensor in[] = {r.a};
+  std::vector<Tensor> outs;
   if (r.over_empty) {  // nothing to average: nan, as PyTorch
-    v = full(r.out_shape, Scalar(std::numeric_limits<double>::quiet_NaN()), r.a.dtype(), r.a.device());
-    m = full(r.out_shape, Scalar(std::numeric_limits<double>::quiet_NaN()), r.a.dtype(), r.a.device());
+    const size_t n_outputs = op.meta(std::span<const Tensor>(in), attrs).size();
+    for (size_t i = 0; i < n_outputs; ++i)
+      outs.push_back(full(r.out_shape, Scalar(std::numeric_limits<double>::quiet_NaN()), r.a.dtype(), r.a.device()));
   } else {
-    static const OpDef& op = find_op("var_mean");
-    Attrs attrs = reduce_attrs(r);
-    attrs.set("correction", correction);
-    attrs.set("take_sqrt", is_std);
-    const Tensor in[] = {r.a};
-    auto outs = call_op(op, in, attrs);
-    v = outs[0];
-    m = outs[1];
+    outs = call_op(op, in, attrs);
   }
+  std::vector<Tensor> returned;
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (variant.output_mask & (1u << i)) returned.push_back(outs[i]);
   if (autograd::any_requires_grad({&r.a})) {
-    const char* name = with_mean ? (is_std ? "StdMeanBackward0" : "VarMeanBackward0")
-                                 : (is_std ? "StdBackward0" : "VarBackward0");
+    const auto it = moments_grads().find(variant.kernel);
+    PF_CHECK_T(it != moments_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+    const MomentsGrad spec = it->second;
+    const size_t n_outputs = outs.size();
+    const unsigned mask = variant.output_mask;
     auto node = autograd::make_node(
-        name, [dims = r.dims, keep = r.keepdim, count = r.count, correction, is_std, with_mean](
-                  const Tensors& g, const Tensors& s) -> Tensors {
-          return {var_mean_backward(g[0], with_mean ? g[1] : Tensor(), s[0], s[1], dims, keep, count, correction,
-                                    is_std)};
+        variant.node, [spec, mask, n_outputs, args = MomentArgs{r.dims, r.keepdim, r.count, correction, variant.fixed}](
+                          const Tensors& g, const Tensors& s) -> Tensors {
+          Tensors grads(n_outputs), saved(n_outputs);
+          for (size_t i = 0, k = 0; i < n_outputs; ++i) {
+            if (mask & (1u << i)) grads[i] = g[k++];
+            saved[i] = s[1 + i];
+          }
+          return {spec.fn(grads, s[0], saved, args)};
         });
-    node->save(r.a);
-    node->save_output(v, 0);
-    if (with_mean) autograd::record(node, {r.a}, {v, m});
-    else autograd::record(node, {r.a}, {v});
+    const std::string_view needs = spec.needs;
+    node->reserve_saved(1 + n_outputs);
+    node->save(needs.find('a') != std::string_view::npos ? r.a : Tensor());
+    for (size_t i = 0, nr = 0; i < n_outputs; ++i) {
+      const Tensor saved = needs.find(static_cast<char>('0' + i)) != std::string_view::npos ? outs[i] : Tensor();
+      if (mask & (1u << i)) node->save_output(saved, nr++);  // (a returned output is saved without a cycle)
+      else node->save(saved);
+    }
+    const Tensor recorded_in[] = {r.a};
+    autograd::record(node, recorded_in, returned);
   }
-  return {v, m};
+  return returned;
 }
 
 // ---- the ops along one dim (core/opdefs/along_dim.yaml) -------------------------------------------
@@ -369,17 +425,28 @@ double finite_max(DType t) {
 
 // ---- public API ------------------------------------------------------------------------------------
 
+std::vector<Tensor> moments(const std::string& name, const Tensor& a, const Shape& dims, double correction,
+                            bool keepdim) {
+  const auto it = moments_variants().find(name);
+  PF_CHECK_T(it != moments_variants().end(), ValueError, "unknown moments function '", name, "'");
+  if (autocast::active()) [[unlikely]]
+    if (autocast::OpScope cast{name, {a}}) return moments(name, cast[0], dims, correction, keepdim);
+  return moments_impl(name, it->second, a, dims, correction, keepdim);
+}
+
 Tensor var(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
-  return var_mean_impl(a, dims, correction, keepdim, false, false).first;
+  return moments("var", a, dims, correction, keepdim)[0];
 }
 Tensor std_dev(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
-  return var_mean_impl(a, dims, correction, keepdim, true, false).first;
+  return moments("std", a, dims, correction, keepdim)[0];
 }
 std::pair<Tensor, Tensor> var_mean(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
-  return var_mean_impl(a, dims, correction, keepdim, false, true);
+  auto r = moments("var_mean", a, dims, correction, keepdim);
+  return {r[0], r[1]};
 }
 std::pair<Tensor, Tensor> std_mean(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
-  return var_mean_impl(a, dims, correction, keepdim, true, true);
+  auto r = moments("std_mean", a, dims, correction, keepdim);
+  return {r[0], r[1]};
 }
 
 Tensor logsumexp(const Tensor& a_in, const Shape& dims_in, bool keepdim) {

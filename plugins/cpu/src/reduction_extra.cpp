@@ -1,7 +1,8 @@
 // The reduction family beyond sum/prod/mean (docs/kernels.md, "Reduction family"):
-//   * var_mean (Welford), norm (p = 0, 1, 2, +-inf, any p), all, any: through the shared
-//     reduction driver (reduce_loops.h), so any dims and strides, threads and vectorized
-//     inner loops come for free; Welford partials merge with Chan's formula.
+//   * var_mean (Welford; the functor VarMeanOp of core/opdefs/moments.yaml), norm (p = 0, 1,
+//     2, +-inf, any p), all, any: through the shared reduction driver (reduce_loops.h), so any
+//     dims and strides, threads and vectorized inner loops come for free; Welford partials
+//     merge with Chan's formula.
 //   * the scans of core/opdefs/along_dim.yaml (cumsum, cumprod): along one dim, optionally from
 //     the end (`reverse`, used by the backward of cumsum), each op's step a functor XOp. Lines
 //     along the dim run in parallel; when the dim is not the innermost one and the next dim is
@@ -65,14 +66,18 @@ std::vector<bool> reduced_dims(const KernelContext& ctx, const Tensor& a) {
 
 // ---- var_mean ------------------------------------------------------------------------------------
 
+// Welford in double; var (or its sqrt, take_sqrt) and the mean.
 template <typename T>
-struct WelfordOp {
+struct VarMeanOp {
+  static constexpr bool supported = is_float_v<T>;
   static constexpr bool indexed = false;
   struct acc_t {
     double mean, m2, n;
   };
-  double correction = 1;
-  bool take_sqrt = false;
+  double correction;
+  bool take_sqrt;
+  explicit VarMeanOp(const KernelContext& ctx)
+      : correction(ctx.attr<double>("correction")), take_sqrt(ctx.attr<bool>("take_sqrt")) {}
   acc_t identity() const { return {0.0, 0.0, 0.0}; }
   acc_t step(acc_t a, T x, int64_t) const {
     const double v = static_cast<double>(static_cast<opmath_t<T>>(x));
@@ -96,20 +101,16 @@ struct WelfordOp {
   }
 };
 
-void var_mean_kernel(KernelContext& ctx) {
+// The moments of core/opdefs/moments.yaml: OpT<T> built from the kernel's attributes writes
+// every output of a slice.
+template <template <typename> class OpT>
+void moments_kernel(KernelContext& ctx) {
   const Tensor& a = ctx.input(0);
   const std::vector<bool> reduced = reduced_dims(ctx, a);
   const bool keepdim = ctx.attr<bool>("keepdim");
-  visit_dtype(a.dtype(), [&](auto tag) {
+  dispatch_supported<OpT>(ctx, a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_float_v<T>) {
-      WelfordOp<T> op;
-      op.correction = ctx.attr<double>("correction");
-      op.take_sqrt = ctx.attr<bool>("take_sqrt");
-      run_reduce<WelfordOp<T>, T>(op, make_plan(a, reduced, keepdim, ctx.outputs));
-    } else {
-      PF_THROW(NotImplementedError, "cpu 'var_mean' kernel needs a floating input, got ", dtype_name(a.dtype()));
-    }
+    run_reduce<OpT<T>, T>(OpT<T>(ctx), make_plan(a, reduced, keepdim, ctx.outputs));
   });
 }
 
@@ -576,10 +577,13 @@ void register_reduction_kernels(Registrar& reg) {
   const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   const auto all = {DType::Bool,    DType::UInt8,    DType::Int8,    DType::Int16,   DType::Int32,
                     DType::Int64,   DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
-  reg.kernel("var_mean", DeviceType::CPU, floats, var_mean_kernel);
   reg.kernel("norm", DeviceType::CPU, floats, norm_kernel);
   reg.kernel("all", DeviceType::CPU, all, logical_kernel<true>);
   reg.kernel("any", DeviceType::CPU, all, logical_kernel<false>);
+  // The reductions with several outputs (core/opdefs/moments.yaml): functor VarMeanOp for var_mean.
+#define PF_X(name, Camel, dtypes, n_outputs, sig) register_supported<Camel##Op>(reg, name, moments_kernel<Camel##Op>);
+  PF_OPDEFS_MOMENTS(PF_X)
+#undef PF_X
   // The ops along one dim of the definitions (core/opdefs/along_dim.yaml): each functor is named
   // after its op (cumsum -> CumsumOp), its `supported` trait picks the dtypes.
 #define PF_X(name, Camel, dtypes, sig) register_supported<Camel##Op>(reg, name, scan_kernel<Camel##Op>);

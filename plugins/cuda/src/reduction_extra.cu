@@ -1,5 +1,6 @@
 // The reduction family beyond sum/prod/mean (docs/kernels.md, "Reduction family") on CUDA:
-//   * var_mean (Welford, partials merged with Chan's formula), norm, all, any: reducers for
+//   * var_mean (Welford, partials merged with Chan's formula; the functor VarMeanRed of
+//     core/opdefs/moments.yaml), norm, all, any: reducers for
 //     the shared driver of reduce.cuh, so any dims and strides and the chunked two-pass path
 //     for long reductions come with it.
 //   * the scans of core/opdefs/along_dim.yaml (cumsum, cumprod; each op's step a functor
@@ -37,12 +38,14 @@ PF_DEVICE C min_nan(C a, C x) {
 
 // Welford in double for every floating dtype, as the CPU kernel.
 template <typename D>
-struct WelfordRed {
+struct VarMeanRed {
   struct acc_t {
     double mean, m2, n;
   };
   double correction;
   bool take_sqrt;
+  explicit VarMeanRed(const KernelContext& ctx)
+      : correction(ctx.attr<double>("correction")), take_sqrt(ctx.attr<bool>("take_sqrt")) {}
   PF_DEVICE acc_t identity() const { return {0.0, 0.0, 0.0}; }
   PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
     const double v = static_cast<double>(to_opmath(x));
@@ -67,19 +70,21 @@ struct WelfordRed {
   }
 };
 
-void var_mean_kernel(KernelContext& ctx) {
+// The two-output moments of core/opdefs/moments.yaml: Red<D> built from the kernel's attributes
+// writes both outputs of a slice.
+template <template <typename> class Red, typename Types>
+void moments_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
-  const Tensor &var = ctx.output(0), &mean = ctx.output(1);
-  PF_CHECK(var.dtype() == a.dtype() && mean.dtype() == a.dtype(), "cuda 'var_mean' kernel writes its input's dtype (",
-           dtype_name(a.dtype()), ")");
-  const ReduceIndexing ix = make_reduce_indexing(a, ctx.attr<Shape>("dims"), ctx.attr<bool>("keepdim"), var, &mean);
-  const double correction = ctx.attr<double>("correction");
-  const bool take_sqrt = ctx.attr<bool>("take_sqrt");
-  dispatch_supported<FloatTypes>(ctx, a.dtype(), [&](auto tag) {
+  const Tensor &first = ctx.output(0), &second = ctx.output(1);
+  PF_CHECK(first.dtype() == a.dtype() && second.dtype() == a.dtype(), "cuda '", ctx.op.name,
+           "' kernel writes its input's dtype (", dtype_name(a.dtype()), ")");
+  const ReduceIndexing ix =
+      make_reduce_indexing(a, ctx.attr<Shape>("dims"), ctx.attr<bool>("keepdim"), first, &second);
+  dispatch_supported<Types>(ctx, a.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
-    run_reduce<WelfordRed<D>, D>(ix, a, static_cast<char*>(var.data_ptr()), static_cast<char*>(mean.data_ptr()),
-                                 WelfordRed<D>{correction, take_sqrt}, scope);
+    run_reduce<Red<D>, D>(ix, a, static_cast<char*>(first.data_ptr()), static_cast<char*>(second.data_ptr()),
+                          Red<D>(ctx), scope);
   });
 }
 
@@ -392,7 +397,11 @@ struct LogSoftmaxFn {
 
 std::vector<KernelDef> reduction_extra_kernels() {
   return {
-      {"var_mean", supported_dtypes<FloatTypes>(), &var_mean_kernel},
+  // The reductions with several outputs (core/opdefs/moments.yaml): VarMeanRed for var_mean.
+#define PF_X(name, Camel, dtypes, n_outputs, sig) \
+  {name, supported_dtypes<dtypes##Types>(), &moments_kernel<Camel##Red, dtypes##Types>},
+      PF_OPDEFS_MOMENTS(PF_X)
+#undef PF_X
       {"norm", supported_dtypes<FloatTypes>(), &norm_kernel},
       {"all", supported_dtypes<AllTypes>(), &logical_kernel<true>},
       {"any", supported_dtypes<AllTypes>(), &logical_kernel<false>},

@@ -48,6 +48,7 @@ TEST_F(CpuTest, EveryDocumentedOpHasCpuKernels) {
   PF_OPDEFS_REDUCTION(PF_X)
   PF_OPDEFS_SCAN(PF_X)
   PF_OPDEFS_SOFTMAX(PF_X)
+  PF_OPDEFS_MOMENTS(PF_X)
 #undef PF_X
   const auto kernels = plugflow::registered_kernels();
   for (const std::string& op : ops) {

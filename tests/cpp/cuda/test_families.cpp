@@ -23,15 +23,17 @@ using namespace cuda_conformance;
 namespace ops = plugflow::ops;
 
 // The ops the four families register (each with the CPU plugin's dtypes); the math family's
-// and the ops along one dim from their definitions (core/opdefs/math.yaml, along_dim.yaml).
+// the ops along one dim and the moments from their definitions (core/opdefs/math.yaml,
+// along_dim.yaml, moments.yaml).
 const std::vector<std::string> kFamilyOps = {
     "sort",  "topk",  "tril",     "triu",    "flip",   "pad",    "unique",  "_take_along_dim", "_scatter_add_along_dim",
-    "var_mean", "norm", "all",    "any",
+    "norm", "all",    "any",
     "index", "index_put", "where", "nonzero", "linalg_lstsq",
 #define PF_X(name, ...) name,
     PF_OPDEFS_TERNARY(PF_X)
     PF_OPDEFS_SCAN(PF_X)
     PF_OPDEFS_SOFTMAX(PF_X)
+    PF_OPDEFS_MOMENTS(PF_X)
 #undef PF_X
 };
 
