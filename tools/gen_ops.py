@@ -18,7 +18,7 @@ import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments")
+FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments", "composite")
 # Ops along one dim (along_dim.yaml): each line along `dim` maps to a line of the same shape.
 ALONG_DIM = ("scan", "softmax")
 DTYPE_RULES = {
@@ -39,7 +39,8 @@ DEFAULT_KERNEL_DTYPES = {"float": "float", "integral": "integral", "bool": "all"
 ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
 PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input", "special"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber",
-             "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput", "exact": "Exact"}
+             "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput", "exact": "Exact",
+             "floating": "Floating"}
 IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
@@ -49,6 +50,10 @@ MOMENTS_ONLY = {"outputs", "variants"}
 # A variant: one Python function over a kernel with several outputs (moments.yaml)
 VARIANT_FIELDS = {"name", "attrs", "outputs", "python", "out", "amp"}
 VARIANT_PYTHON = {"function", "method"}
+# A composite op (composite.yaml): no kernel, a C++ function of the core composes it
+COMPOSITE_FIELDS = {"name", "family", "args", "dtype", "python", "out", "amp", "doc"}
+COMPOSITE_DTYPES = {"float": "Float", "same": "Same"}  # float: integers and bool promote to float32
+ARG_TYPES = {"int[]": "IntList", "int": "Int", "bool": "Bool", "float": "Float"}
 # ternary ops name theirs
 INPUTS = {"unary": ["self"], "activation": ["self"], "binary": ["self", "other"], "reduction": ["self"],
           "scan": ["self"], "softmax": ["self"], "moments": ["self"]}
@@ -104,12 +109,14 @@ def normalize(e, seen):
         raise DefinitionError(f"bad or missing op name: {e!r}")
     if name in seen:
         fail("defined twice")
-    unknown = set(e) - FIELDS
-    if unknown:
-        fail(f"unknown fields {sorted(unknown)}")
     family = e.get("family")
     if family not in FAMILIES:
         fail(f"family must be one of {FAMILIES}")
+    if family == "composite":
+        return normalize_composite(e, seen, fail)
+    unknown = set(e) - FIELDS
+    if unknown:
+        fail(f"unknown fields {sorted(unknown)}")
     if family != "reduction" and set(e) & REDUCTION_ONLY:
         fail(f"{sorted(set(e) & REDUCTION_ONLY)}: only reductions have these")
     if family != "moments" and set(e) & MOMENTS_ONLY:
@@ -214,6 +221,59 @@ def normalize(e, seen):
                 outputs=outputs, variants=variants, doc=e.get("doc", ""))
 
 
+def parse_args(text, fail):
+    """A composite op's Python arguments after the input, `int[] dim, bool keepdim=False`:
+    [(name, type, default or None)], in order (required ones first)."""
+    args = []
+    for part in (p.strip() for p in text.split(",")):
+        m = re.fullmatch(r"(int\[\]|int|bool|float) ([a-z][a-z0-9_]*)(?:=(\S+))?", part)
+        if not m:
+            fail(f"args: '{part}' is not `TYPE NAME[=DEFAULT]` (types {sorted(ARG_TYPES)})")
+        typ, name, default = m.groups()
+        if default is not None:
+            try:
+                value = {"bool": {"True": True, "False": False}.get, "int": int, "float": float}[typ](default)
+            except (KeyError, ValueError):
+                value = None
+            if value is None:
+                fail(f"args: {name}'s default {default} is not a {typ} (int[] arguments have none)")
+            default = value
+        elif args and args[-1][2] is not None:
+            fail(f"args: {name} without a default follows one with a default")
+        args.append((name, typ, default))
+    if len({a[0] for a in args}) != len(args):
+        fail("args: a name appears twice")
+    return args
+
+
+def normalize_composite(e, seen, fail):
+    name = e["name"]
+    if set(e) - COMPOSITE_FIELDS:
+        fail(f"unknown fields {sorted(set(e) - COMPOSITE_FIELDS)} (a composite op has {sorted(COMPOSITE_FIELDS)})")
+    if not isinstance(e.get("args"), str):
+        fail("args: a composite op declares its Python arguments after the input (`int[] dim, bool keepdim=False`)")
+    args = parse_args(e["args"], fail)
+    dtype = e.get("dtype", "same")
+    if dtype not in COMPOSITE_DTYPES:
+        fail(f"dtype: one of {sorted(COMPOSITE_DTYPES)}")
+    python = e.get("python", ["function", "method"])
+    if not python or set(python) - VARIANT_PYTHON:
+        fail(f"python: some of {sorted(VARIANT_PYTHON)}")
+    out = e.get("out")
+    if out is not None and out not in OUT_KINDS:
+        fail(f"out: one of {sorted(OUT_KINDS)}")
+    amp = e.get("amp", {})
+    for dev, pol in amp.items():
+        if dev not in ("cpu", "cuda") or pol not in AMP_POLICIES:
+            fail(f"amp: {dev}: {pol} (devices cpu, cuda; policies {sorted(AMP_POLICIES)})")
+    seen.add(name)
+    sig_args = "".join(f", {t} {a}" + ("" if d is None else f"={d}") for a, t, d in args)
+    return dict(name=name, family="composite", inputs=["self"], dtype=dtype, args=args, python=set(python),
+                custom_python=False, out=out, aliases=[], amp=amp, derivative=None, bool_out=False,
+                dim_optional=False, variants=[], outputs=["result"], custom_kernel=True, kernel_dtypes=None,
+                attrs={}, identity=None, signature=f"{name}(Tensor self{sig_args}) -> Tensor", doc=e.get("doc", ""))
+
+
 ATTR_VALUE_TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str}
 
 
@@ -290,6 +350,7 @@ def header(ops):
     scans = [o for o in ops if o["family"] == "scan"]
     softmaxes = [o for o in ops if o["family"] == "softmax"]
     moments = [o for o in ops if o["family"] == "moments"]
+    composites = [o for o in ops if o["family"] == "composite"]
     parts = [
         "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
         "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
@@ -350,6 +411,15 @@ def header(ops):
               " backward node; torch.X / Tensor.X(dim, unbiased, keepdim, *, correction)",
               [[q(v["name"]), q(v["kernel"]), attrs_init(v["fixed"]), str(v["output_mask"]), q(v["node"]),
                 cbool("function" in v["python"]), cbool("method" in v["python"])] for v in variants_of(moments)]),
+        macro("PF_OPDEFS_COMPOSITE",
+              "X(name, function, CompositeDtype, signature): the ops without a kernel, composed by the core's"
+              " function ops::composites::function(self, attrs); the functional entry ops::composite",
+              [[q(o["name"]), o["name"], COMPOSITE_DTYPES[o["dtype"]], q(o["signature"])] for o in composites]),
+        macro("PF_OPDEFS_PY_COMPOSITE",
+              "X(name, function, method, (args)): torch.X(input, ...) / Tensor.X(...); args: the Python arguments"
+              " after the input, {name, ArgType[, default]}, each passed as the attribute of its name",
+              [[q(o["name"]), cbool("function" in o["python"]), cbool("method" in o["python"]),
+                composite_args_init(o["args"])] for o in composites]),
     ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
@@ -380,6 +450,15 @@ def attrs_init(fixed):
     def value(v):
         return cbool(v) if isinstance(v, bool) else q(v) if isinstance(v, str) else repr(v)
     return "(Attrs{" + ", ".join(f'{{"{a}", {value(v)}}}' for a, v in fixed.items()) + "})"
+
+
+def composite_args_init(args):
+    """A composite op's Python arguments as a parenthesized C++ std::vector<CompositeArg>."""
+    def arg(a, t, d):
+        default = "" if d is None else ", " + (cbool(d) if isinstance(d, bool) else
+                                               f"int64_t{{{d}}}" if isinstance(d, int) else repr(float(d)))
+        return f'{{"{a}", ArgType::{ARG_TYPES[t]}{default}}}'
+    return "(std::vector<CompositeArg>{" + ", ".join(arg(*a) for a in args) + "})"
 
 
 def uses_of(exprs, names):
@@ -517,9 +596,22 @@ def moments_rows(ops):
     return rows
 
 
+COMPOSITE_DTYPE = {"float": "any: integers and bool promote to float32", "same": "any (the function's rules)"}
+
+
+def composite_rows(ops):
+    rows = ["| op | Python | input dtypes | out= | autocast | composed as |", "|---|---|---|---|---|---|"]
+    for o in ops:
+        forms = " / ".join(f for f, token in (("torch.X", "function"), ("Tensor.X", "method")) if token in o["python"])
+        amp = ", ".join(f"{dev}: {pol}" for dev, pol in o["amp"].items()) or "–"
+        rows.append(f"| `{o['name']}` | `{o['signature'].replace(' -> Tensor', '')}`: {forms.replace('X', o['name'])} | "
+                    f"{COMPOSITE_DTYPE[o['dtype']]} | {o['out'] or '–'} | {amp} | {cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
     rows_of = {"ternary": ternary_rows, "reduction": reduction_rows, "scan": along_dim_rows,
-               "softmax": along_dim_rows, "moments": moments_rows}
+               "softmax": along_dim_rows, "moments": moments_rows, "composite": composite_rows}
     writers = {rows_of.get(o["family"], elementwise_rows) for o in ops}
     if len(writers) > 1:
         raise DefinitionError(f"{source}: its families need different docs tables (one file, one table)")

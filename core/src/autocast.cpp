@@ -87,7 +87,6 @@ const std::unordered_map<std::string_view, std::pair<Policy, Policy>>& table() {
       {"layer_norm", {P::None, P::Float32}},
       {"group_norm", {P::None, P::Float32}},
       {"norm", {P::None, P::Float32}},
-      {"logsumexp", {P::None, P::Float32}},
       {"cosine_similarity", {P::None, P::Float32}},
       // promote
       {"cat", {P::Promote, P::None}},

@@ -73,6 +73,7 @@ enum class OutKind {
   SameAsInput, // amax/amin: out must have the input's dtype
   Accumulate,  // sum/prod: computed in out's dtype (the dtype argument defaults to it)
   Mean,        // mean: computed in out's dtype when it is floating
+  Floating,    // logsumexp: out must be floating; the input is cast to its dtype first
 };
 
 // Writes `result` into `out` with PyTorch's out= rules.
@@ -120,10 +121,27 @@ py::cpp_function out_path(py::object orig, std::string fn, OutKind kind, bool ne
         if (out_t && PyDict_GetItemString(rest.ptr(), "dtype") == nullptr &&
             (kind == OutKind::Accumulate || (kind == OutKind::Mean && is_floating(out_t->dtype()))))
           rest["dtype"] = py::cast(out_t->dtype());
+        py::tuple call_args = args;
+        if (out_t && kind == OutKind::Floating) {
+          PF_CHECK(is_floating(out_t->dtype()), fn, "(): Expected floating point type for result tensor, but got: ",
+                   scalar_type_name(out_t->dtype()));
+          const char* input_key = PyDict_GetItemString(rest.ptr(), "input") != nullptr ? "input" : nullptr;
+          const py::handle input = input_key ? rest[input_key] : (args.size() > 0 ? args[0] : py::handle());
+          if (const Tensor* in = input ? as_tensor(input) : nullptr) {
+            py::object cast = py::cast(ops::to(*in, std::nullopt, out_t->dtype()));
+            if (input_key) {
+              rest[input_key] = cast;
+            } else {
+              call_args = py::tuple(args.size());
+              call_args[0] = cast;
+              for (size_t i = 1; i < args.size(); ++i) call_args[i] = args[i];
+            }
+          }
+        }
         PyObject* r;
         {
           autocast::DisabledGuard no_autocast;  // PyTorch autocasts no out= variant
-          r = PyObject_Call(orig.ptr(), args.ptr(), rest.ptr());
+          r = PyObject_Call(orig.ptr(), call_args.ptr(), rest.ptr());
         }
         if (r == nullptr) throw py::error_already_set();
         py::object result = py::reinterpret_steal<py::object>(r);

@@ -1,11 +1,13 @@
 // The reduction family (plugflow/ops_reduction.h) as plugflow.X functions and Tensor methods:
-// logsumexp, norm, the variants of core/opdefs/moments.yaml (var, std, var_mean, std_mean) and
-// the ops along one dim of core/opdefs/along_dim.yaml (cumsum(_), cumprod(_), softmax, log_softmax).
+// norm, the composite ops of core/opdefs/composite.yaml (logsumexp), the variants of
+// core/opdefs/moments.yaml (var, std, var_mean, std_mean) and the ops along one dim of
+// core/opdefs/along_dim.yaml (cumsum(_), cumprod(_), softmax, log_softmax).
 // (all/any are bound with the other reductions in tensor_bindings.cpp.) Runs after
 // bind_tensor: methods are added to the existing class.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -123,6 +125,61 @@ void check_frobenius_dims(py::handle p, py::handle dim) {
   PF_CHECK(n <= 2, "Expected at most 2 dimensions, but got ", n, " dimensions instead.");
 }
 
+// The Python arguments of a composite op after its input (core/opdefs/composite.yaml), each
+// passed to the op as the attribute of its name.
+enum class ArgType {
+  IntList,  // an int or a tuple/list of ints, as a Shape
+  Int,
+  Bool,
+  Float,
+};
+struct CompositeArg {
+  const char* name;
+  ArgType type;
+  std::optional<AttrValue> fallback = std::nullopt;  // the default; none: required
+};
+
+AttrValue composite_arg(const char* fn, const CompositeArg& arg, py::handle v) {
+  switch (arg.type) {
+    case ArgType::IntList:  // (None selects PyTorch's named-dims overload, which plugflow has not)
+      PF_CHECK(!v.is_none(), "Please look up dimensions by name, got: name = None.");
+      return dims_arg(v, fn);
+    case ArgType::Int: return to_int(v, fn, arg.name);
+    case ArgType::Bool:
+      PF_CHECK_T(PyBool_Check(v.ptr()), TypeError, fn, "(): argument '", arg.name, "' must be bool, not ",
+                 type_name(v));
+      return v.ptr() == Py_True;
+    case ArgType::Float:
+      PF_CHECK_T(!PyBool_Check(v.ptr()) && (PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr())), TypeError, fn,
+                 "(): argument '", arg.name, "' must be float, not ", type_name(v));
+      return v.cast<double>();
+  }
+  PF_THROW(Error, "unknown argument type");
+}
+
+// Python's matching of positional and keyword arguments against the declared ones.
+Attrs composite_attrs(const char* fn, const std::vector<CompositeArg>& spec, const py::args& args,
+                      const py::kwargs& kwargs) {
+  PF_CHECK_T(args.size() <= spec.size(), TypeError, fn, "() takes at most ", spec.size() + 1, " arguments (",
+             args.size() + 1, " given)");
+  for (const auto& [key, value] : kwargs) {
+    const std::string k = py::str(key);
+    const auto it = std::find_if(spec.begin(), spec.end(), [&](const CompositeArg& a) { return k == a.name; });
+    PF_CHECK_T(it != spec.end(), TypeError, fn, "() got an unexpected keyword argument '", k, "'");
+    PF_CHECK_T(static_cast<size_t>(it - spec.begin()) >= args.size(), TypeError, fn,
+               "() got multiple values for argument '", k, "'");
+  }
+  Attrs attrs;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const CompositeArg& a = spec[i];
+    if (i < args.size()) attrs.set(a.name, composite_arg(fn, a, args[i]));
+    else if (kwargs.contains(a.name)) attrs.set(a.name, composite_arg(fn, a, kwargs[a.name]));
+    else if (a.fallback) attrs.set(a.name, *a.fallback);
+    else PF_THROW(TypeError, fn, "() missing required argument '", a.name, "'");
+  }
+  return attrs;
+}
+
 // One output as a tensor, several as a tuple.
 py::object tuple_or_tensor(std::vector<Tensor> r) {
   if (r.size() == 1) return py::cast(std::move(r[0]));
@@ -173,15 +230,25 @@ void bind_reduction(py::module_& m) {
     }
   }
 
-  // ---- logsumexp, norm --------------------------------------------------------------------------
-  both(
-      "logsumexp",
-      [](const Tensor& t, py::handle dim, bool keepdim) {
-        // dim=() reduces every dim, as PyTorch's
-        PF_CHECK_T(!dim.is_none(), TypeError, "logsumexp(): argument 'dim' must be tuple of ints, not NoneType");
-        return ops::logsumexp(t, dims_arg(dim, "logsumexp"), keepdim);
-      },
-      py::arg("dim"), py::arg("keepdim") = false);
+  // ---- norm --------------------------------------------------------------------------------------
+  // ---- the composite ops (core/opdefs/composite.yaml): torch.X(input, ...) / Tensor.X(...) ------------
+  struct PyComposite {
+    const char* name;
+    bool function, method;
+    std::vector<CompositeArg> args;
+  };
+#define PF_X(name, function, method, args) PyComposite{name, function, method, args},
+  for (const PyComposite& c : {PF_OPDEFS_PY_COMPOSITE(PF_X)}) {
+#undef PF_X
+    auto f = [name = c.name, args = c.args](const Tensor& t, const py::args& a, const py::kwargs& kw) {
+      return ops::composite(name, t, composite_attrs(name, args, a, kw));
+    };
+    if (c.method) cls.attr(c.name) = py::cpp_function(f, py::name(c.name), py::is_method(cls));
+    if (c.function) {
+      m.attr(c.name) = py::cpp_function(f, py::name(c.name), py::arg("input"));
+      public_names.attr("append")(c.name);
+    }
+  }
   cls.attr("norm") = py::cpp_function(
       [](const Tensor& t, py::handle p, py::handle dim, bool keepdim, py::handle dtype) {
         check_frobenius_dims(p, dim);

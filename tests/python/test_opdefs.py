@@ -23,6 +23,7 @@ OPS = DEFINED + gen_ops.variants_of(DEFINED)
 PYTHON_OPS = [o for o in OPS if not o["custom_python"] and o["python"]]
 # The arguments after the tensors that a family's Python forms require (the dim of an op along one dim).
 REQUIRED_ARGS = {"scan": [1], "softmax": [1]}
+SAMPLE_ARG = {"int[]": 1, "int": 1, "bool": True, "float": 0.5}
 
 
 def inputs(lib, op):
@@ -33,7 +34,15 @@ def inputs(lib, op):
     else:
         data = [rng.uniform(0.1, 0.9, size=(2, 3)) for _ in range(3)]
     tensors = [lib.tensor(d) for d in data]
-    return tensors[:len(op["inputs"])] + REQUIRED_ARGS.get(op["family"], [])
+    return tensors[:len(op["inputs"])] + required_args(op)
+
+
+def required_args(op):
+    """The arguments after the tensors that an entry's Python forms require: the dim of an op
+    along one dim, a value of each of a composite op's arguments without a default."""
+    if op["family"] == "composite":
+        return [SAMPLE_ARG[typ] for _, typ, default in op["args"] if default is None]
+    return REQUIRED_ARGS.get(op["family"], [])
 
 
 def names(op):

@@ -209,6 +209,33 @@ def test_logsumexp(seed):
     close(p.grad, t.grad)
 
 
+@pytest.mark.parametrize("call", [
+    "f(x, 1)", "f(x, (0, 2), True)", "f(x, dim=-1, keepdim=True)", "f(input=x, dim=1)", "f(x, [], True)",
+    "x.logsumexp(1)", "x.logsumexp(dim=(0, 1), keepdim=False)", "f(x.int(), 0)", "f(x > 0, 1)",
+    "f(x)", "x.logsumexp()", "f(x, None)", "x.logsumexp(dim=None)", "f(x, 1.0)", "f(x, [0, 1.0])", "f(x, 1, 1)",
+    "f(x, 1, True, True)", "f(x, 1, foo=2)", "f(x, 1, dim=1)", "f(x, (0, 0))", "f(x, 5)",
+    "f(x, 1, out=lib.empty(0))", "f(x, (0, 1), True, out=lib.empty(0, dtype=lib.float64))",
+    "f(x.double(), 1, out=lib.empty(0))", "f(x.int(), 0, out=lib.empty(0, dtype=lib.float64))",
+    "f(x.int(), 0, out=lib.empty(0, dtype=lib.int32))", "f(x > 0, 0, out=lib.empty(0, dtype=lib.bool))",
+    "f(input=x, dim=1, out=lib.empty(0, dtype=lib.float64))", "f(x.requires_grad_(), 1, out=lib.empty(0))"])
+def test_logsumexp_arguments_and_out_match_torch(call):
+    # logsumexp is a composite op (core/opdefs/composite.yaml): its arguments, the float32
+    # promotion of integers and out= (computed in out's dtype, which must be floating) come from
+    # the definition.
+    data = np.random.default_rng(4).uniform(-20, 20, size=(3, 4, 2)).astype("float32")
+
+    def run(lib):
+        x = lib.tensor(data)
+        f = lib.logsumexp
+        if "out=" in call:
+            m = re.search(r"out=(.*)\)$", call)
+            out = eval(m.group(1))  # noqa: S307
+            res = eval(call[:m.start()] + "out=out)")  # noqa: S307
+            return res is out, out
+        return eval(call)  # noqa: S307
+    assert_same_outcome(run, rtol=1e-6, atol=1e-6)
+
+
 def test_logsumexp_special_values():
     inf, nan = math.inf, math.nan
     data = [[1000.0, 1000.0], [-inf, -inf], [inf, 1.0], [-inf, 2.0], [nan, 1.0], [-1000.0, -1000.5]]

@@ -129,6 +129,7 @@ PF_API Tensor matmul(const Tensor& a, const Tensor& b);  // numpy/PyTorch semant
 #include "plugflow/ops_shape.h"     // cat, stack, split, flip, roll, repeat, sort, topk, unique, pad, ...
 #include "plugflow/ops_math.h"      // clamp, lerp, addcmul/addcdiv, activations, addmm, baddbmm, dot, outer, einsum, ...
 #include "plugflow/ops_reduction.h"  // var, std, var_mean, logsumexp, norm, all, any, cumsum, cumprod, softmax, log_softmax
+#include "plugflow/ops_composite.h"  // the ops without a kernel by name (logsumexp)
 #include "plugflow/ops_norm.h"      // batch_norm, layer_norm, group_norm, embedding, dropout
 #include "plugflow/ops_conv.h"  // conv2d/3d, conv_transpose2d/3d, max/avg/adaptive pooling, upsampling
 #include "plugflow/ops_sampling.h"  // grid_sample, affine_grid

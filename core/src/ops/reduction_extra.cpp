@@ -5,7 +5,7 @@
 // sum; the reductions with several outputs (var_mean, behind var, std, var_mean and std_mean)
 // are defined in core/opdefs/moments.yaml, the ops along one dim (the scans, with a `reverse`
 // flag which cumsum's backward uses, and the softmax family) in core/opdefs/along_dim.yaml.
-// logsumexp is composed from amax/sub/exp/sum/log.
+// logsumexp (core/opdefs/composite.yaml) is composed from amax/sub/exp/sum/log.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "../autograd/grad_utils.h"
+#include "composite.h"
 #include "opdefs.h"
 #include "opdefs_derivatives.inc"
 #include "plugflow/autocast.h"
@@ -449,11 +450,14 @@ std::pair<Tensor, Tensor> std_mean(const Tensor& a, const Shape& dims, double co
   return {r[0], r[1]};
 }
 
-Tensor logsumexp(const Tensor& a_in, const Shape& dims_in, bool keepdim) {
-  if (autocast::active()) [[unlikely]]
-    if (autocast::OpScope cast{"logsumexp", {a_in}}) return logsumexp(cast[0], dims_in, keepdim);
-  const Tensor a = is_floating(a_in.dtype()) ? a_in : to(a_in, std::nullopt, DType::Float32);
-  const Reduction r = prepare(a, dims_in, keepdim);
+Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim) {
+  return composite("logsumexp", a, Attrs{{"dim", dims}, {"keepdim", keepdim}});
+}
+
+// The composite ops of core/opdefs/composite.yaml (ops::composite applied the dtype rule and
+// autocast): logsumexp, floating here.
+Tensor composites::logsumexp(const Tensor& a, const Attrs& attrs) {
+  const Reduction r = prepare(a, attrs.get<Shape>("dim"), attrs.get<bool>("keepdim"));
   Tensor out;
   {
     autograd::GradModeGuard no_grad(false);  // the gradient is recorded below, in one node
