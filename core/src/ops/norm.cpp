@@ -49,11 +49,17 @@ void meta_check_vector(const Tensor& v, const Tensor& x, int64_t numel, const ch
 // parameters may be float32, the mixed type), else the input's dtype.
 DType batch_norm_stat_dtype(const Tensor& x) { return itemsize(x.dtype()) == 2 ? DType::Float32 : x.dtype(); }
 
-// x (N, C, L), weight, bias, running_mean, running_var -> y, save_mean (C), save_invstd (C).
+// batch norm's activations (x, y, grad, grad_x): (N, C, *), dense row-major or channels last,
+// the results in x's layout (docs/kernels.md, "Norm family").
+TensorMeta activation_meta(const Tensor& x) {
+  return {x.sizes(), x.dtype(), x.device(), x.suggest_memory_format()};
+}
+
+// x (N, C, *), weight, bias, running_mean, running_var -> y, save_mean (C), save_invstd (C).
 std::vector<TensorMeta> batch_norm_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor& x = in[0];
   meta_check_floating(x, "batch_norm");
-  PF_CHECK(x.dim() == 3, "batch_norm: the kernel takes a (N, C, L) input, got ", shape_str(x.sizes()));
+  PF_CHECK(x.dim() >= 2, "batch_norm: the kernel takes a (N, C, *) input, got ", shape_str(x.sizes()));
   const int64_t c = x.sizes()[1];
   const bool training = attrs.get<bool>("training");
   if (attrs.get<bool>("has_weight")) meta_check_vector(in[1], x, c, "batch_norm", "weight", true);
@@ -65,21 +71,21 @@ std::vector<TensorMeta> batch_norm_meta(std::span<const Tensor> in, const Attrs&
   attrs.get<double>("momentum");
   attrs.get<double>("eps");
   const TensorMeta stat{{c}, batch_norm_stat_dtype(x), x.device()};
-  return {meta_like(x, x.sizes()), stat, stat};
+  return {activation_meta(x), stat, stat};
 }
 
-// grad (N, C, L), x, weight, save_mean, save_invstd -> grad_x, grad_weight (C), grad_bias (C).
+// grad (N, C, *), x, weight, save_mean, save_invstd -> grad_x, grad_weight (C), grad_bias (C).
 std::vector<TensorMeta> batch_norm_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor& x = in[1];
   meta_check_floating(x, "batch_norm_backward");
-  PF_CHECK(x.dim() == 3 && in[0].sizes() == x.sizes(), "batch_norm_backward: grad and input must be (N, C, L)");
+  PF_CHECK(x.dim() >= 2 && in[0].sizes() == x.sizes(), "batch_norm_backward: grad and input must be (N, C, *) of one shape");
   const int64_t c = x.sizes()[1];
   if (attrs.get<bool>("has_weight")) meta_check_vector(in[2], x, c, "batch_norm_backward", "weight", true);
   meta_check_vector(in[3], x, c, "batch_norm_backward", "save_mean", true);
   meta_check_vector(in[4], x, c, "batch_norm_backward", "save_invstd", true);
   attrs.get<bool>("training");
   const TensorMeta stat{{c}, batch_norm_stat_dtype(x), x.device()};
-  return {meta_like(x, x.sizes()), stat, stat};
+  return {activation_meta(x), stat, stat};
 }
 
 // x (M, N), weight (N), bias (N) -> y, mean (M), rstd (M).
@@ -229,6 +235,12 @@ Tensor as_ncl(const Tensor& x) {
   return reshape(contiguous(x), {n, c, n * c == 0 ? 0 : x.numel() / (n * c)});
 }
 
+// batch norm's (N, C, *) operand: the input itself when it is dense row-major or channels last
+// (the kernels take either, and the results keep the layout, as PyTorch's), else a row-major copy.
+Tensor batch_norm_operand(const Tensor& x) {
+  return x.suggest_memory_format() == MemoryFormat::ChannelsLast ? x : contiguous(x);
+}
+
 // The gradient that did not flow (undefined) as zeros, so the fused kernels always get one.
 Tensor grad_or_zeros(const Tensor& g, const Tensor& like) {
   return g.defined() ? g : zeros(like.sizes(), like.dtype(), like.device());
@@ -293,17 +305,19 @@ std::pair<Tensor, Tensor> composed_norm_backward(const Tensor& g, const Tensor& 
 
 // ---- batch_norm --------------------------------------------------------------------------------
 
-Tensors batch_norm_backward_fused(const Tensor& g, const Tensor& x3, const Tensor& weight, const Tensor& save_mean,
+// x is batch_norm_operand's; the gradient takes its layout (an expanded one, from sum(), too).
+Tensors batch_norm_backward_fused(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                   const Tensor& save_invstd, bool training) {
   static const OpDef& op = find_op("batch_norm_backward");
-  const Tensor w = weight.defined() ? reshape(weight, {x3.sizes()[1]}) : x3;  // any shape of C elements
-  const Tensor in[] = {reshape(contiguous(g), x3.sizes()), x3, w, save_mean, save_invstd};
+  const Tensor w = weight.defined() ? reshape(weight, {x.sizes()[1]}) : x;  // any shape of C elements
+  const Tensor in[] = {contiguous(g, x.suggest_memory_format()), x, w, save_mean, save_invstd};
   return call_op(op, in, Attrs{{"training", training}, {"has_weight", weight.defined()}});
 }
 
-// The gradients of batch_norm from ops (create_graph). x3 is (N, C, L); statistics over N and L.
-Tensors batch_norm_backward_composed(const Tensor& g, const Tensor& x3, const Tensor& weight, const Tensor& save_mean,
+// The gradients of batch_norm from ops (create_graph); statistics over N and the dims after C.
+Tensors batch_norm_backward_composed(const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                                      const Tensor& save_invstd, bool training, double eps) {
+  const Tensor x3 = as_ncl(x);
   const int64_t n = x3.sizes()[0], c = x3.sizes()[1], l = x3.sizes()[2];
   // (C, N * L): one row per channel.
   const Tensor xr = reshape(permute(x3, {1, 0, 2}), {c, n * l});
@@ -312,7 +326,7 @@ Tensors batch_norm_backward_composed(const Tensor& g, const Tensor& x3, const Te
   auto [gx, xhat] = composed_norm_backward(gr, xr, w, eps, training, reshape(save_mean, {c, 1}),
                                            reshape(save_invstd, {c, 1}), 1);
   const Tensor gx3 = permute(reshape(gx, {c, n, l}), {1, 0, 2});
-  return {gx3, reduce("sum", mul(gr, xhat), {1}, false), reduce("sum", gr, {1}, false)};
+  return {reshape(gx3, x.sizes()), reduce("sum", mul(gr, xhat), {1}, false), reduce("sum", gr, {1}, false)};
 }
 
 }  // namespace
@@ -375,12 +389,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     autograd::check_inplace(rv);
   }
 
-  const Tensor x3 = as_ncl(input);
+  const Tensor x = batch_norm_operand(input);
   // 1-d views of the per-channel tensors (the kernel reads any stride; running statistics are
   // written in place, so they are never copied).
-  auto vec = [&](const Tensor& t) { return t.defined() ? reshape(t, {c}) : x3; };
+  auto vec = [&](const Tensor& t) { return t.defined() ? reshape(t, {c}) : x; };
   static const OpDef& op = find_op("batch_norm");
-  const Tensor in[] = {x3, vec(weight), vec(bias), vec(running_mean), vec(running_var)};
+  const Tensor in[] = {x, vec(weight), vec(bias), vec(running_mean), vec(running_var)};
   const Attrs attrs{{"training", training},           {"momentum", momentum},
                     {"eps", eps},                     {"has_weight", weight.defined()},
                     {"has_bias", bias.defined()},     {"has_running", running_mean.defined()}};
@@ -389,7 +403,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     running_mean.storage()->bump_version();
     running_var.storage()->bump_version();
   }
-  Tensor out = result_as(outs[0], input.sizes());
+  Tensor out = outs[0];
   if (autograd::any_requires_grad({&input, &weight, &bias})) {
     auto node = autograd::make_node(
         "NativeBatchNormBackward0",
@@ -397,15 +411,14 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
          wshape = weight.defined() ? weight.sizes() : Shape{}, bshape = bias.defined() ? bias.sizes() : Shape{},
          wdtype = weight.defined() ? weight.dtype() : input.dtype(),
          bdtype = bias.defined() ? bias.dtype() : input.dtype()](const Tensors& g, const Tensors& s) -> Tensors {
-          const Tensor& x = s[0];
           const Tensor weight = has_weight ? s[1] : Tensor();
-          const Tensor x3 = as_ncl(x);
+          const Tensor x = batch_norm_operand(s[0]);
           const Tensor gy = grad_or_zeros(g[0], x);
           Tensors r = autograd::is_grad_enabled()
-                          ? batch_norm_backward_composed(gy, x3, weight, s[2], s[3], training, eps)
-                          : batch_norm_backward_fused(gy, x3, weight, s[2], s[3], training);
+                          ? batch_norm_backward_composed(gy, x, weight, s[2], s[3], training, eps)
+                          : batch_norm_backward_fused(gy, x, weight, s[2], s[3], training);
           // The kernel sums parameter gradients in float32 for a 16-bit input: back to their dtype.
-          return {to(reshape(r[0], x.sizes()), std::nullopt, x.dtype()),
+          return {to(r[0], std::nullopt, x.dtype()),
                   has_weight ? to(reshape(r[1], wshape), std::nullopt, wdtype) : Tensor(),
                   has_bias ? to(reshape(r[2], bshape), std::nullopt, bdtype) : Tensor()};
         });

@@ -359,6 +359,22 @@ void check_contiguous(const KernelContext& ctx, std::initializer_list<const Tens
     PF_CHECK(t->is_contiguous(), "cpu '", ctx.op.name, "' kernel needs contiguous inputs (the functional layer makes them)");
 }
 
+// The batch norm kernels' layouts: (N, C, L), each channel's L elements of a sample contiguous
+// (row-major), or rows of C channels (channels last, or L == 1: batch_norm_rows).
+int64_t spatial_size(const Tensor& x) { return x.numel() / (x.sizes()[0] * x.sizes()[1]); }
+bool channels_in_rows(const Tensor& x) {
+  return x.suggest_memory_format() == MemoryFormat::ChannelsLast || spatial_size(x) == 1;
+}
+
+// The gradient, relu output, addend and outputs of a batch norm kernel share x's layout (the
+// functional layer and the graph pass make them so).
+void check_layout(const KernelContext& ctx, const Tensor& x, std::initializer_list<const Tensor*> ts) {
+  const MemoryFormat format = x.suggest_memory_format();
+  for (const Tensor* t : ts)
+    PF_CHECK(t->is_contiguous(format), "cpu '", ctx.op.name,
+             "' kernel needs its tensors dense in the input's memory format (the functional layer makes them)");
+}
+
 template <typename F>
 void dispatch_float(const KernelContext& ctx, DType dt, F&& f) {
   visit_dtype(dt, [&](auto tag) {
@@ -371,9 +387,6 @@ void dispatch_float(const KernelContext& ctx, DType dt, F&& f) {
     }
   });
 }
-
-// Channel blocks for the (N, C) layouts (L == 1): wide enough to vectorize across channels.
-constexpr int64_t kChannelBlock = 256;
 
 // ---- batch_norm --------------------------------------------------------------------------------------
 // batch_norm and batch_norm_backward have no oneDNN kernels: measured, oneDNN 2.6 is slower than
@@ -401,7 +414,7 @@ constexpr int64_t kChannelBlock = 256;
 template <typename T>
 void batch_norm_typed(const KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = spatial_size(x);
   const bool training = ctx.attr<bool>("training"), has_weight = ctx.attr<bool>("has_weight");
   const bool has_bias = ctx.attr<bool>("has_bias"), has_running = ctx.attr<bool>("has_running");
   const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
@@ -440,56 +453,6 @@ void batch_norm_typed(const KernelContext& ctx) {
     shift = has_bias ? b[ch] : T(0);
   };
 
-  if (l == 1) {
-    // (N, C): blocks of channels, each row of the block vectorized across channels.
-    const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
-    parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
-                 [&](int64_t b0, int64_t b1) {
-                   double s1[kChannelBlock], s2[kChannelBlock], shift0[kChannelBlock];
-                   T scale[kChannelBlock], shift[kChannelBlock], mean_hi[kChannelBlock], mean_lo[kChannelBlock];
-                   for (int64_t blk = b0; blk < b1; ++blk) {
-                     const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
-                     if (training) {
-                       for (int64_t j = 0; j < nc; ++j) {
-                         shift0[j] = assumed_mean(xp[c0 + j]);
-                         s1[j] = s2[j] = 0;
-                       }
-                       for (int64_t i = 0; i < n; ++i) {
-                         const T* row = xp + i * c + c0;
-#pragma omp simd
-                         for (int64_t j = 0; j < nc; ++j) {
-                           const double d = static_cast<double>(row[j]) - shift0[j];
-                           s1[j] += d;
-                           s2[j] += d * d;
-                         }
-                       }
-                     }
-                     for (int64_t j = 0; j < nc; ++j) {
-                       double mean = 0, var = 0;
-                       if (training) moments(s1[j], s2[j], shift0[j], n, mean, var);
-                       SplitMean<T> split(0.0);
-                       finish_channel(c0 + j, mean, var, split, scale[j], shift[j]);
-                       mean_hi[j] = split.hi;
-                       mean_lo[j] = split.lo;
-                     }
-                     for (int64_t i = 0; i < n; ++i) {
-                       const T* row = xp + i * c + c0;
-                       T* out = yp + i * c + c0;
-#pragma omp simd
-                       for (int64_t j = 0; j < nc; ++j)
-                         out[j] = ((row[j] - mean_hi[j]) - mean_lo[j]) * scale[j] + shift[j];
-                       if (zp || relu) {
-                         const T* z = zp ? zp + i * c + c0 : nullptr;
-                         for (int64_t j = 0; j < nc; ++j) {
-                           const T v = z ? out[j] + z[j] : out[j];
-                           out[j] = relu && v < T(0) ? T(0) : v;
-                         }
-                       }
-                     }
-                   }
-                 });
-    return;
-  }
   // (N, C, L): channel by channel; statistics, then the channel's rows are written while hot.
   parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
     for (int64_t ch = c0; ch < c1; ++ch) {
@@ -543,7 +506,7 @@ void store_channel(const Tensor& v, int64_t i, double value) {
 template <typename T>
 void batch_norm_reduced(const KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
-  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2], count = n * l;
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = spatial_size(x), count = n * l;
   const bool training = ctx.attr<bool>("training"), has_running = ctx.attr<bool>("has_running");
   const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
   const std::vector<double> w = channel_values(ctx.input(1), ctx.attr<bool>("has_weight"), c);
@@ -587,11 +550,318 @@ void batch_norm_reduced(const KernelContext& ctx) {
   });
 }
 
+// ---- batch_norm over rows of channels: channels-last inputs and (N, C) -----------------------------
+// A channels-last (N, C, *) input is (N * L, C) rows with the channels contiguous, as a (N, C)
+// input (L == 1) is N rows. Threads split the rows: each sums every channel of its rows into its
+// own partial sums (vectorized across channels), the partial sums are merged per channel, and a
+// second pass over the rows normalizes them. The arithmetic is the channel kernels' (shifted
+// sums in double with the first row as the shift, x - mean with the split mean, the same
+// roundings for bfloat16), so both layouts give the same results up to the order of the sums.
+
+template <typename T>
+using arith_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;  // the affine maps' type
+template <typename T>
+using stat_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;  // saved statistics, gradients
+
+inline float load(const float* p, int64_t j) { return p[j]; }
+inline double load(const double* p, int64_t j) { return p[j]; }
+inline void store(float* p, int64_t j, float v) { p[j] = v; }
+inline void store(double* p, int64_t j, double v) { p[j] = v; }
+// A result rounded to T where the separate ops round it (a no-op unless T is bfloat16).
+template <typename T>
+inline arith_t<T> rounded(arith_t<T> v) {
+  if constexpr (std::is_same_v<T, bf16>) return round_bf16(v);
+  else return v;
+}
+
+// Rows per block of the statistics passes: a block's rows stay in L1 while it is swept once per
+// block of channels, whose sums then stay in registers.
+inline int64_t rows_per_block(int64_t c) { return std::max<int64_t>(1, 4096 / c); }
+constexpr int64_t kSumChannels = 16;
+
+// s1[j] += sum(x[., j] - shift[j]), s2[j] += sum((x[., j] - shift[j])^2) over `rows` rows of c.
+template <typename T>
+[[gnu::always_inline]] inline void rows_shifted_sums_impl(const T* x, int64_t rows, int64_t c, const double* shift,
+                                                          double* s1, double* s2) {
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block(c)) {
+    const int64_t r1 = std::min(rows, r0 + rows_per_block(c));
+    int64_t j0 = 0;
+    for (; j0 + kSumChannels <= c; j0 += kSumChannels) {
+      double a[kSumChannels] = {}, q[kSumChannels] = {};
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = x + r * c + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < kSumChannels; ++j) {
+          const double d = static_cast<double>(load(row, j)) - shift[j0 + j];
+          a[j] += d;
+          q[j] += d * d;
+        }
+      }
+      for (int64_t j = 0; j < kSumChannels; ++j) {
+        s1[j0 + j] += a[j];
+        s2[j0 + j] += q[j];
+      }
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = x + r * c;
+#pragma omp simd
+      for (int64_t j = j0; j < c; ++j) {
+        const double d = static_cast<double>(load(row, j)) - shift[j];
+        s1[j] += d;
+        s2[j] += d * d;
+      }
+    }
+  }
+}
+
+// y = act(round((x - mean) * scale + shift) + z) per row, z optional, act none or relu; mean
+// split into hi + lo (lo 0 for bfloat16, whose kernels subtract the float mean).
+template <typename T>
+[[gnu::always_inline]] inline void rows_affine_impl(const T* x, const T* z, T* y, int64_t rows, int64_t c,
+                                                    const arith_t<T>* hi, const arith_t<T>* lo,
+                                                    const arith_t<T>* scale, const arith_t<T>* shift, bool relu) {
+  using A = arith_t<T>;
+  const A floor = relu ? A(0) : -std::numeric_limits<A>::infinity();  // v < floor: NaN passes, as relu
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * c;
+    T* yr = y + r * c;
+    if (z) {
+      const T* zr = z + r * c;
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) {
+        const A v = rounded<T>(rounded<T>(((load(xr, j) - hi[j]) - lo[j]) * scale[j] + shift[j]) + load(zr, j));
+        store(yr, j, v < floor ? A(0) : v);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) {
+        const A v = rounded<T>(((load(xr, j) - hi[j]) - lo[j]) * scale[j] + shift[j]);
+        store(yr, j, v < floor ? A(0) : v);
+      }
+    }
+  }
+}
+
+// sg[j] += sum(g'), dot[j] += sum(g' * (x - mean[j])) with g' = g, or with `out` (a relu's
+// output) the masked g' = (out <= 0 ? 0 : g), stored into gp when given.
+template <typename T>
+[[gnu::always_inline]] inline void rows_grad_sums_impl(const T* g, const T* out, const T* x, T* gp, int64_t rows,
+                                                       int64_t c, const double* mean, double* sg, double* dot) {
+  using A = arith_t<T>;
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block(c)) {
+    const int64_t r1 = std::min(rows, r0 + rows_per_block(c));
+    if (out) {  // the masked gradient first, into gp or in place of nothing: one row at a time
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *gr = g + r * c, *orow = out + r * c, *xr = x + r * c;
+        T* gpr = gp ? gp + r * c : nullptr;
+        if (gpr) {
+#pragma omp simd
+          for (int64_t j = 0; j < c; ++j) {
+            const A gv = load(gr, j);  // loaded unconditionally: a conditional load does not vectorize
+            const A gj = load(orow, j) <= A(0) ? A(0) : gv;
+            store(gpr, j, gj);
+            sg[j] += static_cast<double>(gj);
+            dot[j] += static_cast<double>(gj) * (static_cast<double>(load(xr, j)) - mean[j]);
+          }
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < c; ++j) {
+            const A gv = load(gr, j);
+            const double gj = static_cast<double>(load(orow, j) <= A(0) ? A(0) : gv);
+            sg[j] += gj;
+            dot[j] += gj * (static_cast<double>(load(xr, j)) - mean[j]);
+          }
+        }
+      }
+      continue;
+    }
+    int64_t j0 = 0;
+    for (; j0 + kSumChannels <= c; j0 += kSumChannels) {
+      double a[kSumChannels] = {}, d[kSumChannels] = {};
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *gr = g + r * c + j0, *xr = x + r * c + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < kSumChannels; ++j) {
+          const double gj = static_cast<double>(load(gr, j));
+          a[j] += gj;
+          d[j] += gj * (static_cast<double>(load(xr, j)) - mean[j0 + j]);
+        }
+      }
+      for (int64_t j = 0; j < kSumChannels; ++j) {
+        sg[j0 + j] += a[j];
+        dot[j0 + j] += d[j];
+      }
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      const T *gr = g + r * c, *xr = x + r * c;
+#pragma omp simd
+      for (int64_t j = j0; j < c; ++j) {
+        const double gj = static_cast<double>(load(gr, j));
+        sg[j] += gj;
+        dot[j] += gj * (static_cast<double>(load(xr, j)) - mean[j]);
+      }
+    }
+  }
+}
+
+// gx = g' * a + (x - mean) * b + cc per row (training), gx = g' * a (eval: the input does not
+// enter, so an infinite one gives no NaN, as PyTorch); g' masked by `out` as above.
+template <typename T>
+[[gnu::always_inline]] inline void rows_grad_affine_impl(const T* g, const T* out, const T* x, T* gx, int64_t rows,
+                                                         int64_t c, const arith_t<T>* hi, const arith_t<T>* lo,
+                                                         const arith_t<T>* a, const arith_t<T>* b,
+                                                         const arith_t<T>* cc, bool training) {
+  using A = arith_t<T>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *gr = g + r * c, *orow = out ? out + r * c : nullptr, *xr = x + r * c;
+    T* gxr = gx + r * c;
+    if (orow && training) {
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) {
+        const A gv = load(gr, j);
+        store(gxr, j, (load(orow, j) <= A(0) ? A(0) : gv) * a[j] + ((load(xr, j) - hi[j]) - lo[j]) * b[j] + cc[j]);
+      }
+    } else if (training) {
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) store(gxr, j, load(gr, j) * a[j] + ((load(xr, j) - hi[j]) - lo[j]) * b[j] + cc[j]);
+    } else if (orow) {
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) {
+        const A gv = load(gr, j);
+        store(gxr, j, (load(orow, j) <= A(0) ? A(0) : gv) * a[j]);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < c; ++j) store(gxr, j, load(gr, j) * a[j]);
+    }
+  }
+}
+
+#define PF_ROWS_LOOPS(T)                                                                                           \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_shifted_sums(                            \
+      const T* x, int64_t rows, int64_t c, const double* shift, double* s1, double* s2) {                          \
+    rows_shifted_sums_impl(x, rows, c, shift, s1, s2);                                                             \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_affine(                                  \
+      const T* x, const T* z, T* y, int64_t rows, int64_t c, const arith_t<T>* hi, const arith_t<T>* lo,          \
+      const arith_t<T>* scale, const arith_t<T>* shift, bool relu) {                                               \
+    rows_affine_impl(x, z, y, rows, c, hi, lo, scale, shift, relu);                                                \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_grad_sums(                               \
+      const T* g, const T* out, const T* x, T* gp, int64_t rows, int64_t c, const double* mean, double* sg,        \
+      double* dot) {                                                                                               \
+    rows_grad_sums_impl(g, out, x, gp, rows, c, mean, sg, dot);                                                    \
+  }                                                                                                                \
+  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_grad_affine(                             \
+      const T* g, const T* out, const T* x, T* gx, int64_t rows, int64_t c, const arith_t<T>* hi,                  \
+      const arith_t<T>* lo, const arith_t<T>* a, const arith_t<T>* b, const arith_t<T>* cc, bool training) {       \
+    rows_grad_affine_impl(g, out, x, gx, rows, c, hi, lo, a, b, cc, training);                                     \
+  }
+PF_ROWS_LOOPS(float)
+PF_ROWS_LOOPS(double)
+PF_ROWS_LOOPS(bf16)
+#undef PF_ROWS_LOOPS
+
+// The mean as the affine maps subtract it: split (float, double), or the float mean (bfloat16).
+template <typename T>
+SplitMean<arith_t<T>> rows_mean(double mean) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    SplitMean<float> m;
+    m.hi = static_cast<float>(mean);
+    m.lo = 0.0f;
+    return m;
+  } else {
+    return SplitMean<T>(mean);
+  }
+}
+
+// The rows of `rows` split into `slices` near-equal ranges, one per thread's partial sums.
+struct RowSlices {
+  int64_t rows;
+  int slices;
+  RowSlices(int64_t rows, int64_t c) : rows(rows), slices(std::max(1, parallel_slices(rows, std::max<int64_t>(1, kGrainSize / c)))) {}
+  int64_t begin(int64_t s) const { return rows * s / slices; }
+  int64_t end(int64_t s) const { return rows * (s + 1) / slices; }
+};
+
+template <typename T>
+void batch_norm_rows(const KernelContext& ctx) {
+  using A = arith_t<T>;
+  using S = stat_t<T>;
+  const Tensor& x = ctx.input(0);
+  const int64_t c = x.sizes()[1], rows = x.numel() / c;
+  const bool training = ctx.attr<bool>("training"), has_running = ctx.attr<bool>("has_running");
+  const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
+  const std::vector<double> w = channel_values(ctx.input(1), ctx.attr<bool>("has_weight"), c);
+  const std::vector<double> b = channel_values(ctx.input(2), ctx.attr<bool>("has_bias"), c);
+  const bool read_running = has_running || !training;
+  const std::vector<double> rm = channel_values(ctx.input(3), read_running, c);
+  const std::vector<double> rv = channel_values(ctx.input(4), read_running, c);
+  const T* xp = x.data<T>();
+  T* yp = ctx.output(0).data<T>();
+  S* save_mean = ctx.output(1).data<S>();
+  S* save_invstd = ctx.output(2).data<S>();
+  // batch_norm_fused: y = act(batch_norm(x) + addend), act none or relu.
+  const bool relu = ctx.attrs.has("activation") && ctx.attr<std::string>("activation") == "relu";
+  const T* zp = ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend") ? ctx.input(5).data<T>() : nullptr;
+
+  std::vector<double> sums;  // per slice: s1 (c), s2 (c)
+  std::vector<double> shift0(training ? c : 0);
+  const RowSlices part(rows, c);
+  if (training) {
+    for (int64_t j = 0; j < c; ++j) shift0[j] = assumed_mean(static_cast<double>(load(xp, j)));
+    sums.assign(static_cast<size_t>(part.slices) * 2 * c, 0.0);
+    parallel_for(part.slices, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s)
+        rows_shifted_sums(xp + part.begin(s) * c, part.end(s) - part.begin(s), c, shift0.data(),
+                          sums.data() + s * 2 * c, sums.data() + s * 2 * c + c);
+    });
+  }
+  std::vector<A> hi(c), lo(c), scale(c), shift(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean, invstd;
+    if (training) {
+      double s1 = 0, s2 = 0, var;
+      for (int s = 0; s < part.slices; ++s) {
+        s1 += sums[s * 2 * c + ch];
+        s2 += sums[s * 2 * c + c + ch];
+      }
+      moments(s1, s2, shift0[ch], rows, mean, var);
+      invstd = 1.0 / std::sqrt(var + eps);
+      if (has_running) {  // unbiased variance for the running estimate, as PyTorch
+        store_channel(ctx.input(3), ch, nn_math::running_mean_update(rm[ch], mean, momentum));
+        store_channel(ctx.input(4), ch, nn_math::running_var_update(rv[ch], var, rows, momentum));
+      }
+    } else {
+      mean = rm[ch];
+      invstd = 1.0 / std::sqrt(rv[ch] + eps);
+    }
+    save_mean[ch] = static_cast<S>(mean);
+    save_invstd[ch] = static_cast<S>(invstd);
+    const SplitMean<A> m = rows_mean<T>(mean);
+    hi[ch] = m.hi;
+    lo[ch] = m.lo;
+    // As the channel kernels: float/double scale invstd in T times w; bfloat16 in double.
+    if constexpr (std::is_same_v<T, bf16>) scale[ch] = static_cast<float>(invstd * (w.empty() ? 1.0 : w[ch]));
+    else scale[ch] = static_cast<T>(invstd) * (w.empty() ? T(1) : static_cast<T>(w[ch]));
+    shift[ch] = static_cast<A>(b.empty() ? 0.0 : b[ch]);
+  }
+  parallel_for(rows, std::max<int64_t>(1, kGrainSize / c), [&](int64_t r0, int64_t r1) {
+    rows_affine(xp + r0 * c, zp ? zp + r0 * c : nullptr, yp + r0 * c, r1 - r0, c, hi.data(), lo.data(), scale.data(),
+                shift.data(), relu);
+  });
+}
+
 void batch_norm_kernel(KernelContext& ctx) {
-  check_contiguous(ctx, {&ctx.input(0)});
-  if (ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend")) check_contiguous(ctx, {&ctx.input(5)});
-  if (ctx.input(0).dtype() == DType::BFloat16) return batch_norm_reduced<BFloat16>(ctx);
-  dispatch_float(ctx, ctx.input(0).dtype(), [&](auto tag) { batch_norm_typed<typename decltype(tag)::type>(ctx); });
+  const Tensor& x = ctx.input(0);
+  check_layout(ctx, x, {&x, &ctx.output(0)});
+  if (ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend")) check_layout(ctx, x, {&ctx.input(5)});
+  const bool rows = channels_in_rows(x);
+  if (x.dtype() == DType::BFloat16) return rows ? batch_norm_rows<BFloat16>(ctx) : batch_norm_reduced<BFloat16>(ctx);
+  dispatch_float(ctx, x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rows ? batch_norm_rows<T>(ctx) : batch_norm_typed<T>(ctx);
+  });
 }
 
 // grad_x for training: w * invstd * (g - mean(g) - xhat * mean(g * xhat)), which per channel is
@@ -616,7 +886,7 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
   const bool masked = ctx.op.name == "batch_norm_relu_backward";
   const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
   const Tensor& x = ctx.input(xi);
-  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2];
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = spatial_size(x);
   const bool training = ctx.attr<bool>("training"), has_weight = ctx.attr<bool>("has_weight");
   const T* gp = ctx.input(0).data<T>();
   const T* xp = x.data<T>();
@@ -630,69 +900,6 @@ void batch_norm_backward_typed(const KernelContext& ctx) {
   const int64_t count = n * l;
   auto weight_of = [&](int64_t ch) { return has_weight ? static_cast<double>(w[ch]) : 1.0; };
 
-  if (l == 1) {
-    const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
-    parallel_for(blocks, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, n * kChannelBlock)),
-                 [&](int64_t b0, int64_t b1) {
-                   double sg[kChannelBlock], dot[kChannelBlock], mu[kChannelBlock];
-                   T masked_row[kChannelBlock];
-                   T ca[kChannelBlock], cb[kChannelBlock], cc[kChannelBlock], mh[kChannelBlock], ml[kChannelBlock];
-                   for (int64_t blk = b0; blk < b1; ++blk) {
-                     const int64_t c0 = blk * kChannelBlock, nc = std::min(kChannelBlock, c - c0);
-                     for (int64_t j = 0; j < nc; ++j) {
-                       sg[j] = dot[j] = 0;
-                       mu[j] = static_cast<double>(mean_v[c0 + j]);
-                     }
-                     for (int64_t i = 0; i < n; ++i) {
-                       const T* g = gp + i * c + c0;
-                       const T* xr = xp + i * c + c0;
-                       if (op) {  // mask in place into grad_pre (or the scratch row) first
-                         T* gm = gpp ? gpp + i * c + c0 : masked_row;
-                         const T* o = op + i * c + c0;
-                         for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] <= T(0) ? T(0) : g[j];
-                         g = gm;
-                       }
-#pragma omp simd
-                       for (int64_t j = 0; j < nc; ++j) {
-                         const double gj = static_cast<double>(g[j]);
-                         sg[j] += gj;
-                         dot[j] += gj * (static_cast<double>(xr[j]) - mu[j]);
-                       }
-                     }
-                     for (int64_t j = 0; j < nc; ++j) {
-                       const double invstd = static_cast<double>(invstd_v[c0 + j]);
-                       const auto k = batch_norm_grad_coefs<T>(training, weight_of(c0 + j), invstd, sg[j], dot[j],
-                                                               count);
-                       const SplitMean<T> split(mu[j]);
-                       mh[j] = split.hi;
-                       ml[j] = split.lo;
-                       ca[j] = k.a;
-                       cb[j] = k.b;
-                       cc[j] = k.c;
-                       gwp[c0 + j] = static_cast<T>(dot[j] * invstd);
-                       gbp[c0 + j] = static_cast<T>(sg[j]);
-                     }
-                     for (int64_t i = 0; i < n; ++i) {
-                       const T* g = gp + i * c + c0;
-                       const T* xr = xp + i * c + c0;
-                       T* out = gxp + i * c + c0;
-                       if (op) {
-                         T* gm = gpp ? gpp + i * c + c0 : masked_row;
-                         if (!gpp) {
-                           const T* o = op + i * c + c0;
-                           for (int64_t j = 0; j < nc; ++j) gm[j] = o[j] <= T(0) ? T(0) : g[j];
-                         }
-                         g = gm;
-                       }
-                       // (eval: the input does not enter, so an infinite one gives no NaN, as PyTorch)
-#pragma omp simd
-                       for (int64_t j = 0; j < nc; ++j)
-                         out[j] = training ? g[j] * ca[j] + ((xr[j] - mh[j]) - ml[j]) * cb[j] + cc[j] : g[j] * ca[j];
-                     }
-                   }
-                 });
-    return;
-  }
   parallel_for(c, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, count)), [&](int64_t c0, int64_t c1) {
     for (int64_t ch = c0; ch < c1; ++ch) {
       const double mean = static_cast<double>(mean_v[ch]), invstd = static_cast<double>(invstd_v[ch]);
@@ -732,7 +939,7 @@ void batch_norm_backward_reduced(const KernelContext& ctx) {
   const bool masked = ctx.op.name == "batch_norm_relu_backward";
   const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
   const Tensor& x = ctx.input(xi);
-  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = x.sizes()[2], count = n * l;
+  const int64_t n = x.sizes()[0], c = x.sizes()[1], l = spatial_size(x), count = n * l;
   const bool training = ctx.attr<bool>("training");
   const std::vector<double> w = channel_values(ctx.input(xi + 1), ctx.attr<bool>("has_weight"), c);
   const std::vector<double> mean_v = channel_values(ctx.input(xi + 2), true, c),
@@ -764,18 +971,73 @@ void batch_norm_backward_reduced(const KernelContext& ctx) {
   });
 }
 
-void batch_norm_backward_kernel(KernelContext& ctx) {
-  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1)});
-  if (ctx.input(1).dtype() == DType::BFloat16) return batch_norm_backward_reduced<BFloat16>(ctx);
-  dispatch_float(ctx, ctx.input(1).dtype(),
-                 [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
+// batch_norm_backward and batch_norm_relu_backward over rows of channels (see batch_norm_rows).
+template <typename T>
+void batch_norm_backward_rows(const KernelContext& ctx) {
+  using A = arith_t<T>;
+  using S = stat_t<T>;
+  const bool masked = ctx.op.name == "batch_norm_relu_backward";
+  const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
+  const Tensor& x = ctx.input(xi);
+  const int64_t c = x.sizes()[1], rows = x.numel() / c;
+  const bool training = ctx.attr<bool>("training");
+  const std::vector<double> w = channel_values(ctx.input(xi + 1), ctx.attr<bool>("has_weight"), c);
+  const std::vector<double> mean = channel_values(ctx.input(xi + 2), true, c),
+                            invstd = channel_values(ctx.input(xi + 3), true, c);
+  const T* gp = ctx.input(0).data<T>();
+  const T* op = masked ? ctx.input(1).data<T>() : nullptr;
+  T* gpp = masked && ctx.attr<bool>("has_grad_pre") ? ctx.output(3).data<T>() : nullptr;
+  const T* xp = x.data<T>();
+  T* gxp = ctx.output(0).data<T>();
+  S* gwp = ctx.output(1).data<S>();
+  S* gbp = ctx.output(2).data<S>();
+  const RowSlices part(rows, c);
+  std::vector<double> sums(static_cast<size_t>(part.slices) * 2 * c, 0.0);  // per slice: sum g (c), dot (c)
+  parallel_for(part.slices, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const int64_t off = part.begin(s) * c;
+      rows_grad_sums(gp + off, op ? op + off : nullptr, xp + off, gpp ? gpp + off : nullptr,
+                     part.end(s) - part.begin(s), c, mean.data(), sums.data() + s * 2 * c, sums.data() + s * 2 * c + c);
+    }
+  });
+  std::vector<A> hi(c), lo(c), ka(c), kb(c), kc(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double sum_g = 0, dot = 0;
+    for (int s = 0; s < part.slices; ++s) {
+      sum_g += sums[s * 2 * c + ch];
+      dot += sums[s * 2 * c + c + ch];
+    }
+    gwp[ch] = static_cast<S>(dot * invstd[ch]);
+    gbp[ch] = static_cast<S>(sum_g);
+    const auto k = batch_norm_grad_coefs<A>(training, w.empty() ? 1.0 : w[ch], invstd[ch], sum_g, dot, rows);
+    const SplitMean<A> m = rows_mean<T>(mean[ch]);
+    hi[ch] = m.hi;
+    lo[ch] = m.lo;
+    ka[ch] = k.a;
+    kb[ch] = k.b;
+    kc[ch] = k.c;
+  }
+  parallel_for(rows, std::max<int64_t>(1, kGrainSize / c), [&](int64_t r0, int64_t r1) {
+    const int64_t off = r0 * c;
+    rows_grad_affine(gp + off, op ? op + off : nullptr, xp + off, gxp + off, r1 - r0, c, hi.data(), lo.data(),
+                     ka.data(), kb.data(), kc.data(), training);
+  });
 }
 
-void batch_norm_relu_backward_kernel(KernelContext& ctx) {
-  check_contiguous(ctx, {&ctx.input(0), &ctx.input(1), &ctx.input(2)});
-  if (ctx.input(2).dtype() == DType::BFloat16) return batch_norm_backward_reduced<BFloat16>(ctx);
-  dispatch_float(ctx, ctx.input(2).dtype(),
-                 [&](auto tag) { batch_norm_backward_typed<typename decltype(tag)::type>(ctx); });
+// batch_norm_backward (grad, x, ...) and batch_norm_relu_backward (grad, out, x, ...).
+void batch_norm_backward_kernel(KernelContext& ctx) {
+  const bool masked = ctx.op.name == "batch_norm_relu_backward";
+  const Tensor& x = ctx.input(masked ? 2 : 1);
+  check_layout(ctx, x, {&ctx.input(0), &x, &ctx.output(0)});
+  if (masked) check_layout(ctx, x, {&ctx.input(1)});
+  if (masked && ctx.attr<bool>("has_grad_pre")) check_layout(ctx, x, {&ctx.output(3)});
+  const bool rows = channels_in_rows(x);
+  if (x.dtype() == DType::BFloat16)
+    return rows ? batch_norm_backward_rows<BFloat16>(ctx) : batch_norm_backward_reduced<BFloat16>(ctx);
+  dispatch_float(ctx, x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rows ? batch_norm_backward_rows<T>(ctx) : batch_norm_backward_typed<T>(ctx);
+  });
 }
 
 // ---- layer_norm --------------------------------------------------------------------------------------
@@ -1107,7 +1369,7 @@ void register_norm_kernels(Registrar& reg) {
              batch_norm_backward_kernel);
   reg.kernel("batch_norm_fused", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64}, batch_norm_kernel);
   reg.kernel("batch_norm_relu_backward", DeviceType::CPU, {DType::BFloat16, DType::Float32, DType::Float64},
-             batch_norm_relu_backward_kernel);
+             batch_norm_backward_kernel);
   reg.kernel("layer_norm", DeviceType::CPU, floats, layer_norm_native);
   reg.kernel("layer_norm_backward", DeviceType::CPU, floats, layer_norm_backward_kernel);
   reg.kernel("group_norm", DeviceType::CPU, floats, group_norm_kernel);
