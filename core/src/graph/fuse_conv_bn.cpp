@@ -20,9 +20,13 @@
 // relu_backward feeding batch_norm_backward, becomes batch_norm_relu_backward, which masks the
 // gradient on the fly (and writes the masked gradient when the residual branch needs it too).
 // Guards: each intermediate value has no other reader, the nodes moved past others commute with
-// them (passes::commutes), the tensors are dense, and the device has the fused kernels.
+// them (passes::commutes), the tensors are dense in the batch norm input's layout (row-major, or
+// channels last: batch norm keeps a channels-last activation's layout), and the device has the
+// fused kernels.
 #include <algorithm>
 #include <optional>
+
+#include "plugflow/tensor.h"
 
 #include "pass_utils.h"
 
@@ -44,6 +48,32 @@ int new_external(Graph& g, Device device, size_t nbytes) {
   b.storage = std::make_shared<Storage>(device, std::max<size_t>(nbytes, 1));
   g.buffers.push_back(std::move(b));
   return static_cast<int>(g.buffers.size()) - 1;
+}
+
+// ---- layouts ------------------------------------------------------------------------------------
+// Batch norm's operands are laid out as its input: row-major values of any shape over the same
+// dense elements (reshaped to the input's), or channels-last ones of the input's shape.
+
+// Dense in channels-last order and not row-major (a 4-d or 5-d activation).
+bool channels_last(const Value& v) {
+  if ((v.sizes.size() != 4 && v.sizes.size() != 5) || is_dense(v)) return false;
+  const Shape want = format_strides(v.sizes, MemoryFormat::ChannelsLast);
+  for (size_t d = 0; d < want.size(); ++d)
+    if (v.sizes[d] != 1 && v.strides[d] != want[d]) return false;
+  return true;
+}
+
+// Both views address the same elements in the same order (same_elements, or channels last alike).
+bool same_data(const Value& a, const Value& b) {
+  return same_elements(a, b) || (channels_last(a) && channels_last(b) && a.buffer == b.buffer &&
+                                 a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes);
+}
+
+// `v` as an operand laid out as the batch norm input `x`; none when it is not.
+std::optional<Value> laid_out_as(const Value& v, const Value& x) {
+  if (channels_last(x)) return channels_last(v) && v.sizes == x.sizes ? std::optional<Value>(v) : std::nullopt;
+  if (!is_dense(v) || shape_numel(v.sizes) != shape_numel(x.sizes)) return std::nullopt;
+  return reshaped(v, x.sizes);
 }
 
 // The unused statistics outputs of a batch norm at `j`.
@@ -84,9 +114,10 @@ int fold_into_conv(Graph& g, int i, std::string& report) {
   const int j = readers[0];
   const Node& bn = g.nodes[j];
   if (bn.kind != NodeKind::Kernel || bn.op->name != "batch_norm" || bn.attrs.get<bool>("training") ||
-      !same_elements(bn.inputs[0], y) || needed_after(g, y.buffer, j) || !stats_unused(g, j) ||
-      !is_dense(bn.outputs[0]))
+      !same_data(bn.inputs[0], y) || needed_after(g, y.buffer, j) || !stats_unused(g, j))
     return 0;
+  const std::optional<Value> out = laid_out_as(bn.outputs[0], y);
+  if (!out) return 0;
   const bool has_bias = conv.inputs.size() > 2, has_gamma = bn.attrs.get<bool>("has_weight");
   const bool has_beta = bn.attrs.get<bool>("has_bias");
   // Autocast's weight cast: fold the float32 parameter (a cast bias as well is left alone).
@@ -130,7 +161,7 @@ int fold_into_conv(Graph& g, int i, std::string& report) {
     add_note(g.nodes[cast], "fuse_conv_bn: casts the folded weight");
     fused.inputs = {conv.inputs[0], low, b2_low};
   }
-  fused.outputs = {reshaped(bn.outputs[0], y.sizes)};
+  fused.outputs = {*out};
   check_node(g, fused);
   add_note(fused, "fuse_conv_bn: batch norm folded in");
   report += std::string(report.empty() ? "" : "\n") + bn.scope + " folded into " + describe(g, i);
@@ -151,7 +182,7 @@ bool relu_of(const Graph& g, const Value& v, int at, int& r) {
   if (readers.size() != 1) return false;
   r = readers[0];
   const Node& n = g.nodes[r];
-  if (activation_of(n) != "relu" || !same_elements(n.inputs[0], v) || !is_dense(n.outputs[0])) return false;
+  if (activation_of(n) != "relu" || !same_data(n.inputs[0], v) || !laid_out_as(n.outputs[0], v)) return false;
   // Out of place, the input must die there; in place, the buffer then holds the relu's result.
   return n.outputs[0].buffer == v.buffer || !needed_after(g, v.buffer, r);
 }
@@ -162,14 +193,14 @@ bool relu_of(const Graph& g, const Value& v, int at, int& r) {
 bool fuse_backward(Graph& g, const Value& out, int at, const Value& mean, const Value& invstd) {
   for (int w : readers_after(g, out.buffer, at)) {
     const Node& rb = g.nodes[w];
-    if (rb.kind != NodeKind::Kernel || rb.op->name != "relu_backward" || !same_elements(rb.inputs[1], out) ||
-        !is_dense(rb.inputs[0]) || !is_dense(rb.outputs[0]) || rb.outputs[0].dtype != out.dtype)
+    if (rb.kind != NodeKind::Kernel || rb.op->name != "relu_backward" || !same_data(rb.inputs[1], out) ||
+        rb.outputs[0].dtype != out.dtype)
       continue;
     const Value& masked = rb.outputs[0];
     int bb = -1;
     for (int k : readers_after(g, masked.buffer, w)) {
       const Node& n = g.nodes[k];
-      if (n.kind == NodeKind::Kernel && n.op->name == "batch_norm_backward" && same_elements(n.inputs[0], masked) &&
+      if (n.kind == NodeKind::Kernel && n.op->name == "batch_norm_backward" && same_data(n.inputs[0], masked) &&
           same_elements(n.inputs[3], mean) && same_elements(n.inputs[4], invstd))
         bb = k;
     }
@@ -180,13 +211,15 @@ bool fuse_backward(Graph& g, const Value& out, int at, const Value& mean, const 
     for (int k : readers_after(g, masked.buffer, w)) others = others || k != bb;
     others = others || g.buffers[masked.buffer].kind != BufferKind::Temporary;
     for (const Value& v : g.outputs) others = others || v.buffer == masked.buffer;
-    const Shape& ncl = back.inputs[1].sizes;
+    const Value& x = back.inputs[1];
+    const std::optional<Value> grad = laid_out_as(rb.inputs[0], x), relu_out = laid_out_as(out, x),
+                               grad_pre = laid_out_as(masked, x);
+    if (!grad || !relu_out || !grad_pre) continue;
     Node fused;
     fused.op = &find_op("batch_norm_relu_backward");
-    fused.inputs = {reshaped(rb.inputs[0], ncl), reshaped(out, ncl), back.inputs[1], back.inputs[2], back.inputs[3],
-                    back.inputs[4]};
+    fused.inputs = {*grad, *relu_out, x, back.inputs[2], back.inputs[3], back.inputs[4]};
     fused.outputs = back.outputs;
-    if (others) fused.outputs.push_back(reshaped(masked, ncl));
+    if (others) fused.outputs.push_back(*grad_pre);
     fused.attrs = Attrs{{"training", back.attrs.get<bool>("training")},
                         {"has_weight", back.attrs.get<bool>("has_weight")},
                         {"has_grad_pre", others}};
@@ -211,7 +244,6 @@ bool fuse_bn_relu(Graph& g, int j, std::string& report) {
     return false;
   const Value& y = bn.outputs[0];
   if (g.buffers[y.buffer].kind != BufferKind::Temporary) return false;
-  const Shape& ncl = y.sizes;
   int r = -1, a = -1;
   std::optional<Value> addend;
   // batch_norm -> relu, or batch_norm -> add(z) -> relu.
@@ -220,18 +252,20 @@ bool fuse_bn_relu(Graph& g, int j, std::string& report) {
     if (readers.size() != 1) return false;
     a = readers[0];
     const Node& add = g.nodes[a];
-    if (!is_plain_add(add) || !is_dense(add.outputs[0])) return false;
-    const int mine = same_elements(add.inputs[0], y) ? 0 : same_elements(add.inputs[1], y) ? 1 : -1;
-    if (mine < 0 || add.inputs[1 - mine].buffer == y.buffer || !is_dense(add.inputs[1 - mine])) return false;
+    if (!is_plain_add(add) || !laid_out_as(add.outputs[0], y)) return false;
+    const int mine = same_data(add.inputs[0], y) ? 0 : same_data(add.inputs[1], y) ? 1 : -1;
+    if (mine < 0 || add.inputs[1 - mine].buffer == y.buffer) return false;
     if (add.outputs[0].buffer != y.buffer && needed_after(g, y.buffer, a)) return false;
-    addend = reshaped(add.inputs[1 - mine], ncl);
-    if (!relu_of(g, add.outputs[0], a, r)) return false;
+    addend = laid_out_as(add.inputs[1 - mine], y);
+    if (!addend || !relu_of(g, add.outputs[0], a, r)) return false;
   }
   const Node& relu = g.nodes[r];
+  const std::optional<Value> relu_out = laid_out_as(relu.outputs[0], y);
+  if (!relu_out) return false;
   Node fused = bn;
   fused.op = &find_op("batch_norm_fused");
   if (addend) fused.inputs.push_back(*addend);
-  fused.outputs[0] = reshaped(relu.outputs[0], ncl);
+  fused.outputs[0] = *relu_out;
   fused.attrs.set("activation", std::string("relu"));
   fused.attrs.set("has_addend", addend.has_value());
   // The fused node takes the slot of the add (where the addend is ready) or of the batch norm.

@@ -13,10 +13,11 @@
 //   * Backward kernels take the saved mean and 1/std, so each needs one pass for the reductions
 //     (sum of g and of g * (x - mean)) and one that writes grad_input, with the weight and bias
 //     gradients from the same reductions.
-//   * batch_norm works channel by channel on (N, C, L) inputs (threads split the channels, and
-//     each channel is normalized right after its statistics, while it is still in cache); a
-//     (N, C) input (L == 1) runs channel-blocks across the rows instead, which vectorizes across
-//     channels. layer_norm splits rows; group_norm splits (sample, group) slices.
+//   * batch_norm works channel by channel on row-major (N, C, *) inputs (threads split the
+//     channels, and each channel is normalized right after its statistics, while it is still in
+//     cache); channels-last inputs and (N, C) ones (L == 1) are rows of C channels instead,
+//     which threads split (partial sums per thread, vectorized across channels).
+//     layer_norm splits rows; group_norm splits (sample, group) slices.
 //   * embedding copies rows; its backward accumulates gradient rows into the destination rows
 //     each thread owns (a range of the vocabulary), so it is deterministic without atomics.
 //   * dropout draws element i from Philox counter offset + i / 4, word i % 4 (one 128-bit draw
@@ -392,7 +393,8 @@ void dispatch_float(const KernelContext& ctx, DType dt, F&& f) {
 // batch_norm and batch_norm_backward have no oneDNN kernels: measured, oneDNN 2.6 is slower than
 // these on every shape tried, so float32 stays here too.
 //
-// The functional layer hands the kernels a contiguous (N, C, L). oneDNN 2.6 runs that layout,
+// The functional layer hands the kernels a row-major (N, C, *), seen as (N, C, L), or a
+// channels-last one (batch_norm_rows). oneDNN 2.6 runs the row-major layout,
 // described as (N, C, L, 1) nchw, with ncsp_bnorm, a plain C++ implementation (3-d ncw gets
 // bnorm_ref; (N, C) gets ncsp_bnorm too); its jit kernels need the blocked nChw16c layout, i.e. a
 // reorder of x (and grad) in and of the result out. Medians in ms, AVX-512, float32, weight and

@@ -1,5 +1,5 @@
 """BatchNorm1d, BatchNorm2d, BatchNorm3d and SyncBatchNorm (torch.nn.modules.batchnorm), on
-F.batch_norm (whose kernel takes (N, C, L): every dim after C is folded into L).
+F.batch_norm (whose kernels take the (N, C, *) input as it is, row-major or channels last).
 
 In training the batch statistics normalize and update the running ones (exponential average
 with `momentum`, or the cumulative average when momentum is None); in eval the running
