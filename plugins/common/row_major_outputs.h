@@ -15,4 +15,14 @@ void with_row_major_outputs(KernelContext& ctx) {
   run_with_row_major_outputs(ctx, kernel);
 }
 
+// Runs `kernel` on row-major copies of the channels-last inputs (one copy of an input passed
+// twice), its outputs as run_with_row_major_outputs does. Only for kernels that write no input
+// in place that could be channels last (a batch norm's running statistics are 1-d).
+void run_with_row_major_operands(KernelContext& ctx, KernelFn kernel);
+
+template <KernelFn kernel>
+void with_row_major_operands(KernelContext& ctx) {
+  run_with_row_major_operands(ctx, kernel);
+}
+
 }  // namespace plugflow

@@ -576,42 +576,32 @@ inline arith_t<T> rounded(arith_t<T> v) {
   else return v;
 }
 
-// Rows per block of the statistics passes: a block's rows stay in L1 while it is swept once per
-// block of channels, whose sums then stay in registers.
-inline int64_t rows_per_block(int64_t c) { return std::max<int64_t>(1, 4096 / c); }
-constexpr int64_t kSumChannels = 16;
+// The statistics passes sweep four rows at a time: each channel's running sums are then read
+// and written once per four rows (they live in L1, not in registers).
+constexpr int64_t kSweepRows = 4;
 
 // s1[j] += sum(x[., j] - shift[j]), s2[j] += sum((x[., j] - shift[j])^2) over `rows` rows of c.
 template <typename T>
 [[gnu::always_inline]] inline void rows_shifted_sums_impl(const T* x, int64_t rows, int64_t c, const double* shift,
                                                           double* s1, double* s2) {
-  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block(c)) {
-    const int64_t r1 = std::min(rows, r0 + rows_per_block(c));
-    int64_t j0 = 0;
-    for (; j0 + kSumChannels <= c; j0 += kSumChannels) {
-      double a[kSumChannels] = {}, q[kSumChannels] = {};
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* row = x + r * c + j0;
+  int64_t r = 0;
+  for (; r + kSweepRows <= rows; r += kSweepRows) {
+    const T *x0 = x + r * c, *x1 = x0 + c, *x2 = x1 + c, *x3 = x2 + c;
 #pragma omp simd
-        for (int64_t j = 0; j < kSumChannels; ++j) {
-          const double d = static_cast<double>(load(row, j)) - shift[j0 + j];
-          a[j] += d;
-          q[j] += d * d;
-        }
-      }
-      for (int64_t j = 0; j < kSumChannels; ++j) {
-        s1[j0 + j] += a[j];
-        s2[j0 + j] += q[j];
-      }
+    for (int64_t j = 0; j < c; ++j) {
+      const double d0 = static_cast<double>(load(x0, j)) - shift[j], d1 = static_cast<double>(load(x1, j)) - shift[j];
+      const double d2 = static_cast<double>(load(x2, j)) - shift[j], d3 = static_cast<double>(load(x3, j)) - shift[j];
+      s1[j] += (d0 + d1) + (d2 + d3);
+      s2[j] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);
     }
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* row = x + r * c;
+  }
+  for (; r < rows; ++r) {
+    const T* row = x + r * c;
 #pragma omp simd
-      for (int64_t j = j0; j < c; ++j) {
-        const double d = static_cast<double>(load(row, j)) - shift[j];
-        s1[j] += d;
-        s2[j] += d * d;
-      }
+    for (int64_t j = 0; j < c; ++j) {
+      const double d = static_cast<double>(load(row, j)) - shift[j];
+      s1[j] += d;
+      s2[j] += d * d;
     }
   }
 }
@@ -650,58 +640,51 @@ template <typename T>
 [[gnu::always_inline]] inline void rows_grad_sums_impl(const T* g, const T* out, const T* x, T* gp, int64_t rows,
                                                        int64_t c, const double* mean, double* sg, double* dot) {
   using A = arith_t<T>;
-  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block(c)) {
-    const int64_t r1 = std::min(rows, r0 + rows_per_block(c));
-    if (out) {  // the masked gradient first, into gp or in place of nothing: one row at a time
-      for (int64_t r = r0; r < r1; ++r) {
-        const T *gr = g + r * c, *orow = out + r * c, *xr = x + r * c;
-        T* gpr = gp ? gp + r * c : nullptr;
-        if (gpr) {
+  if (out) {  // masked: one row at a time
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *gr = g + r * c, *orow = out + r * c, *xr = x + r * c;
+      T* gpr = gp ? gp + r * c : nullptr;
+      if (gpr) {
 #pragma omp simd
-          for (int64_t j = 0; j < c; ++j) {
-            const A gv = load(gr, j);  // loaded unconditionally: a conditional load does not vectorize
-            const A gj = load(orow, j) <= A(0) ? A(0) : gv;
-            store(gpr, j, gj);
-            sg[j] += static_cast<double>(gj);
-            dot[j] += static_cast<double>(gj) * (static_cast<double>(load(xr, j)) - mean[j]);
-          }
-        } else {
+        for (int64_t j = 0; j < c; ++j) {
+          const A gv = load(gr, j);  // loaded unconditionally: a conditional load does not vectorize
+          const A gj = load(orow, j) <= A(0) ? A(0) : gv;
+          store(gpr, j, gj);
+          sg[j] += static_cast<double>(gj);
+          dot[j] += static_cast<double>(gj) * (static_cast<double>(load(xr, j)) - mean[j]);
+        }
+      } else {
 #pragma omp simd
-          for (int64_t j = 0; j < c; ++j) {
-            const A gv = load(gr, j);
-            const double gj = static_cast<double>(load(orow, j) <= A(0) ? A(0) : gv);
-            sg[j] += gj;
-            dot[j] += gj * (static_cast<double>(load(xr, j)) - mean[j]);
-          }
+        for (int64_t j = 0; j < c; ++j) {
+          const A gv = load(gr, j);
+          const double gj = static_cast<double>(load(orow, j) <= A(0) ? A(0) : gv);
+          sg[j] += gj;
+          dot[j] += gj * (static_cast<double>(load(xr, j)) - mean[j]);
         }
       }
-      continue;
     }
-    int64_t j0 = 0;
-    for (; j0 + kSumChannels <= c; j0 += kSumChannels) {
-      double a[kSumChannels] = {}, d[kSumChannels] = {};
-      for (int64_t r = r0; r < r1; ++r) {
-        const T *gr = g + r * c + j0, *xr = x + r * c + j0;
+    return;
+  }
+  int64_t r = 0;
+  for (; r + kSweepRows <= rows; r += kSweepRows) {
+    const T *g0 = g + r * c, *g1 = g0 + c, *g2 = g1 + c, *g3 = g2 + c;
+    const T *x0 = x + r * c, *x1 = x0 + c, *x2 = x1 + c, *x3 = x2 + c;
 #pragma omp simd
-        for (int64_t j = 0; j < kSumChannels; ++j) {
-          const double gj = static_cast<double>(load(gr, j));
-          a[j] += gj;
-          d[j] += gj * (static_cast<double>(load(xr, j)) - mean[j0 + j]);
-        }
-      }
-      for (int64_t j = 0; j < kSumChannels; ++j) {
-        sg[j0 + j] += a[j];
-        dot[j0 + j] += d[j];
-      }
+    for (int64_t j = 0; j < c; ++j) {
+      const double a0 = static_cast<double>(load(g0, j)), a1 = static_cast<double>(load(g1, j));
+      const double a2 = static_cast<double>(load(g2, j)), a3 = static_cast<double>(load(g3, j));
+      sg[j] += (a0 + a1) + (a2 + a3);
+      dot[j] += (a0 * (static_cast<double>(load(x0, j)) - mean[j]) + a1 * (static_cast<double>(load(x1, j)) - mean[j])) +
+                (a2 * (static_cast<double>(load(x2, j)) - mean[j]) + a3 * (static_cast<double>(load(x3, j)) - mean[j]));
     }
-    for (int64_t r = r0; r < r1; ++r) {
-      const T *gr = g + r * c, *xr = x + r * c;
+  }
+  for (; r < rows; ++r) {
+    const T *gr = g + r * c, *xr = x + r * c;
 #pragma omp simd
-      for (int64_t j = j0; j < c; ++j) {
-        const double gj = static_cast<double>(load(gr, j));
-        sg[j] += gj;
-        dot[j] += gj * (static_cast<double>(load(xr, j)) - mean[j]);
-      }
+    for (int64_t j = 0; j < c; ++j) {
+      const double gj = static_cast<double>(load(gr, j));
+      sg[j] += gj;
+      dot[j] += gj * (static_cast<double>(load(xr, j)) - mean[j]);
     }
   }
 }
@@ -739,30 +722,32 @@ template <typename T>
   }
 }
 
-#define PF_ROWS_LOOPS(T)                                                                                           \
-  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_shifted_sums(                            \
-      const T* x, int64_t rows, int64_t c, const double* shift, double* s1, double* s2) {                          \
-    rows_shifted_sums_impl(x, rows, c, shift, s1, s2);                                                             \
-  }                                                                                                                \
-  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_affine(                                  \
-      const T* x, const T* z, T* y, int64_t rows, int64_t c, const arith_t<T>* hi, const arith_t<T>* lo,          \
-      const arith_t<T>* scale, const arith_t<T>* shift, bool relu) {                                               \
-    rows_affine_impl(x, z, y, rows, c, hi, lo, scale, shift, relu);                                                \
-  }                                                                                                                \
-  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_grad_sums(                               \
-      const T* g, const T* out, const T* x, T* gp, int64_t rows, int64_t c, const double* mean, double* sg,        \
-      double* dot) {                                                                                               \
-    rows_grad_sums_impl(g, out, x, gp, rows, c, mean, sg, dot);                                                    \
-  }                                                                                                                \
-  __attribute__((target_clones("arch=x86-64-v3", "default"))) void rows_grad_affine(                             \
-      const T* g, const T* out, const T* x, T* gx, int64_t rows, int64_t c, const arith_t<T>* hi,                  \
-      const arith_t<T>* lo, const arith_t<T>* a, const arith_t<T>* b, const arith_t<T>* cc, bool training) {       \
-    rows_grad_affine_impl(g, out, x, gx, rows, c, hi, lo, a, b, cc, training);                                     \
+// Compiled for AVX-512, AVX2 and the baseline, picked at load time (as reduce.cpp's dense loops).
+#define PF_ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define PF_ROWS_LOOPS(T)                                                                                             \
+  PF_ROWS_CLONES void rows_shifted_sums(const T* x, int64_t rows, int64_t c, const double* shift, double* s1,        \
+                                        double* s2) {                                                                \
+    rows_shifted_sums_impl(x, rows, c, shift, s1, s2);                                                               \
+  }                                                                                                                  \
+  PF_ROWS_CLONES void rows_affine(const T* x, const T* z, T* y, int64_t rows, int64_t c, const arith_t<T>* hi,       \
+                                  const arith_t<T>* lo, const arith_t<T>* scale, const arith_t<T>* shift,            \
+                                  bool relu) {                                                                       \
+    rows_affine_impl(x, z, y, rows, c, hi, lo, scale, shift, relu);                                                  \
+  }                                                                                                                  \
+  PF_ROWS_CLONES void rows_grad_sums(const T* g, const T* out, const T* x, T* gp, int64_t rows, int64_t c,           \
+                                     const double* mean, double* sg, double* dot) {                                  \
+    rows_grad_sums_impl(g, out, x, gp, rows, c, mean, sg, dot);                                                      \
+  }                                                                                                                  \
+  PF_ROWS_CLONES void rows_grad_affine(const T* g, const T* out, const T* x, T* gx, int64_t rows, int64_t c,         \
+                                       const arith_t<T>* hi, const arith_t<T>* lo, const arith_t<T>* a,              \
+                                       const arith_t<T>* b, const arith_t<T>* cc, bool training) {                   \
+    rows_grad_affine_impl(g, out, x, gx, rows, c, hi, lo, a, b, cc, training);                                       \
   }
 PF_ROWS_LOOPS(float)
 PF_ROWS_LOOPS(double)
 PF_ROWS_LOOPS(bf16)
 #undef PF_ROWS_LOOPS
+#undef PF_ROWS_CLONES
 
 // The mean as the affine maps subtract it: split (float, double), or the float mean (bfloat16).
 template <typename T>
@@ -784,6 +769,18 @@ struct RowSlices {
   RowSlices(int64_t rows, int64_t c) : rows(rows), slices(std::max(1, parallel_slices(rows, std::max<int64_t>(1, kGrainSize / c)))) {}
   int64_t begin(int64_t s) const { return rows * s / slices; }
   int64_t end(int64_t s) const { return rows * (s + 1) / slices; }
+
+  // f(r0, r1) over the rows of every slice, each slice's blocks of rows last to first: the
+  // thread that summed a slice (parallel_for gives slice s to the same thread each time) finds
+  // the rows it read last still in its cache.
+  template <typename F>
+  void for_each_backwards(int64_t c, const F& f) const {
+    const int64_t block = std::max<int64_t>(kSweepRows, 4096 / c);
+    parallel_for(slices, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s)
+        for (int64_t r1 = end(s); r1 > begin(s); r1 -= block) f(std::max(begin(s), r1 - block), r1);
+    });
+  }
 };
 
 template <typename T>
@@ -848,7 +845,7 @@ void batch_norm_rows(const KernelContext& ctx) {
     else scale[ch] = static_cast<T>(invstd) * (w.empty() ? T(1) : static_cast<T>(w[ch]));
     shift[ch] = static_cast<A>(b.empty() ? 0.0 : b[ch]);
   }
-  parallel_for(rows, std::max<int64_t>(1, kGrainSize / c), [&](int64_t r0, int64_t r1) {
+  part.for_each_backwards(c, [&](int64_t r0, int64_t r1) {
     rows_affine(xp + r0 * c, zp ? zp + r0 * c : nullptr, yp + r0 * c, r1 - r0, c, hi.data(), lo.data(), scale.data(),
                 shift.data(), relu);
   });
@@ -1019,7 +1016,7 @@ void batch_norm_backward_rows(const KernelContext& ctx) {
     kb[ch] = k.b;
     kc[ch] = k.c;
   }
-  parallel_for(rows, std::max<int64_t>(1, kGrainSize / c), [&](int64_t r0, int64_t r1) {
+  part.for_each_backwards(c, [&](int64_t r0, int64_t r1) {
     const int64_t off = r0 * c;
     rows_grad_affine(gp + off, op ? op + off : nullptr, xp + off, gxp + off, r1 - r0, c, hi.data(), lo.data(),
                      ka.data(), kb.data(), kc.data(), training);

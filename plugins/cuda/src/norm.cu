@@ -23,6 +23,7 @@
 #include "index_check.cuh"
 #include "nn_common.cuh"
 #include "plugflow/philox.h"
+#include "row_major_outputs.h"
 
 namespace plugflow::cuda {
 namespace {
@@ -136,7 +137,7 @@ void batch_norm_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&x});
   if (has_addend) check_contiguous(ctx, {&ctx.input(5)});
   BatchNormArgs a{};
-  a.n = x.sizes()[0], a.c = x.sizes()[1], a.l = x.sizes()[2];
+  a.n = x.sizes()[0], a.c = x.sizes()[1], a.l = a.n * a.c == 0 ? 0 : x.numel() / (a.n * a.c);  // (N, C, *)
   a.training = ctx.attr<bool>("training");
   a.has_running = ctx.attr<bool>("has_running");
   a.relu = ctx.attrs.has("activation") && ctx.attr<std::string>("activation") == "relu";
@@ -223,7 +224,7 @@ void batch_norm_backward_kernel(KernelContext& ctx) {
   check_contiguous(ctx, {&ctx.input(0), &x});
   if (masked) check_contiguous(ctx, {&ctx.input(1)});
   BatchNormBackwardArgs a{};
-  a.n = x.sizes()[0], a.c = x.sizes()[1], a.l = x.sizes()[2];
+  a.n = x.sizes()[0], a.c = x.sizes()[1], a.l = a.n * a.c == 0 ? 0 : x.numel() / (a.n * a.c);  // (N, C, *)
   a.training = ctx.attr<bool>("training");
   a.weight = channel_vec(ctx.input(xi + 1), ctx.attr<bool>("has_weight"));
   a.mean = channel_vec(ctx.input(xi + 2), true);
@@ -698,10 +699,11 @@ std::vector<KernelDef> norm_kernels() {
   const std::vector<DType> all_floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
   return {
       // float16 batch norm is CUDA-only (autocast on CUDA runs batch norm in float16, as PyTorch).
-      {"batch_norm", all_floats, &batch_norm_kernel},
-      {"batch_norm_backward", all_floats, &batch_norm_backward_kernel},
-      {"batch_norm_fused", bf16_floats, &batch_norm_kernel},
-      {"batch_norm_relu_backward", bf16_floats, &batch_norm_backward_kernel},
+      // Channels-last activations run the row-major kernels on row-major copies.
+      {"batch_norm", all_floats, &with_row_major_operands<batch_norm_kernel>},
+      {"batch_norm_backward", all_floats, &with_row_major_operands<batch_norm_backward_kernel>},
+      {"batch_norm_fused", bf16_floats, &with_row_major_operands<batch_norm_kernel>},
+      {"batch_norm_relu_backward", bf16_floats, &with_row_major_operands<batch_norm_backward_kernel>},
       {"layer_norm", all_floats, &layer_norm_kernel},
       {"layer_norm_backward", all_floats, &layer_norm_backward_kernel},
       {"group_norm", all_floats, &group_norm_kernel},
