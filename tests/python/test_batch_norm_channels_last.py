@@ -102,6 +102,27 @@ def test_functional_matches_torch(rng, shape, dtype, training, grad):
     close(pb.grad, tb.grad, dtype, "grad_bias")
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_double_backward(rng, training):
+    """create_graph: the composed backward's gradients and their gradients, channels last."""
+    shape, c = (2, 5, 3, 4), 5
+    px, tx = cl_pair(rng, shape, "float64")
+    w, b = rng.uniform(0.5, 1.5, c), rng.standard_normal(c)
+    rm, rv = rng.standard_normal(c), rng.uniform(0.5, 2.0, c)
+    results = []
+    for lib, x in ((pf, px), (torch, tx)):
+        weight, bias = (lib.from_numpy(v.copy()).requires_grad_() for v in (w, b))
+        y = lib.nn.functional.batch_norm(x, lib.from_numpy(rm.copy()), lib.from_numpy(rv.copy()), weight, bias,
+                                         training=training)
+        gx, = lib.autograd.grad((y ** 3).sum(), x, create_graph=True)
+        gw, = lib.autograd.grad((gx ** 2).sum(), weight)
+        results.append((gx, gw))
+    (pgx, pgw), (tgx, tgw) = results
+    close(pgx, tgx, "float64", "grad_input")
+    same_layout(pgx, tgx, "grad_input")
+    close(pgw, tgw, "float64", "grad of grad_input wrt weight")
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 4, 1, 1), (1, 3, 1, 1, 1)])
 def test_single_value_per_channel(rng, shape):
     """Eval normalizes with the running statistics; training refuses (as PyTorch) a batch with one

@@ -326,7 +326,8 @@ Tensors batch_norm_backward_composed(const Tensor& g, const Tensor& x, const Ten
   auto [gx, xhat] = composed_norm_backward(gr, xr, w, eps, training, reshape(save_mean, {c, 1}),
                                            reshape(save_invstd, {c, 1}), 1);
   const Tensor gx3 = permute(reshape(gx, {c, n, l}), {1, 0, 2});
-  return {reshape(gx3, x.sizes()), reduce("sum", mul(gr, xhat), {1}, false), reduce("sum", gr, {1}, false)};
+  return {contiguous(reshape(gx3, x.sizes()), x.suggest_memory_format()), reduce("sum", mul(gr, xhat), {1}, false),
+          reduce("sum", gr, {1}, false)};
 }
 
 }  // namespace
