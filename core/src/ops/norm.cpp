@@ -4,7 +4,8 @@
 // Kernels (docs/kernels.md, "Norm family"): batch_norm, layer_norm and group_norm each run one
 // fused forward kernel (statistics and the affine normalization together, saving mean and
 // 1/std) and one fused backward kernel (input, weight and bias gradients together). The
-// functional layer hands them contiguous inputs reshaped to the few dims they need; absent
+// functional layer hands them contiguous inputs reshaped to the few dims they need (batch norm:
+// the input itself when it is channels last, whose layout the results keep); absent
 // weight/bias/running statistics are flagged by attributes and passed as placeholders that are
 // never read. Backward under create_graph (double backward) runs the same formulas composed
 // from differentiable ops instead of the fused backward kernels.
@@ -78,7 +79,8 @@ std::vector<TensorMeta> batch_norm_meta(std::span<const Tensor> in, const Attrs&
 std::vector<TensorMeta> batch_norm_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor& x = in[1];
   meta_check_floating(x, "batch_norm_backward");
-  PF_CHECK(x.dim() >= 2 && in[0].sizes() == x.sizes(), "batch_norm_backward: grad and input must be (N, C, *) of one shape");
+  PF_CHECK(x.dim() >= 2 && in[0].sizes() == x.sizes(),
+           "batch_norm_backward: grad and input must be (N, C, *) of one shape");
   const int64_t c = x.sizes()[1];
   if (attrs.get<bool>("has_weight")) meta_check_vector(in[2], x, c, "batch_norm_backward", "weight", true);
   meta_check_vector(in[3], x, c, "batch_norm_backward", "save_mean", true);

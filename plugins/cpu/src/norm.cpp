@@ -560,10 +560,9 @@ void batch_norm_reduced(const KernelContext& ctx) {
 // sums in double with the first row as the shift, x - mean with the split mean, the same
 // roundings for bfloat16), so both layouts give the same results up to the order of the sums.
 
+// The affine maps' type, which is also that of the saved statistics and parameter gradients.
 template <typename T>
-using arith_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;  // the affine maps' type
-template <typename T>
-using stat_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;  // saved statistics, gradients
+using arith_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
 
 inline float load(const float* p, int64_t j) { return p[j]; }
 inline double load(const double* p, int64_t j) { return p[j]; }
@@ -674,8 +673,9 @@ template <typename T>
       const double a0 = static_cast<double>(load(g0, j)), a1 = static_cast<double>(load(g1, j));
       const double a2 = static_cast<double>(load(g2, j)), a3 = static_cast<double>(load(g3, j));
       sg[j] += (a0 + a1) + (a2 + a3);
-      dot[j] += (a0 * (static_cast<double>(load(x0, j)) - mean[j]) + a1 * (static_cast<double>(load(x1, j)) - mean[j])) +
-                (a2 * (static_cast<double>(load(x2, j)) - mean[j]) + a3 * (static_cast<double>(load(x3, j)) - mean[j]));
+      const double d0 = static_cast<double>(load(x0, j)) - mean[j], d1 = static_cast<double>(load(x1, j)) - mean[j];
+      const double d2 = static_cast<double>(load(x2, j)) - mean[j], d3 = static_cast<double>(load(x3, j)) - mean[j];
+      dot[j] += (a0 * d0 + a1 * d1) + (a2 * d2 + a3 * d3);
     }
   }
   for (; r < rows; ++r) {
@@ -708,7 +708,8 @@ template <typename T>
       }
     } else if (training) {
 #pragma omp simd
-      for (int64_t j = 0; j < c; ++j) store(gxr, j, load(gr, j) * a[j] + ((load(xr, j) - hi[j]) - lo[j]) * b[j] + cc[j]);
+      for (int64_t j = 0; j < c; ++j)
+        store(gxr, j, load(gr, j) * a[j] + ((load(xr, j) - hi[j]) - lo[j]) * b[j] + cc[j]);
     } else if (orow) {
 #pragma omp simd
       for (int64_t j = 0; j < c; ++j) {
@@ -766,7 +767,8 @@ SplitMean<arith_t<T>> rows_mean(double mean) {
 struct RowSlices {
   int64_t rows;
   int slices;
-  RowSlices(int64_t rows, int64_t c) : rows(rows), slices(std::max(1, parallel_slices(rows, std::max<int64_t>(1, kGrainSize / c)))) {}
+  RowSlices(int64_t rows, int64_t c)
+      : rows(rows), slices(std::max(1, parallel_slices(rows, std::max<int64_t>(1, kGrainSize / c)))) {}
   int64_t begin(int64_t s) const { return rows * s / slices; }
   int64_t end(int64_t s) const { return rows * (s + 1) / slices; }
 
@@ -786,7 +788,6 @@ struct RowSlices {
 template <typename T>
 void batch_norm_rows(const KernelContext& ctx) {
   using A = arith_t<T>;
-  using S = stat_t<T>;
   const Tensor& x = ctx.input(0);
   const int64_t c = x.sizes()[1], rows = x.numel() / c;
   const bool training = ctx.attr<bool>("training"), has_running = ctx.attr<bool>("has_running");
@@ -798,8 +799,8 @@ void batch_norm_rows(const KernelContext& ctx) {
   const std::vector<double> rv = channel_values(ctx.input(4), read_running, c);
   const T* xp = x.data<T>();
   T* yp = ctx.output(0).data<T>();
-  S* save_mean = ctx.output(1).data<S>();
-  S* save_invstd = ctx.output(2).data<S>();
+  A* save_mean = ctx.output(1).data<A>();
+  A* save_invstd = ctx.output(2).data<A>();
   // batch_norm_fused: y = act(batch_norm(x) + addend), act none or relu.
   const bool relu = ctx.attrs.has("activation") && ctx.attr<std::string>("activation") == "relu";
   const T* zp = ctx.attrs.has("has_addend") && ctx.attr<bool>("has_addend") ? ctx.input(5).data<T>() : nullptr;
@@ -835,8 +836,8 @@ void batch_norm_rows(const KernelContext& ctx) {
       mean = rm[ch];
       invstd = 1.0 / std::sqrt(rv[ch] + eps);
     }
-    save_mean[ch] = static_cast<S>(mean);
-    save_invstd[ch] = static_cast<S>(invstd);
+    save_mean[ch] = static_cast<A>(mean);
+    save_invstd[ch] = static_cast<A>(invstd);
     const SplitMean<A> m = rows_mean<T>(mean);
     hi[ch] = m.hi;
     lo[ch] = m.lo;
@@ -974,7 +975,6 @@ void batch_norm_backward_reduced(const KernelContext& ctx) {
 template <typename T>
 void batch_norm_backward_rows(const KernelContext& ctx) {
   using A = arith_t<T>;
-  using S = stat_t<T>;
   const bool masked = ctx.op.name == "batch_norm_relu_backward";
   const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
   const Tensor& x = ctx.input(xi);
@@ -988,8 +988,8 @@ void batch_norm_backward_rows(const KernelContext& ctx) {
   T* gpp = masked && ctx.attr<bool>("has_grad_pre") ? ctx.output(3).data<T>() : nullptr;
   const T* xp = x.data<T>();
   T* gxp = ctx.output(0).data<T>();
-  S* gwp = ctx.output(1).data<S>();
-  S* gbp = ctx.output(2).data<S>();
+  A* gwp = ctx.output(1).data<A>();
+  A* gbp = ctx.output(2).data<A>();
   const RowSlices part(rows, c);
   std::vector<double> sums(static_cast<size_t>(part.slices) * 2 * c, 0.0);  // per slice: sum g (c), dot (c)
   parallel_for(part.slices, 1, [&](int64_t s0, int64_t s1) {
@@ -1006,8 +1006,8 @@ void batch_norm_backward_rows(const KernelContext& ctx) {
       sum_g += sums[s * 2 * c + ch];
       dot += sums[s * 2 * c + c + ch];
     }
-    gwp[ch] = static_cast<S>(dot * invstd[ch]);
-    gbp[ch] = static_cast<S>(sum_g);
+    gwp[ch] = static_cast<A>(dot * invstd[ch]);
+    gbp[ch] = static_cast<A>(sum_g);
     const auto k = batch_norm_grad_coefs<A>(training, w.empty() ? 1.0 : w[ch], invstd[ch], sum_g, dot, rows);
     const SplitMean<A> m = rows_mean<T>(mean[ch]);
     hi[ch] = m.hi;
