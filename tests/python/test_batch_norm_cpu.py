@@ -6,8 +6,9 @@ every shape tried (plugins/cpu/src/norm.cpp has the numbers), so float32 runs th
 kernels like float64. These tests cover that path on ResNet-like channel/spatial mixes at small
 sizes: BatchNorm1d/2d modules over several steps (momentum None's cumulative average included,
 with and without affine and running statistics), train- and eval-mode backward, channels-last
-and sliced input views, N=1 with spatial dims, (N, C) inputs wider than one channel block, and
-eval-mode double backward. Every test draws a new seed (printed; replay with BN_TEST_SEED=<n>)."""
+and sliced input views, N=1 with spatial dims, (N, C) inputs (which run the kernels over rows
+of channels, as channels-last ones), and eval-mode double backward. Every test draws a new
+seed (printed; replay with BN_TEST_SEED=<n>)."""
 
 import numpy as np
 import pytest
