@@ -381,3 +381,40 @@ def test_graph_inference_matches_torch(rng, kind, weights):
 
     batch_norms = 1 if kind == "conv_bn_relu" else 2
     assert ops.count("fold_conv_bn") == folded and ops.count("batch_norm") == batch_norms - folded, ops
+
+
+class AmpTrain(Train):
+    def __init__(self, model, lr):
+        super().__init__(model, lr)
+        self.config.enable_amp(True, dtype=pf.bfloat16)
+
+
+def test_bfloat16_amp_graph_training_matches_eager_autocast(rng):
+    """A bfloat16 amp training graph of the residual block on channels-last bfloat16 inputs
+    (the activations autocast would cast itself come out row-major): the fused bfloat16 batch
+    norm kernels (+ relu, + add + relu, and their backward) over rows of channels round as the
+    op chains do, so the graph follows eager autocast step for step."""
+    mp, eager, _ = models("basic_block", "float32", "contiguous")
+    graph = AmpTrain(mp, lr=0.05)
+    eager_opt = pf.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    shape = input_shape("basic_block")
+    for step in range(3):
+        px = cl_pair(rng, shape, "float32", -2.0, 2.0)[0].detach().bfloat16()
+        px = px.contiguous(memory_format=pf.channels_last)  # (bfloat16() returns a row-major copy)
+        target = pf.from_numpy(rng.standard_normal(shape).astype("float32")).bfloat16()
+        target = target.contiguous(memory_format=pf.channels_last)  # bfloat16 as out: no cast in the loss
+        assert px.is_contiguous(memory_format=pf.channels_last) and not px.is_contiguous()
+        loss, out = graph(px, target)
+        eager_opt.zero_grad()
+        with pf.autocast("cpu"):
+            eager_out = eager(px)
+            eager_loss = mse(eager_out, target)
+        eager_loss.backward()
+        eager_opt.step()
+        assert out.is_contiguous(memory_format=pf.channels_last) and not out.is_contiguous()
+        np.testing.assert_allclose(loss.float().item(), eager_loss.float().item(), rtol=1e-6, err_msg=f"step {step}")
+        for (name, p_graph), p_eager in zip(mp.named_parameters(), eager.parameters()):
+            np.testing.assert_allclose(p_graph.detach().numpy(), p_eager.detach().numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{name}, step {step}")
+    ops = graph_ops(graph)
+    assert ops.count("batch_norm_fused") == 2 and ops.count("batch_norm_relu_backward") == 2, ops
