@@ -6,7 +6,8 @@ bfloat16 with float32 parameters (autocast's mixed batch norm), gradients from a
 a row-major and an expanded (sum()) upstream gradient; then nn.Graph training and inference
 graphs of conv + bn + relu and of a residual block, model and input channels last, whose batch
 norms the fuse_conv_bn pass fuses (batch_norm_fused, batch_norm_relu_backward, the eval fold):
-graph against eager and against PyTorch. Every test draws a new seed (printed; replay with
+graph against eager and against PyTorch, and a bfloat16 amp training graph against eager
+autocast. Every test draws a new seed (printed; replay with
 BN_CL_TEST_SEED=<n>)."""
 
 import copy
