@@ -1,11 +1,11 @@
 // CUDA conformance of the nn kernels (plugins/cuda/src/norm.cu, pool.cu) against the CPU
 // plugin on the same random inputs, op by op through the dispatcher (call_op), forward and
 // backward: batch norm (training / eval, with and without affine parameters and running
-// statistics, bfloat16 with float32 parameters, the graph's fused bn + add + relu), layer and
-// group norm, embedding (strided weights, every dtype, duplicates, padding_idx, scaling by
-// frequency, a bad index), dropout (the same Philox numbers), max / average / adaptive pooling
-// in 2-d and 3-d (strided inputs, -inf and NaN windows, ceil mode, dilation) and nearest /
-// bilinear / bicubic upsampling, each backward against the CPU's.
+// statistics, bfloat16 with float32 parameters, the graph's fused bn + add + relu, channels-last
+// activations), layer and group norm, embedding (strided weights, every dtype, duplicates,
+// padding_idx, scaling by frequency, a bad index), dropout (the same Philox numbers), max /
+// average / adaptive pooling in 2-d and 3-d (strided inputs, -inf and NaN windows, ceil mode,
+// dilation) and nearest / bilinear / bicubic upsampling, each backward against the CPU's.
 //
 // Without a GPU every comparison skips; PF_CUDA_CONFORMANCE_SELFCHECK=1 runs them with the CPU
 // as the device under test (a check of the tests themselves).
@@ -122,6 +122,56 @@ TEST_F(CudaVsCpu, FusedBatchNormReluAndItsBackward) {
         compare("batch_norm_relu_backward", {g.cpu, fc[0], x.cpu, w.cpu, fc[1], fc[2]},
                 {g.dev, to_dev(fc[0]), x.dev, w.dev, to_dev(fc[1]), to_dev(fc[2])}, battrs,
                 where + (grad_pre ? " relu backward, grad_pre" : " relu backward"));
+      }
+    }
+  }
+}
+
+// Channels-last activations (4-d and 5-d) through batch norm, its backward and the fused ones:
+// the device's results are channels last too and match the CPU's (its kernels over rows of
+// channels; CUDA runs its row-major kernels on row-major copies).
+TEST_F(CudaVsCpu, BatchNormChannelsLast) {
+  const MemoryFormat cl = MemoryFormat::ChannelsLast;
+  const auto channels_last = [&](const Pair& p) { return Pair{ops::contiguous(p.cpu, cl), ops::contiguous(p.dev, cl)}; };
+  const Shape shapes[] = {{2, 5, 3, 4}, {3, 4, 2, 2, 3}};
+  for (DType dt : common_dtypes("batch_norm_fused")) {
+    for (const Shape& s : shapes) {
+      const int64_t c = s[1];
+      const Pair x = channels_last(make_pair(s, dt, View::Contiguous, Values::Any, rng));
+      const Pair z = channels_last(make_pair(s, dt, View::Contiguous, Values::Any, rng));
+      const Pair g = channels_last(make_pair(s, dt, View::Contiguous, Values::Any, rng));
+      const Pair w = make_pair({c}, dt, View::Contiguous, Values::Any, rng);
+      const Pair b = make_pair({c}, dt, View::Contiguous, Values::Any, rng);
+      const Pair rm = make_pair({c}, dt, View::Contiguous, Values::Any, rng), rv = pair_of({c}, dt, positive_values(c, rng));
+      for (bool fused : {false, true}) {
+        const std::string op = fused ? "batch_norm_fused" : "batch_norm";
+        const std::string where = ctx(op, dt, shape_str(s) + " channels last");
+        Attrs attrs{{"training", true}, {"momentum", 0.1},   {"eps", 1e-5},
+                    {"has_weight", true}, {"has_bias", true}, {"has_running", true}};
+        Tensors cin = {x.cpu, w.cpu, b.cpu, rm.cpu, rv.cpu}, din = {x.dev, w.dev, b.dev, rm.dev, rv.dev};
+        if (fused) {  // batch norm + add + relu
+          attrs.set("has_addend", true);
+          attrs.set("activation", std::string("relu"));
+          cin.push_back(z.cpu);
+          din.push_back(z.dev);
+        }
+        const Tensors fc = run(op, cin, attrs), fd = run(op, din, attrs);
+        for (int o = 0; o < 3; ++o) EXPECT_TRUE(matches(fc[o], fd[o])) << where << ": output " << o;
+        EXPECT_TRUE(fd[0].is_contiguous(cl) && !fd[0].is_contiguous()) << where << ": y not channels last";
+        EXPECT_TRUE(matches(rm.cpu, rm.dev)) << where << ": running_mean";
+        EXPECT_TRUE(matches(rv.cpu, rv.dev)) << where << ": running_var";
+        // Backward from the CPU's forward results, so both devices get the same operands.
+        const std::string bop = fused ? "batch_norm_relu_backward" : "batch_norm_backward";
+        const Attrs battrs = fused ? Attrs{{"training", true}, {"has_weight", true}, {"has_grad_pre", true}}
+                                   : Attrs{{"training", true}, {"has_weight", true}};
+        Tensors bcin = {g.cpu, x.cpu, w.cpu, fc[1], fc[2]}, bdin = {g.dev, x.dev, w.dev, to_dev(fc[1]), to_dev(fc[2])};
+        if (fused) {  // the relu output after grad
+          bcin.insert(bcin.begin() + 1, fc[0]);
+          bdin.insert(bdin.begin() + 1, ops::contiguous(to_dev(fc[0]), cl));
+        }
+        const Tensors bc = run(bop, bcin, battrs), bd = run(bop, bdin, battrs);
+        for (size_t o = 0; o < bc.size(); ++o) EXPECT_TRUE(matches(bc[o], bd[o])) << where << " backward: output " << o;
+        EXPECT_TRUE(bd[0].is_contiguous(cl) && !bd[0].is_contiguous()) << where << ": grad_x not channels last";
       }
     }
   }
