@@ -559,6 +559,21 @@ void batch_norm_reduced(const KernelContext& ctx) {
 // second pass over the rows normalizes them. The arithmetic is the channel kernels' (shifted
 // sums in double with the first row as the shift, x - mean with the split mean, the same
 // roundings for bfloat16), so both layouts give the same results up to the order of the sums.
+//
+// Two passes over the rows read x (and grad) twice where the channel kernels read each channel
+// again from cache, so at large images channels last costs more than the row-major kernels;
+// normalizing each slice last rows first (RowSlices::for_each_backwards) recovers most of it.
+// Minimum of 120 runs in ms, 2 threads, float32, weight and bias, the machine under load
+// (forward training / eval, backward through autograd), against PyTorch 1.13's channels_last:
+//
+//   (N, C, H, W)       row-major kernels        channels last            PyTorch channels last
+//   16, 64, 32, 32     0.188 / 0.147, 0.247     0.205 / 0.151, 0.319     0.376 / 0.153, 0.584
+//   16, 128, 16, 16    0.083 / 0.041, 0.123     0.079 / 0.045, 0.129     0.154 / 0.063, 0.250
+//   16, 256, 8, 8      0.056 / 0.023, 0.079     0.041 / 0.021, 0.052     0.067 / 0.031, 0.109
+//   16, 512, 4, 4      0.055 / 0.023, 0.065     0.032 / 0.016, 0.034     0.045 / 0.018, 0.057
+//
+// (N, C) inputs, which ran channel blocks across threads before: 256 x 1024 forward 0.39 ->
+// 0.063 ms, backward 0.57 -> 0.088 ms.
 
 // The affine maps' type, which is also that of the saved statistics and parameter gradients.
 template <typename T>
