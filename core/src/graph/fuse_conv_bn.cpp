@@ -26,9 +26,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "plugflow/tensor.h"
-
 #include "pass_utils.h"
+#include "plugflow/tensor.h"
 
 namespace plugflow::graph {
 namespace {
