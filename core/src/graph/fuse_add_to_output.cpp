@@ -51,26 +51,27 @@ bool fuse_add(Graph& g, int i, std::string& report) {
   std::optional<Node> fused = as_fused(g.nodes[i]);
   if (!fused) return false;
   const Value& p = g.nodes[i].outputs[0];
-  if (!is_dense(p) || !has_kernel(g, fused->op->name, p)) return false;
+  if ((!is_dense(p) && !channels_last(p)) || !has_kernel(g, fused->op->name, p)) return false;
   const std::vector<int> readers = readers_after(g, p.buffer, i);
   if (readers.size() != 1 || !is_plain_add(g.nodes[readers[0]])) return false;
   const int a = readers[0];
   const Node& add = g.nodes[a];
-  const int mine = same_elements(add.inputs[0], p) ? 0 : same_elements(add.inputs[1], p) ? 1 : -1;
+  const int mine = same_data(add.inputs[0], p) ? 0 : same_data(add.inputs[1], p) ? 1 : -1;
   if (mine < 0) return false;
   // Shapes may differ where the elements agree (a matmul of a batch: the add sees (B, T, N)).
   const Value& z = add.inputs[1 - mine];
   const Value& out = add.outputs[0];
-  if (z.buffer == p.buffer || z.sizes != add.inputs[mine].sizes || z.dtype != p.dtype || !is_dense(z) ||
-      shape_numel(out.sizes) != shape_numel(p.sizes) || out.dtype != p.dtype || !is_dense(out))
+  const std::optional<Value> addend = laid_out_as(z, p), sum = laid_out_as(out, p);
+  if (z.buffer == p.buffer || z.sizes != add.inputs[mine].sizes || z.dtype != p.dtype || !addend || !sum ||
+      out.dtype != p.dtype)
     return false;
   // The sum lands where the add wrote it: over P (P dies there), over Z (exactly Z's elements:
   // the kernel then accumulates in place) or in its own buffer (P must die at the add).
-  if (out.buffer == p.buffer ? !same_elements(out, p)
-                             : needed_after(g, p.buffer, a) || (out.buffer == z.buffer && !same_elements(out, z)))
+  if (out.buffer == p.buffer ? !same_data(out, p)
+                             : needed_after(g, p.buffer, a) || (out.buffer == z.buffer && !same_data(out, z)))
     return false;
-  fused->inputs.push_back(reshaped(z, p.sizes));
-  fused->outputs = {reshaped(out, p.sizes)};
+  fused->inputs.push_back(*addend);
+  fused->outputs = {*sum};
   std::vector<int> chain{i, a};
   std::string what = "residual add";
   const std::optional<ActivationMatch> act = activation_after(g, out, a);
@@ -78,8 +79,8 @@ bool fuse_add(Graph& g, int i, std::string& report) {
   if (act && out.buffer != z.buffer && (!act->input_needed || mm)) {
     fused->attrs.set("activation", act->activation);
     if (mm) fused->attrs.set("save_pre", act->input_needed);
-    fused->outputs = {reshaped(g.nodes[act->node].outputs[0], p.sizes)};
-    if (mm && act->input_needed) fused->outputs.push_back(reshaped(out, p.sizes));
+    fused->outputs = {*laid_out_as(g.nodes[act->node].outputs[0], p)};  // activation_after checked it
+    if (mm && act->input_needed) fused->outputs.push_back(*sum);
     chain.push_back(act->node);
     what += " + " + act->activation;
   }

@@ -50,7 +50,7 @@ bool fuse_conv(Graph& g, int i, std::string& report) {
   const Node& conv = g.nodes[i];
   if (conv.kind != NodeKind::Kernel || conv.op->name != "conv2d") return false;
   const Value& y = conv.outputs[0];
-  if (!is_dense(y) || !has_kernel(g, "conv2d_fused", y)) return false;
+  if ((!is_dense(y) && !channels_last(y)) || !has_kernel(g, "conv2d_fused", y)) return false;
   const std::optional<ActivationMatch> act = activation_after(g, y, i);
   if (!act || act->input_needed) return false;  // conv2d_fused has no pre-activation output
   Node fused = conv;
@@ -58,7 +58,7 @@ bool fuse_conv(Graph& g, int i, std::string& report) {
   fused.attrs.set("has_bias", conv.inputs.size() > 2);
   fused.attrs.set("has_addend", false);
   fused.attrs.set("activation", act->activation);
-  fused.outputs = {reshaped(g.nodes[act->node].outputs[0], y.sizes)};
+  fused.outputs = {*laid_out_as(g.nodes[act->node].outputs[0], y)};  // activation_after checked it
   const std::string what = act->activation + " fused into " + describe(g, i);
   if (!replace_chain(g, std::move(fused), {i, act->node}, "fuse_bias_act: " + act->activation)) return false;
   append(report, what);

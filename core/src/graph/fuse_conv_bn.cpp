@@ -21,13 +21,12 @@
 // gradient on the fly (and writes the masked gradient when the residual branch needs it too).
 // Guards: each intermediate value has no other reader, the nodes moved past others commute with
 // them (passes::commutes), the tensors are dense in the batch norm input's layout (row-major, or
-// channels last: batch norm keeps a channels-last activation's layout), and the device has the
-// fused kernels.
+// channels last: batch norm keeps a channels-last activation's layout; passes::laid_out_as), and
+// the device has the fused kernels.
 #include <algorithm>
 #include <optional>
 
 #include "pass_utils.h"
-#include "plugflow/tensor.h"
 
 namespace plugflow::graph {
 namespace {
@@ -47,32 +46,6 @@ int new_external(Graph& g, Device device, size_t nbytes) {
   b.storage = std::make_shared<Storage>(device, std::max<size_t>(nbytes, 1));
   g.buffers.push_back(std::move(b));
   return static_cast<int>(g.buffers.size()) - 1;
-}
-
-// ---- layouts ------------------------------------------------------------------------------------
-// Batch norm's operands are laid out as its input: row-major values of any shape over the same
-// dense elements (reshaped to the input's), or channels-last ones of the input's shape.
-
-// Dense in channels-last order and not row-major (a 4-d or 5-d activation).
-bool channels_last(const Value& v) {
-  if ((v.sizes.size() != 4 && v.sizes.size() != 5) || is_dense(v)) return false;
-  const Shape want = format_strides(v.sizes, MemoryFormat::ChannelsLast);
-  for (size_t d = 0; d < want.size(); ++d)
-    if (v.sizes[d] != 1 && v.strides[d] != want[d]) return false;
-  return true;
-}
-
-// Both views address the same elements in the same order (same_elements, or channels last alike).
-bool same_data(const Value& a, const Value& b) {
-  return same_elements(a, b) || (channels_last(a) && channels_last(b) && a.buffer == b.buffer &&
-                                 a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes);
-}
-
-// `v` as an operand laid out as the batch norm input `x`; none when it is not.
-std::optional<Value> laid_out_as(const Value& v, const Value& x) {
-  if (channels_last(x)) return channels_last(v) && v.sizes == x.sizes ? std::optional<Value>(v) : std::nullopt;
-  if (!is_dense(v) || shape_numel(v.sizes) != shape_numel(x.sizes)) return std::nullopt;
-  return reshaped(v, x.sizes);
 }
 
 // The unused statistics outputs of a batch norm at `j`.

@@ -87,13 +87,13 @@ std::optional<ActivationMatch> activation_after(const Graph& g, const Value& v, 
   const int r = readers[0];
   const Node& n = g.nodes[r];
   const std::string activation = activation_of(n);
-  if (activation.empty() || !same_elements(n.inputs[0], v) || !is_dense(n.outputs[0]) ||
+  if (activation.empty() || !same_data(n.inputs[0], v) || !laid_out_as(n.outputs[0], v) ||
       n.outputs[0].dtype != v.dtype)
     return std::nullopt;
   // In place the buffer holds the activation's result afterwards (and it was the only reader);
   // out of place the input may live on (its later readers read the value before the activation).
   const bool in_place = n.outputs[0].buffer == v.buffer;
-  if (in_place && !same_elements(n.outputs[0], v)) return std::nullopt;
+  if (in_place && !same_data(n.outputs[0], v)) return std::nullopt;
   return ActivationMatch{r, activation, !in_place && (readers.size() > 1 || needed_after(g, v.buffer, r))};
 }
 
@@ -121,6 +121,26 @@ Value reshaped(const Value& v, const Shape& sizes) {
   out.sizes = sizes;
   out.strides = contiguous_strides(sizes);
   return out;
+}
+
+bool channels_last(const Value& v) {
+  if ((v.sizes.size() != 4 && v.sizes.size() != 5) || is_dense(v)) return false;
+  const Shape want = format_strides(v.sizes, MemoryFormat::ChannelsLast);
+  for (size_t d = 0; d < want.size(); ++d)
+    if (v.sizes[d] != 1 && v.strides[d] != want[d]) return false;
+  return true;
+}
+
+bool same_data(const Value& a, const Value& b) {
+  return same_elements(a, b) || (channels_last(a) && channels_last(b) && a.buffer == b.buffer &&
+                                 a.dtype == b.dtype && a.offset == b.offset && a.sizes == b.sizes);
+}
+
+std::optional<Value> laid_out_as(const Value& v, const Value& like) {
+  if (channels_last(like))
+    return channels_last(v) && v.sizes == like.sizes ? std::optional<Value>(v) : std::nullopt;
+  if (!is_dense(v) || shape_numel(v.sizes) != shape_numel(like.sizes)) return std::nullopt;
+  return reshaped(v, like.sizes);
 }
 
 bool constant_equals(const Graph& g, const Value& v, double x) {

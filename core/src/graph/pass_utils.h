@@ -64,6 +64,17 @@ bool same_elements(const Value& a, const Value& b);
 // `v` with another shape over the same dense elements.
 Value reshaped(const Value& v, const Shape& sizes);
 
+// Channels-last activations (docs/kernels.md, "Memory formats") in the fusion passes: a value
+// dense in channels-last order and not row-major (4-d or 5-d).
+bool channels_last(const Value& v);
+// Both views address the same elements in the same order: same_elements, or identical
+// channels-last views.
+bool same_data(const Value& a, const Value& b);
+// `v` as an operand laid out as `like` (a fused op's operands share one layout): a row-major `v`
+// of any shape over as many dense elements, reshaped to like's shape, when `like` is row-major;
+// a channels-last `v` of like's shape when `like` is channels last; none otherwise.
+std::optional<Value> laid_out_as(const Value& v, const Value& like);
+
 // True when `v` is a view of a constant buffer whose every element equals `x`.
 bool constant_equals(const Graph& g, const Value& v, double x);
 
