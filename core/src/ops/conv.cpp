@@ -717,16 +717,17 @@ struct LinearOp {
 };
 
 // y = A x with A = `fwd`; its backward is A^T = `adj` (with attrs `adj_attrs`), whose own
-// backward is A again: gradients of every order.
+// backward is A again: gradients of every order. The gradient takes x's layout (a channels-last
+// x gets a channels-last gradient, as PyTorch's pooling backward gives).
 Tensor run_linear(const LinearOp& fwd, const LinearOp& adj, const Tensor& x, const Attrs& attrs,
                   const Attrs& adj_attrs) {
   const Tensor in[] = {x};
   Tensor out = call_or_zeros(find_op(fwd.op), in, attrs)[0];
   if (autograd::any_requires_grad({&x})) {
-    auto node = autograd::make_node(fwd.node,
-                                    [fwd, adj, attrs, adj_attrs](const Tensors& g, const Tensors&) -> Tensors {
-                                      return {run_linear(adj, fwd, g[0], adj_attrs, attrs)};
-                                    });
+    auto node = autograd::make_node(fwd.node, [fwd, adj, attrs, adj_attrs, format = x.suggest_memory_format()](
+                                                  const Tensors& g, const Tensors&) -> Tensors {
+      return {contiguous(run_linear(adj, fwd, g[0], adj_attrs, attrs), format)};
+    });
     autograd::record(node, {x}, {out});
   }
   return out;
