@@ -419,3 +419,22 @@ def test_bfloat16_amp_graph_training_matches_eager_autocast(rng):
                                        err_msg=f"{name}, step {step}")
     ops = graph_ops(graph)
     assert ops.count("batch_norm_fused") == 2 and ops.count("batch_norm_relu_backward") == 2, ops
+
+
+@pytest.mark.parametrize("pool, args", [("adaptive_avg_pool2d", (2,)), ("adaptive_avg_pool2d", (1,)),
+                                        ("avg_pool2d", (2, 2))])
+def test_average_pooling_gradient_keeps_channels_last(rng, pool, args):
+    """The gradient reaching a channels-last activation through average pooling is channels
+    last, as PyTorch's, so the batch norm backward before it reads it as is. Pooled to 1x1 (a
+    ResNet's head) PyTorch's is row-major (it follows the 1x1 output gradient, which is both);
+    plugflow's stays channels last there too, which keeps a channels-last network's backward free
+    of layout copies."""
+    grads = []
+    for lib, x in zip((pf, torch), cl_pair(rng, (2, 6, 4, 5), "float64")):
+        h = x * 1.0  # an activation (not a leaf, whose .grad takes the leaf's layout anyway)
+        h.register_hook(grads.append)
+        (getattr(lib.nn.functional, pool)(h, *args) ** 2).sum().backward()
+    close(grads[0], grads[1], "float64", "gradient")
+    assert grads[0].is_contiguous(memory_format=pf.channels_last) and not grads[0].is_contiguous()
+    if args != (1,):
+        same_layout(grads[0], grads[1], "gradient")
