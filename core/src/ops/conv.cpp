@@ -7,9 +7,11 @@
 // rank S. Spatial attributes hold S values, outermost first.
 //
 // Kernels (docs/kernels.md, "Conv family") see float inputs of rank S + 2 with any strides and
-// write contiguous outputs. The functional layer handles unbatched inputs, string padding,
-// transposed convolution (= the input gradient of the convolution, plus a broadcast bias add),
-// empty inputs (never sent to a kernel) and autograd:
+// write the outputs the meta functions allocate: row-major, or channels last as PyTorch's CPU
+// kernels return them (conv_memory_format, pool_memory_format, upsample_meta). The functional
+// layer handles unbatched inputs, string padding, transposed convolution (= the input gradient
+// of the convolution, plus a broadcast bias add), empty inputs (never sent to a kernel) and
+// autograd:
 //   * convN, convN_grad_input and convN_grad_weight are one bilinear map seen from its three
 //     sides, so each one's backward is written with the other two (double backward works);
 //   * pooling-by-average and upsampling are linear: each forward op and its `_backward` op
@@ -202,6 +204,13 @@ std::vector<TensorMeta> conv_grad_weight_meta(std::span<const Tensor> in, const 
 
 // ---- pooling ----------------------------------------------------------------------------------
 
+// The layout of a pooling result, as PyTorch 1.13's CPU kernels choose it: 2-d pooling keeps a
+// channels-last input's layout (values and max-pooling indices alike); its 3-d kernels return
+// row-major results whatever the input.
+MemoryFormat pool_memory_format(const Tensor& x, int64_t S) {
+  return S == 2 ? x.suggest_memory_format() : MemoryFormat::Contiguous;
+}
+
 struct PoolAttrs {
   Shape kernel, stride, padding, dilation;
   bool ceil_mode;
@@ -262,7 +271,8 @@ template <int64_t S>
 std::vector<TensorMeta> max_pool_meta(std::span<const Tensor> in, const Attrs& attrs) {
   check_rank(in[0], S, "max_pool", "input");
   const Shape out = pool_out_shape(in[0], max_pool_attrs<S>(attrs));
-  return {out_meta(out, in[0].dtype(), in[0].device()), out_meta(out, DType::Int64, in[0].device())};
+  const MemoryFormat format = pool_memory_format(in[0], S);
+  return {out_meta(out, in[0].dtype(), in[0].device(), format), out_meta(out, DType::Int64, in[0].device(), format)};
 }
 
 template <int64_t S>
@@ -276,20 +286,28 @@ PoolAttrs avg_pool_attrs(const Attrs& attrs) {
 template <int64_t S>
 std::vector<TensorMeta> avg_pool_meta(std::span<const Tensor> in, const Attrs& attrs) {
   check_rank(in[0], S, "avg_pool", "input");
-  return {out_meta(pool_out_shape(in[0], avg_pool_attrs<S>(attrs), S == 3), in[0].dtype(), in[0].device())};
+  return {out_meta(pool_out_shape(in[0], avg_pool_attrs<S>(attrs), S == 3), in[0].dtype(), in[0].device(),
+                   pool_memory_format(in[0], S))};
 }
 
 // The backward of an (N, C, spatial) -> (N, C, out spatial) op: grad_output must have the
-// forward's output shape for an input of `input_size`; the result has the input's shape.
+// forward's output shape for an input of `input_size`; the result has the input's shape, in
+// `format`.
 std::vector<TensorMeta> backward_meta(const Tensor& g, const Attrs& attrs, const char* op, const Shape& expected,
-                                      int64_t S) {
+                                      int64_t S, MemoryFormat format) {
   check_rank(g, S, op, "grad_output");
   const Shape& size = spatial_attr(attrs, "input_size", S);
   PF_CHECK(spatial_sizes(g) == expected, op, ": grad_output ", shape_str(g.sizes()),
            " does not match the forward output size ", shape_str(expected));
   Shape out{g.sizes()[0], g.sizes()[1]};
   out.insert(out.end(), size.begin(), size.end());
-  return {out_meta(out, g.dtype(), g.device())};
+  return {out_meta(out, g.dtype(), g.device(), format)};
+}
+
+// The pooling backward ops' gradient layout: the forward input's (attr channels_last), which
+// grad_output cannot tell (a 1x1 output is both layouts at once).
+MemoryFormat pool_grad_format(const Attrs& attrs) {
+  return attrs.get<bool>("channels_last") ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
 // A stand-in with the forward input's shape (all strides 0: the forward meta checks only sizes).
@@ -304,7 +322,8 @@ Tensor meta_input(const Tensor& g, const Attrs& attrs, int64_t S) {
 template <int64_t S>
 std::vector<TensorMeta> avg_pool_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Shape out = pool_out_shape(meta_input(in[0], attrs, S), avg_pool_attrs<S>(attrs), S == 3);
-  return backward_meta(in[0], attrs, "avg_pool_backward", Shape(out.begin() + 2, out.end()), S);
+  return backward_meta(in[0], attrs, "avg_pool_backward", Shape(out.begin() + 2, out.end()), S,
+                       pool_grad_format(attrs));
 }
 
 template <int64_t S>
@@ -320,8 +339,10 @@ std::vector<TensorMeta> adaptive_meta(std::span<const Tensor> in, const Attrs& a
              "input has sizes ", shape_str(x.sizes()), " with dimension ", d, " being empty");
   Shape out{x.sizes()[0], x.sizes()[1]};
   out.insert(out.end(), os.begin(), os.end());
-  if (with_indices) return {out_meta(out, x.dtype(), x.device()), out_meta(out, DType::Int64, x.device())};
-  return {out_meta(out, x.dtype(), x.device())};
+  const MemoryFormat format = pool_memory_format(x, S);
+  if (with_indices)
+    return {out_meta(out, x.dtype(), x.device(), format), out_meta(out, DType::Int64, x.device(), format)};
+  return {out_meta(out, x.dtype(), x.device(), format)};
 }
 
 template <int64_t S>
@@ -335,11 +356,15 @@ std::vector<TensorMeta> adaptive_max_pool_meta(std::span<const Tensor> in, const
 template <int64_t S>
 std::vector<TensorMeta> adaptive_avg_pool_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
   meta_input(in[0], attrs, S);
-  return backward_meta(in[0], attrs, "adaptive_avg_pool_backward", spatial_attr(attrs, "output_size", S), S);
+  return backward_meta(in[0], attrs, "adaptive_avg_pool_backward", spatial_attr(attrs, "output_size", S), S,
+                       pool_grad_format(attrs));
 }
 
 // ---- upsampling ---------------------------------------------------------------------------------
 
+// PyTorch 1.13's nearest and bilinear upsampling keep a channels-last image's layout, forward
+// and backward (there the gradient's); bicubic returns row-major results.
+template <bool keeps_channels_last>
 std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor& x = in[0];
   check_rank(x, 2, "upsample", "input");
@@ -352,13 +377,16 @@ std::vector<TensorMeta> upsample_meta(std::span<const Tensor> in, const Attrs& a
   // an empty batch is fine, no channels is not (PyTorch's upsample_2d_common_check)
   PF_CHECK(x.sizes()[1] > 0, "Non-empty 4D data tensor expected but got a tensor with sizes ", shape_str(x.sizes()));
   if (attrs.has("align_corners")) attrs.get<bool>("align_corners");
-  return {out_meta({x.sizes()[0], x.sizes()[1], os[0], os[1]}, x.dtype(), x.device())};
+  return {out_meta({x.sizes()[0], x.sizes()[1], os[0], os[1]}, x.dtype(), x.device(),
+                   keeps_channels_last ? x.suggest_memory_format() : MemoryFormat::Contiguous)};
 }
 
+template <bool keeps_channels_last>
 std::vector<TensorMeta> upsample_backward_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Tensor x = meta_input(in[0], attrs, 2);
-  upsample_meta(std::span<const Tensor>(&x, 1), attrs);
-  return backward_meta(in[0], attrs, "upsample_backward", spatial_attr(attrs, "output_size", 2), 2);
+  upsample_meta<keeps_channels_last>(std::span<const Tensor>(&x, 1), attrs);
+  return backward_meta(in[0], attrs, "upsample_backward", spatial_attr(attrs, "output_size", 2), 2,
+                       keeps_channels_last ? in[0].suggest_memory_format() : MemoryFormat::Contiguous);
 }
 
 // The family's ops of one spatial rank: "conv2d", "int[2] stride, ..." for S = 2.
@@ -384,13 +412,14 @@ void register_rank_ops() {
       n + "kernel_size, " + n + "stride, " + n + "padding, bool ceil_mode, bool count_include_pad, int divisor";
   register_op("avg_pool" + d, "avg_pool" + d + "(Tensor input, " + avg_attrs + ") -> Tensor", avg_pool_meta<S>);
   register_op("avg_pool" + d + "_backward",
-              "avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + avg_attrs + ") -> Tensor",
+              "avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + avg_attrs +
+                  ", bool channels_last) -> Tensor",
               avg_pool_backward_meta<S>);
   register_op("adaptive_avg_pool" + d, "adaptive_avg_pool" + d + "(Tensor input, " + n + "output_size) -> Tensor",
               adaptive_avg_pool_meta<S>);
   register_op("adaptive_avg_pool" + d + "_backward",
               "adaptive_avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + n +
-                  "output_size) -> Tensor",
+                  "output_size, bool channels_last) -> Tensor",
               adaptive_avg_pool_backward_meta<S>);
   register_op("adaptive_max_pool" + d,
               "adaptive_max_pool" + d + "(Tensor input, " + n + "output_size) -> (Tensor values, Tensor indices)",
@@ -402,27 +431,27 @@ const bool kConvOpsRegistered = [] {
   register_rank_ops<3>();
   register_op("upsample_nearest2d",
               "upsample_nearest2d(Tensor input, int[2] output_size, float scale_h, float scale_w) -> Tensor",
-              upsample_meta);
+              upsample_meta<true>);
   register_op("upsample_nearest2d_backward",
               "upsample_nearest2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, float scale_h, "
               "float scale_w) -> Tensor",
-              upsample_backward_meta);
+              upsample_backward_meta<true>);
   register_op("upsample_bilinear2d",
               "upsample_bilinear2d(Tensor input, int[2] output_size, bool align_corners, float scale_h, "
               "float scale_w) -> Tensor",
-              upsample_meta);
+              upsample_meta<true>);
   register_op("upsample_bilinear2d_backward",
               "upsample_bilinear2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
               "bool align_corners, float scale_h, float scale_w) -> Tensor",
-              upsample_backward_meta);
+              upsample_backward_meta<true>);
   register_op("upsample_bicubic2d",
               "upsample_bicubic2d(Tensor input, int[2] output_size, bool align_corners, float scale_h, "
               "float scale_w) -> Tensor",
-              upsample_meta);
+              upsample_meta<false>);
   register_op("upsample_bicubic2d_backward",
               "upsample_bicubic2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
               "bool align_corners, float scale_h, float scale_w) -> Tensor",
-              upsample_backward_meta);
+              upsample_backward_meta<false>);
   return true;
 }();
 
@@ -437,7 +466,10 @@ Tensors call_or_zeros(const OpDef& op, std::span<const Tensor> in, const Attrs& 
   for (const Tensor& t : in) {
     if (t.numel() != 0) continue;
     Tensors outs;
-    for (const TensorMeta& m : op.meta(in, attrs)) outs.push_back(zeros(m.sizes, m.dtype, m.device));
+    for (const TensorMeta& m : op.meta(in, attrs)) {
+      Tensor zero = Tensor::empty(m.sizes, m.dtype, m.device, m.memory_format);
+      outs.push_back(zero_(zero));
+    }
     return outs;
   }
   return call_op(op, in, attrs);
@@ -734,11 +766,12 @@ Tensor run_linear(const LinearOp& fwd, const LinearOp& adj, const Tensor& x, con
 }
 
 // Runs the linear (N, C, spatial) -> (N, C, out spatial) op `op` with `op`_backward as its
-// adjoint, whose attrs are op's plus the input size.
+// adjoint, whose attrs are op's plus the input size and `backward_attrs`.
 Tensor run_linear_pair(const std::string& op, const char* node, const char* backward_node, const Tensor& x,
-                       Attrs attrs) {
+                       Attrs attrs, const Attrs& backward_attrs = {}) {
   Attrs back = attrs;
   back.set("input_size", spatial_sizes(x));
+  for (const auto& [name, value] : backward_attrs.items()) back.set(name, value);
   // catalog names live forever
   const OpDef& forward_op = find_op(op);
   const OpDef& backward_op = find_op(op + "_backward");
@@ -754,13 +787,24 @@ std::pair<Tensor, Tensor> run_max_pool(const std::string& op_name, const char* n
   const Tensor in[] = {x};
   Tensors outs = call_or_zeros(find_op(op_name), in, attrs);
   if (autograd::any_requires_grad({&x})) {
-    auto node = autograd::make_node(node_name, [shape = x.sizes()](const Tensors& g, const Tensors& s) -> Tensors {
+    // A channels-last input gets a channels-last gradient (as in PyTorch): the scatter then runs
+    // on the (N, spatial, C) views, where the channels-last tensors are row-major.
+    const bool channels_last = pool_memory_format(x, x.dim() - 2) == MemoryFormat::ChannelsLast;
+    auto node = autograd::make_node(node_name, [shape = x.sizes(), channels_last](const Tensors& g,
+                                                                                  const Tensors& s) -> Tensors {
       const Tensor& idx = s[0];
       const int64_t n = shape[0], c = shape[1];
       int64_t in_volume = 1, out_volume = 1;
       for (size_t d = 2; d < shape.size(); ++d) {
         in_volume *= shape[d];
         out_volume *= idx.sizes()[d];
+      }
+      if (channels_last) {  // 2-d: (N, C, H, W) <-> (N, H, W, C)
+        const Shape flat{n, out_volume, c};
+        const Tensor flat_g = reshape(permute(g[0], {0, 2, 3, 1}), flat);
+        const Tensor flat_i = reshape(permute(idx, {0, 2, 3, 1}), flat);
+        const Tensor grad = scatter_add_internal(flat_g, 1, flat_i, {n, in_volume, c});
+        return {permute(reshape(grad, {n, shape[2], shape[3], c}), {0, 3, 1, 2})};
       }
       const Shape flat{n, c, out_volume};  // no -1: the batch may be 0
       const Tensor flat_g = reshape(g[0], flat);
@@ -820,8 +864,10 @@ Tensor avg_pool_nd(int64_t S, const Tensor& input, const Shape& kernel_size, con
                     {"count_include_pad", count_include_pad},
                     {"divisor", divisor_override.value_or(0)}};
   const bool three = S == 3;
+  const Attrs backward{{"channels_last", pool_memory_format(x, S) == MemoryFormat::ChannelsLast}};
   return unbatch(run_linear_pair(op, three ? "AvgPool3DBackward0" : "AvgPool2DBackward0",
-                                 three ? "AvgPool3DBackwardBackward0" : "AvgPool2DBackwardBackward0", x, attrs),
+                                 three ? "AvgPool3DBackwardBackward0" : "AvgPool2DBackwardBackward0", x, attrs,
+                                 backward),
                  batched);
 }
 
@@ -846,9 +892,12 @@ Tensor adaptive_avg_pool_nd(int64_t S, const Tensor& input, const Shape& output_
   bool batched;
   const Tensor x = adaptive_input(input, S, op.c_str(), output_size, out, batched);
   const bool three = S == 3;
+  // PyTorch computes a 1x1 output as a mean, whose gradient is row-major.
+  const bool global = std::all_of(out.begin(), out.end(), [](int64_t s) { return s == 1; });
+  const Attrs backward{{"channels_last", pool_memory_format(x, S) == MemoryFormat::ChannelsLast && !global}};
   return unbatch(run_linear_pair(op, three ? "AdaptiveAvgPool3DBackward0" : "AdaptiveAvgPool2DBackward0",
                                  three ? "AdaptiveAvgPool3DBackwardBackward0" : "AdaptiveAvgPool2DBackwardBackward0",
-                                 x, Attrs{{"output_size", out}}),
+                                 x, Attrs{{"output_size", out}}, backward),
                  batched);
 }
 

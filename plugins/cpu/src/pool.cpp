@@ -3,8 +3,10 @@
 // upsample_nearest2d(+_backward), upsample_bilinear2d(+_backward), upsample_bicubic2d(+_backward).
 //
 // Every op maps each (n, c) plane (volume, in 3-d) on its own, so they run in parallel; inputs
-// are read with their strides, outputs are contiguous. A 2-d op is the 3-d one with a depth of
-// 1, so pooling is written once. Backward kernels zero their volume and add into it, so
+// are read with their strides, outputs are written contiguous (channels-last outputs through
+// contiguous temporaries: row_major_outputs.h), except adaptive average pooling's channels-last
+// loop (ResNet's global pool). A 2-d op is the 3-d one with a depth of 1, so pooling is written
+// once. Backward kernels zero their volume and add into it, so
 // overlapping windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's Pool.h,
 // AdaptivePooling.h and UpSample.h), including its float rounding of scales, so sample
 // positions agree exactly.
@@ -18,6 +20,7 @@
 #include "kernels.h"
 #include "loops.h"
 #include "nn_math.h"
+#include "row_major_outputs.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -66,7 +69,6 @@ std::array<int64_t, 3> spatial3(const KernelContext& ctx, const char* name, int6
 
 template <template <typename> class Fn>
 void dispatch_float(KernelContext& ctx) {
-  PF_CHECK_T(ctx.output(0).is_contiguous(), ValueError, "cpu '", ctx.op.name, "' writes a contiguous output");
   switch (ctx.input(0).dtype()) {
     case DType::Float32: Fn<float>::run(ctx); break;
     case DType::Float64: Fn<double>::run(ctx); break;
@@ -254,6 +256,43 @@ struct AdaptiveAvgPool {
           }
     });
   }
+};
+
+// Adaptive average pooling of a dense channels-last input into a channels-last output: each
+// output position averages its window's rows of C contiguous channels (vectorized over C, where
+// the plane-by-plane loop reads with a stride of C).
+template <typename T>
+void adaptive_avg_pool_channels_last(const KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.output(0);
+  const Extent in(x), out(y);
+  const AdaptiveWindows win(in, out);
+  const int64_t C = x.sizes()[1], positions = out.volume();
+  const int64_t window = std::max<int64_t>(1, in.volume() / positions);
+  const T* src = x.data<T>();
+  T* dst = y.data<T>();
+  parallel_for(x.sizes()[0] * positions, std::max<int64_t>(1, kGrainSize / (C * window)), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t n = p / positions, ow = p % out.W, oh = p / out.W % out.H, od = p / (out.W * out.H) % out.D;
+      T* o = dst + p * C;
+      std::fill(o, o + C, T(0));
+      for (int64_t d = win.lo[0][od]; d < win.hi[0][od]; ++d)
+        for (int64_t h = win.lo[1][oh]; h < win.hi[1][oh]; ++h)
+          for (int64_t w = win.lo[2][ow]; w < win.hi[2][ow]; ++w) {
+            const T* row = src + (((n * in.D + d) * in.H + h) * in.W + w) * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) o[c] += row[c];
+          }
+      const T size = static_cast<T>(win.size(od, oh, ow));
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] /= size;
+    }
+  });
+}
+
+template <typename T>
+struct AdaptiveAvgPoolChannelsLast {
+  static void run(const KernelContext& ctx) { adaptive_avg_pool_channels_last<T>(ctx); }
 };
 
 template <typename T>
@@ -483,9 +522,24 @@ struct UpsampleBicubicBackward {
 
 }  // namespace
 
-void max_pool_native(KernelContext& ctx) { dispatch_float<MaxPool>(ctx); }
-void avg_pool_native(KernelContext& ctx) { dispatch_float<AvgPool>(ctx); }
-void avg_pool_backward_native(KernelContext& ctx) { dispatch_float<AvgPoolBackward>(ctx); }
+namespace {
+// A kernel for outputs in any layout: the loops above write row-major ones.
+template <template <typename> class Fn>
+void any_layout(KernelContext& ctx) {
+  run_with_row_major_outputs(ctx, dispatch_float<Fn>);
+}
+
+void adaptive_avg_pool(KernelContext& ctx) {
+  const bool channels_last = ctx.output(0).is_contiguous(MemoryFormat::ChannelsLast) &&
+                             ctx.input(0).is_contiguous(MemoryFormat::ChannelsLast);
+  if (channels_last) dispatch_float<AdaptiveAvgPoolChannelsLast>(ctx);
+  else any_layout<AdaptiveAvgPool>(ctx);
+}
+}  // namespace
+
+void max_pool_native(KernelContext& ctx) { any_layout<MaxPool>(ctx); }
+void avg_pool_native(KernelContext& ctx) { any_layout<AvgPool>(ctx); }
+void avg_pool_backward_native(KernelContext& ctx) { any_layout<AvgPoolBackward>(ctx); }
 
 namespace {
 // float16/bfloat16 (autocast runs pooling in its input's type) through float32 copies: sums and
@@ -506,18 +560,18 @@ void register_pool_kernels(Registrar& reg) {
   for (const char* rank : {"2d", "3d"}) {
     const std::string d = rank;
     reg_all<max_pool_native>(reg, "max_pool" + d);
-    reg_all<dispatch_float<AdaptiveMaxPool>>(reg, "adaptive_max_pool" + d);
+    reg_all<any_layout<AdaptiveMaxPool>>(reg, "adaptive_max_pool" + d);
     reg_all<avg_pool_native>(reg, "avg_pool" + d);
     reg_all<avg_pool_backward_native>(reg, "avg_pool" + d + "_backward");
-    reg_all<dispatch_float<AdaptiveAvgPool>>(reg, "adaptive_avg_pool" + d);
-    reg_all<dispatch_float<AdaptiveAvgPoolBackward>>(reg, "adaptive_avg_pool" + d + "_backward");
+    reg_all<adaptive_avg_pool>(reg, "adaptive_avg_pool" + d);
+    reg_all<any_layout<AdaptiveAvgPoolBackward>>(reg, "adaptive_avg_pool" + d + "_backward");
   }
-  reg_all<dispatch_float<UpsampleNearest>>(reg, "upsample_nearest2d");
-  reg_all<dispatch_float<UpsampleNearestBackward>>(reg, "upsample_nearest2d_backward");
-  reg_all<dispatch_float<UpsampleBilinear>>(reg, "upsample_bilinear2d");
-  reg_all<dispatch_float<UpsampleBilinearBackward>>(reg, "upsample_bilinear2d_backward");
-  reg_all<dispatch_float<UpsampleBicubic>>(reg, "upsample_bicubic2d");
-  reg_all<dispatch_float<UpsampleBicubicBackward>>(reg, "upsample_bicubic2d_backward");
+  reg_all<any_layout<UpsampleNearest>>(reg, "upsample_nearest2d");
+  reg_all<any_layout<UpsampleNearestBackward>>(reg, "upsample_nearest2d_backward");
+  reg_all<any_layout<UpsampleBilinear>>(reg, "upsample_bilinear2d");
+  reg_all<any_layout<UpsampleBilinearBackward>>(reg, "upsample_bilinear2d_backward");
+  reg_all<any_layout<UpsampleBicubic>>(reg, "upsample_bicubic2d");
+  reg_all<any_layout<UpsampleBicubicBackward>>(reg, "upsample_bicubic2d_backward");
 }
 
 }  // namespace plugflow::cpu

@@ -5,8 +5,9 @@
 //
 // A 2-d op is the 3-d one with a depth of 1, as on the CPU (plugins/cpu/src/pool.cpp); windows,
 // sample positions and weights come from plugins/common/nn_math.h, shared with it. Inputs are
-// read with their strides, outputs written contiguous; the 16-bit types compute in float (the
-// CPU's float32 copies) and round once.
+// read with their strides, outputs written contiguous (channels-last outputs through contiguous
+// temporaries: row_major_outputs.h); the 16-bit types compute in float (the CPU's float32 copies)
+// and round once.
 //
 // Every kernel runs a thread per element it writes, so nothing is accumulated with atomics: a
 // backward kernel gathers, for its input element, the gradients of the outputs that read it, in
@@ -18,6 +19,7 @@
 #include <limits>
 
 #include "nn_common.cuh"
+#include "row_major_outputs.h"
 
 namespace plugflow::cuda {
 namespace {
@@ -539,19 +541,19 @@ std::vector<KernelDef> pool_kernels() {
   const std::vector<DType> floats = supported_dtypes<FloatTypes>();
   std::vector<KernelDef> defs;
   for (const char* const* names : {kPoolOps2d, kPoolOps3d}) {
-    defs.push_back({names[0], floats, &max_pool_kernel_entry});
-    defs.push_back({names[1], floats, &adaptive_max_pool_kernel_entry});
-    defs.push_back({names[2], floats, &avg_pool_kernel_entry});
-    defs.push_back({names[3], floats, &avg_pool_backward_kernel_entry});
-    defs.push_back({names[4], floats, &adaptive_avg_pool_kernel_entry});
-    defs.push_back({names[5], floats, &adaptive_avg_pool_backward_kernel_entry});
+    defs.push_back({names[0], floats, &with_row_major_outputs<max_pool_kernel_entry>});
+    defs.push_back({names[1], floats, &with_row_major_outputs<adaptive_max_pool_kernel_entry>});
+    defs.push_back({names[2], floats, &with_row_major_outputs<avg_pool_kernel_entry>});
+    defs.push_back({names[3], floats, &with_row_major_outputs<avg_pool_backward_kernel_entry>});
+    defs.push_back({names[4], floats, &with_row_major_outputs<adaptive_avg_pool_kernel_entry>});
+    defs.push_back({names[5], floats, &with_row_major_outputs<adaptive_avg_pool_backward_kernel_entry>});
   }
-  defs.push_back({"upsample_nearest2d", floats, &upsample_entry<false, NearestFwd>});
-  defs.push_back({"upsample_nearest2d_backward", floats, &upsample_entry<true, NearestBwd>});
-  defs.push_back({"upsample_bilinear2d", floats, &upsample_entry<false, BilinearFwd>});
-  defs.push_back({"upsample_bilinear2d_backward", floats, &upsample_entry<true, BilinearBwd>});
-  defs.push_back({"upsample_bicubic2d", floats, &upsample_entry<false, BicubicFwd>});
-  defs.push_back({"upsample_bicubic2d_backward", floats, &upsample_entry<true, BicubicBwd>});
+  defs.push_back({"upsample_nearest2d", floats, &with_row_major_outputs<upsample_entry<false, NearestFwd>>});
+  defs.push_back({"upsample_nearest2d_backward", floats, &with_row_major_outputs<upsample_entry<true, NearestBwd>>});
+  defs.push_back({"upsample_bilinear2d", floats, &with_row_major_outputs<upsample_entry<false, BilinearFwd>>});
+  defs.push_back({"upsample_bilinear2d_backward", floats, &with_row_major_outputs<upsample_entry<true, BilinearBwd>>});
+  defs.push_back({"upsample_bicubic2d", floats, &with_row_major_outputs<upsample_entry<false, BicubicFwd>>});
+  defs.push_back({"upsample_bicubic2d_backward", floats, &with_row_major_outputs<upsample_entry<true, BicubicBwd>>});
   return defs;
 }
 

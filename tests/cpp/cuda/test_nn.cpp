@@ -368,8 +368,11 @@ TEST_F(CudaVsCpu, AveragePoolingAndItsBackward) {
                             {"ceil_mode", pc.ceil_mode}, {"count_include_pad", include_pad}, {"divisor", divisor}};
           compare("avg_pool" + rank, {x.cpu}, {x.dev}, attrs, where);
           Pair g = volume_pair(out, dt, layout, rng);
+          // A channels-last 2-d input's gradient is channels last (the functional layer's choice).
+          const bool channels_last = layout == 1 && rank == "2d";
           Attrs battrs = attrs;
           battrs.set("input_size", input_size);
+          battrs.set("channels_last", channels_last);
           compare("avg_pool" + rank + "_backward", {g.cpu}, {g.dev}, battrs, where + " backward");
           // Adaptive average, both ways.
           Shape out_size;
@@ -379,7 +382,8 @@ TEST_F(CudaVsCpu, AveragePoolingAndItsBackward) {
           gshape.insert(gshape.end(), out_size.begin(), out_size.end());
           Pair ga = volume_pair(gshape, dt, layout, rng);
           compare("adaptive_avg_pool" + rank + "_backward", {ga.cpu}, {ga.dev},
-                  Attrs{{"input_size", input_size}, {"output_size", out_size}}, where + " adaptive backward");
+                  Attrs{{"input_size", input_size}, {"output_size", out_size}, {"channels_last", channels_last}},
+                  where + " adaptive backward");
         }
       }
     }

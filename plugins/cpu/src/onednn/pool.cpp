@@ -4,10 +4,11 @@
 // (pool.cpp), which stay the float64 path and this file's fallback. Max pooling's backward is
 // a scatter through the indices in autograd (core/src/ops/conv.cpp): no kernel here.
 //
-// Layout: the primitives run on plain NCHW, src (or diff_dst) dense and dst (diff_src) the
-// contiguous output; oneDNN's jit kernels take plain NCHW as is (a forward src cannot be
-// `any`), and a plain dst makes max pooling's workspace plain too. An input of other strides is
-// reordered dense first, an expanded (stride-0) one copied dense.
+// Layout: the primitives run on plain NCHW, or on NHWC where the image (forward input, backward
+// output) is channels last: src (or diff_dst) dense and dst (diff_src) the caller's output;
+// oneDNN's jit kernels take both plain layouts as they are (a forward src cannot be `any`), and a
+// plain dst makes max pooling's workspace plain too, in the dst's layout. An input of other
+// strides is reordered dense first, an expanded (stride-0) one copied dense.
 //
 // Where oneDNN's semantics differ from PyTorch's, and what this file does:
 // - Max pooling skips NaN (PyTorch returns it, with its index), so an input holding a NaN runs
@@ -83,12 +84,14 @@ struct Problem {
   Operand input;  // src, or diff_dst
   AvgScale scale;
   memory::data_type dt = memory::data_type::f32;  // f32, or bf16 (max pooling only)
+  bool channels_last = false;  // NHWC activations (the image is channels last), else NCHW
 
   Dims src_dims() const { return {N, C, H, W}; }
   Dims dst_dims() const { return {N, C, OH, OW}; }
-  memory::desc src_desc() const { return memory::desc(src_dims(), dt, tag::nchw); }
-  memory::desc dst_desc() const { return memory::desc(dst_dims(), dt, tag::nchw); }
-  // The primitive's input: dense NCHW.
+  tag layout() const { return channels_last ? tag::nhwc : tag::nchw; }
+  memory::desc src_desc() const { return memory::desc(src_dims(), dt, layout()); }
+  memory::desc dst_desc() const { return memory::desc(dst_dims(), dt, layout()); }
+  // The primitive's input: dense in the problem's layout.
   memory::desc input_desc() const { return kind == Kind::AvgBackward ? dst_desc() : src_desc(); }
 
   std::string key() const {
@@ -96,7 +99,8 @@ struct Problem {
     const auto dims = [&](const Dims& d) {
       for (size_t i = 0; i < d.size(); ++i) k << (i ? "x" : "") << d[i];
     };
-    k << "pool" << static_cast<int>(kind) << (dt == memory::data_type::bf16 ? " bf16" : "") << " alg" << static_cast<int>(algorithm) << " in=";
+    k << "pool" << static_cast<int>(kind) << (dt == memory::data_type::bf16 ? " bf16" : "")
+      << (channels_last ? " nhwc" : "") << " alg" << static_cast<int>(algorithm) << " in=";
     dims(src_dims());
     k << " out=";
     dims(dst_dims());
@@ -131,11 +135,14 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   const Tensor& in = ctx.input(0);
   const Tensor& out = ctx.output(0);
   const bool bf16 = kind == Kind::Max && in.dtype() == DType::BFloat16;
-  if ((in.dtype() != DType::Float32 && !bf16) || out.dtype() != in.dtype() || !out.is_contiguous() ||
-      in.numel() == 0 || out.numel() == 0)
+  if ((in.dtype() != DType::Float32 && !bf16) || out.dtype() != in.dtype() || in.numel() == 0 || out.numel() == 0)
     return std::nullopt;
   const Tensor& image = kind == Kind::AvgBackward ? out : in;   // (N, C, H, W)
   const Tensor& result = kind == Kind::AvgBackward ? in : out;  // (N, C, OH, OW)
+  // The image's layout decides (a 1x1 forward output is both); the outputs are dense in it.
+  const MemoryFormat format = image.suggest_memory_format();
+  for (const Tensor& t : ctx.outputs)
+    if (!t.is_contiguous(format)) return std::nullopt;
   if (image.numel() < kMinElements) return std::nullopt;
   const Shape& kernel = ctx.attr<Shape>("kernel_size");
   const Shape& stride = ctx.attr<Shape>("stride");
@@ -156,6 +163,7 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
             dnnl::algorithm::pooling_max,
             operand(in, in.sizes()),
             {}};
+  p.channels_last = format == MemoryFormat::ChannelsLast;
   for (int i = 0; i < 2; ++i) {
     const auto pr = right_padding(i == 0 ? p.H : p.W, i == 0 ? p.OH : p.OW, kernel[i], stride[i], dilation[i],
                                   padding[i]);
@@ -190,9 +198,9 @@ struct Plan {
 
 // The workspace oneDNN 2.6 gives a max pooling with a plain dst: the dst's layout, u8 or s32.
 // Anything else (another oneDNN) is left to the native kernel rather than misread.
-bool plain_workspace(const memory::desc& ws, const Dims& dst) {
+bool plain_workspace(const memory::desc& ws, const Problem& p) {
   for (auto dt : {memory::data_type::u8, memory::data_type::s32})
-    if (ws == memory::desc(dst, dt, tag::nchw)) return true;
+    if (ws == memory::desc(p.dst_dims(), dt, p.layout())) return true;
   return false;
 }
 
@@ -214,7 +222,7 @@ Plan make_plan(const Problem& p) {
           eng);
       if (!jit(pd.impl_info_str())) return dnnl::primitive();
       if (p.kind != Kind::AvgBackward)
-        return p.kind == Kind::Max && !plain_workspace(pd.workspace_desc(), p.dst_dims()) ? dnnl::primitive()
+        return p.kind == Kind::Max && !plain_workspace(pd.workspace_desc(), p) ? dnnl::primitive()
                                                                                             : dnnl::pooling_v2_forward(pd);
       const dnnl::pooling_v2_backward::primitive_desc bwd(
           {p.algorithm, p.src_desc(), p.dst_desc(), p.stride, p.kernel, p.dilation, p.pad_l, p.pad_r}, eng, pd);
@@ -240,12 +248,17 @@ Plan make_plan(const Problem& p) {
   return plan;
 }
 
-// The call's input as the primitive's dense NCHW memory: the tensor itself (unless `writable`),
-// a dense copy (kept in `buffer`) or a reorder (into `temporary`).
+// The call's input as the primitive's dense memory: the tensor itself (unless `writable`), a
+// dense copy (kept in `buffer`, or for NHWC in `temporary`) or a reorder (into `temporary`).
 memory dense_input(const Problem& p, const Plan& plan, const Tensor& t, bool writable,
                    std::unique_ptr<float[]>& buffer, Tensor& temporary) {
   const dnnl::engine& eng = engine();
   const memory::desc dense = p.input_desc();
+  if (p.input.copy && p.channels_last) {
+    temporary = Tensor::empty(t.sizes(), t.dtype(), t.device(), MemoryFormat::ChannelsLast);
+    copy_tensor(temporary, t);
+    return memory(dense, eng, temporary.data_ptr());
+  }
   if (p.input.copy) {
     buffer = dense_copy(t);
     return memory(dense, eng, buffer.get());
@@ -258,16 +271,18 @@ memory dense_input(const Problem& p, const Plan& plan, const Tensor& t, bool wri
   return m;
 }
 
-// x(n, c, oh, ow) *= s.all * s.rows[oh] * s.cols[ow] for a dense (N*C, OH, OW) buffer.
-void apply_scale(float* x, int64_t planes, int64_t OH, int64_t OW, const AvgScale& s) {
-  parallel_for(planes * OH, std::max<int64_t>(1, kGrainSize / OW), [&](int64_t b, int64_t e) {
+// x(n, c, oh, ow) *= s.all * s.rows[oh] * s.cols[ow] for a dense (N*C, OH, OW) buffer, or with
+// `channels` > 1 a dense (N, OH, OW, channels) one.
+void apply_scale(float* x, int64_t rows, int64_t OH, int64_t OW, int64_t channels, const AvgScale& s) {
+  const int64_t width = OW * channels;
+  parallel_for(rows * OH, std::max<int64_t>(1, kGrainSize / width), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float f = s.all * (s.rows.empty() ? 1.0f : s.rows[r % OH]);
-      float* row = x + r * OW;
+      float* row = x + r * width;
       if (s.cols.empty())
-        for (int64_t j = 0; j < OW; ++j) row[j] *= f;
+        for (int64_t j = 0; j < width; ++j) row[j] *= f;
       else
-        for (int64_t j = 0; j < OW; ++j) row[j] *= f * s.cols[j];
+        for (int64_t j = 0; j < width; ++j) row[j] *= f * s.cols[j / channels];
     }
   });
 }
@@ -298,18 +313,24 @@ bool has_nan(const T* x, int64_t n) {
 
 // Turns the workspace's window positions into PyTorch's flat indices; false when an output is
 // the type's lowest finite value (a window of -inf: see the top of the file).
+// Workspace, values and indices share the dst's layout: rows of OW (NCHW) or OW * C (NHWC)
+// elements, one per (n, c, oh) or (n, oh).
 template <typename Pos, typename T>
 bool workspace_to_indices(const Problem& p, const Pos* ws, const T* out, int64_t* idx) {
   std::atomic<bool> lowest{false};
   const int64_t KW = p.kernel[1], sh = p.stride[0], sw = p.stride[1], dh = p.dilation[0] + 1, dw = p.dilation[1] + 1;
-  parallel_for(p.N * p.C * p.OH, std::max<int64_t>(1, kGrainSize / p.OW), [&](int64_t b, int64_t e) {
+  const int64_t channels = p.channels_last ? p.C : 1, rows = p.N * (p.channels_last ? 1 : p.C) * p.OH;
+  parallel_for(rows, std::max<int64_t>(1, kGrainSize / (p.OW * channels)), [&](int64_t b, int64_t e) {
     bool low = false;
     for (int64_t r = b; r < e; ++r) {
       const int64_t h0 = (r % p.OH) * sh - p.pad_l[0];
       for (int64_t ow = 0; ow < p.OW; ++ow) {
-        const int64_t o = r * p.OW + ow, pos = ws[o];
-        idx[o] = (h0 + pos / KW * dh) * p.W + ow * sw - p.pad_l[1] + pos % KW * dw;
-        low |= is_lowest(out[o]);
+        const int64_t w0 = ow * sw - p.pad_l[1];
+        for (int64_t c = 0; c < channels; ++c) {
+          const int64_t o = (r * p.OW + ow) * channels + c, pos = ws[o];
+          idx[o] = (h0 + pos / KW * dh) * p.W + w0 + pos % KW * dw;
+          low |= is_lowest(out[o]);
+        }
       }
     }
     if (low) lowest = true;
@@ -351,7 +372,9 @@ bool run(const Problem& p, const KernelContext& ctx) {
   }
   float* in_data = static_cast<float*>(in.get_data_handle());
   if (p.kind == Kind::Max && has_nan(in_data, p.N * p.C * p.H * p.W)) return false;
-  if (scale_input) apply_scale(in_data, p.N * p.C, p.OH, p.OW, p.scale);
+  // (N*C, OH, OW) planes, or (N, OH, OW, C) rows
+  const int64_t scale_rows = p.channels_last ? p.N : p.N * p.C, scale_channels = p.channels_last ? p.C : 1;
+  if (scale_input) apply_scale(in_data, scale_rows, p.OH, p.OW, scale_channels, p.scale);
   float* out_data = ctx.output(0).data<float>();
   if (p.kind == Kind::AvgBackward) {
     memory out(p.src_desc(), eng, out_data);
@@ -363,7 +386,7 @@ bool run(const Problem& p, const KernelContext& ctx) {
   if (p.kind == Kind::Avg) {
     plan.primitive.execute(s, {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}});
     s.wait();
-    if (p.scale.needed()) apply_scale(out_data, p.N * p.C, p.OH, p.OW, p.scale);
+    if (p.scale.needed()) apply_scale(out_data, scale_rows, p.OH, p.OW, scale_channels, p.scale);
     return true;
   }
   return run_max(p, plan, in, out_data, ctx.output(1).data<int64_t>(), out_data);
