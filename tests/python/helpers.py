@@ -175,6 +175,13 @@ def backward_both(rng, out_p, out_t):
     out_p.backward(from_torch(g))
 
 
+def window_always_valid(n, out, k, s, p, d):
+    """Whether every pooling window along one dim (input size n, out windows, kernel k, stride s,
+    padding p, dilation d) holds an input element: PyTorch's max-pooling index for a window
+    entirely in the padding is an arbitrary out-of-window position (not compared)."""
+    return all(any(0 <= o * s - p + j * d < n for j in range(k)) for o in range(out))
+
+
 def random_dims(rng, ndim):
     """A random `dim` argument: None, one dim (maybe negative) or a tuple of distinct dims."""
     if ndim == 0:

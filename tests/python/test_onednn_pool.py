@@ -22,7 +22,7 @@ import torch.nn.functional as TF
 import plugflow as pf
 import plugflow.nn.functional as F
 from plugflow import _C
-from helpers import backward_both, from_torch, seeded_rng, tensor_pair, to_torch
+from helpers import backward_both, from_torch, seeded_rng, tensor_pair, to_torch, window_always_valid
 
 POOL_OPS = {"max_pool2d", "avg_pool2d", "avg_pool2d_backward"}
 LAYOUTS = ["contiguous", "transposed", "channels_last", "strided"]
@@ -32,12 +32,6 @@ MIN_ONEDNN = 4096  # input elements below which the native kernel runs (pool.cpp
 @pytest.fixture
 def rng():
     return seeded_rng("SEED")
-
-
-def window_always_valid(n, out, k, s, p, d):
-    """Whether every window along one dim holds an input element: PyTorch's index for a window
-    entirely in the padding is an arbitrary out-of-window position (not compared)."""
-    return all(any(0 <= o * s - p + j * d < n for j in range(k)) for o in range(out))
 
 
 def random_geometry(rng, kind):
