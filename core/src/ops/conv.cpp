@@ -788,7 +788,9 @@ std::pair<Tensor, Tensor> run_max_pool(const std::string& op_name, const char* n
   Tensors outs = call_or_zeros(find_op(op_name), in, attrs);
   if (autograd::any_requires_grad({&x})) {
     // A channels-last input gets a channels-last gradient (as in PyTorch): the scatter then runs
-    // on the (N, spatial, C) views, where the channels-last tensors are row-major.
+    // along the (N, H * W * C) rows of the channels-last tensors, index h * W + w of channel c
+    // becoming (h * W + w) * C + c (a scatter per channel plane would read with a stride of C:
+    // 3x slower on ResNet's stem).
     const bool channels_last = pool_memory_format(x, x.dim() - 2) == MemoryFormat::ChannelsLast;
     auto node = autograd::make_node(node_name, [shape = x.sizes(), channels_last](const Tensors& g,
                                                                                   const Tensors& s) -> Tensors {
@@ -800,10 +802,11 @@ std::pair<Tensor, Tensor> run_max_pool(const std::string& op_name, const char* n
         out_volume *= idx.sizes()[d];
       }
       if (channels_last) {  // 2-d: (N, C, H, W) <-> (N, H, W, C)
-        const Shape flat{n, out_volume, c};
-        const Tensor flat_g = reshape(permute(g[0], {0, 2, 3, 1}), flat);
-        const Tensor flat_i = reshape(permute(idx, {0, 2, 3, 1}), flat);
-        const Tensor grad = scatter_add_internal(flat_g, 1, flat_i, {n, in_volume, c});
+        const Shape rows{n, out_volume * c};
+        const Tensor channel = arange(int64_t{0}, c, int64_t{1}, DType::Int64, idx.device());
+        const Tensor flat_g = reshape(permute(g[0], {0, 2, 3, 1}), rows);
+        const Tensor flat_i = reshape(add(channel, permute(idx, {0, 2, 3, 1}), c), rows);
+        const Tensor grad = scatter_add_internal(flat_g, 1, flat_i, {n, in_volume * c});
         return {permute(reshape(grad, {n, shape[2], shape[3], c}), {0, 3, 1, 2})};
       }
       const Shape flat{n, c, out_volume};  // no -1: the batch may be 0
