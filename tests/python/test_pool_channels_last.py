@@ -158,6 +158,19 @@ def test_max_pool(rng, S, dtype):
               lambda x: getattr(TF, name)(x, return_indices=True, **kw), xp, xt, dtype, exact=True)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_max_pool_infinite_and_nan_windows(rng, dtype):
+    """Windows of only -inf (PyTorch's value -inf and index: the window's first tap) and NaN
+    (wins, with its index) in the channels-last loop."""
+    data = rng.uniform(-2, 2, size=(2, 19, 13, 12))
+    data[:, :, :7, :6] = -np.inf
+    data[0, 3, 9, 8] = data[1, 18, 0, 11] = np.nan
+    for kw in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=2, dilation=2, ceil_mode=True)):
+        xp, xt = channels_last_pair(data, dtype)
+        check(rng, lambda x: F.max_pool2d(x, return_indices=True, **kw),
+              lambda x: TF.max_pool2d(x, return_indices=True, **kw), xp, xt, dtype, exact=True)
+
+
 @pytest.mark.parametrize("S, dtype", [(2, "float32"), (2, "float64"), (3, "float32"), (3, "float64")])
 def test_avg_pool(rng, S, dtype):
     for _ in range(CASES):

@@ -4,10 +4,9 @@
 //
 // Every op maps each (n, c) plane (volume, in 3-d) on its own, so they run in parallel; inputs
 // are read with their strides, outputs are written contiguous (channels-last outputs through
-// contiguous temporaries: row_major_outputs.h), except adaptive average pooling's channels-last
-// loop (ResNet's global pool). A 2-d op is the 3-d one with a depth of 1, so pooling is written
-// once. Backward kernels zero their volume and add into it, so
-// overlapping windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's Pool.h,
+// contiguous temporaries: row_major_outputs.h), except where max pooling and adaptive average
+// pooling run their channels-last loops (ResNet's stem and global pool). A 2-d op is the 3-d one with a depth of 1, so pooling is written once. Backward kernels
+// zero their volume and add into it, so overlapping windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's Pool.h,
 // AdaptivePooling.h and UpSample.h), including its float rounding of scales, so sample
 // positions agree exactly.
 #include <algorithm>
@@ -134,6 +133,73 @@ struct MaxPool {
       }
       return (max_pool_first_tap(d0, dil[0]) * in.H + max_pool_first_tap(h0, dil[1])) * in.W +
              max_pool_first_tap(w0, dil[2]);
+    });
+  }
+};
+
+// Folds one input position's C channels (at flat position `pos` of its volume) into the running
+// maxima and their indices; NaN wins. The channels-last kernel's whole cost, so compiled for
+// AVX-512, AVX2 and the baseline, picked at load time (the blends need more than SSE2).
+template <typename T>
+inline void max_into_impl(const T* row, T* best, int64_t* best_i, int64_t pos, int64_t C) {
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) {
+    const T v = row[c];
+    const bool take = v > best[c] || v != v;
+    best[c] = take ? v : best[c];
+    best_i[c] = take ? pos : best_i[c];
+  }
+}
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void max_into(
+    const float* row, float* best, int64_t* best_i, int64_t pos, int64_t C) {
+  max_into_impl(row, best, best_i, pos, C);
+}
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void max_into(
+    const double* row, double* best, int64_t* best_i, int64_t pos, int64_t C) {
+  max_into_impl(row, best, best_i, pos, C);
+}
+
+// Max pooling of a dense channels-last input into channels-last values and indices: each output
+// position scans its window's rows of C contiguous channels (vectorized over C), with
+// max_pool_volumes' rules (NaN wins; a window of -inf reports its first tap).
+template <typename T>
+struct MaxPoolChannelsLast {
+  static void run(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Extent in(x), out(ctx.output(0));
+    const auto k = spatial3(ctx, "kernel_size", 1), s = spatial3(ctx, "stride", 1), p = spatial3(ctx, "padding", 0),
+               dil = spatial3(ctx, "dilation", 1);
+    using nn_math::max_pool_first_tap;
+    const int64_t C = x.sizes()[1], positions = out.volume();
+    const T* src = x.data<T>();
+    T* values = ctx.output(0).data<T>();
+    int64_t* indices = ctx.output(1).data<int64_t>();
+    const int64_t work = C * k[0] * k[1] * k[2];
+    parallel_for(x.sizes()[0] * positions, std::max<int64_t>(1, kGrainSize / work), [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const int64_t n = q / positions, ow = q % out.W, oh = q / out.W % out.H, od = q / (out.W * out.H) % out.D;
+        const int64_t d0 = od * s[0] - p[0], h0 = oh * s[1] - p[1], w0 = ow * s[2] - p[2];
+        T* best = values + q * C;
+        int64_t* best_i = indices + q * C;
+        std::fill(best, best + C, -std::numeric_limits<T>::infinity());
+        std::fill(best_i, best_i + C,
+                  (max_pool_first_tap(d0, dil[0]) * in.H + max_pool_first_tap(h0, dil[1])) * in.W +
+                      max_pool_first_tap(w0, dil[2]));
+        for (int64_t t = 0; t < k[0]; ++t) {
+          const int64_t id = d0 + t * dil[0];
+          if (id < 0 || id >= in.D) continue;
+          for (int64_t i = 0; i < k[1]; ++i) {
+            const int64_t ih = h0 + i * dil[1];
+            if (ih < 0 || ih >= in.H) continue;
+            for (int64_t j = 0; j < k[2]; ++j) {
+              const int64_t iw = w0 + j * dil[2];
+              if (iw < 0 || iw >= in.W) continue;
+              const int64_t pos = (id * in.H + ih) * in.W + iw;
+              max_into(src + (n * in.volume() + pos) * C, best, best_i, pos, C);
+            }
+          }
+        }
+      }
     });
   }
 };
@@ -529,15 +595,27 @@ void any_layout(KernelContext& ctx) {
   run_with_row_major_outputs(ctx, dispatch_float<Fn>);
 }
 
+// Dense channels-last calls run the channels-last loops (vectorized over C); the others the
+// plane-by-plane ones.
+bool dense_channels_last(const KernelContext& ctx) {
+  if (!ctx.input(0).is_contiguous(MemoryFormat::ChannelsLast)) return false;
+  for (const Tensor& t : ctx.outputs)
+    if (!t.is_contiguous(MemoryFormat::ChannelsLast)) return false;
+  return true;
+}
+
+void max_pool(KernelContext& ctx) {
+  if (dense_channels_last(ctx)) dispatch_float<MaxPoolChannelsLast>(ctx);
+  else any_layout<MaxPool>(ctx);
+}
+
 void adaptive_avg_pool(KernelContext& ctx) {
-  const bool channels_last = ctx.output(0).is_contiguous(MemoryFormat::ChannelsLast) &&
-                             ctx.input(0).is_contiguous(MemoryFormat::ChannelsLast);
-  if (channels_last) dispatch_float<AdaptiveAvgPoolChannelsLast>(ctx);
+  if (dense_channels_last(ctx)) dispatch_float<AdaptiveAvgPoolChannelsLast>(ctx);
   else any_layout<AdaptiveAvgPool>(ctx);
 }
 }  // namespace
 
-void max_pool_native(KernelContext& ctx) { any_layout<MaxPool>(ctx); }
+void max_pool_native(KernelContext& ctx) { max_pool(ctx); }
 void avg_pool_native(KernelContext& ctx) { any_layout<AvgPool>(ctx); }
 void avg_pool_backward_native(KernelContext& ctx) { any_layout<AvgPoolBackward>(ctx); }
 

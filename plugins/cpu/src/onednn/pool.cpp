@@ -40,8 +40,11 @@
 //   avg 3x3/2 p1 ceil 8x512x15x15 (scaled) fwd 2.63 -> 0.22, bwd 1.70 -> 0.50
 //   avg 3x3/2 p1 divisor 5 16x256x28x28    fwd 9.7 -> 1.4,   bwd 13.3 -> 6.7
 //   avg 7x7 (global) 16x2048x7x7           fwd 0.4-1.1 both, bwd 0.5-1.3 both (within noise)
-// The native kernel runs where it is faster: non-jit oneDNN code (see `jit`) and inputs under
-// kMinElements.
+// The native kernel runs where it is faster: non-jit oneDNN code (see `jit`), inputs under
+// kMinElements, and float32 channels-last max pooling, whose native loop makes values and
+// indices in one pass vectorized over C (16x64x112x112, 3x3/2: 7 ms, oneDNN 40 ms of which the
+// NaN scan and the index pass take most; PyTorch 8-10 ms). Channels-last average pooling runs
+// here on NHWC: 16x128x56x56 2x2/2 forward + backward 4-6 ms (NCHW 12-14 ms, PyTorch 40 ms).
 //
 // Threads: see common.h; the thread count is part of every primitive's cache key.
 #include <algorithm>
@@ -143,6 +146,8 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   const MemoryFormat format = image.suggest_memory_format();
   for (const Tensor& t : ctx.outputs)
     if (!t.is_contiguous(format)) return std::nullopt;
+  // float32 channels-last max pooling: the native loop is faster (see the top).
+  if (kind == Kind::Max && !bf16 && format == MemoryFormat::ChannelsLast) return std::nullopt;
   if (image.numel() < kMinElements) return std::nullopt;
   const Shape& kernel = ctx.attr<Shape>("kernel_size");
   const Shape& stride = ctx.attr<Shape>("stride");
