@@ -8,7 +8,10 @@ adaptive average, a mean in PyTorch, whose gradient is row-major), upsampling's 
 gradient's. Values, indices, strides and gradients (for upstream gradients expanded from sum(),
 row-major and channels last) are compared on random geometries with odd sizes (a batch or a
 channel of one, 1x1 outputs, ceil_mode, padding, dilation), through oneDNN (float32 images of
-4096+ elements) and through the native kernels.
+4096+ elements) and through the native kernels. Layouts are compared wherever both libraries
+read the input's layout alike: an image that is row-major too (one channel, a 1x1 image) is
+channels last to PyTorch by the strides of its size-1 dims and row-major to plugflow (see
+`ambiguous`; values are compared all the same).
 
 Every test draws a new seed (printed, so a failure can be replayed with SEED=<n>)."""
 
