@@ -4,9 +4,11 @@
 //
 // Every op maps each (n, c) plane (volume, in 3-d) on its own, so they run in parallel; inputs
 // are read with their strides, outputs are written contiguous (channels-last outputs through
-// contiguous temporaries: row_major_outputs.h), except where max pooling and adaptive average
-// pooling run their channels-last loops (ResNet's stem and global pool). A 2-d op is the 3-d one with a depth of 1, so pooling is written once. Backward kernels
-// zero their volume and add into it, so overlapping windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's Pool.h,
+// contiguous temporaries: row_major_outputs.h), except where max pooling, adaptive average
+// pooling and the nearest / bilinear upsamplings run their channels-last loops (dense
+// channels-last calls: ResNet's stem and global pool). A 2-d op is the 3-d one with a depth of 1,
+// so pooling is written once. Backward kernels zero their volume and add into it, so overlapping
+// windows accumulate. Index and weight formulas are PyTorch 1.13's (ATen's Pool.h,
 // AdaptivePooling.h and UpSample.h), including its float rounding of scales, so sample
 // positions agree exactly.
 #include <algorithm>
@@ -328,37 +330,34 @@ struct AdaptiveAvgPool {
 // output position averages its window's rows of C contiguous channels (vectorized over C, where
 // the plane-by-plane loop reads with a stride of C).
 template <typename T>
-void adaptive_avg_pool_channels_last(const KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  const Tensor& y = ctx.output(0);
-  const Extent in(x), out(y);
-  const AdaptiveWindows win(in, out);
-  const int64_t C = x.sizes()[1], positions = out.volume();
-  const int64_t window = std::max<int64_t>(1, in.volume() / positions);
-  const T* src = x.data<T>();
-  T* dst = y.data<T>();
-  parallel_for(x.sizes()[0] * positions, std::max<int64_t>(1, kGrainSize / (C * window)), [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) {
-      const int64_t n = p / positions, ow = p % out.W, oh = p / out.W % out.H, od = p / (out.W * out.H) % out.D;
-      T* o = dst + p * C;
-      std::fill(o, o + C, T(0));
-      for (int64_t d = win.lo[0][od]; d < win.hi[0][od]; ++d)
-        for (int64_t h = win.lo[1][oh]; h < win.hi[1][oh]; ++h)
-          for (int64_t w = win.lo[2][ow]; w < win.hi[2][ow]; ++w) {
-            const T* row = src + (((n * in.D + d) * in.H + h) * in.W + w) * C;
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) o[c] += row[c];
-          }
-      const T size = static_cast<T>(win.size(od, oh, ow));
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] /= size;
-    }
-  });
-}
-
-template <typename T>
 struct AdaptiveAvgPoolChannelsLast {
-  static void run(const KernelContext& ctx) { adaptive_avg_pool_channels_last<T>(ctx); }
+  static void run(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& y = ctx.output(0);
+    const Extent in(x), out(y);
+    const AdaptiveWindows win(in, out);
+    const int64_t C = x.sizes()[1], positions = out.volume();
+    const int64_t window = std::max<int64_t>(1, in.volume() / positions);
+    const T* src = x.data<T>();
+    T* dst = y.data<T>();
+    parallel_for(x.sizes()[0] * positions, std::max<int64_t>(1, kGrainSize / (C * window)), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const int64_t n = p / positions, ow = p % out.W, oh = p / out.W % out.H, od = p / (out.W * out.H) % out.D;
+        T* o = dst + p * C;
+        std::fill(o, o + C, T(0));
+        for (int64_t d = win.lo[0][od]; d < win.hi[0][od]; ++d)
+          for (int64_t h = win.lo[1][oh]; h < win.hi[1][oh]; ++h)
+            for (int64_t w = win.lo[2][ow]; w < win.hi[2][ow]; ++w) {
+              const T* row = src + (((n * in.D + d) * in.H + h) * in.W + w) * C;
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) o[c] += row[c];
+            }
+        const T size = static_cast<T>(win.size(od, oh, ow));
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) o[c] /= size;
+      }
+    });
+  }
 };
 
 template <typename T>
@@ -473,6 +472,54 @@ struct UpsampleBilinear {
         }
       }
     });
+  }
+};
+
+// Channels-last forms of the two forwards above (dense channels-last input and output): each
+// output position combines its taps' rows of C contiguous channels, with the same sums.
+template <typename T>
+struct UpsampleNearestChannelsLast {
+  static void run(const KernelContext& ctx) {
+    const UpsampleSizes s = upsample_sizes(ctx, false);
+    const auto ih = nearest_indices(s.H, s.OH, s.scale_h), iw = nearest_indices(s.W, s.OW, s.scale_w);
+    const int64_t C = ctx.input(0).sizes()[1];
+    const T* in = ctx.input(0).data<T>();
+    T* out = ctx.output(0).data<T>();
+    const int64_t positions = ctx.input(0).sizes()[0] * s.OH * s.OW;
+    parallel_for(positions, std::max<int64_t>(1, kGrainSize / C), [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const int64_t n = q / (s.OH * s.OW), oh = q / s.OW % s.OH, ow = q % s.OW;
+        const T* row = in + ((n * s.H + ih[oh]) * s.W + iw[ow]) * C;
+        std::copy(row, row + C, out + q * C);
+      }
+    });
+  }
+};
+
+template <typename T>
+struct UpsampleBilinearChannelsLast {
+  static void run(const KernelContext& ctx) {
+    const UpsampleSizes s = upsample_sizes(ctx, false);
+    const bool ac = ctx.attr<bool>("align_corners");
+    const auto th = linear_taps<T>(s.H, s.OH, ac, s.scale_h), tw = linear_taps<T>(s.W, s.OW, ac, s.scale_w);
+    const int64_t C = ctx.input(0).sizes()[1];
+    const T* in = ctx.input(0).data<T>();
+    T* out = ctx.output(0).data<T>();
+    parallel_for(ctx.input(0).sizes()[0] * s.OH * s.OW, std::max<int64_t>(1, kGrainSize / (4 * C)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t q = b; q < e; ++q) {
+                     const int64_t n = q / (s.OH * s.OW), oh = q / s.OW % s.OH, ow = q % s.OW;
+                     const T a0 = th.w0[oh], a1 = th.w1[oh], b0 = tw.w0[ow], b1 = tw.w1[ow];
+                     const T* r0 = in + (n * s.H + th.i0[oh]) * s.W * C;
+                     const T* r1 = in + (n * s.H + th.i1[oh]) * s.W * C;
+                     const T *p00 = r0 + tw.i0[ow] * C, *p01 = r0 + tw.i1[ow] * C, *p10 = r1 + tw.i0[ow] * C,
+                             *p11 = r1 + tw.i1[ow] * C;
+                     T* o = out + q * C;
+#pragma omp simd
+                     for (int64_t c = 0; c < C; ++c)
+                       o[c] = a0 * (b0 * p00[c] + b1 * p01[c]) + a1 * (b0 * p10[c] + b1 * p11[c]);
+                   }
+                 });
   }
 };
 
@@ -604,18 +651,14 @@ bool dense_channels_last(const KernelContext& ctx) {
   return true;
 }
 
-void max_pool(KernelContext& ctx) {
-  if (dense_channels_last(ctx)) dispatch_float<MaxPoolChannelsLast>(ctx);
-  else any_layout<MaxPool>(ctx);
-}
-
-void adaptive_avg_pool(KernelContext& ctx) {
-  if (dense_channels_last(ctx)) dispatch_float<AdaptiveAvgPoolChannelsLast>(ctx);
-  else any_layout<AdaptiveAvgPool>(ctx);
+template <template <typename> class ChannelsLast, template <typename> class RowMajor>
+void either_layout(KernelContext& ctx) {
+  if (dense_channels_last(ctx)) dispatch_float<ChannelsLast>(ctx);
+  else any_layout<RowMajor>(ctx);
 }
 }  // namespace
 
-void max_pool_native(KernelContext& ctx) { max_pool(ctx); }
+void max_pool_native(KernelContext& ctx) { either_layout<MaxPoolChannelsLast, MaxPool>(ctx); }
 void avg_pool_native(KernelContext& ctx) { any_layout<AvgPool>(ctx); }
 void avg_pool_backward_native(KernelContext& ctx) { any_layout<AvgPoolBackward>(ctx); }
 
@@ -641,12 +684,12 @@ void register_pool_kernels(Registrar& reg) {
     reg_all<any_layout<AdaptiveMaxPool>>(reg, "adaptive_max_pool" + d);
     reg_all<avg_pool_native>(reg, "avg_pool" + d);
     reg_all<avg_pool_backward_native>(reg, "avg_pool" + d + "_backward");
-    reg_all<adaptive_avg_pool>(reg, "adaptive_avg_pool" + d);
+    reg_all<either_layout<AdaptiveAvgPoolChannelsLast, AdaptiveAvgPool>>(reg, "adaptive_avg_pool" + d);
     reg_all<any_layout<AdaptiveAvgPoolBackward>>(reg, "adaptive_avg_pool" + d + "_backward");
   }
-  reg_all<any_layout<UpsampleNearest>>(reg, "upsample_nearest2d");
+  reg_all<either_layout<UpsampleNearestChannelsLast, UpsampleNearest>>(reg, "upsample_nearest2d");
   reg_all<any_layout<UpsampleNearestBackward>>(reg, "upsample_nearest2d_backward");
-  reg_all<any_layout<UpsampleBilinear>>(reg, "upsample_bilinear2d");
+  reg_all<either_layout<UpsampleBilinearChannelsLast, UpsampleBilinear>>(reg, "upsample_bilinear2d");
   reg_all<any_layout<UpsampleBilinearBackward>>(reg, "upsample_bilinear2d_backward");
   reg_all<any_layout<UpsampleBicubic>>(reg, "upsample_bicubic2d");
   reg_all<any_layout<UpsampleBicubicBackward>>(reg, "upsample_bicubic2d_backward");
