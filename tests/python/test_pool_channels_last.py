@@ -3,9 +3,10 @@
 Their layout rules, which plugflow follows: 2-d max / average / adaptive pooling and nearest /
 bilinear upsampling return channels-last results for a channels-last input (max pooling's
 indices too, still flat h * W + w positions in each plane); 3-d pooling and bicubic upsampling
-return row-major results. Input gradients: pooling's take the input's layout (except a 1x1
-adaptive average, a mean in PyTorch, whose gradient is row-major), upsampling's the upstream
-gradient's. Values, indices, strides and gradients (for upstream gradients expanded from sum(),
+return row-major results. Input gradients: max pooling's as PyTorch's (the input's layout in
+2-d, row-major in 3-d); average pooling's and upsampling's the input's layout (docs/kernels.md,
+"Memory formats": where PyTorch's differ — a 1x1 adaptive average, 3-d average pooling,
+upsampling after a row-major upstream gradient — plugflow keeps the input's). Values, indices, strides and gradients (for upstream gradients expanded from sum(),
 row-major and channels last) are compared on random geometries with odd sizes (a batch or a
 channel of one, 1x1 outputs, ceil_mode, padding, dilation), through oneDNN (float32 images of
 4096+ elements) and through the native kernels. Layouts are compared wherever both libraries
@@ -92,11 +93,10 @@ def assert_same(actual, expected, dtype, exact=False, layouts=True):
                                equal_nan=True)
 
 
-def check(rng, pf_fn, torch_fn, xp, xt, dtype, exact=False, grad_layout=True, upsampling=False):
+def check(rng, pf_fn, torch_fn, xp, xt, dtype, exact=False, grad_in_input_layout=False):
     """The call's outputs, then the input gradient for each kind of upstream gradient, equal
-    PyTorch's (layouts too, except for an ambiguous image, and the gradients' unless grad_layout
-    is False or, for upsampling, whose gradient takes the upstream gradient's layout, that one is
-    ambiguous); the leaf's .grad last."""
+    PyTorch's (layouts too, except for an ambiguous image; with grad_in_input_layout the
+    gradients' layout is the input's instead of PyTorch's); the leaf's .grad last."""
     layouts = not ambiguous(xt)
     out_p, out_t = pf_fn(xp), torch_fn(xt)
     out_p = out_p if isinstance(out_p, tuple) else (out_p,)
@@ -111,8 +111,9 @@ def check(rng, pf_fn, torch_fn, xp, xt, dtype, exact=False, grad_layout=True, up
         else:
             gp = pf.autograd.grad(out_p[0], xp, g[0], retain_graph=True)[0]
             gt = torch.autograd.grad(out_t[0], xt, g[1], retain_graph=True)[0]
-        upstream_ambiguous = upsampling and g is not None and ambiguous(g[1])
-        assert_same(gp, gt, dtype, layouts=layouts and grad_layout and not upstream_ambiguous)
+        if grad_in_input_layout and layouts:
+            assert layout(gp) == layout(xp), (gp.stride(), xp.stride())
+        assert_same(gp, gt, dtype, layouts=layouts and not grad_in_input_layout)
     out_p[0].sum().backward()
     out_t[0].sum().backward()
     assert_same(xp.grad, xt.grad, dtype)
@@ -180,7 +181,8 @@ def test_avg_pool(rng, S, dtype):
         shape, kw = random_pool_call(rng, S, "avg")
         xp, xt = random_image(rng, shape, dtype)
         name = f"avg_pool{S}d"
-        check(rng, lambda x: getattr(F, name)(x, **kw), lambda x: getattr(TF, name)(x, **kw), xp, xt, dtype)
+        check(rng, lambda x: getattr(F, name)(x, **kw), lambda x: getattr(TF, name)(x, **kw), xp, xt, dtype,
+              grad_in_input_layout=True)
 
 
 @pytest.mark.parametrize("S, dtype", [(2, "float32"), (2, "float64"), (3, "float32"), (3, "float64")])
@@ -193,12 +195,8 @@ def test_adaptive_pool(rng, S, dtype, kind):
         xp, xt = random_image(rng, shape, dtype, specials=kind == "max" and rng.random() < 0.25)
         name = f"adaptive_{kind}_pool{S}d"
         extra = {"return_indices": True} if kind == "max" else {}
-        # PyTorch's global average is a mean, whose gradient over an image with a size-1 dim
-        # takes a layout from its TensorIterator's dim order (e.g. (N, D, C, W) in memory);
-        # plugflow's is row-major there as everywhere else.
-        mean_quirk = kind == "avg" and size == (1,) * S and 1 in shape[2:]
         check(rng, lambda x: getattr(F, name)(x, size, **extra), lambda x: getattr(TF, name)(x, size, **extra),
-              xp, xt, dtype, exact=kind == "max", grad_layout=not mean_quirk)
+              xp, xt, dtype, exact=kind == "max", grad_in_input_layout=kind == "avg")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -209,13 +207,12 @@ def test_resnet_pools(rng, dtype):
     check(rng, lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
           lambda x: TF.max_pool2d(x, 3, 2, 1, return_indices=True), xp, xt, dtype, exact=True)
     xp, xt = random_image(rng, (3, 128, 7, 7), dtype)
-    check(rng, lambda x: F.adaptive_avg_pool2d(x, 1), lambda x: TF.adaptive_avg_pool2d(x, 1), xp, xt, dtype)
-    # the (N, C, 1, 1) result has PyTorch's strides exactly (those of a channels-last tensor), and
-    # the gradient of a mean is row-major
+    check(rng, lambda x: F.adaptive_avg_pool2d(x, 1), lambda x: TF.adaptive_avg_pool2d(x, 1), xp, xt, dtype,
+          grad_in_input_layout=True)
+    # the (N, C, 1, 1) result has PyTorch's strides exactly (those of a channels-last tensor)
     yp, yt = F.adaptive_avg_pool2d(xp, 1), TF.adaptive_avg_pool2d(xt, 1)
     assert yp.stride() == yt.stride() == (128, 1, 128, 128)
-    assert pf.autograd.grad(yp.sum(), xp)[0].stride() == torch.autograd.grad(yt.sum(), xt)[0].stride()
-    check(rng, lambda x: F.avg_pool2d(x, 7), lambda x: TF.avg_pool2d(x, 7), xp, xt, dtype)
+    check(rng, lambda x: F.avg_pool2d(x, 7), lambda x: TF.avg_pool2d(x, 7), xp, xt, dtype, grad_in_input_layout=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -235,7 +232,7 @@ def test_upsample(rng, dtype, mode):
             continue
         xp, xt = random_image(rng, shape, dtype)
         check(rng, lambda x: F.interpolate(x, mode=mode, **kw), lambda x: TF.interpolate(x, mode=mode, **kw),
-              xp, xt, dtype, upsampling=True)
+              xp, xt, dtype, grad_in_input_layout=True)
 
 
 @pytest.mark.parametrize("op", ["max", "avg", "adaptive_avg"])

@@ -304,8 +304,9 @@ std::vector<TensorMeta> backward_meta(const Tensor& g, const Attrs& attrs, const
   return {out_meta(out, g.dtype(), g.device(), format)};
 }
 
-// The pooling backward ops' gradient layout: the forward input's (attr channels_last), which
-// grad_output cannot tell (a 1x1 output is both layouts at once).
+// The pooling backward ops' gradient layout: the forward input's (attr channels_last; run_linear
+// gives linear ops' gradients the input's layout), which grad_output cannot tell (a 1x1 output
+// is both layouts at once). Set here, the kernel writes it with no copy.
 MemoryFormat pool_grad_format(const Attrs& attrs) {
   return attrs.get<bool>("channels_last") ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
@@ -867,7 +868,7 @@ Tensor avg_pool_nd(int64_t S, const Tensor& input, const Shape& kernel_size, con
                     {"count_include_pad", count_include_pad},
                     {"divisor", divisor_override.value_or(0)}};
   const bool three = S == 3;
-  const Attrs backward{{"channels_last", pool_memory_format(x, S) == MemoryFormat::ChannelsLast}};
+  const Attrs backward{{"channels_last", x.suggest_memory_format() == MemoryFormat::ChannelsLast}};
   return unbatch(run_linear_pair(op, three ? "AvgPool3DBackward0" : "AvgPool2DBackward0",
                                  three ? "AvgPool3DBackwardBackward0" : "AvgPool2DBackwardBackward0", x, attrs,
                                  backward),
@@ -895,9 +896,7 @@ Tensor adaptive_avg_pool_nd(int64_t S, const Tensor& input, const Shape& output_
   bool batched;
   const Tensor x = adaptive_input(input, S, op.c_str(), output_size, out, batched);
   const bool three = S == 3;
-  // PyTorch computes a 1x1 output as a mean, whose gradient is row-major.
-  const bool global = std::all_of(out.begin(), out.end(), [](int64_t s) { return s == 1; });
-  const Attrs backward{{"channels_last", pool_memory_format(x, S) == MemoryFormat::ChannelsLast && !global}};
+  const Attrs backward{{"channels_last", x.suggest_memory_format() == MemoryFormat::ChannelsLast}};
   return unbatch(run_linear_pair(op, three ? "AdaptiveAvgPool3DBackward0" : "AdaptiveAvgPool2DBackward0",
                                  three ? "AdaptiveAvgPool3DBackwardBackward0" : "AdaptiveAvgPool2DBackwardBackward0",
                                  x, Attrs{{"output_size", out}}, backward),
