@@ -352,7 +352,7 @@ class SchemaReader {
                      } else if (leaf == "graph") {
                        o.graph = read_bool(v, key, m);
                      } else if (leaf == "graph_memory_format") {
-                       o.graph_memory_format = read_choice(v, key, m, {"auto", "channels_last", "contiguous"});
+                       o.graph_memory_format = read_choice(v, key, m, {"contiguous", "channels_last"});
                      } else if (leaf == "amp") {
                        // YAML 1.1 readers take `off`/`no`/`false` for a boolean false; all mean "off".
                        bool b = true;

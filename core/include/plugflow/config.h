@@ -28,9 +28,8 @@ struct Optimizations {
   bool fuse_bias_act = true;
   bool fuse_model_update = true;
   std::string amp = "off";  // off | bf16 | fp16
-  // The layout of nn.Graph's image activations: auto (channels last under amp, else as given) |
-  // channels_last | contiguous (as given)
-  std::string graph_memory_format = "auto";
+  // The layout of nn.Graph's image activations: contiguous (the arguments' own) | channels_last
+  std::string graph_memory_format = "contiguous";
   // Programs that can run their step either eagerly or as an nn.Graph (plugflow.nn.graph_mode())
   bool graph = false;
 };

@@ -69,7 +69,7 @@ class GraphConfig:
         }
         self._amp = opt["amp"]  # "off" | "bf16" | "fp16"
         self._conv_algo_search = opt["conv_algo_search"]
-        self._memory_format = opt["graph_memory_format"]  # "auto" | "channels_last" | "contiguous"
+        self._memory_format = opt["graph_memory_format"]  # "contiguous" | "channels_last"
         self._grad_acc_steps = 1
 
     def _key(self):
@@ -102,20 +102,15 @@ class GraphConfig:
         """The layout of the graph's image activations: plugflow.channels_last converts every 4-d
         floating tensor argument to channels last inside the graph (the caller's tensor is left
         as it is), so convolutions, batch norms, pooling and elementwise ops run channels last;
-        plugflow.contiguous_format leaves the arguments as they come; "auto" is channels last
-        under amp, where oneDNN's 16-bit convolutions are fastest channels last, and the
-        arguments' own layout in float32, where its blocked formats are (docs/graph.md)."""
+        plugflow.contiguous_format (the default) leaves the arguments as they come. Channels
+        last is faster for CNNs on the CPU (docs/graph.md) but is a choice, as in PyTorch: a
+        model that calls .view() on a convolution's output needs row-major activations."""
         from .._memory_format import channels_last, contiguous_format
-        names = {channels_last: "channels_last", contiguous_format: "contiguous", "auto": "auto"}
+        names = {channels_last: "channels_last", contiguous_format: "contiguous"}
         if memory_format not in names:
-            raise ValueError("set_memory_format: expected plugflow.channels_last, plugflow.contiguous_format or "
-                             f"'auto', got {memory_format!r}")
+            raise ValueError("set_memory_format: expected plugflow.channels_last or plugflow.contiguous_format, "
+                             f"got {memory_format!r}")
         self._memory_format = names[memory_format]
-
-    def _channels_last(self):
-        if self._memory_format == "auto":
-            return self._amp != "off"
-        return self._memory_format == "channels_last"
 
     def enable_cudnn_conv_heuristic_search_algo(self, mode=True):
         """OneFlow's name: True = heuristic search, False = exhaustive (any device)."""
@@ -367,7 +362,7 @@ class Graph:
         capture = _C._GraphCapture(tensors)
         scope_hooks = self._scope_hooks(capture)
         try:
-            if self.config._channels_last():
+            if self.config._memory_format == "channels_last":
                 args = [_in_channels_last(a) for a in args]
             with self._amp_region(tensors):
                 with self._scaled_backward():
