@@ -8,16 +8,11 @@ function; one call is one timed unit (a training step or an inference). With `MO
 """
 
 MODE = "eager"  # "eager" | "graph" | "graph-bf16"; set by benchmarks/run.py's worker
-CHANNELS_LAST = False  # image inputs (and so the CNNs' activations) in channels-last layout
 
 
-def _image(fw, *shape):
-    x = fw.randn(*shape)
-    return x.contiguous(memory_format=fw.channels_last) if CHANNELS_LAST else x
-
-
-def _graph(fw, build, modules, optimizer=None):
-    """A plugflow.nn.Graph running build(*inputs), for MODE "graph" / "graph-bf16"."""
+def _graph(fw, build, modules, optimizer=None, channels_last=False):
+    """A plugflow.nn.Graph running build(*inputs), for MODE "graph" / "graph-bf16"; the CNNs'
+    graphs run their activations channels last (graph.config.set_memory_format)."""
     class BenchGraph(fw.nn.Graph):
         def __init__(self):
             super().__init__()
@@ -27,6 +22,8 @@ def _graph(fw, build, modules, optimizer=None):
                 self.add_optimizer(optimizer)
             if MODE == "graph-bf16":
                 self.config.enable_amp(True, dtype=fw.bfloat16)
+            if channels_last:
+                self.config.set_memory_format(fw.channels_last)
 
         def build(self, *inputs):
             return build(*inputs)
@@ -43,13 +40,13 @@ def make_small_op(fw):
     return step
 
 
-def _train_step(fw, model, optimizer, loss_fn, inputs, target):
+def _train_step(fw, model, optimizer, loss_fn, inputs, target, channels_last=False):
     if MODE != "eager":
         def build(x, y):
             loss = loss_fn(model(x), y)
             loss.backward()
             return loss
-        graph = _graph(fw, build, [model], optimizer)
+        graph = _graph(fw, build, [model], optimizer, channels_last)
         return lambda: graph(inputs, target)
 
     def step():
@@ -149,16 +146,16 @@ def make_resnet18_cifar_train(fw):
     """A CIFAR-size ResNet-18 training step: batch 16, 3x32x32, SGD with momentum."""
     model = _resnet(fw, 18, 10, cifar_stem=True)
     optimizer = fw.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = _image(fw, 16, 3, 32, 32), fw.randint(0, 10, (16,))
-    return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y)
+    x, y = fw.randn(16, 3, 32, 32), fw.randint(0, 10, (16,))
+    return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y, channels_last=True)
 
 
 def make_resnet18_infer(fw):
     """ResNet-18 inference at batch 1, 3x224x224 (eval mode, no grad)."""
     model = _resnet(fw, 18, 1000, cifar_stem=False).eval()
-    x = _image(fw, 1, 3, 224, 224)
+    x = fw.randn(1, 3, 224, 224)
     if MODE != "eager":
-        graph = _graph(fw, model, [model])
+        graph = _graph(fw, model, [model], channels_last=True)
         return lambda: graph(x)
 
     def step():
