@@ -118,6 +118,9 @@ void DeviceBackend::synchronize_event(int, void*) { no_streams(*this, "events");
 bool DeviceBackend::query_event(int, void*) { no_streams(*this, "events"); }
 double DeviceBackend::event_elapsed_ms(int, void*, void*) { no_streams(*this, "events"); }
 void DeviceBackend::stream_wait_event(int, void*, void*) { no_streams(*this, "events"); }
+void DeviceBackend::record_stream(int index, void*, void* stream) {
+  if (stream != default_stream(index)) no_streams(*this, "streams besides its default one");
+}
 
 DeviceBackend* pinned_host_owner(const void* ptr) {
   for (int t = 0; t < num_device_types(); ++t) {

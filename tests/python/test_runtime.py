@@ -55,7 +55,7 @@ def test_loaded_plugins_and_kernels():
     plugins = {p.name: p for p in pf._C.loaded_plugins()}
     assert "cpu" in plugins
     cpu = plugins["cpu"]
-    assert cpu.abi_major == 3 and cpu.abi == f"{cpu.abi_major}.{cpu.abi_minor}"
+    assert cpu.abi_major == 4 and cpu.abi == f"{cpu.abi_major}.{cpu.abi_minor}"
     assert os.path.isfile(cpu.path) and "libplugflow_cpu" in cpu.path
     assert "LoadedPlugin(name='cpu'" in repr(cpu)
     kernels = pf._C.registered_kernels()
@@ -121,7 +121,7 @@ def test_info_lists_plugins_devices_and_kernels():
     assert out.startswith(f"plugflow {pf.__version__}")
     assert "config: " in out
     loaded = out.split("loaded plugins")[1].split("\n\n")[0]
-    assert "cpu" in loaded and "ABI 3.0" in loaded and "libplugflow_cpu" in loaded
+    assert "cpu" in loaded and "ABI 4.0" in loaded and "libplugflow_cpu" in loaded
     # The cuda plugin is in the default config: loaded (maybe without a GPU) or failed, with a reason.
     assert "cuda" in out
     devices = out.split("devices:")[1].split("\n\n")[0]

@@ -90,6 +90,11 @@ class PF_API DeviceBackend {
   virtual double event_elapsed_ms(int index, void* start, void* end);
   // Work queued on `stream` after this call waits for the event's work.
   virtual void stream_wait_event(int index, void* stream, void* event);
+  // Tensor.record_stream: the block at `ptr` (from allocate) is used by work on `stream` besides
+  // the stream it was allocated for, so when it is deallocated the backend must not reuse it
+  // before the work queued on `stream` by then has finished. Memory the backend did not allocate
+  // is ignored. The default accepts only the default stream (nothing to record with one queue).
+  virtual void record_stream(int index, void* ptr, void* stream);
 
   // ---- page-locked host memory and asynchronous copies ----------------------------------------
   // Host memory the device copies from and to without staging (Tensor.pin_memory()); nullptr

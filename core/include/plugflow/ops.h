@@ -62,6 +62,9 @@ PF_API Tensor to(const Tensor& t, std::optional<Device> device, std::optional<DT
 // (Tensor.pin_memory()); the tensor itself when it is pinned already. RuntimeError without one.
 PF_API Tensor pin_memory(const Tensor& t);
 PF_API bool is_pinned(const Tensor& t);
+// Tensor.record_stream: t's memory is used by work on `stream` (a handle of t's device), so
+// the backend keeps it from reuse after t's storage dies until that work has finished.
+PF_API void record_stream(const Tensor& t, void* stream);
 PF_API Tensor contiguous(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous);
 PF_API Tensor clone(const Tensor& t, MemoryFormat format = MemoryFormat::Contiguous);
 

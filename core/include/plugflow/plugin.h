@@ -26,7 +26,8 @@
 // 2.0: the entry carries the build fingerprint; the entry symbol is a plain C function.
 // 3.0: DeviceBackend gains streams, events, pinned host memory and allocator statistics (new
 //      virtual functions: a backend built against 2.x would be called past its vtable).
-#define PLUGFLOW_ABI_MAJOR 3
+// 4.0: DeviceBackend gains record_stream (a new virtual function: the same reason).
+#define PLUGFLOW_ABI_MAJOR 4
 #define PLUGFLOW_ABI_MINOR 0
 #define PLUGFLOW_ENTRY_SYMBOL "plugflow_plugin_entry"
 

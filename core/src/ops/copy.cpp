@@ -182,6 +182,14 @@ bool is_pinned(const Tensor& t) {
   return t.device().is_cpu() && t.numel() > 0 && pinned_host_owner(t.data_ptr()) != nullptr;
 }
 
+void record_stream(const Tensor& t, void* stream) {
+  const Storage& storage = *t.storage();
+  // A storage without memory (empty, or virtual while a graph captures) has no block to keep.
+  if (storage.is_virtual() || storage.data() == nullptr) return;
+  // The storage's start: the block the backend allocated, whatever t's offset.
+  device_backend(t.device()).record_stream(t.device().index, storage.data(), stream);
+}
+
 Tensor pin_memory(const Tensor& t) {
   PF_CHECK(t.device().is_cpu(), "cannot pin a ", t.device().str(), " tensor: only dense CPU tensors can be pinned");
   if (is_pinned(t)) return t;

@@ -129,6 +129,10 @@ TEST_F(DeviceRuntime, ABackendWithOneQueueHasNoSecondStreamOrEvents) {
   EXPECT_NO_THROW(b.set_current_stream(0, b.default_stream(0))) << "the default stream is always fine";
   EXPECT_TRUE(b.query_stream(0, b.default_stream(0)));
   EXPECT_TRUE(b.memory_stats(0).empty());
+  const Tensor d = ops::to(iota(4), kDev, std::nullopt);
+  EXPECT_NO_THROW(ops::record_stream(d, b.default_stream(0))) << "nothing to record with one queue";
+  int other_stream = 0;
+  EXPECT_THROW(ops::record_stream(d, &other_stream), NotImplementedError);
 }
 
 }  // namespace
