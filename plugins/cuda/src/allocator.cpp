@@ -1,6 +1,7 @@
 #include "allocator.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "plugflow/error.h"
 
@@ -13,9 +14,9 @@ std::string mib(size_t bytes) {
 }
 }  // namespace
 
-// Blocks are deliberately not returned here: the allocator dies at process exit, possibly
-// after the CUDA runtime has been torn down, where cudaFree would fail. The driver reclaims
-// the memory with the process.
+// Blocks (and the events of deferred frees) are deliberately not returned here: the allocator
+// dies at process exit, possibly after the CUDA runtime has been torn down, where cudaFree would
+// fail. The driver reclaims them with the process.
 CachingAllocator::~CachingAllocator() = default;
 
 size_t CachingAllocator::round_size(size_t nbytes) {
@@ -28,6 +29,8 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   const size_t size = round_size(nbytes);
   const Pool pool = pool_of(size);
   std::lock_guard<std::mutex> lock(mutex_);
+  // Deferred frees whose recorded streams finished may serve this request.
+  process_deferred_frees_locked(false);
   FreeSet& free = free_[pool];
   // Best fit on the same stream, but do not let a request pin a much larger block: reuse only
   // blocks at most a quarter (or one rounding step) bigger than needed.
@@ -42,9 +45,10 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
   } else {
     std::string why;
     ptr = raw_->malloc(size, why);
-    if (ptr == nullptr && (!free_[kSmallPool].empty() || !free_[kLargePool].empty())) {
-      // Out of memory with blocks cached: give them back and try once more.
+    if (ptr == nullptr && (!free_[kSmallPool].empty() || !free_[kLargePool].empty() || !deferred_.empty())) {
+      // Out of memory with blocks cached or about to be: give them back and try once more.
       ++num_alloc_retries_;
+      process_deferred_frees_locked(true);
       release_cached_locked();
       ptr = raw_->malloc(size, why);
     }
@@ -55,9 +59,11 @@ void* CachingAllocator::allocate(size_t nbytes, void* stream) {
     segment_.add(pool, 1);
     reserved_bytes_.add(pool, static_cast<int64_t>(size));
   }
-  live_.emplace(ptr, Block{block, stream});
+  live_.emplace(ptr, Block{block, stream, {}});
   allocation_.add(pool, 1);
   allocated_bytes_.add(pool, static_cast<int64_t>(block));
+  active_.add(pool, 1);
+  active_bytes_.add(pool, static_cast<int64_t>(block));
   return ptr;
 }
 
@@ -66,13 +72,76 @@ bool CachingAllocator::deallocate(void* ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   if (it == live_.end()) return false;
-  const Block b = it->second;
+  // Events first: if recording fails the block stays live and nothing changed.
+  std::vector<void*> events;
+  try {
+    for (void* stream : it->second.stream_uses) events.push_back(events_->record(stream));
+  } catch (...) {
+    for (void* e : events) events_->destroy(e);
+    throw;
+  }
+  Block b = std::move(it->second);
   live_.erase(it);
   const Pool pool = pool_of(b.size);
   allocation_.remove(pool, 1);
   allocated_bytes_.remove(pool, static_cast<int64_t>(b.size));
-  free_[pool].emplace(b.stream, b.size, ptr);
+  if (events.empty())
+    return_to_pool_locked(ptr, b);
+  else
+    deferred_.push_back(DeferredFree{ptr, std::move(b), std::move(events)});
   return true;
+}
+
+bool CachingAllocator::record_stream(void* ptr, void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return false;
+  Block& b = it->second;
+  if (stream != b.stream && std::find(b.stream_uses.begin(), b.stream_uses.end(), stream) == b.stream_uses.end())
+    b.stream_uses.push_back(stream);
+  return true;
+}
+
+void CachingAllocator::forget_stream(void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [ptr, b] : live_) std::erase(b.stream_uses, stream);
+}
+
+void CachingAllocator::return_to_pool_locked(void* ptr, const Block& b) {
+  const Pool pool = pool_of(b.size);
+  active_.remove(pool, 1);
+  active_bytes_.remove(pool, static_cast<int64_t>(b.size));
+  free_[pool].emplace(b.stream, b.size, ptr);
+}
+
+void CachingAllocator::process_deferred_frees_locked(bool wait) {
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    std::vector<void*>& events = it->events;
+    for (size_t i = 0; i < events.size();) {
+      void* event = events[i];
+      if (wait) {
+        events_->synchronize(event);
+      } else if (!events_->query(event)) {
+        ++i;
+        continue;
+      }
+      // Completed: out of the list first, so a failing destroy cannot leave it there twice.
+      events[i] = events.back();
+      events.pop_back();
+      events_->destroy(event);
+    }
+    if (events.empty()) {
+      return_to_pool_locked(it->ptr, it->block);
+      it = deferred_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CachingAllocator::process_deferred_frees(bool wait) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  process_deferred_frees_locked(wait);
 }
 
 void CachingAllocator::release_cached_locked() {
@@ -89,6 +158,7 @@ void CachingAllocator::release_cached_locked() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  process_deferred_frees_locked(true);
   release_cached_locked();
 }
 
@@ -116,10 +186,14 @@ size_t CachingAllocator::cached_blocks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return free_[kSmallPool].size() + free_[kLargePool].size();
 }
+size_t CachingAllocator::deferred_frees() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return deferred_.size();
+}
 
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (PoolStat* s : {&allocation_, &allocated_bytes_, &segment_, &reserved_bytes_})
+  for (PoolStat* s : {&allocation_, &allocated_bytes_, &active_, &active_bytes_, &segment_, &reserved_bytes_})
     for (Stat& t : s->by_type) t.peak = t.current;
 }
 
@@ -138,9 +212,8 @@ std::map<std::string, int64_t> CachingAllocator::stats() const {
   };
   put("allocation", allocation_);
   put("allocated_bytes", allocated_bytes_);
-  // Blocks are never split: every allocated block is wholly active, no block is inactive-split.
-  put("active", allocation_);
-  put("active_bytes", allocated_bytes_);
+  put("active", active_);
+  put("active_bytes", active_bytes_);
   put("segment", segment_);
   put("reserved_bytes", reserved_bytes_);
   put("inactive_split", PoolStat{});

@@ -36,6 +36,16 @@ DeviceGuard::~DeviceGuard() {
 
 namespace {
 
+// cudaStreamQuery / cudaEventQuery: true when done, false when work is pending.
+bool ready(cudaError_t err, const char* expr) {
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  throw_cuda_error(err, expr, __FILE__, __LINE__);
+}
+
 class CudaRawMemory final : public RawMemory {
  public:
   explicit CudaRawMemory(int index) : index_(index) {}
@@ -67,10 +77,43 @@ class CudaRawMemory final : public RawMemory {
   int index_;
 };
 
+// The events of the allocator's deferred frees (record_stream): without timing, the cheapest
+// kind to record and query.
+class CudaStreamEvents final : public StreamEvents {
+ public:
+  explicit CudaStreamEvents(int index) : index_(index) {}
+  void* record(void* stream) override {
+    DeviceGuard guard(index_);
+    cudaEvent_t e = nullptr;
+    PF_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (const cudaError_t err = cudaEventRecord(e, static_cast<cudaStream_t>(stream)); err != cudaSuccess) {
+      (void)cudaEventDestroy(e);
+      throw_cuda_error(err, "cudaEventRecord(event, stream)", __FILE__, __LINE__);
+    }
+    return e;
+  }
+  bool query(void* event) override {
+    DeviceGuard guard(index_);
+    return ready(cudaEventQuery(static_cast<cudaEvent_t>(event)), "cudaEventQuery(event)");
+  }
+  void synchronize(void* event) override {
+    DeviceGuard guard(index_);
+    PF_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+  void destroy(void* event) override {
+    DeviceGuard guard(index_);
+    PF_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+  }
+
+ private:
+  int index_;
+};
+
 }  // namespace
 
 struct CudaBackend::PerDevice {
-  explicit PerDevice(int i) : index(i), allocator(std::make_unique<CudaRawMemory>(i)) {}
+  explicit PerDevice(int i)
+      : index(i), allocator(std::make_unique<CudaRawMemory>(i), std::make_unique<CudaStreamEvents>(i)) {}
   int index;
   CachingAllocator allocator;
   std::once_flag once;  // stream and attributes are created on first use (needs a context)
@@ -79,6 +122,13 @@ struct CudaBackend::PerDevice {
   int sm_count = 0;
   std::mutex streams_mutex;
   std::set<cudaStream_t> streams;  // created by create_stream and not yet destroyed
+
+  // ValueError unless `s` is the default stream or one of `streams`.
+  void check_stream(cudaStream_t s, const char* what) {
+    if (s == stream) return;
+    std::lock_guard<std::mutex> lock(streams_mutex);
+    PF_CHECK_T(streams.count(s) > 0, ValueError, what, ": not a live stream of cuda:", index);
+  }
 };
 
 namespace {
@@ -89,16 +139,6 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t as_event(void* e) {
   PF_CHECK_T(e != nullptr, ValueError, "invalid CUDA event handle");
   return static_cast<cudaEvent_t>(e);
-}
-
-// cudaStreamQuery / cudaEventQuery: true when done, false when work is pending.
-bool ready(cudaError_t err, const char* expr) {
-  if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  throw_cuda_error(err, expr, __FILE__, __LINE__);
 }
 }  // namespace
 
@@ -156,9 +196,23 @@ void* CudaBackend::allocate(int index, size_t nbytes) {
 void CudaBackend::deallocate(int index, void* ptr, size_t nbytes) {
   // Called from Storage's destructor: report, never throw.
   if (ptr == nullptr) return;
-  if (index < 0 || index >= device_count() || !devices_[static_cast<size_t>(index)]->allocator.deallocate(ptr))
-    std::fprintf(stderr, "plugflow cuda: ignoring deallocate of %zu bytes at %p on cuda:%d: not allocated there\n",
-                 nbytes, ptr, index);
+  try {
+    if (index < 0 || index >= device_count() || !devices_[static_cast<size_t>(index)]->allocator.deallocate(ptr))
+      std::fprintf(stderr, "plugflow cuda: ignoring deallocate of %zu bytes at %p on cuda:%d: not allocated there\n",
+                   nbytes, ptr, index);
+  } catch (const std::exception& e) {
+    // Recording an event on a recorded stream failed: the block stays out of use.
+    std::fprintf(stderr, "plugflow cuda: deallocate of %zu bytes at %p on cuda:%d: %s\n", nbytes, ptr, index,
+                 e.what());
+  }
+}
+
+void CudaBackend::record_stream(int index, void* ptr, void* stream) {
+  PerDevice& d = dev(index);
+  d.check_stream(as_stream(stream), "record_stream");
+  // Memory the allocator did not hand out (DLPack imports) is its owner's to keep: ignored, as
+  // PyTorch does.
+  (void)d.allocator.record_stream(ptr, stream);
 }
 
 size_t CudaBackend::allocated_bytes(int index) const { return dev(index).allocator.allocated_bytes(); }
@@ -196,9 +250,11 @@ void CudaBackend::copy_on_device(int index, void* dst, const void* src, size_t n
 }
 
 void CudaBackend::synchronize(int index) {
-  dev(index);
+  PerDevice& d = dev(index);
   DeviceGuard guard(index);
   PF_CUDA_CHECK(cudaDeviceSynchronize());
+  // Every event of a deferred free recorded so far has completed: those blocks are free again.
+  d.allocator.process_deferred_frees(/*wait=*/false);
 }
 
 // Asynchronous copies (non_blocking=True with pinned host memory): enqueued on the current
@@ -242,6 +298,9 @@ void CudaBackend::destroy_stream(int index, void* stream) {
   // Finished first: its cached blocks stay in the pool under this handle, which a later stream
   // may receive again, and must not be reused while this stream's work still reads them.
   PF_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+  // Done, and no more work can come: live blocks recorded on it need no event for it (the
+  // handle may be reused by a later stream).
+  d.allocator.forget_stream(stream);
   PF_CUDA_CHECK(cudaStreamDestroy(as_stream(stream)));
 }
 
@@ -249,11 +308,7 @@ void* CudaBackend::default_stream(int index) { return dev(index).stream; }
 
 void CudaBackend::set_current_stream(int index, void* stream) {
   PerDevice& d = dev(index);
-  if (as_stream(stream) != d.stream) {
-    std::lock_guard<std::mutex> lock(d.streams_mutex);
-    PF_CHECK_T(d.streams.count(as_stream(stream)) > 0, ValueError, "set_current_stream: not a live stream of cuda:",
-               index);
-  }
+  d.check_stream(as_stream(stream), "set_current_stream");
   const auto i = static_cast<size_t>(index);
   if (tls_current_stream.size() <= i) tls_current_stream.resize(i + 1, nullptr);
   tls_current_stream[i] = as_stream(stream) == d.stream ? nullptr : as_stream(stream);

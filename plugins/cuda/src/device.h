@@ -1,7 +1,7 @@
 // The "cuda" DeviceBackend: device discovery, one caching allocator per device, streams
 // (a default non-blocking stream per device, more on request, one current stream per thread
-// and device), events, page-locked host memory and host <-> device copies. Kernels of the
-// plugin reach it through backend().
+// and device, record_stream), events, page-locked host memory and host <-> device copies.
+// Kernels of the plugin reach it through backend().
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -49,6 +49,7 @@ class CudaBackend final : public DeviceBackend {
   bool query_event(int index, void* event) override;
   double event_elapsed_ms(int index, void* start, void* end) override;
   void stream_wait_event(int index, void* stream, void* event) override;
+  void record_stream(int index, void* ptr, void* stream) override;
 
   void* allocate_pinned_host(size_t nbytes) override;
   void free_pinned_host(void* ptr) override;
