@@ -3,7 +3,8 @@
 plugflow.Tensor is the C++ class from _C (so every op returns exactly this type); the methods
 here are the ones where Python is the clearer language and speed does not matter: printing,
 formatting, the new_* constructors, deepcopy, pickling, the in-place view methods (unsqueeze_,
-...), type() and PyTorch's device and layout predicates (is_xpu, is_sparse, ...).
+...), type(), record_stream's argument checks and PyTorch's device and layout predicates (is_xpu,
+is_sparse, ...).
 """
 
 from . import _C, _creation, _tensor_str
@@ -147,6 +148,23 @@ def _device_predicate(device_type):
                     doc=f"Whether the tensor is on a {device_type!r} device.")
 
 
+def record_stream(self, stream):
+    """Marks this CUDA tensor's memory as used by work queued on `stream` (a plugflow.cuda.Stream)
+    besides the stream it was allocated on: once the tensor is freed, its memory is not reused
+    until the work queued on `stream` by then has finished."""
+    from .cuda.streams import Stream
+    if not isinstance(stream, Stream):
+        # RuntimeError as PyTorch 1.13's argument parser raises for this argument.
+        raise RuntimeError(f"record_stream(): argument 's' (position 1) must be Stream, not {type(stream).__name__}")
+    if self.device.type != "cuda":
+        raise NotImplementedError(f"Could not run 'aten::record_stream' with arguments from the "
+                                  f"'{self.device.type.upper()}' backend: record_stream needs a CUDA tensor")
+    if (self.device.index or 0) != stream.device_index:
+        raise NotImplementedError(f"record_stream: the stream is on cuda:{stream.device_index}, the tensor on "
+                                  f"{self.device}; plugflow records streams of the tensor's own device only")
+    _C._record_stream(self, stream.cuda_stream)
+
+
 # Layouts and kinds of tensor plugflow does not have: every tensor is dense, strided and not quantized.
 _ALWAYS_FALSE = ("is_sparse", "is_sparse_csr", "is_mkldnn", "is_quantized", "is_nested")
 
@@ -190,7 +208,7 @@ def _install():
     Tensor.__reduce_ex__ = __reduce_ex__
     Tensor.__module__ = "plugflow"
     for fn in (new_empty, new_zeros, new_ones, new_full, new_tensor, share_memory_, is_shared, unsqueeze_, squeeze_,
-               transpose_, t_):
+               transpose_, t_, record_stream):
         setattr(Tensor, fn.__name__, fn)
     Tensor.type = tensor_type
     # PyTorch's device predicates for device types other than cpu and cuda (which _C defines): a

@@ -12,6 +12,7 @@
 #include "plugflow/error.h"
 #include "plugflow/kernel.h"
 #include "plugflow/op.h"
+#include "plugflow/ops.h"
 #include "plugflow/profiler.h"
 #include "plugflow/runtime.h"
 
@@ -362,6 +363,9 @@ void bind_runtime(py::module_& m) {
         return backend_for(type, index).event_elapsed_ms(index, ptr(a), ptr(b));
       },
       py::arg("type"), py::arg("index"), py::arg("start"), py::arg("end"));
+  m.def(
+      "_record_stream", [=](const Tensor& t, uintptr_t s) { ops::record_stream(t, ptr(s)); }, py::arg("tensor"),
+      py::arg("stream"), "Tensor.record_stream on the stream handle of the tensor's device.");
 
   // ---- threads and version -----------------------------------------------------------------------------
   m.def(

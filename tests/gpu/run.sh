@@ -9,8 +9,8 @@
 #      sum timings,
 #   3b. ps_roi_align, ps_roi_pool, deform_conv2d and bicubic upsampling against the CPU on random
 #      inputs, outputs and every operand's gradient (tests/gpu/ops_check.py),
-#   4. the runtime: streams, events, pinned memory with non_blocking copies, memory statistics,
-#      GradScaler's device-side skip (tests/gpu/runtime_check.py),
+#   4. the runtime: streams, events, record_stream, pinned memory with non_blocking copies, memory
+#      statistics, GradScaler's device-side skip (tests/gpu/runtime_check.py),
 #   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
 #      (tests/gpu/conv_train.py),
 #   6. ResNet-50 (torchvision's source) and a BERT-base encoder trained a few steps on the GPU in

@@ -1,5 +1,5 @@
-"""The GPU check's runtime step (tests/gpu/run.sh): streams, events, pinned memory with
-non_blocking copies, the caching allocator's statistics (torch.cuda.memory_stats semantics), and
+"""The GPU check's runtime step (tests/gpu/run.sh): streams, events, record_stream, pinned memory
+with non_blocking copies, the caching allocator's statistics (torch.cuda.memory_stats semantics), and
 GradScaler's device-side skip, on the first CUDA device. Exits non-zero on a mismatch.
 Usage: python tests/gpu/runtime_check.py"""
 
@@ -74,6 +74,44 @@ elapsed = start.elapsed_time(end)
 assert elapsed > 0, elapsed
 np.testing.assert_allclose(b.cpu().numpy(), a.cpu().numpy() @ a.cpu().numpy(), rtol=1e-3, atol=1e-2)
 print(f"streams and events: ok (2048^3 matmul on a side stream: {elapsed:.3f} ms)")
+
+# ---- record_stream: a block read on a side stream is not reused before that stream is done --------------
+n = 1 << 24  # 64 MiB of float32
+side = cuda.Stream()
+src = torch.full((n,), 2.0, device="cuda")  # allocated on the default stream
+busy = torch.randn(2048, 2048, device="cuda")
+side.wait_stream(default)
+with cuda.stream(side):
+    for _ in range(40):  # queues milliseconds of work ahead of the read of src
+        busy = torch.tanh(busy @ busy)
+    copy = src * 1
+src.record_stream(side)
+del src  # the block waits for the side stream's event
+if not side.query():  # the deferred free is observable while the side stream still runs
+    s = cuda.memory_stats()
+    assert s["active_bytes.all.current"] >= s["allocated_bytes.all.current"] + 4 * n, s
+overwrite = torch.zeros(n, device="cuda")  # on the default stream: must not take src's block early
+cuda.synchronize()
+np.testing.assert_array_equal(copy.cpu().numpy(), np.full(n, 2.0, np.float32))
+s = cuda.memory_stats()
+assert s["active_bytes.all.current"] == s["allocated_bytes.all.current"], "synchronize returns deferred blocks"
+# A recorded stream destroyed first (it finished) is no longer waited for.
+kept = torch.ones(n, device="cuda")
+with cuda.stream(side):
+    kept.add_(1)
+kept.record_stream(side)
+del side
+del kept
+s = cuda.memory_stats()
+assert s["active_bytes.all.current"] == s["allocated_bytes.all.current"], s
+for bad in (5, None):
+    try:
+        overwrite.record_stream(bad)
+        raise AssertionError("record_stream accepted a non-Stream")
+    except RuntimeError:
+        pass
+del overwrite, copy, busy
+print("record_stream: ok")
 
 # ---- GradScaler: a step with inf gradients is skipped on the device ----------------------------------
 model = torch.nn.Linear(16, 4).cuda()

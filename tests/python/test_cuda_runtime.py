@@ -122,3 +122,26 @@ def test_cpu_memory_stats_are_an_ordered_dict_of_sorted_keys():
     assert isinstance(stats, collections.OrderedDict)
     assert list(stats) == sorted(stats)
     assert stats["allocated_bytes.all.current"] == pf.memory_allocated()
+
+
+def _a_stream(lib):
+    """A stream object of `lib`: the current CUDA stream on a GPU; without one neither library can
+    create a CUDA stream, and an uninitialized stream object is enough for the argument checks."""
+    if lib.cuda.is_available():
+        return lib.cuda.current_stream()
+    return torch._C.Stream.__new__(torch._C.Stream) if lib is torch else pf.cuda.Stream.__new__(pf.cuda.Stream)
+
+
+@pytest.mark.parametrize("arg", [5, None, "stream", object()])
+def test_record_stream_takes_a_stream(arg):
+    with pytest.raises(RuntimeError) as expected:  # PyTorch 1.13's argument parser raises RuntimeError
+        torch.ones(2).record_stream(arg)
+    with pytest.raises(type(expected.value), match="must be Stream, not"):
+        pf.ones(2).record_stream(arg)
+
+
+def test_record_stream_of_a_cpu_tensor_is_not_implemented():
+    with pytest.raises(NotImplementedError, match="'aten::record_stream' with arguments from the 'CPU' backend"):
+        torch.ones(2).record_stream(_a_stream(torch))
+    with pytest.raises(NotImplementedError, match="'aten::record_stream' with arguments from the 'CPU' backend"):
+        pf.ones(2).record_stream(_a_stream(pf))

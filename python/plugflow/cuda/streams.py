@@ -1,9 +1,12 @@
 """torch.cuda.Stream and torch.cuda.Event over the device backend's streams and events.
 
 Kernels and copies of a device run on the calling thread's current stream (current_stream());
-`with plugflow.cuda.stream(s):` makes `s` current for the block. A tensor allocated on one
-stream and used on another must stay alive until that stream is done with it (synchronize, or
-make the first stream wait on an event), as in PyTorch without record_stream."""
+`with plugflow.cuda.stream(s):` makes `s` current for the block. Memory is allocated for the
+current stream and, once freed, reused at once by later work on that stream. A tensor allocated
+on one stream and used by work on another needs `tensor.record_stream(other)`, as in PyTorch: when
+it is freed, its memory is reused only after the work queued on `other` by then has finished
+(checked on later allocations; synchronize() and empty_cache() wait for it). Without it, keep the
+tensor alive until that stream is done with it (synchronize, or wait on an event)."""
 
 import contextlib
 
