@@ -497,6 +497,23 @@ std::vector<double> channel_values(const Tensor& v, bool defined, int64_t c) {
   return out;
 }
 
+// batch_norm's (and batch_norm_fused's) attributes and per-channel operands, as doubles; the
+// running statistics are read when they are updated or used (eval).
+struct BatchNormArgs {
+  bool training, has_running;
+  double momentum, eps;
+  std::vector<double> weight, bias, running_mean, running_var;  // empty when not given / not read
+  BatchNormArgs(const KernelContext& ctx, int64_t c)
+      : training(ctx.attr<bool>("training")),
+        has_running(ctx.attr<bool>("has_running")),
+        momentum(ctx.attr<double>("momentum")),
+        eps(ctx.attr<double>("eps")),
+        weight(channel_values(ctx.input(1), ctx.attr<bool>("has_weight"), c)),
+        bias(channel_values(ctx.input(2), ctx.attr<bool>("has_bias"), c)),
+        running_mean(channel_values(ctx.input(3), has_running || !training, c)),
+        running_var(channel_values(ctx.input(4), has_running || !training, c)) {}
+};
+
 // The running statistics' update, in their own dtype.
 void store_channel(const Tensor& v, int64_t i, double value) {
   visit_dtype(v.dtype(), [&](auto tag) {
@@ -509,13 +526,10 @@ template <typename T>
 void batch_norm_reduced(const KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const int64_t n = x.sizes()[0], c = x.sizes()[1], l = spatial_size(x), count = n * l;
-  const bool training = ctx.attr<bool>("training"), has_running = ctx.attr<bool>("has_running");
-  const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
-  const std::vector<double> w = channel_values(ctx.input(1), ctx.attr<bool>("has_weight"), c);
-  const std::vector<double> b = channel_values(ctx.input(2), ctx.attr<bool>("has_bias"), c);
-  const bool read_running = has_running || !training;
-  const std::vector<double> rm = channel_values(ctx.input(3), read_running, c);
-  const std::vector<double> rv = channel_values(ctx.input(4), read_running, c);
+  const BatchNormArgs args(ctx, c);
+  const bool training = args.training, has_running = args.has_running;
+  const double momentum = args.momentum, eps = args.eps;
+  const auto &w = args.weight, &b = args.bias, &rm = args.running_mean, &rv = args.running_var;
   const T* xp = x.data<T>();
   T* yp = ctx.output(0).data<T>();
   float* save_mean = ctx.output(1).data<float>();
@@ -805,13 +819,10 @@ void batch_norm_rows(const KernelContext& ctx) {
   using A = arith_t<T>;
   const Tensor& x = ctx.input(0);
   const int64_t c = x.sizes()[1], rows = x.numel() / c;
-  const bool training = ctx.attr<bool>("training"), has_running = ctx.attr<bool>("has_running");
-  const double momentum = ctx.attr<double>("momentum"), eps = ctx.attr<double>("eps");
-  const std::vector<double> w = channel_values(ctx.input(1), ctx.attr<bool>("has_weight"), c);
-  const std::vector<double> b = channel_values(ctx.input(2), ctx.attr<bool>("has_bias"), c);
-  const bool read_running = has_running || !training;
-  const std::vector<double> rm = channel_values(ctx.input(3), read_running, c);
-  const std::vector<double> rv = channel_values(ctx.input(4), read_running, c);
+  const BatchNormArgs args(ctx, c);
+  const bool training = args.training, has_running = args.has_running;
+  const double momentum = args.momentum, eps = args.eps;
+  const auto &w = args.weight, &b = args.bias, &rm = args.running_mean, &rv = args.running_var;
   const T* xp = x.data<T>();
   T* yp = ctx.output(0).data<T>();
   A* save_mean = ctx.output(1).data<A>();

@@ -113,28 +113,42 @@ void max_pool_volumes(const KernelContext& ctx, const Window& window) {
   });
 }
 
+using Shape3 = std::array<int64_t, 3>;
+
+// Calls visit(id, ih, iw) for each tap of a max-pool window (kernel k, dilation dil, its first
+// tap at `origin`, padding included) that lies inside the input.
+template <typename F>
+void for_each_window_tap(const Shape3& origin, const Shape3& k, const Shape3& dil, const Extent& in, F&& visit) {
+  for (int64_t t = 0; t < k[0]; ++t) {
+    const int64_t id = origin[0] + t * dil[0];
+    if (id < 0 || id >= in.D) continue;
+    for (int64_t i = 0; i < k[1]; ++i) {
+      const int64_t ih = origin[1] + i * dil[1];
+      if (ih < 0 || ih >= in.H) continue;
+      for (int64_t j = 0; j < k[2]; ++j) {
+        const int64_t iw = origin[2] + j * dil[2];
+        if (iw >= 0 && iw < in.W) visit(id, ih, iw);
+      }
+    }
+  }
+}
+
+// The flat index a window without a finite maximum reports: its first tap inside the input.
+inline int64_t first_window_tap(const Shape3& origin, const Shape3& dil, const Extent& in) {
+  using nn_math::max_pool_first_tap;
+  return (max_pool_first_tap(origin[0], dil[0]) * in.H + max_pool_first_tap(origin[1], dil[1])) * in.W +
+         max_pool_first_tap(origin[2], dil[2]);
+}
+
 template <typename T>
 struct MaxPool {
   static void run(const KernelContext& ctx) {
     const auto k = spatial3(ctx, "kernel_size", 1), s = spatial3(ctx, "stride", 1), p = spatial3(ctx, "padding", 0),
                dil = spatial3(ctx, "dilation", 1);
-    using nn_math::max_pool_first_tap;
     max_pool_volumes<T>(ctx, [&](int64_t od, int64_t oh, int64_t ow, const Extent& in, const auto& visit) {
-      const int64_t d0 = od * s[0] - p[0], h0 = oh * s[1] - p[1], w0 = ow * s[2] - p[2];
-      for (int64_t t = 0; t < k[0]; ++t) {
-        const int64_t id = d0 + t * dil[0];
-        if (id < 0 || id >= in.D) continue;
-        for (int64_t i = 0; i < k[1]; ++i) {
-          const int64_t ih = h0 + i * dil[1];
-          if (ih < 0 || ih >= in.H) continue;
-          for (int64_t j = 0; j < k[2]; ++j) {
-            const int64_t iw = w0 + j * dil[2];
-            if (iw >= 0 && iw < in.W) visit(id, ih, iw);
-          }
-        }
-      }
-      return (max_pool_first_tap(d0, dil[0]) * in.H + max_pool_first_tap(h0, dil[1])) * in.W +
-             max_pool_first_tap(w0, dil[2]);
+      const Shape3 origin{od * s[0] - p[0], oh * s[1] - p[1], ow * s[2] - p[2]};
+      for_each_window_tap(origin, k, dil, in, visit);
+      return first_window_tap(origin, dil, in);
     });
   }
 };
@@ -171,7 +185,6 @@ struct MaxPoolChannelsLast {
     const Extent in(x), out(ctx.output(0));
     const auto k = spatial3(ctx, "kernel_size", 1), s = spatial3(ctx, "stride", 1), p = spatial3(ctx, "padding", 0),
                dil = spatial3(ctx, "dilation", 1);
-    using nn_math::max_pool_first_tap;
     const int64_t C = x.sizes()[1], positions = out.volume();
     const T* src = x.data<T>();
     T* values = ctx.output(0).data<T>();
@@ -180,27 +193,15 @@ struct MaxPoolChannelsLast {
     parallel_for(x.sizes()[0] * positions, std::max<int64_t>(1, kGrainSize / work), [&](int64_t b, int64_t e) {
       for (int64_t q = b; q < e; ++q) {
         const int64_t n = q / positions, ow = q % out.W, oh = q / out.W % out.H, od = q / (out.W * out.H) % out.D;
-        const int64_t d0 = od * s[0] - p[0], h0 = oh * s[1] - p[1], w0 = ow * s[2] - p[2];
+        const Shape3 origin{od * s[0] - p[0], oh * s[1] - p[1], ow * s[2] - p[2]};
         T* best = values + q * C;
         int64_t* best_i = indices + q * C;
         std::fill(best, best + C, -std::numeric_limits<T>::infinity());
-        std::fill(best_i, best_i + C,
-                  (max_pool_first_tap(d0, dil[0]) * in.H + max_pool_first_tap(h0, dil[1])) * in.W +
-                      max_pool_first_tap(w0, dil[2]));
-        for (int64_t t = 0; t < k[0]; ++t) {
-          const int64_t id = d0 + t * dil[0];
-          if (id < 0 || id >= in.D) continue;
-          for (int64_t i = 0; i < k[1]; ++i) {
-            const int64_t ih = h0 + i * dil[1];
-            if (ih < 0 || ih >= in.H) continue;
-            for (int64_t j = 0; j < k[2]; ++j) {
-              const int64_t iw = w0 + j * dil[2];
-              if (iw < 0 || iw >= in.W) continue;
-              const int64_t pos = (id * in.H + ih) * in.W + iw;
-              max_into(src + (n * in.volume() + pos) * C, best, best_i, pos, C);
-            }
-          }
-        }
+        std::fill(best_i, best_i + C, first_window_tap(origin, dil, in));
+        for_each_window_tap(origin, k, dil, in, [&](int64_t id, int64_t ih, int64_t iw) {
+          const int64_t pos = (id * in.H + ih) * in.W + iw;
+          max_into(src + (n * in.volume() + pos) * C, best, best_i, pos, C);
+        });
       }
     });
   }
