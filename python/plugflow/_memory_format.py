@@ -7,9 +7,9 @@ whose C stride is 1. What this module gives, with PyTorch's meaning:
   - `memory_format=` on Tensor.contiguous / is_contiguous / clone / to, the *_like creation
     functions, empty, and Module.to (4-d and 5-d parameters and buffers);
   - empty_strided.
-Ops propagate channels last as PyTorch's do for elementwise ops, 2-d convolutions and leaf
-gradients (docs/kernels.md, "Memory formats"); other ops, and `clone()` without memory_format,
-return contiguous results. docs/compat.md says so.
+Ops propagate channels last as PyTorch's do for elementwise ops, Tensor.to, 2-d convolutions,
+batch norm, 2-d pooling, upsampling and leaf gradients (docs/kernels.md, "Memory formats");
+other ops, and `clone()` without memory_format, return contiguous results. docs/compat.md says so.
 """
 
 import builtins
