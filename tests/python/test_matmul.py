@@ -105,6 +105,13 @@ def test_matmul_errors():
     "lib.addmv(lib.zeros(1, dtype=lib.uint8), lib.ones(1, 3, dtype=lib.uint8), lib.ones(3, dtype=lib.uint8), alpha=-1.5)",
     "lib.addmm(lib.zeros(1, 1, dtype=lib.int64), lib.ones(1, 3, dtype=lib.int64), lib.ones(3, 1, dtype=lib.int64), alpha=2.5)",
     "lib.baddbmm(lib.zeros(1, 1, 1, dtype=lib.int8), lib.ones(1, 1, 2, dtype=lib.int8), lib.ones(1, 2, 1, dtype=lib.int8), beta=300)",
+    # Bool products (found by the fuzzer): none exist; an empty one fails on the cast of beta * self.
+    "lib.addmm(lib.zeros(6, 2, dtype=lib.bool), lib.ones(6, 0, dtype=lib.bool), lib.ones(0, 2, dtype=lib.bool))",
+    "lib.addmm(lib.zeros(6, 2, dtype=lib.bool), lib.ones(6, 0, dtype=lib.bool), lib.ones(0, 2, dtype=lib.bool), beta=0.5)",
+    "lib.addmm(lib.zeros(6, 2, dtype=lib.bool), lib.ones(6, 0, dtype=lib.bool), lib.ones(0, 2, dtype=lib.bool), beta=True)",
+    "lib.addmv(lib.zeros(6, dtype=lib.bool), lib.ones(6, 0, dtype=lib.bool), lib.ones(0, dtype=lib.bool))",
+    "lib.baddbmm(lib.zeros(1, 6, 2, dtype=lib.bool), lib.ones(1, 6, 0, dtype=lib.bool), lib.ones(1, 0, 2, dtype=lib.bool))",
+    "lib.addbmm(lib.zeros(6, 2, dtype=lib.bool), lib.ones(1, 6, 0, dtype=lib.bool), lib.ones(1, 0, 2, dtype=lib.bool))",
 ])
 def test_alpha_and_beta_of_matrix_products_match_torch(code):
     # Found by the fuzzer: a zero alpha ignores the product's NaN in addmv (BLAS gemv), not in

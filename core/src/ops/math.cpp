@@ -824,6 +824,14 @@ Tensor add_product(const char* name, const Tensor& self, const Tensor& a, const 
   return out;
 }
 
+// PyTorch has no bool matrix products (its kernels raise "not implemented for 'Bool'", as the
+// dispatcher does here); an empty one (inner size 0) fails instead on casting beta * self, whose
+// type a number beta promotes (a bool beta keeps bool), back to bool.
+void check_empty_bool_product(const Tensor& self, int64_t inner, const Scalar& beta) {
+  if (self.dtype() == DType::Bool && inner == 0 && !beta.is_bool())
+    PF_THROW(Error, "result type ", beta.is_floating() ? "Float" : "Long", " can't be cast to the desired output type Bool");
+}
+
 [[noreturn]] void scalar_type_mismatch(DType expected, DType found) {
   PF_THROW(Error, "expected scalar type ", scalar_type_name(expected), " but found ", scalar_type_name(found));
 }
@@ -840,6 +848,7 @@ Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar 
   PF_CHECK(self.dtype() == mat2.dtype(), "self and mat2 must have the same dtype");
   PF_CHECK(mat1.dtype() == mat2.dtype(), "mat1 and mat2 must have the same dtype");
   expand(ag::detach(self), {mat1.sizes()[0], mat2.sizes()[1]});  // PyTorch's broadcast error
+  check_empty_bool_product(self, mat1.sizes()[1], beta);
   return add_product("AddmmBackward0", self, mat1, mat2, beta, alpha, false);
 }
 
@@ -890,6 +899,7 @@ Tensor baddbmm(const Tensor& self, const Tensor& batch1, const Tensor& batch2, S
   if (batch1.dtype() != batch2.dtype()) scalar_type_mismatch(batch1.dtype(), batch2.dtype());
   const Tensor s = to(self, std::nullopt, batch1.dtype());
   expand(ag::detach(s), {b, n, p});
+  check_empty_bool_product(s, k, beta);
   return add_product("BaddbmmBackward0", s, batch1, batch2, beta, alpha, true);
 }
 
