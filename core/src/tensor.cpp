@@ -232,8 +232,14 @@ MemoryFormat Tensor::suggest_memory_format() const {
 }
 
 MemoryFormat result_memory_format(std::span<const Tensor> inputs) {
-  for (const Tensor& t : inputs)
-    if (t.numel() > 1 && t.is_non_overlapping_and_dense()) return t.suggest_memory_format();
+  // Every elementwise op passes here: the common cases answer without the dense-layout sort.
+  if (inputs.empty() || (inputs[0].dim() != 4 && inputs[0].dim() != 5)) return MemoryFormat::Contiguous;
+  for (const Tensor& t : inputs) {
+    if (t.numel() <= 1) continue;
+    if (t.is_contiguous()) return MemoryFormat::Contiguous;
+    if (t.is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::ChannelsLast;
+    if (t.is_non_overlapping_and_dense()) return MemoryFormat::Contiguous;  // another dense order
+  }
   return MemoryFormat::Contiguous;
 }
 
