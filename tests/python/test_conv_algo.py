@@ -137,6 +137,36 @@ def test_float32_runs_on_onednn():
         assert c["implementation"]
 
 
+# (batch, channels, size) -> the heuristic's float32 algorithm for a 3x3, stride-1 convolution:
+# Winograd from 48 output tiles of 4x4 in the batch with 32+ channels each side, else direct
+# (plugins/cpu/src/onednn/conv.cpp, heuristic_algorithm). Where oneDNN has no Winograd kernel
+# (no AVX-512) the rule's choice is unimplemented and the heuristic falls back to oneDNN's auto.
+HEURISTIC_CASES = [((16, 64, 32), "winograd"), ((16, 512, 4), "direct"), ((1, 512, 7), "direct"),
+                   ((1, 64, 56), "winograd"), ((3, 16, 40), "direct"), ((2, 32, 16), "direct"), ((2, 32, 20), "winograd")]
+
+
+@pytest.mark.skipif(_C.current_config()["optimizations"]["conv_algo_search"] != "heuristic",
+                    reason="the configured strategy is not the heuristic")
+@pytest.mark.parametrize("shape, expected", HEURISTIC_CASES)
+def test_heuristic_winograd_rule(shape, expected):
+    n, c, size = shape
+    x = pf.randn(n, c, size, size, requires_grad=True)
+    w = pf.randn(c, c, 3, 3, requires_grad=True)
+    out = F.conv2d(x, w, padding=1)
+    out.backward(pf.ones(*out.shape))
+    key = f"f32 in={n}x{c}x{size}x{size} out={n}x{c}x{size}x{size} k=3x3 s=1x1 p=1x1 d=1x1 g=1 st="
+    found = {c_["op"]: c_ for c_ in choices_for() if c_["key"].startswith(key)}
+    assert set(found) == CONV_OPS, _C.algo_choices()
+    winograd_here = any(c_["algorithm"] == "winograd" for c_ in choices_for())
+    for choice in found.values():
+        assert choice["source"] == "heuristic"
+        if expected == "winograd" and not winograd_here:
+            assert choice["algorithm"] == "auto"
+        else:
+            assert choice["algorithm"] == expected, choice
+            assert ("wino" in choice["implementation"]) == (expected == "winograd"), choice
+
+
 @pytest.mark.parametrize("case", range(10))
 def test_matches_torch(rng, case):
     p = random_problem(rng, winograd_friendly=case == 0)

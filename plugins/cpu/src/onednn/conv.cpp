@@ -14,8 +14,9 @@
 // is used a second time (inference reorders each weight once; training, whose weights change
 // every step, keeps no copy).
 //
-// The algorithm is a strategy of optimizations.conv_algo_search: `heuristic` builds
-// convolution_auto (oneDNN picks); `exhaustive` builds convolution_direct and
+// The algorithm is a strategy of optimizations.conv_algo_search: `heuristic` applies a rule on
+// the problem's size (heuristic_algorithm below) and falls back to convolution_auto (oneDNN
+// picks) where the rule's algorithm is not implemented; `exhaustive` builds convolution_direct and
 // convolution_winograd (where oneDNN implements it for the shape), times both on the call's
 // buffers, and keeps the faster. The choice is made by the plugins' shared AlgoSelector
 // (plugins/common/algo_search.h), which persists it in optimizations.algo_cache.
@@ -443,6 +444,22 @@ void report(const Problem& p, const Plan& plan, const char* source) {
       AlgoChoice{"cpu", op_name(p.kind), p.key(), algorithm_name(plan.algorithm), plan.implementation, source});
 }
 
+// The heuristic strategy's algorithm for `p`. oneDNN's convolution_auto takes its float32
+// Winograd kernel (F(4x4, 3x3)) by batch size alone, but that kernel transforms the weights on
+// every call, 36 ic x oc matrices (38 MB at 512 channels), and each transformed matrix serves
+// only the batch's 4x4 output tiles: with few tiles the transform costs more than the direct
+// kernel's 2.25x more multiplications save. Measured on AVX-512 with 2 threads (oneDNN 2.6,
+// docs/design.md): Winograd wins from ~48 tiles in the batch with 32+ channels each side, loses
+// below (batch 16 at 4x4 with 512 channels: forward 4.5 against 2.8 ms, backward weights 5.2
+// against 4.3; batch 1 at 7x7: 3.3 against 0.6 ms), and wins above where auto does not take it
+// (batch 1 at 56x56, 64 channels: 0.35 against 0.60 ms). bfloat16 has no Winograd: auto.
+std::string heuristic_algorithm(const Problem& p) {
+  if (p.dt != memory::data_type::f32) return "auto";
+  constexpr int64_t kMinTiles = 48, kMinChannels = 32;
+  const int64_t tiles = p.N * ((p.OH + 3) / 4) * ((p.OW + 3) / 4);
+  return tiles >= kMinTiles && std::min(p.C, p.O) >= kMinChannels ? "winograd" : "direct";
+}
+
 // Finds or builds the plan of `p` and runs it. False when oneDNN cannot run the problem.
 bool run(const Problem& p, const KernelContext& ctx) {
   const Optimizations& opt = current_config().optimizations;
@@ -479,8 +496,9 @@ bool run(const Problem& p, const KernelContext& ctx) {
   };
   algo_search::AlgoSource source;
   source.heuristic = [&]() -> std::optional<std::string> {
-    if (!plan_of("auto")) return std::nullopt;
-    return std::string("auto");
+    for (std::string name : {heuristic_algorithm(p), std::string("auto")})
+      if (plan_of(name)) return name;
+    return std::nullopt;
   };
   source.candidates = [] { return std::vector<std::string>{"direct", "winograd"}; };
   source.usable = [&](const std::string& name) { return name != "auto" && plan_of(name) != nullptr; };
