@@ -143,6 +143,21 @@ PF_HOST_DEVICE_INLINE C float_mod_floor(C a, C b) {
   return mod;
 }
 
+// PyTorch 1.13's lerp: two formulas so that weight 0 and 1 give the end points exactly, the
+// first for every weight below 0.5 (negative ones included: lerp(1, -inf, -4.68) = inf), each a
+// fused multiply-add as PyTorch's vectorized CPU kernel computes it: one rounding, so float32
+// and float64 results are PyTorch's bit for bit, and a product that would overflow on its own
+// (bfloat16 ends near its largest value, weight 3.25) still gives the finite result.
+// a - end is -(end - a) exactly (rounding to nearest is symmetric).
+template <typename C>
+PF_HOST_DEVICE_INLINE C lerp(C a, C end, C w) {
+#if defined(__CUDA_ARCH__)
+  return w < C(0.5) ? ::fma(w, end - a, a) : ::fma(a - end, C(1) - w, end);
+#else
+  return w < C(0.5) ? std::fma(w, end - a, a) : std::fma(a - end, C(1) - w, end);
+#endif
+}
+
 // ---- conversions ---------------------------------------------------------------------------------
 
 // A floating value (as double) to an integer type with PyTorch's x86 results and no undefined

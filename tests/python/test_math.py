@@ -353,6 +353,33 @@ def test_lerp_inplace_and_dtypes():
         assert_matches(p.grad, t.grad)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lerp_rounds_once_as_torch(dtype):
+    # PyTorch's CPU lerp is a fused multiply-add per formula: one rounding, so results are equal
+    # bit for bit (dense, strided, number and tensor weights on both sides of 0.5).
+    rng = np.random.default_rng()
+    n = int(rng.integers(1, 3000))
+    a = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)
+    b = rng.standard_normal(n)
+    w = rng.uniform(-2, 3, n)
+    ta, tb, tw = (torch.tensor(v, dtype=getattr(torch, dtype)) for v in (a, b, w))
+    pa, pb, pw = (from_torch(t) for t in (ta, tb, tw))
+    for weight in (float(rng.uniform(-2, 0.5)), float(rng.uniform(0.5, 3)), 0.5):
+        assert torch.equal(to_torch(pf.lerp(pa, pb, weight)), torch.lerp(ta, tb, weight))
+        assert torch.equal(to_torch(pf.lerp(pa[::2], pb[::2], weight)), torch.lerp(ta[::2], tb[::2], weight))
+    assert torch.equal(to_torch(pf.lerp(pa, pb, pw)), torch.lerp(ta, tb, tw))
+
+
+def test_lerp_of_bfloat16_near_its_largest_value_stays_finite():
+    # (end - a) * (1 - w) alone overflows float32 here; the fused form does not, as PyTorch's.
+    big = 3.3895313892515355e38
+    ta = torch.tensor([big, -big, 1.0], dtype=torch.bfloat16)
+    tb = torch.tensor([big / 2, -big / 2, 2.0], dtype=torch.bfloat16)
+    expected = torch.lerp(ta, tb, 3.25)
+    assert torch.isfinite(expected).all()
+    assert torch.equal(to_torch(pf.lerp(from_torch(ta), from_torch(tb), 3.25)), expected)
+
+
 def test_lerp_errors():
     raises_like(lambda: pf.lerp(pf.ones(3), pf.ones(3, dtype=pf.float64), 0.5),
                 lambda: torch.lerp(torch.ones(3), torch.ones(3, dtype=torch.float64), 0.5))

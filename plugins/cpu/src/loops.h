@@ -170,6 +170,15 @@ template <typename F, typename Out, typename... In>
   contiguous_loop_impl<F, Out, In...>(p, n, *static_cast<const F*>(f), std::index_sequence_for<In...>{});
 }
 
+// contiguous_loop for functors that call std::fma (lerp): its x86-64-v3 clone has the FMA
+// instructions, where the avx2 one would call libm's fma per element. Other functors stay on
+// contiguous_loop: with FMA, GCC contracts a * b + c into one rounding and their results would
+// change.
+template <typename F, typename Out, typename... In>
+[[gnu::target_clones("arch=x86-64-v3", "default")]] void contiguous_fma_loop(char* const* p, int64_t n, const void* f) {
+  contiguous_loop_impl<F, Out, In...>(p, n, *static_cast<const F*>(f), std::index_sequence_for<In...>{});
+}
+
 // The driver: operand 0 is the output; item_sizes[k] is operand k's storage size in bytes.
 void run_elementwise(std::span<const Tensor* const> operands, std::span<const int64_t> item_sizes, ContiguousLoop loop,
                      const void* f);
@@ -178,14 +187,18 @@ void run_elementwise(std::span<const Tensor* const> operands, std::span<const in
 
 // out[i] = f(in_0[i], ..., in_{N-1}[i]) over out's shape. Inputs must have out's shape
 // (broadcast ones as stride-0 views); any strides. Out and In are storage types.
-template <typename Out, typename... In, typename F>
-void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins, const F& f) {
+// With kFusedMultiplyAdd, f's dense loop is compiled for FMA (detail::contiguous_fma_loop).
+template <typename Out, typename... In, typename F, bool kFusedMultiplyAdd = false>
+void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins, const F& f,
+                 std::bool_constant<kFusedMultiplyAdd> = {}) {
   constexpr size_t N = sizeof...(In);
   std::array<const Tensor*, N + 1> ops{};
   ops[0] = &out;
   for (size_t k = 0; k < N; ++k) ops[k + 1] = ins[k];
   static constexpr std::array<int64_t, N + 1> item{static_cast<int64_t>(sizeof(Out)), static_cast<int64_t>(sizeof(In))...};
-  detail::run_elementwise(ops, item, &detail::contiguous_loop<F, Out, In...>, &f);
+  constexpr detail::ContiguousLoop loop =
+      kFusedMultiplyAdd ? &detail::contiguous_fma_loop<F, Out, In...> : &detail::contiguous_loop<F, Out, In...>;
+  detail::run_elementwise(ops, item, loop, &f);
 }
 
 // float16/bfloat16 (T) <-> float32 over dense arrays of the 16-bit values' bits, vectorized for

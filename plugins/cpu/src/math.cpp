@@ -33,16 +33,14 @@ struct ClampOp {
   }
 };
 
-// PyTorch 1.13's lerp: two formulas so that weight 0 and 1 give the end points exactly; the
-// first for every weight below 0.5, negative ones included (lerp(1, -inf, -4.68) = inf).
+// lerp: scalar_math::lerp, shared with the CUDA kernel.
 template <typename T>
 struct LerpOp {
   using C = opmath_t<T>;
   static constexpr bool supported = is_float_v<T>;
+  static constexpr bool fused_multiply_add = true;  // its loops are compiled for FMA
   explicit LerpOp(const KernelContext&) {}
-  C operator()(C a, C end, C w) const {
-    return w < C(0.5) ? a + w * (end - a) : end - (end - a) * (C(1) - w);
-  }
+  C operator()(C a, C end, C w) const { return scalar_math::lerp(a, end, w); }
 };
 
 template <typename T>
@@ -80,6 +78,10 @@ T first_value(const Tensor& t) {
   return v;
 }
 
+// Whether a functor's loops are compiled for FMA (it says so with `fused_multiply_add`).
+template <typename Op>
+constexpr bool kFusedMultiplyAdd = requires { Op::fused_multiply_add; };
+
 // A broadcast-number last operand (lerp's scalar weight, ...) is read once and the loop runs
 // as a binary one, which the vectorizer handles.
 template <template <typename> class OpT>
@@ -89,16 +91,17 @@ void ternary_kernel(KernelContext& ctx) {
     using T = typename decltype(tag)::type;
     using C = opmath_t<T>;
     const OpT<T> op(ctx);
+    constexpr std::bool_constant<kFusedMultiplyAdd<OpT<T>>> fma;
     if (is_broadcast_scalar(ctx.input(2))) {
       const C c = static_cast<C>(first_value<T>(ctx.input(2)));
       elementwise<T, T, T>(out, {&ctx.input(0), &ctx.input(1)}, [op, c](T a, T b) {
         return convert<T>(op(static_cast<C>(a), static_cast<C>(b), c));
-      });
+      }, fma);
       return;
     }
     elementwise<T, T, T, T>(out, {&ctx.input(0), &ctx.input(1), &ctx.input(2)}, [op](T a, T b, T c) {
       return convert<T>(op(static_cast<C>(a), static_cast<C>(b), static_cast<C>(c)));
-    });
+    }, fma);
   });
 }
 

@@ -169,11 +169,12 @@ PF_VEC_INLINE float erfc_tail(float a, float z) {
 }
 
 // erf(x): erf_small below 1, 1 - erfc(|x|) above (rounds to 1 past 3.92); odd in x, which keeps
-// erf(-0) = -0. NaN propagates through both parts.
+// erf(-0) = -0. A NaN comes back as it is, sign included, as libm's erf (the tail's exp(-z)
+// may flip a NaN's sign, depending on how the compiler evaluates it).
 PF_VEC_INLINE float erf(float x) {
   const float a = as_float(as_int(x) & 0x7fffffff);
   const float y = select(a < 1.0f, erf_small(a), 1.0f - erfc_tail(a, a * a));
-  return as_float(as_int(y) | (as_int(x) & int32_t(0x80000000u)));
+  return select(a == a, as_float(as_int(y) | (as_int(x) & int32_t(0x80000000u))), x);
 }
 
 // gelu(x) = x/2 (1 + erf(x / sqrt 2)). Below zero 1 + erf is formed as erfc(|x| / sqrt 2)

@@ -36,12 +36,9 @@ struct ClampDesc : AllTypes {
   }
 };
 
-// PyTorch 1.13's lerp: two formulas so that weight 0 and 1 give the end points exactly; the
-// first for every weight below 0.5, negative ones included (lerp(1, -inf, -4.68) = inf).
+// lerp: scalar_math::lerp, shared with the CPU kernel.
 struct LerpFn {
-  template <typename C> PF_DEVICE C operator()(C a, C end, C w) const {
-    return w < C(0.5) ? a + w * (end - a) : end - (end - a) * (C(1) - w);
-  }
+  template <typename C> PF_DEVICE C operator()(C a, C end, C w) const { return scalar_math::lerp(a, end, w); }
 };
 struct LerpDesc : Stateless<LerpFn, FloatTypes> {};
 
