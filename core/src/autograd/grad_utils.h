@@ -41,6 +41,18 @@ inline void check_no_internal_overlap(const Tensor& t) {
              "location. Please clone() the tensor before performing the operation.");
 }
 
+// The gradients of a @ b (matrices) for a and for b, PyTorch's mm_mat1_backward /
+// mm_mat2_backward: an operand stored column-major (a transposed row-major matrix, as
+// nn.Linear's weight.t()) gets its gradient column-major too, (b @ g^T)^T / (g^T @ a)^T, so the
+// weight's gradient arrives in the parameter's own row-major layout with no transposing copy.
+inline bool column_major(const Tensor& m) { return m.strides()[0] == 1 && m.strides()[1] == m.sizes()[0]; }
+inline Tensor mm_grad_a(const Tensor& g, const Tensor& b, bool a_column_major) {
+  return a_column_major ? ops::transpose(ops::mm(b, ops::transpose(g, 0, 1)), 0, 1) : ops::mm(g, ops::transpose(b, 0, 1));
+}
+inline Tensor mm_grad_b(const Tensor& g, const Tensor& a, bool b_column_major) {
+  return b_column_major ? ops::transpose(ops::mm(ops::transpose(g, 0, 1), a), 0, 1) : ops::mm(ops::transpose(a, 0, 1), g);
+}
+
 // Records `node` for an op with these inputs/outputs when any input requires grad.
 inline bool should_record(const std::vector<Tensor>& inputs) { return any_requires_grad(inputs); }
 

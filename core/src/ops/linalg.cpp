@@ -11,15 +11,15 @@ namespace {
 
 using Tensors = std::vector<Tensor>;
 
-// d(a@b)/da = g @ b^T, d/db = a^T @ g, on the last two dims (mm and bmm alike).
+// d(a@b)/da = g @ b^T, d/db = a^T @ g, on the last two dims (mm and bmm alike; mm in PyTorch's
+// layout-keeping form, autograd::mm_grad_a / mm_grad_b).
 void record_matmul(const char* name, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (!is_floating(out.dtype()) || !autograd::any_requires_grad({&a, &b})) return;
   const bool batched = a.dim() == 3;
   auto node = autograd::make_node(name, [batched](const Tensors& g, const Tensors& s) -> Tensors {
     const Tensor &a = s[0], &b = s[1];
-    const int64_t r = batched ? 1 : 0;
-    auto prod = [batched](const Tensor& x, const Tensor& y) { return batched ? bmm(x, y) : mm(x, y); };
-    return {prod(g[0], transpose(b, r, r + 1)), prod(transpose(a, r, r + 1), g[0])};
+    if (batched) return {bmm(g[0], transpose(b, 1, 2)), bmm(transpose(a, 1, 2), g[0])};
+    return {autograd::mm_grad_a(g[0], b, autograd::column_major(a)), autograd::mm_grad_b(g[0], a, autograd::column_major(b))};
   });
   node->save(a);
   node->save(b);

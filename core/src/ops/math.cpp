@@ -806,15 +806,16 @@ Tensor add_product(const char* name, const Tensor& self, const Tensor& a, const 
   if (is_floating(out.dtype()) && ag::any_requires_grad({&self, &a, &b})) {
     const auto need = needs_grad({&self, &a, &b});
     const double be = beta.to_double(), al = alpha.to_double();
-    auto node = ag::make_node(name, [need, be, al, batched, self_shape = self.sizes()](const Tensors& g,
-                                                                                        const Tensors& s) -> Tensors {
+    const bool a_column_major = !batched && ag::column_major(a), b_column_major = !batched && ag::column_major(b);
+    auto node = ag::make_node(name, [need, be, al, batched, a_column_major, b_column_major, self_shape = self.sizes()](
+                                        const Tensors& g, const Tensors& s) -> Tensors {
       const int64_t r = batched ? 1 : 0;
       auto prod = [batched](const Tensor& x, const Tensor& y) { return batched ? bmm(x, y) : mm(x, y); };
       auto scaled = [](const Tensor& t, double c) { return c == 1.0 ? t : mul(t, Scalar(c)); };
       Tensors out(3);
       if (need[0]) out[0] = ag::sum_to(scaled(g[0], be), self_shape);
-      if (need[1]) out[1] = scaled(prod(g[0], transpose(s[1], r, r + 1)), al);
-      if (need[2]) out[2] = scaled(prod(transpose(s[0], r, r + 1), g[0]), al);
+      if (need[1]) out[1] = scaled(batched ? prod(g[0], transpose(s[1], r, r + 1)) : ag::mm_grad_a(g[0], s[1], a_column_major), al);
+      if (need[2]) out[2] = scaled(batched ? prod(transpose(s[0], r, r + 1), g[0]) : ag::mm_grad_b(g[0], s[0], b_column_major), al);
       return out;
     });
     node->save(need[2] ? a : Tensor());
