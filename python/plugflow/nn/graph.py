@@ -210,6 +210,16 @@ class _Compiled:
         self.pass_reports = pass_reports
         self.calls = 0
         self.first_steps_taken = set()  # ids of parameters whose first SGD step this call took
+        self._attrs = {}  # (tag, name) -> the value last set
+
+    def set_attr(self, tag, name, value):
+        """Sets a node's attribute for the next replays. A value equal to the last one set (the
+        same learning rate every step) skips the call into the plan."""
+        key = (tag, name)
+        last = self._attrs.get(key)
+        if last is None or type(last) is not type(value) or last != value:
+            self.plan.set_attr(tag, name, value)
+            self._attrs[key] = value
 
 
 class Graph:
@@ -533,25 +543,24 @@ class Graph:
         scheduler or the user may change them between calls) and Adam's step count, read from
         the optimizer state that the replays advance (so eager steps in between count too)."""
         from ..optim import AdamW
-        plan = compiled.plan
         compiled.first_steps_taken = set()
         for tag, (optim, group, kind, params) in compiled.fused_groups.items():
             # One multi-tensor node: the group's hyperparameters; Adam's step counts are inputs.
             if kind == "sgd":
-                self._set_sgd_attrs(plan, tag, group)
-                plan.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p, compiled)) for p in params])
+                self._set_sgd_attrs(compiled, tag, group)
+                compiled.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p, compiled)) for p in params])
             else:
                 beta1, beta2 = group["betas"]
                 for name, value in (("lr", group["lr"]), ("beta1", beta1), ("beta2", beta2), ("eps", group["eps"]),
                                     ("weight_decay", group["weight_decay"]), ("maximize", group["maximize"]),
                                     ("decoupled_weight_decay", isinstance(optim, AdamW))):
-                    plan.set_attr(tag, name, value)
+                    compiled.set_attr(tag, name, value)
         for tag, optim, group, p, kind in compiled.updates:
             if id(p) in compiled.fused_params:
                 continue
             if kind == "sgd":
-                self._set_sgd_attrs(plan, tag, group)
-                plan.set_attr(tag, "first_step", self._sgd_first_step_taken(p, compiled))
+                self._set_sgd_attrs(compiled, tag, group)
+                compiled.set_attr(tag, "first_step", self._sgd_first_step_taken(p, compiled))
             else:
                 step = optim.state[p]["step"]
                 beta1, beta2 = group["betas"]
@@ -560,19 +569,19 @@ class Graph:
                                             amsgrad=group["amsgrad"], maximize=group["maximize"],
                                             decoupled_weight_decay=isinstance(optim, AdamW))
                 for name, value in attrs.items():
-                    plan.set_attr(tag, name, value)
+                    compiled.set_attr(tag, name, value)
         scaler = self._grad_scaler
         if scaler is not None:  # its factors may change between calls (set_growth_factor & co.)
-            plan.set_attr("grad_scaler", "growth_factor", float(scaler._growth_factor))
-            plan.set_attr("grad_scaler", "backoff_factor", float(scaler._backoff_factor))
-            plan.set_attr("grad_scaler", "growth_interval", int(scaler._growth_interval))
+            compiled.set_attr("grad_scaler", "growth_factor", float(scaler._growth_factor))
+            compiled.set_attr("grad_scaler", "backoff_factor", float(scaler._backoff_factor))
+            compiled.set_attr("grad_scaler", "growth_interval", int(scaler._growth_interval))
 
     @staticmethod
-    def _set_sgd_attrs(plan, tag, group):
+    def _set_sgd_attrs(compiled, tag, group):
         for name in ("lr", "momentum", "dampening", "weight_decay"):
-            plan.set_attr(tag, name, float(group[name]))
+            compiled.set_attr(tag, name, float(group[name]))
         for name in ("nesterov", "maximize"):
-            plan.set_attr(tag, name, bool(group[name]))
+            compiled.set_attr(tag, name, bool(group[name]))
 
     def _sgd_first_step_taken(self, p, compiled):
         """True once for a parameter whose momentum buffer the graph created: its first update
