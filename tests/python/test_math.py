@@ -353,10 +353,11 @@ def test_lerp_inplace_and_dtypes():
         assert_matches(p.grad, t.grad)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
 def test_lerp_rounds_once_as_torch(dtype):
     # PyTorch's CPU lerp is a fused multiply-add per formula: one rounding, so results are equal
-    # bit for bit (dense, strided, number and tensor weights on both sides of 0.5).
+    # bit for bit (dense, strided, number and tensor weights on both sides of 0.5). bfloat16
+    # computes in float32 with a number weight held as a float (0.7 is not a bfloat16).
     rng = np.random.default_rng()
     n = int(rng.integers(1, 3000))
     a = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3], n)
@@ -368,6 +369,16 @@ def test_lerp_rounds_once_as_torch(dtype):
         assert torch.equal(to_torch(pf.lerp(pa, pb, weight)), torch.lerp(ta, tb, weight))
         assert torch.equal(to_torch(pf.lerp(pa[::2], pb[::2], weight)), torch.lerp(ta[::2], tb[::2], weight))
     assert torch.equal(to_torch(pf.lerp(pa, pb, pw)), torch.lerp(ta, tb, tw))
+    # Gradients (PyTorch multiplies by the number in the tensor's dtype) and the in-place form.
+    weight = float(rng.uniform(-1, 2))
+    ta.requires_grad_(), tb.requires_grad_()
+    pa.requires_grad_(), pb.requires_grad_()
+    g = torch.tensor(rng.standard_normal(n), dtype=ta.dtype)
+    torch.lerp(ta, tb, weight).backward(g)
+    pf.lerp(pa, pb, weight).backward(from_torch(g))
+    assert torch.equal(to_torch(pa.grad), ta.grad) and torch.equal(to_torch(pb.grad), tb.grad)
+    inplace = pa.detach().clone().lerp_(pb.detach(), weight)
+    assert torch.equal(to_torch(inplace), ta.detach().clone().lerp_(tb.detach(), weight))
 
 
 def test_lerp_of_bfloat16_near_its_largest_value_stays_finite():

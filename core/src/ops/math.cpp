@@ -443,6 +443,37 @@ void lerp_values_(Tensor& self, const Tensor& end, const Tensor& w) {
   copy_(self, lerp_values(self, end, w));
 }
 
+// PyTorch computes a float16 / bfloat16 lerp in float32 with a number weight held as a float:
+// a weight the 16-bit dtype cannot hold exactly (0.7; 3.4e38, past bfloat16's range) would be
+// rounded by the 16-bit kernel's weight operand, so such a call runs in float32 and rounds once,
+// as PyTorch's.
+bool weight_needs_float32(const Tensor& a, Scalar weight) {
+  if (a.dtype() != DType::Float16 && a.dtype() != DType::BFloat16) return false;
+  const float w = static_cast<float>(weight.to_double());
+  if (!std::isfinite(w)) return false;
+  const float held = a.dtype() == DType::Float16 ? Half::to_float(Half::from_float(w))
+                                                 : BFloat16::to_float(BFloat16::from_float(w));
+  return held != w;
+}
+
+// lerp's values for a number weight: in float32 where the 16-bit dtype cannot hold it (rounded
+// once to `dt`), else with the weight as an operand of `dt`. Autograd is the caller's, the same
+// either way (PyTorch's derivative multiplies by the number in the tensor's dtype).
+Tensor number_weight_lerp_values(const Tensor& a, const Tensor& end, Scalar weight, DType dt, const Shape& shape) {
+  if (!weight_needs_float32(a, weight))
+    return lerp_values(a, end, expand(scalar_tensor(weight, dt, a.device()), shape));
+  ag::GradModeGuard no_grad(false);
+  const auto wide = [](const Tensor& t) { return to(t, std::nullopt, DType::Float32); };
+  return to(lerp_values(wide(a), wide(end), expand(scalar_tensor(weight, DType::Float32, a.device()), shape)),
+            std::nullopt, dt);
+}
+
+// In place: `self` gets number_weight_lerp_values of its old value.
+void lerp_values_float32_(Tensor& self, const Tensor& end, Scalar weight, const Shape& shape) {
+  ag::GradModeGuard no_grad(false);
+  copy_(self, number_weight_lerp_values(self, end, weight, self.dtype(), shape));
+}
+
 // d/da = 1 - w, d/dend = w, d/dw = end - a.
 Tensors lerp_grads(const Tensor& g, const Tensor& a, const Tensor& end, const Tensor& w, double sw,
                    const std::vector<bool>& need) {
@@ -458,10 +489,8 @@ Tensor lerp_impl(const Tensor& a, const Tensor& end, const Tensor& weight, std::
   const Shape shape = broadcast_all({&a, &end, &weight});
   const DType dt = a.dtype();
   const Tensor x = prepare(a, dt, shape), e = prepare(end, dt, shape);
-  const Tensor w = weight.defined() ? prepare(weight, dt, shape)
-                                    : expand(scalar_tensor(*sweight, dt, a.device()), shape);
-  Tensor out = lerp_values(x, e, w);
-  const Tensor wt = weight.defined() ? w : Tensor();
+  const Tensor wt = weight.defined() ? prepare(weight, dt, shape) : Tensor();
+  Tensor out = wt.defined() ? lerp_values(x, e, wt) : number_weight_lerp_values(x, e, *sweight, dt, shape);
   if (ag::any_requires_grad({&x, &e, &wt})) {
     const double sw = sweight ? sweight->to_double() : 0.0;
     const auto need = needs_grad({&x, &e, &wt});
@@ -486,11 +515,13 @@ Tensor& lerp_impl_(Tensor& a, const Tensor& end, const Tensor& weight, std::opti
   const DType dt = a.dtype();
   const Tensor e = unalias(prepare(end, dt, shape), a);
   const Tensor wt = weight.defined() ? unalias(prepare(weight, dt, shape), a) : Tensor();
-  const Tensor w = wt.defined() ? wt : expand(scalar_tensor(*sweight, dt, a.device()), shape);
   const bool grad = ag::any_requires_grad({&a, &e, &wt});
   const auto need = needs_grad({&a, &e, &wt});
   const Tensor before = grad && need[2] ? clone(ag::detach(a)) : Tensor();
-  lerp_values_(a, e, w);
+  if (wt.defined() || !weight_needs_float32(a, *sweight))
+    lerp_values_(a, e, wt.defined() ? wt : expand(scalar_tensor(*sweight, dt, a.device()), shape));
+  else
+    lerp_values_float32_(a, e, *sweight, shape);
   if (grad) {
     const double sw = sweight ? sweight->to_double() : 0.0;
     Tensors others{e};
@@ -513,28 +544,9 @@ Tensor& lerp_impl_(Tensor& a, const Tensor& end, const Tensor& weight, std::opti
 }  // namespace
 
 Tensor lerp(const Tensor& a, const Tensor& end, const Tensor& weight) { return lerp_impl(a, end, weight, std::nullopt); }
-namespace {
-// PyTorch computes a float16 / bfloat16 lerp in float32 with a number weight held as a float, so
-// a weight past the 16-bit dtype's range (3.4e38 for bfloat16) is valid there: such a call runs
-// in float32 and rounds once.
-bool weight_needs_float32(const Tensor& a, Scalar weight) {
-  if (a.dtype() != DType::Float16 && a.dtype() != DType::BFloat16) return false;
-  const double w = weight.to_double(), largest = a.dtype() == DType::Float16 ? 65504.0 : 3.3895313892515355e38;
-  return std::isfinite(w) && std::fabs(w) > largest;
-}
-}  // namespace
-
-Tensor lerp(const Tensor& a, const Tensor& end, Scalar weight) {
-  if (weight_needs_float32(a, weight) && a.dtype() == end.dtype())
-    return to(lerp_impl(to(a, std::nullopt, DType::Float32), to(end, std::nullopt, DType::Float32), Tensor(), weight),
-              std::nullopt, a.dtype());
-  return lerp_impl(a, end, Tensor(), weight);
-}
+Tensor lerp(const Tensor& a, const Tensor& end, Scalar weight) { return lerp_impl(a, end, Tensor(), weight); }
 Tensor& lerp_(Tensor& a, const Tensor& end, const Tensor& weight) { return lerp_impl_(a, end, weight, std::nullopt); }
-Tensor& lerp_(Tensor& a, const Tensor& end, Scalar weight) {
-  if (weight_needs_float32(a, weight) && a.dtype() == end.dtype()) return copy_(a, lerp(a, end, weight));
-  return lerp_impl_(a, end, Tensor(), weight);
-}
+Tensor& lerp_(Tensor& a, const Tensor& end, Scalar weight) { return lerp_impl_(a, end, Tensor(), weight); }
 
 // ================================================================================================
 // addcmul / addcdiv
