@@ -12,7 +12,8 @@
 #   4. the runtime: streams, events, record_stream, pinned memory with non_blocking copies, memory
 #      statistics, GradScaler's device-side skip (tests/gpu/runtime_check.py),
 #   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
-#      (tests/gpu/conv_train.py),
+#      (tests/gpu/conv_train.py), and a second exhaustive run that must take every choice from
+#      the algo_cache file the first one wrote,
 #   6. ResNet-50 (torchvision's source) and a BERT-base encoder trained a few steps on the GPU in
 #      float32 and with AMP, their losses compared with the CPU's (tests/gpu/train_models.py),
 #   7. DistributedDataParallel over NCCL with 2 processes (needs 2 GPUs; said so otherwise),
@@ -99,6 +100,20 @@ config_for() {
   sed -e "s|conv_algo_search: .*|conv_algo_search: $1|" \
       -e "s|algo_cache: .*|algo_cache: $LOGDIR/algos.yaml|" configs/cuda.yaml >"$cfg"
   echo "$cfg"
+}
+
+# conv_train_from_cache: conv_train.py again under the exhaustive config; the algo_cache file the
+# first exhaustive run wrote must answer every problem (a second process times nothing).
+conv_train_from_cache() {
+  local out rc
+  out=$(env PLUGFLOW_CONFIG="$(config_for exhaustive)" timeout 120 "$PY" tests/gpu/conv_train.py 1 2>&1)
+  rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || return $rc
+  if echo "$out" | grep '^algo choices' | tail -n 1 | grep -q "'search'"; then
+    echo "the second run searched again: a choice in $LOGDIR/algos.yaml was not reused"
+    return 1
+  fi
 }
 
 # throughput NAME MODEL STRATEGY AMP BATCH: one row of the table (a failure is reported, not fatal
@@ -299,6 +314,13 @@ for strategy in heuristic exhaustive; do
     grep '^timing:\|^losses\|^algo choices' "$LOGDIR/conv-$strategy.log" | sed 's/^/      /' | tee -a "$REPORT"
   fi
 done
+if time_left 150 && [ -s "$LOGDIR/algos.yaml" ]; then
+  run_step "exhaustive choices reused from algo_cache by a second run" "$LOGDIR/conv-exhaustive-cached.log" \
+    conv_train_from_cache &&
+    grep '^algo choices' "$LOGDIR/conv-exhaustive-cached.log" | tail -n 1 | sed 's/^/      /' | tee -a "$REPORT"
+else
+  skip "exhaustive choices reused from algo_cache: time budget, or no cache file written"
+fi
 
 # 6. ResNet-50 and BERT-base: losses on the GPU (float32, AMP float16) against the CPU.
 for model in resnet50 bert; do

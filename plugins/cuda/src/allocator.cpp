@@ -145,7 +145,8 @@ void CachingAllocator::process_deferred_frees(bool wait) {
 }
 
 void CachingAllocator::release_cached_locked() {
-  // cudaFree synchronizes the device, so kernels still reading a cached block finish first.
+  // RawMemory::free waits for the device (the CUDA one synchronizes before cudaFree), so
+  // kernels still reading a cached block finish first.
   for (Pool pool : {kSmallPool, kLargePool}) {
     for (const auto& [stream, size, ptr] : free_[pool]) {
       raw_->free(ptr);

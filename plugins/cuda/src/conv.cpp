@@ -309,14 +309,19 @@ struct Api<Kind::Forward> {
       default: return nullptr;
     }
   }
-  static void heuristics(const Call& c, int* n, Perf* out) {
-    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionForwardAlgorithm_v7(c.handle, c.x_desc.get(), c.w_desc.get(),
-                                                                  c.conv.get(), c.y_desc.get(), kCount, n, out));
+  static int max_count(const Call& c) {
+    int n = 0;
+    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionForwardAlgorithmMaxCount(c.handle, &n));
+    return n;
   }
-  static void find(const Call& c, int* n, Perf* out, void* ws, size_t ws_size) {
+  static void heuristics(const Call& c, int capacity, int* n, Perf* out) {
+    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionForwardAlgorithm_v7(c.handle, c.x_desc.get(), c.w_desc.get(),
+                                                                  c.conv.get(), c.y_desc.get(), capacity, n, out));
+  }
+  static void find(const Call& c, int capacity, int* n, Perf* out, void* ws, size_t ws_size) {
     PF_CUDNN_CHECK(cudnn().cudnnFindConvolutionForwardAlgorithmEx(
         c.handle, c.x_desc.get(), c.x.tensor.data_ptr(), c.w_desc.get(), c.w.tensor.data_ptr(), c.conv.get(),
-        c.y_desc.get(), c.y.tensor.data_ptr(), kCount, n, out, ws, ws_size));
+        c.y_desc.get(), c.y.tensor.data_ptr(), capacity, n, out, ws, ws_size));
   }
   static size_t workspace(const Call& c, Algo a) {
     size_t bytes = 0;
@@ -349,14 +354,19 @@ struct Api<Kind::BackwardData> {
     }
   }
   // Here x is dx (written) and y is dy (read).
-  static void heuristics(const Call& c, int* n, Perf* out) {
-    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardDataAlgorithm_v7(c.handle, c.w_desc.get(), c.y_desc.get(),
-                                                                       c.conv.get(), c.x_desc.get(), kCount, n, out));
+  static int max_count(const Call& c) {
+    int n = 0;
+    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c.handle, &n));
+    return n;
   }
-  static void find(const Call& c, int* n, Perf* out, void* ws, size_t ws_size) {
+  static void heuristics(const Call& c, int capacity, int* n, Perf* out) {
+    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        c.handle, c.w_desc.get(), c.y_desc.get(), c.conv.get(), c.x_desc.get(), capacity, n, out));
+  }
+  static void find(const Call& c, int capacity, int* n, Perf* out, void* ws, size_t ws_size) {
     PF_CUDNN_CHECK(cudnn().cudnnFindConvolutionBackwardDataAlgorithmEx(
         c.handle, c.w_desc.get(), c.w.tensor.data_ptr(), c.y_desc.get(), c.y.tensor.data_ptr(), c.conv.get(),
-        c.x_desc.get(), c.x.tensor.data_ptr(), kCount, n, out, ws, ws_size));
+        c.x_desc.get(), c.x.tensor.data_ptr(), capacity, n, out, ws, ws_size));
   }
   static size_t workspace(const Call& c, Algo a) {
     size_t bytes = 0;
@@ -390,14 +400,19 @@ struct Api<Kind::BackwardFilter> {
     }
   }
   // Here w is dw (written), x is read and y is dy (read).
-  static void heuristics(const Call& c, int* n, Perf* out) {
-    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        c.handle, c.x_desc.get(), c.y_desc.get(), c.conv.get(), c.w_desc.get(), kCount, n, out));
+  static int max_count(const Call& c) {
+    int n = 0;
+    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c.handle, &n));
+    return n;
   }
-  static void find(const Call& c, int* n, Perf* out, void* ws, size_t ws_size) {
+  static void heuristics(const Call& c, int capacity, int* n, Perf* out) {
+    PF_CUDNN_CHECK(cudnn().cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        c.handle, c.x_desc.get(), c.y_desc.get(), c.conv.get(), c.w_desc.get(), capacity, n, out));
+  }
+  static void find(const Call& c, int capacity, int* n, Perf* out, void* ws, size_t ws_size) {
     PF_CUDNN_CHECK(cudnn().cudnnFindConvolutionBackwardFilterAlgorithmEx(
         c.handle, c.x_desc.get(), c.x.tensor.data_ptr(), c.y_desc.get(), c.y.tensor.data_ptr(), c.conv.get(),
-        c.w_desc.get(), c.w.tensor.data_ptr(), kCount, n, out, ws, ws_size));
+        c.w_desc.get(), c.w.tensor.data_ptr(), capacity, n, out, ws, ws_size));
   }
   static size_t workspace(const Call& c, Algo a) {
     size_t bytes = 0;
@@ -465,14 +480,19 @@ template <Kind K>
 void run_call(Call& c, const KernelContext& ctx, const KernelScope& scope) {
   using A = Api<K>;
   using Perf = typename A::Perf;
+  // The result arrays hold cudnnGetConvolution*AlgorithmMaxCount entries, which the cuDNN API
+  // documents as the most _v7 and Find*Ex return: it counts each algorithm's tensor-core variant
+  // apart, so *_ALGO_COUNT entries could cut the list short (and a cached choice missing from a
+  // cut list would be searched again on every run).
+  const int capacity = A::max_count(c);
   // cuDNN's heuristic list: what the heuristic strategy picks from and what a cached entry must
   // still be in.
   std::optional<std::vector<Perf>> listed;
   const auto heuristic_list = [&]() -> const std::vector<Perf>& {
     if (!listed) {
-      Perf perf[A::kCount];
+      std::vector<Perf> perf(static_cast<size_t>(capacity));
       int n = 0;
-      A::heuristics(c, &n, perf);
+      A::heuristics(c, capacity, &n, perf.data());
       listed.emplace();
       for (int i = 0; i < n; ++i)
         if (acceptable(c, perf[i])) listed->push_back(perf[i]);
@@ -504,9 +524,9 @@ void run_call(Call& c, const KernelContext& ctx, const KernelScope& scope) {
     } catch (const DeviceError&) {
       ws_size = 0;
     }
-    Perf perf[A::kCount];
+    std::vector<Perf> perf(static_cast<size_t>(capacity));
     int n = 0;
-    A::find(c, &n, perf, ws ? ws->template as<void>() : nullptr, ws_size);
+    A::find(c, capacity, &n, perf.data(), ws ? ws->template as<void>() : nullptr, ws_size);
     std::vector<std::string> names;  // cuDNN's order: fastest first
     for (int i = 0; i < n; ++i) {
       if (!acceptable(c, perf[i])) continue;

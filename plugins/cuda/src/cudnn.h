@@ -35,6 +35,9 @@ namespace plugflow::cuda {
   X(cudnnGetConvolutionForwardAlgorithm_v7)                                                                 \
   X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                                                            \
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                                          \
+  X(cudnnGetConvolutionForwardAlgorithmMaxCount)                                                            \
+  X(cudnnGetConvolutionBackwardDataAlgorithmMaxCount)                                                       \
+  X(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount)                                                     \
   X(cudnnFindConvolutionForwardAlgorithmEx)                                                                 \
   X(cudnnFindConvolutionBackwardDataAlgorithmEx)                                                            \
   X(cudnnFindConvolutionBackwardFilterAlgorithmEx)                                                          \

@@ -69,6 +69,10 @@ class CudaRawMemory final : public RawMemory {
   }
   void free(void* ptr) override {
     DeviceGuard guard(index_);
+    // A cached block may still be read by kernels queued on its stream. CUDA 13 documents that
+    // cudaFree of cudaMalloc'ed memory only "may perform implicit synchronization", so the
+    // device finishes first (called by empty_cache and the out-of-memory retry only).
+    PF_CUDA_CHECK(cudaDeviceSynchronize());
     PF_CUDA_CHECK(cudaFree(ptr));
   }
   std::string name() const override { return "cuda:" + std::to_string(index_); }

@@ -284,6 +284,8 @@ void triangular_solve(DType dtype, const KernelScope& scope, bool transpose, int
 void gemm(DType dtype, const KernelScope& scope, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
           const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c, int64_t ldc) {
   PF_CHECK(dtype == DType::Float32 || dtype == DType::Float64, "cuda gemm: unsupported dtype ", dtype_name(dtype));
+  // Overwrite or accumulate: the K == 0 shortcut below has no other beta to scale C by.
+  PF_CHECK(beta == 0.0 || beta == 1.0, "cuda gemm: beta must be 0 or 1, got ", beta);
   if (M == 0 || N == 0) return;
   for (int64_t v : {M, N, K, lda, ldb, ldc})
     PF_CHECK(v <= INT_MAX, "cuda gemm: sizes beyond 2^31-1 are not supported by cuBLAS (", M, "x", K, " @ ", K, "x",
