@@ -27,7 +27,7 @@ DTYPE_RULES = {
                "logical": "Logical"},
     "activation": {"float": None},
     "ternary": {"promote": None, "same": None},
-    "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input"},
+    "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input", "logical": "Logical"},
     "scan": {"accumulate": None},
     "softmax": {"floating": None},
     "moments": {"floating": None},
@@ -40,12 +40,15 @@ ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
 PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input", "special"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber",
              "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput", "exact": "Exact",
-             "floating": "Floating"}
+             "floating": "Floating", "logical": "Logical"}
 IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
-          "identity", "dim_optional", "doc", "outputs", "variants"}
-REDUCTION_ONLY = {"identity", "dim_optional"}
+          "identity", "dim_optional", "dim", "doc", "outputs", "variants"}
+REDUCTION_ONLY = {"identity", "dim_optional", "dim"}
+# A reduction's Python dim: int[] (an int or a tuple/list) or int (PyTorch's X(input) and
+# X(input, int dim, bool keepdim=False) overloads, both with out=: all, any)
+REDUCTION_DIMS = ("int[]", "int")
 MOMENTS_ONLY = {"outputs", "variants"}
 # A variant: one Python function over a kernel with several outputs (moments.yaml)
 VARIANT_FIELDS = {"name", "attrs", "outputs", "python", "out", "amp"}
@@ -65,7 +68,7 @@ FIXED_ATTRS = {"reduction": {"dims": "int[]", "keepdim": "bool"},
                "moments": {"dims": "int[]", "keepdim": "bool", "correction": "float"}}
 FIXED_PYTHON = {"reduction": ["function", "method"], "scan": ["function", "method", "inplace"],
                 "softmax": ["function", "method"], "moments": []}
-PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype])",
+PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype]), or (int dim, keepdim) as `dim` says",
                "scan": "torch.X, Tensor.X and Tensor.X_ (dim, *, dtype)",
                "softmax": "torch.X and Tensor.X (dim, dtype)",
                "moments": "its `variants` (dim, unbiased, keepdim, *, correction)"}
@@ -177,6 +180,8 @@ def normalize(e, seen):
     out = e.get("out")
     if out is not None and out not in OUT_KINDS:
         fail(f"out: one of {sorted(OUT_KINDS)}")
+    if out == "logical" and not (family == "reduction" and dtype == "logical"):
+        fail("out: logical is for the logical reductions (all, any)")
     aliases = e.get("aliases", [])
     amp = e.get("amp", {})
     for dev, pol in amp.items():
@@ -189,6 +194,11 @@ def normalize(e, seen):
     dim_optional = e.get("dim_optional", False)
     if not isinstance(dim_optional, bool):
         fail("dim_optional: true or false")
+    dim = e.get("dim", "int[]")
+    if dim not in REDUCTION_DIMS:
+        fail(f"dim: one of {REDUCTION_DIMS}")
+    if dim == "int" and dim_optional:
+        fail("dim_optional: a reduction over one int dim has PyTorch's no-dim overload X(input) already")
 
     outputs = e.get("outputs", ["result"])
     if family == "moments" and not (isinstance(outputs, list) and len(outputs) >= 2 and
@@ -217,7 +227,7 @@ def normalize(e, seen):
     seen.update(aliases)
     return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel,
                 attrs=attrs, python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp,
-                derivative=deriv, bool_out=bool_out, identity=identity, dim_optional=dim_optional,
+                derivative=deriv, bool_out=bool_out, identity=identity, dim_optional=dim_optional, dim=dim,
                 outputs=outputs, variants=variants, doc=e.get("doc", ""))
 
 
@@ -385,9 +395,10 @@ def header(ops):
               [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], DTYPE_RULES["reduction"][o["dtype"]],
                 IDENTITIES.get(o["identity"], "None"), q(signature(o))] for o in reductions]),
         macro("PF_OPDEFS_PY_REDUCTION",
-              "X(name, dtype_arg, dim_optional): torch.X / Tensor.X(dim, keepdim[, *, dtype]); dim defaults to"
-              " None where optional, else ()",
-              [[q(o["name"]), cbool(o["dtype"] != "input"), cbool(o["dim_optional"])] for o in reductions]),
+              "X(name, dtype_arg, dim_optional, one_dim): torch.X / Tensor.X(dim, keepdim[, *, dtype]); dim defaults to"
+              " None where optional, else (); one_dim: PyTorch's X(input) and X(input, int dim, keepdim=False)",
+              [[q(o["name"]), cbool(o["dtype"] not in ("input", "logical")), cbool(o["dim_optional"]),
+                cbool(o["dim"] == "int")] for o in reductions]),
         macro("PF_OPDEFS_SCAN",
               "X(name, Camel, Dtypes, signature): the scans along one dim (integers and bool scan in int64, dtype="
               " casts first); the catalog, torch.X / Tensor.X / Tensor.X_(dim, *, dtype), and in-tree plugins"
@@ -556,11 +567,13 @@ def ternary_rows(ops):
 
 REDUCTION_DTYPE = {"accumulate": "integers and bool are cast to int64 first (or all to `dtype=`)",
                    "floating": "floating (the input or `dtype=`; the cast happens first)",
-                   "input": "any (no `dtype=`)"}
+                   "input": "any (no `dtype=`)",
+                   "logical": "any, read as it is; the output is **bool** (uint8 for a uint8 input)"}
 
 
 def reduction_rows(ops):
-    rows = ["| op | input (= output) dtypes | kernel dtypes | over an empty dim | notes |", "|---|---|---|---|---|"]
+    rows = ["| op | dtypes (the output's = the input's unless said) | kernel dtypes | over an empty dim | notes |",
+            "|---|---|---|---|---|"]
     for o in ops:
         empty = "never reaches the kernel: raises" if o["identity"] is None else f"{o['identity']} (the core answers)"
         rows.append(f"| `{o['name']}` | {REDUCTION_DTYPE[o['dtype']]} | {kernel_cell(o)} | {empty} | "

@@ -58,6 +58,14 @@ std::vector<TensorMeta> reduce_meta(std::span<const Tensor> in, const Attrs& att
   return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), in[0].dtype(), in[0].device()}};
 }
 
+// all / any (the logical reductions): any input; bool output, uint8 for a uint8 input (PyTorch 1.13's).
+std::vector<TensorMeta> logical_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& dims = attrs.get<Shape>("dims");
+  check_dims(in[0], dims);
+  const DType out = in[0].dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+  return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), out, in[0].device()}};
+}
+
 std::vector<TensorMeta> index_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Shape dims{attrs.get<int64_t>("dim")};
   check_dims(in[0], dims);
@@ -110,7 +118,9 @@ const bool kCatalogRegistered = [] {
     register_op(std::string(u.name), std::string(u.signature), u.kind == UnaryKind::BoolOut ? bool_output : same_as_input);
   for (const auto& act : internal::kParamActivations)
     register_op(std::string(act.name), std::string(act.signature), same_as_input);
-  for (const auto& r : internal::kReductions) register_op(std::string(r.name), std::string(r.signature), reduce_meta);
+  for (const auto& r : internal::kReductions)
+    register_op(std::string(r.name), std::string(r.signature),
+                r.dtype == internal::ReduceDtype::Logical ? logical_reduce_meta : reduce_meta);
   register_op("max_dim", "max_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",
               value_index_reduce_meta);
   register_op("min_dim", "min_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",

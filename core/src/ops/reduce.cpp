@@ -1,5 +1,6 @@
 // Reductions: dims normalized and dtypes decided here; kernels see sorted unique dims. The
-// reductions over dims (sum, prod, mean, amax, amin) are defined in core/opdefs/reductions.yaml.
+// reductions over dims (sum, prod, mean, amax, amin, all, any) are defined in
+// core/opdefs/reductions.yaml.
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
@@ -202,7 +203,13 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
     case ReduceDtype::Input:
       PF_CHECK(!dtype || *dtype == a.dtype(), name, "(): dtype is not supported");
       break;
+    case ReduceDtype::Logical:
+      PF_CHECK(!dtype, name, "(): dtype is not supported");
+      out_dtype = a.dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+      break;
   }
+  // The kernel reads the output's dtype (cast first), except a logical reduction's: the input's.
+  const DType in_dtype = info->dtype == ReduceDtype::Logical ? a.dtype() : out_dtype;
   PF_CHECK_T(info->identity != ReduceIdentity::None || !reduces_over_empty(a, dims), IndexError, name,
              "(): Expected reduction dim to have non-zero size.");
 
@@ -212,10 +219,10 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
                             : info->identity == ReduceIdentity::One ? Scalar(int64_t{1})
                                                                     : Scalar(std::numeric_limits<double>::quiet_NaN());
     Tensor out = full(out_shape, identity, out_dtype, a.device());
-    record_reduce(name, to(a, std::nullopt, out_dtype), out, dims, keep, dims_in.empty());  // still differentiable
+    record_reduce(name, to(a, std::nullopt, in_dtype), out, dims, keep, dims_in.empty());  // still differentiable
     return out;
   }
-  const Tensor in[] = {to(a, std::nullopt, out_dtype)};
+  const Tensor in[] = {to(a, std::nullopt, in_dtype)};
   Tensor out = call_op(find_op(name), in, Attrs{{"dims", dims}, {"keepdim", keep}})[0];
   record_reduce(name, in[0], out, dims, keep, dims_in.empty());
   return out;
@@ -260,6 +267,8 @@ std::pair<Tensor, Tensor> min_dim(const Tensor& a, int64_t dim, bool keepdim) {
   return value_index("min_dim", "min", a, dim, keepdim);
 }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_reduce("argmax", a, dim, keepdim); }
+Tensor all(const Tensor& a, const Shape& dims, bool keepdim) { return reduce("all", a, dims, keepdim); }
+Tensor any(const Tensor& a, const Shape& dims, bool keepdim) { return reduce("any", a, dims, keepdim); }
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_reduce("argmin", a, dim, keepdim); }
 
 }  // namespace plugflow::ops

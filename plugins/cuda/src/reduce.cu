@@ -94,6 +94,23 @@ struct ExtremeRed {
 template <typename D> using AmaxRed = ExtremeRed<D, true>;
 template <typename D> using AminRed = ExtremeRed<D, false>;
 
+// all / any: true where every / some element is non-zero (NaN counts as non-zero). The output
+// is bool, or uint8 for a uint8 input (`bool_out`); both hold 0 or 1 in one byte.
+template <typename D, bool IsAll>
+struct LogicalRed {
+  static constexpr bool bool_out = true;
+  using acc_t = bool;
+  PF_DEVICE acc_t identity() const { return IsAll; }
+  PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
+    const bool nz = to_opmath(x) != opmath_t<D>(0);
+    return IsAll ? (a && nz) : (a || nz);
+  }
+  PF_DEVICE acc_t merge(acc_t a, acc_t b) const { return IsAll ? (a && b) : (a || b); }
+  PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<uint8_t*>(out0) = a ? 1 : 0; }
+};
+template <typename D> using AllRed = LogicalRed<D, true>;
+template <typename D> using AnyRed = LogicalRed<D, false>;
+
 // Value and index of the extreme: the first index on ties, the first NaN if there is one.
 template <typename D, bool IsMax, bool WriteValues>
 struct IndexedRed {
@@ -151,14 +168,19 @@ struct ReducerFactory {
 };
 
 
-// sum prod mean amax amin: attrs dims (sorted, unique) and keepdim.
+// The reductions over dims (sum ... amin, all, any): attrs dims (sorted, unique) and keepdim. The
+// output has the input's dtype, or bool / uint8 for a reducer with `bool_out` (all, any).
 template <template <typename> class RedT, typename Family>
 void reduce_dims_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
-  PF_CHECK(out.dtype() == a.dtype(), "cuda '", ctx.op.name, "' kernel writes its input's dtype (",
-           dtype_name(a.dtype()), "), the output is ", dtype_name(out.dtype()));
+  if constexpr (requires { RedT<float>::bool_out; })
+    PF_CHECK(out.dtype() == DType::Bool || out.dtype() == DType::UInt8, "cuda '", ctx.op.name,
+             "' kernel writes bool or uint8, got ", dtype_name(out.dtype()));
+  else
+    PF_CHECK(out.dtype() == a.dtype(), "cuda '", ctx.op.name, "' kernel writes its input's dtype (",
+             dtype_name(a.dtype()), "), the output is ", dtype_name(out.dtype()));
   const Shape& dims = ctx.attr<Shape>("dims");
   const ReduceIndexing ix = make_reduce_indexing(a, dims, ctx.attr<bool>("keepdim"), out, nullptr);
   dispatch_supported<Family>(ctx, a.dtype(), [&](auto tag) {
