@@ -18,7 +18,8 @@ import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments", "composite")
+FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments", "composite",
+            "indexed")
 # Ops along one dim (along_dim.yaml): each line along `dim` maps to a line of the same shape.
 ALONG_DIM = ("scan", "softmax")
 DTYPE_RULES = {
@@ -65,7 +66,8 @@ FIXED_ATTRS = {"reduction": {"dims": "int[]", "keepdim": "bool"},
                "scan": {"dim": "int", "reverse": "bool"},  # reverse: from the end (cumsum's backward)
                "softmax": {"dim": "int"},
                # PyTorch's var/std arguments; `attrs:` adds the kernel's own, which variants fix
-               "moments": {"dims": "int[]", "keepdim": "bool", "correction": "float"}}
+               "moments": {"dims": "int[]", "keepdim": "bool", "correction": "float"},
+               "indexed": {"dim": "int", "keepdim": "bool"}}
 FIXED_PYTHON = {"reduction": ["function", "method"], "scan": ["function", "method", "inplace"],
                 "softmax": ["function", "method"], "moments": []}
 PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype]), or (int dim, keepdim) as `dim` says",
@@ -117,6 +119,8 @@ def normalize(e, seen):
         fail(f"family must be one of {FAMILIES}")
     if family == "composite":
         return normalize_composite(e, seen, fail)
+    if family == "indexed":
+        return normalize_indexed(e, seen, fail)
     unknown = set(e) - FIELDS
     if unknown:
         fail(f"unknown fields {sorted(unknown)}")
@@ -284,6 +288,53 @@ def normalize_composite(e, seen, fail):
                 attrs={}, identity=None, signature=f"{name}(Tensor self{sig_args}) -> Tensor", doc=e.get("doc", ""))
 
 
+# A reduction to the extreme's index over one dim (indexed.yaml): the index alone, or the value too
+INDEXED_FIELDS = {"name", "family", "outputs", "kernels", "dim_optional", "python", "out", "torch_name", "derivative",
+                  "doc"}
+INDEXED_OUTPUTS = (["values", "indices"], ["indices"])
+
+
+def normalize_indexed(e, seen, fail):
+    name = e["name"]
+    if set(e) - INDEXED_FIELDS:
+        fail(f"unknown fields {sorted(set(e) - INDEXED_FIELDS)} (an indexed op has {sorted(INDEXED_FIELDS)})")
+    outputs = e.get("outputs")
+    if outputs not in INDEXED_OUTPUTS:
+        fail(f"outputs: one of {INDEXED_OUTPUTS}")
+    kdt = e.get("kernels")
+    if kdt not in KERNEL_DTYPES:
+        fail("kernels: say which dtypes the kernels cover (all, numeric, float, integral)")
+    dim_optional = e.get("dim_optional", False)
+    if not isinstance(dim_optional, bool):
+        fail("dim_optional: true or false")
+    python = e.get("python", ["function", "method"])
+    if python != "custom" and python != ["function", "method"]:
+        fail("python: torch.X and Tensor.X(dim, keepdim) (the default), or custom (bound by hand behind another"
+             " function, as max_dim behind torch.max)")
+    out = e.get("out")
+    if out is not None and (out not in OUT_KINDS or python == "custom"):
+        fail(f"out: one of {sorted(OUT_KINDS)}, for an op bound from its definition")
+    torch_name = e.get("torch_name", name)
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", torch_name):
+        fail("torch_name: the PyTorch function the op is (its errors' and backward node's name)")
+    deriv = e.get("derivative")
+    if deriv is not None:
+        uses = deriv.get("uses", [])
+        if set(deriv) - {"function", "uses"} or "function" not in deriv or set(uses) - {"self"} - set(outputs):
+            fail(f"derivative: {{function: NAME, uses: [...]}} (uses: a subset of self and {outputs})")
+        if "values" not in outputs:
+            fail("derivative: an op returning only indices has none")
+    seen.add(name)
+    attrs = FIXED_ATTRS["indexed"]
+    op = dict(name=name, family="indexed", inputs=["self"], dtype="input", kernel_dtypes=kdt, custom_kernel=False,
+              attrs=attrs, python=set() if python == "custom" else set(python), custom_python=python == "custom",
+              out=out, aliases=[], amp={}, derivative=deriv, bool_out=False, identity=None,
+              dim_optional=dim_optional, dim="int", outputs=outputs, variants=[], torch_name=torch_name,
+              node=f"{camel(torch_name)}Backward0", doc=e.get("doc", ""))
+    op["signature"] = signature(op)
+    return op
+
+
 ATTR_VALUE_TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str}
 
 
@@ -334,7 +385,7 @@ def signature(op):
     attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
     if attrs and op["family"] not in FIXED_ATTRS:  # those are positional
         attrs = ", *" + attrs
-    outs = "Tensor" if op["outputs"] == ["result"] else "(" + ", ".join(f"Tensor {o}" for o in op["outputs"]) + ")"
+    outs = "Tensor" if len(op["outputs"]) == 1 else "(" + ", ".join(f"Tensor {o}" for o in op["outputs"]) + ")"
     return f"{op['name']}({ins}{attrs}) -> {outs}"
 
 
@@ -361,6 +412,7 @@ def header(ops):
     softmaxes = [o for o in ops if o["family"] == "softmax"]
     moments = [o for o in ops if o["family"] == "moments"]
     composites = [o for o in ops if o["family"] == "composite"]
+    indexed = [o for o in ops if o["family"] == "indexed"]
     parts = [
         "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
         "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
@@ -432,6 +484,18 @@ def header(ops):
               [[q(o["name"]), cbool("function" in o["python"]), cbool("method" in o["python"]),
                 composite_args_init(o["args"])] for o in composites]),
     ]
+    parts += [
+        macro("PF_OPDEFS_INDEXED",
+              "X(name, Camel, Dtypes, n_outputs, torch_name, dim_optional, signature): the reductions to the"
+              " extreme's index over one dim (values and indices, or indices), the functional entry ops::indexed"
+              " (dim_optional: dim may be absent, over the flattened input); the catalog, and in-tree plugins"
+              " register functor Camel##Op (CPU) / Camel##Red (CUDA) for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], str(len(o["outputs"])),
+                q(o["torch_name"]), cbool(o["dim_optional"]), q(o["signature"])] for o in indexed]),
+        macro("PF_OPDEFS_PY_INDEXED",
+              "X(name, dim_optional): torch.X / Tensor.X(dim, keepdim=False); dim defaults to None where optional",
+              [[q(o["name"]), cbool(o["dim_optional"])] for o in indexed if o["python"]]),
+    ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
     parts += [
@@ -478,7 +542,7 @@ def uses_of(exprs, names):
 
 def derivatives(ops):
     letters = {"self": "a", "other": "b", "result": "o"}
-    out = {"unary": [], "binary": [], "reduction": [], "along_dim": [], "moments": []}
+    out = {"unary": [], "binary": [], "reduction": [], "along_dim": [], "moments": [], "indexed": []}
     for o in ops:
         d = o["derivative"]
         if d is None:
@@ -493,6 +557,11 @@ def derivatives(ops):
             # the saved tensors: a (the input), then an output's index
             needs = "".join("a" if u == "self" else str(o["outputs"].index(u)) for u in d.get("uses", []))
             out["moments"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}"}}}},')
+            continue
+        if o["family"] == "indexed":
+            # the saved tensors: a (the input), then an output's index
+            needs = "".join("a" if u == "self" else str(o["outputs"].index(u)) for u in d.get("uses", []))
+            out["indexed"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}", "{o["node"]}"}}}},')
             continue
         if o["family"] in ALONG_DIM:
             needs = "".join(letters[u] for u in ("self", "result") if u in d.get("uses", []))
@@ -521,7 +590,8 @@ def derivatives(ops):
             "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n"
             "#define PF_OPDEFS_REDUCTION_DERIVATIVES \\\n  " + " \\\n  ".join(out["reduction"]) + "\n"
             "#define PF_OPDEFS_ALONG_DIM_DERIVATIVES \\\n  " + " \\\n  ".join(out["along_dim"]) + "\n"
-            "#define PF_OPDEFS_MOMENTS_DERIVATIVES \\\n  " + " \\\n  ".join(out["moments"]) + "\n")
+            "#define PF_OPDEFS_MOMENTS_DERIVATIVES \\\n  " + " \\\n  ".join(out["moments"]) + "\n"
+            "#define PF_OPDEFS_INDEXED_DERIVATIVES \\\n  " + " \\\n  ".join(out["indexed"]) + "\n")
 
 
 DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from {source} -->"
@@ -622,9 +692,27 @@ def composite_rows(ops):
     return rows
 
 
+def indexed_rows(ops):
+    rows = ["| op | outputs | kernel dtypes | attrs | Python | over an empty dim | notes |",
+            "|---|---|---|---|---|---|---|"]
+    kinds = {"values": "values (a's dtype)", "indices": "indices (int64)"}
+    for o in ops:
+        dim = "dim=None" if o["dim_optional"] else "dim"
+        python = (f"behind torch.{o['torch_name']}(input, dim, keepdim) and Tensor.{o['torch_name']} (bound by hand)"
+                  if o["custom_python"] else f"torch.{o['name']} / Tensor.{o['name']}({dim}, keepdim=False)")
+        if o["out"]:
+            python += f", out= ({o['out']})"
+        empty = "raises IndexError" + (" (dim=None: over the flattened input, raises when it is empty)"
+                                       if o["dim_optional"] else "")
+        rows.append(f"| `{o['name']}` | {', '.join(kinds[x] for x in o['outputs'])} | {kernel_cell(o)} | "
+                    f"{attrs_cell(o)} | {python} | {empty} | {cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
     rows_of = {"ternary": ternary_rows, "reduction": reduction_rows, "scan": along_dim_rows,
-               "softmax": along_dim_rows, "moments": moments_rows, "composite": composite_rows}
+               "softmax": along_dim_rows, "moments": moments_rows, "composite": composite_rows,
+               "indexed": indexed_rows}
     writers = {rows_of.get(o["family"], elementwise_rows) for o in ops}
     if len(writers) > 1:
         raise DefinitionError(f"{source}: its families need different docs tables (one file, one table)")

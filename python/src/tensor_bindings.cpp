@@ -938,6 +938,18 @@ const std::vector<ReductionExposure> kReductions = {
 #undef PF_X
 };
 
+// The reductions to the extreme's index bound from their definitions (core/opdefs/indexed.yaml;
+// max_dim and min_dim are bound by hand behind torch.max / torch.min).
+struct IndexedExposure {
+  std::string name;
+  bool dim_optional;  // dim defaults to None: over the flattened input
+};
+const std::vector<IndexedExposure> kIndexed = {
+#define PF_X(name, dim_optional) {name, dim_optional},
+    PF_OPDEFS_PY_INDEXED(PF_X)
+#undef PF_X
+};
+
 struct Alias {
   std::string alias, op;
 };
@@ -1620,14 +1632,21 @@ void bind_tensor(py::module_& m) {
   def_method_and_function(
       cls, m, "min", [](const Tensor& t, py::handle dim, bool keepdim) { return max_min(false, t, dim, keepdim); },
       py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_method_and_function(
-      cls, m, "argmax",
-      [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) { return ops::argmax(t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_method_and_function(
-      cls, m, "argmin",
-      [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) { return ops::argmin(t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  // The reductions to the extreme's index (core/opdefs/indexed.yaml): torch.X / Tensor.X(dim, keepdim=False),
+  // dim None (the default where optional): over the flattened input.
+  for (const IndexedExposure& r : kIndexed) {
+    const std::string* name = &r.name;
+    auto f = [name](const Tensor& t, py::handle dim, bool keepdim) {
+      PF_CHECK_T(!PyBool_Check(dim.ptr()), TypeError, *name, "(): argument 'dim' must be int, not bool");
+      const std::optional<int64_t> d = dim.is_none() ? std::nullopt : std::optional<int64_t>(to_int(dim, "dim"));
+      py::gil_scoped_release nogil;
+      return ops::indexed(*name, t, d, keepdim)[0];
+    };
+    if (r.dim_optional)
+      def_method_and_function(cls, m, name->c_str(), f, py::arg("dim") = py::none(), py::arg("keepdim") = false);
+    else
+      def_method_and_function(cls, m, name->c_str(), f, py::arg("dim"), py::arg("keepdim") = false);
+  }
 
   // -- linear algebra (the GIL is released: these run long enough for other threads to matter)
   def_method_and_function(

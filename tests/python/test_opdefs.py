@@ -89,7 +89,8 @@ def test_out_forms_match_torch(op):
         for with_dim in (False, True) if op["dim_optional"] or op.get("dim") == "int" else (False,):
             def run(lib):
                 args = inputs(lib, op) + ([0] if with_dim else [])
-                out = lib.empty(0, dtype=lib.bool if op["bool_out"] else args[0].dtype)
+                dtype = lib.bool if op["bool_out"] else lib.int64 if op["outputs"] == ["indices"] else args[0].dtype
+                out = lib.empty(0, dtype=dtype)
                 res = function(lib, op, name)(*args, out=out)
                 return res is out, out
             assert_same_outcome(run)

@@ -1,5 +1,6 @@
 // Reductions: those over any set of dims (core/opdefs/reductions.yaml), and the indexed ones
-// (max_dim, min_dim, argmax, argmin) over one dim; any input and output strides.
+// (core/opdefs/indexed.yaml: max_dim, min_dim, argmax, argmin) over one dim; any input and
+// output strides.
 //
 // The loops themselves (plan, inner and outer mode) live in reduce_loops.h.
 //
@@ -372,6 +373,10 @@ template <typename T>
 using MaxDimOp = IndexedOp<T, true>;
 template <typename T>
 using MinDimOp = IndexedOp<T, false>;
+template <typename T>
+using ArgmaxOp = IndexedOp<T, true>;
+template <typename T>
+using ArgminOp = IndexedOp<T, false>;
 
 
 // ---- kernels ---------------------------------------------------------------------------------
@@ -454,10 +459,12 @@ void register_reduce_kernels(Registrar& reg) {
 #define PF_X(name, Camel, dtypes, rule, identity, sig) register_supported<Camel##Op>(reg, name, kKernelOf<Camel##Op>);
   PF_OPDEFS_REDUCTION(PF_X)
 #undef PF_X
-  register_supported<MaxDimOp>(reg, "max_dim", reduce_one_dim_kernel<MaxDimOp>);
-  register_supported<MinDimOp>(reg, "min_dim", reduce_one_dim_kernel<MinDimOp>);
-  register_supported<MaxDimOp>(reg, "argmax", reduce_one_dim_kernel<MaxDimOp>);
-  register_supported<MinDimOp>(reg, "argmin", reduce_one_dim_kernel<MinDimOp>);
+  // The reductions to the extreme's index (core/opdefs/indexed.yaml): values and indices, or the
+  // indices alone, as the op's outputs say (max_dim -> MaxDimOp, argmax -> ArgmaxOp).
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) \
+  register_supported<Camel##Op>(reg, name, reduce_one_dim_kernel<Camel##Op>);
+  PF_OPDEFS_INDEXED(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

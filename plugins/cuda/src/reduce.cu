@@ -1,6 +1,6 @@
 // Reductions: those over any set of dims (core/opdefs/reductions.yaml), and the indexed ones
-// (max_dim, min_dim, argmax, argmin) over one dim; any input and output strides, through
-// the shared driver of reduce.cuh.
+// (core/opdefs/indexed.yaml: max_dim, min_dim, argmax, argmin) over one dim; any input and
+// output strides, through the shared driver of reduce.cuh.
 #include <limits>
 
 #include "opdefs.h"
@@ -94,11 +94,14 @@ struct ExtremeRed {
 template <typename D> using AmaxRed = ExtremeRed<D, true>;
 template <typename D> using AminRed = ExtremeRed<D, false>;
 
+// A reducer whose output is bool or uint8 whatever its input's dtype (a tag base: nvcc warns
+// about a static member that only a requires-expression reads).
+struct BoolOutput {};
+
 // all / any: true where every / some element is non-zero (NaN counts as non-zero). The output
-// is bool, or uint8 for a uint8 input (`bool_out`); both hold 0 or 1 in one byte.
+// is bool, or uint8 for a uint8 input; both hold 0 or 1 in one byte.
 template <typename D, bool IsAll>
-struct LogicalRed {
-  static constexpr bool bool_out = true;
+struct LogicalRed : BoolOutput {
   using acc_t = bool;
   PF_DEVICE acc_t identity() const { return IsAll; }
   PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
@@ -169,13 +172,13 @@ struct ReducerFactory {
 
 
 // The reductions over dims (sum ... amin, all, any): attrs dims (sorted, unique) and keepdim. The
-// output has the input's dtype, or bool / uint8 for a reducer with `bool_out` (all, any).
+// output has the input's dtype, or bool / uint8 for a BoolOutput reducer (all, any).
 template <template <typename> class RedT, typename Family>
 void reduce_dims_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
-  if constexpr (requires { RedT<float>::bool_out; })
+  if constexpr (std::is_base_of_v<BoolOutput, RedT<float>>)
     PF_CHECK(out.dtype() == DType::Bool || out.dtype() == DType::UInt8, "cuda '", ctx.op.name,
              "' kernel writes bool or uint8, got ", dtype_name(out.dtype()));
   else
@@ -191,7 +194,7 @@ void reduce_dims_kernel(KernelContext& ctx) {
 }
 
 // max_dim min_dim (values + indices) and argmax argmin (indices): attrs dim and keepdim.
-template <template <typename> class RedT>
+template <template <typename> class RedT, typename Family>
 void reduce_one_dim_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
@@ -201,7 +204,7 @@ void reduce_one_dim_kernel(KernelContext& ctx) {
   const Tensor* indices = ctx.outputs.size() > 1 ? &ctx.output(1) : nullptr;
   const int64_t wrapped = a.dim() == 0 ? 0 : (dim < 0 ? dim + a.dim() : dim);
   const ReduceIndexing ix = make_reduce_indexing(a, {wrapped}, keepdim, out0, indices);
-  dispatch_supported<AllTypes>(ctx, a.dtype(), [&](auto tag) {
+  dispatch_supported<Family>(ctx, a.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
     run_reduce<RedT<D>, D>(ix, a, static_cast<char*>(out0.data_ptr()),
                            indices ? static_cast<char*>(indices->data_ptr()) : nullptr, RedT<D>{}, scope);
@@ -218,10 +221,12 @@ std::vector<KernelDef> reduce_kernels() {
   {name, supported_dtypes<dtypes##Types>(), &reduce_dims_kernel<Camel##Red, dtypes##Types>},
       PF_OPDEFS_REDUCTION(PF_X)
 #undef PF_X
-      {"max_dim", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<MaxDimRed>},
-      {"min_dim", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<MinDimRed>},
-      {"argmax", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<ArgmaxRed>},
-      {"argmin", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<ArgminRed>},
+  // The reductions to the extreme's index (core/opdefs/indexed.yaml): max_dim -> MaxDimRed,
+  // argmax -> ArgmaxRed.
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) \
+  {name, supported_dtypes<dtypes##Types>(), &reduce_one_dim_kernel<Camel##Red, dtypes##Types>},
+      PF_OPDEFS_INDEXED(PF_X)
+#undef PF_X
   };
 }
 
