@@ -315,7 +315,7 @@ def normalize_indexed(e, seen, fail):
     if out is not None and (out not in OUT_KINDS or python == "custom"):
         fail(f"out: one of {sorted(OUT_KINDS)}, for an op bound from its definition")
     torch_name = e.get("torch_name", name)
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", torch_name):
+    if not isinstance(torch_name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", torch_name):
         fail("torch_name: the PyTorch function the op is (its errors' and backward node's name)")
     deriv = e.get("derivative")
     if deriv is not None:
