@@ -18,7 +18,8 @@ import sys
 
 import yaml
 
-FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments", "composite")
+FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments", "composite",
+            "indexed")
 # Ops along one dim (along_dim.yaml): each line along `dim` maps to a line of the same shape.
 ALONG_DIM = ("scan", "softmax")
 DTYPE_RULES = {
@@ -27,7 +28,7 @@ DTYPE_RULES = {
                "logical": "Logical"},
     "activation": {"float": None},
     "ternary": {"promote": None, "same": None},
-    "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input"},
+    "reduction": {"accumulate": "Accumulate", "floating": "Floating", "input": "Input", "logical": "Logical"},
     "scan": {"accumulate": None},
     "softmax": {"floating": None},
     "moments": {"floating": None},
@@ -40,12 +41,15 @@ ATTR_TYPES = {"Scalar", "float", "int", "bool", "str"}
 PY_TOKENS = {"function", "method", "inplace", "nn_functional", "tensor_only", "number_input", "special"}
 OUT_KINDS = {"cast": "Cast", "same_dtype": "SameDtype", "same_dtype_for_number": "SameDtypeForNumber",
              "accumulate": "Accumulate", "mean": "Mean", "same_as_input": "SameAsInput", "exact": "Exact",
-             "floating": "Floating"}
+             "floating": "Floating", "logical": "Logical"}
 IDENTITIES = {0: "Zero", 1: "One", "nan": "NaN"}  # a reduction's value over an empty dim
 AMP_POLICIES = {"lower": "Lower", "float32": "Float32", "promote": "Promote", "native": "Native", "banned": "Banned"}
 FIELDS = {"name", "family", "inputs", "dtype", "kernels", "attrs", "python", "out", "aliases", "amp", "derivative",
-          "identity", "dim_optional", "doc", "outputs", "variants"}
-REDUCTION_ONLY = {"identity", "dim_optional"}
+          "identity", "dim_optional", "dim", "doc", "outputs", "variants"}
+REDUCTION_ONLY = {"identity", "dim_optional", "dim"}
+# A reduction's Python dim: int[] (an int or a tuple/list) or int (PyTorch's X(input) and
+# X(input, int dim, bool keepdim=False) overloads, both with out=: all, any)
+REDUCTION_DIMS = ("int[]", "int")
 MOMENTS_ONLY = {"outputs", "variants"}
 # A variant: one Python function over a kernel with several outputs (moments.yaml)
 VARIANT_FIELDS = {"name", "attrs", "outputs", "python", "out", "amp"}
@@ -62,10 +66,11 @@ FIXED_ATTRS = {"reduction": {"dims": "int[]", "keepdim": "bool"},
                "scan": {"dim": "int", "reverse": "bool"},  # reverse: from the end (cumsum's backward)
                "softmax": {"dim": "int"},
                # PyTorch's var/std arguments; `attrs:` adds the kernel's own, which variants fix
-               "moments": {"dims": "int[]", "keepdim": "bool", "correction": "float"}}
+               "moments": {"dims": "int[]", "keepdim": "bool", "correction": "float"},
+               "indexed": {"dim": "int", "keepdim": "bool"}}
 FIXED_PYTHON = {"reduction": ["function", "method"], "scan": ["function", "method", "inplace"],
                 "softmax": ["function", "method"], "moments": []}
-PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype])",
+PYTHON_FORM = {"reduction": "torch.X and Tensor.X (dim, keepdim[, dtype]), or (int dim, keepdim) as `dim` says",
                "scan": "torch.X, Tensor.X and Tensor.X_ (dim, *, dtype)",
                "softmax": "torch.X and Tensor.X (dim, dtype)",
                "moments": "its `variants` (dim, unbiased, keepdim, *, correction)"}
@@ -114,6 +119,8 @@ def normalize(e, seen):
         fail(f"family must be one of {FAMILIES}")
     if family == "composite":
         return normalize_composite(e, seen, fail)
+    if family == "indexed":
+        return normalize_indexed(e, seen, fail)
     unknown = set(e) - FIELDS
     if unknown:
         fail(f"unknown fields {sorted(unknown)}")
@@ -177,6 +184,8 @@ def normalize(e, seen):
     out = e.get("out")
     if out is not None and out not in OUT_KINDS:
         fail(f"out: one of {sorted(OUT_KINDS)}")
+    if out == "logical" and not (family == "reduction" and dtype == "logical"):
+        fail("out: logical is for the logical reductions (all, any)")
     aliases = e.get("aliases", [])
     amp = e.get("amp", {})
     for dev, pol in amp.items():
@@ -189,6 +198,11 @@ def normalize(e, seen):
     dim_optional = e.get("dim_optional", False)
     if not isinstance(dim_optional, bool):
         fail("dim_optional: true or false")
+    dim = e.get("dim", "int[]")
+    if dim not in REDUCTION_DIMS:
+        fail(f"dim: one of {REDUCTION_DIMS}")
+    if dim == "int" and dim_optional:
+        fail("dim_optional: a reduction over one int dim has PyTorch's no-dim overload X(input) already")
 
     outputs = e.get("outputs", ["result"])
     if family == "moments" and not (isinstance(outputs, list) and len(outputs) >= 2 and
@@ -217,7 +231,7 @@ def normalize(e, seen):
     seen.update(aliases)
     return dict(name=name, family=family, inputs=inputs, dtype=dtype, kernel_dtypes=kdt, custom_kernel=custom_kernel,
                 attrs=attrs, python=python, custom_python=custom_python, out=out, aliases=aliases, amp=amp,
-                derivative=deriv, bool_out=bool_out, identity=identity, dim_optional=dim_optional,
+                derivative=deriv, bool_out=bool_out, identity=identity, dim_optional=dim_optional, dim=dim,
                 outputs=outputs, variants=variants, doc=e.get("doc", ""))
 
 
@@ -274,6 +288,53 @@ def normalize_composite(e, seen, fail):
                 attrs={}, identity=None, signature=f"{name}(Tensor self{sig_args}) -> Tensor", doc=e.get("doc", ""))
 
 
+# A reduction to the extreme's index over one dim (indexed.yaml): the index alone, or the value too
+INDEXED_FIELDS = {"name", "family", "outputs", "kernels", "dim_optional", "python", "out", "torch_name", "derivative",
+                  "doc"}
+INDEXED_OUTPUTS = (["values", "indices"], ["indices"])
+
+
+def normalize_indexed(e, seen, fail):
+    name = e["name"]
+    if set(e) - INDEXED_FIELDS:
+        fail(f"unknown fields {sorted(set(e) - INDEXED_FIELDS)} (an indexed op has {sorted(INDEXED_FIELDS)})")
+    outputs = e.get("outputs")
+    if outputs not in INDEXED_OUTPUTS:
+        fail(f"outputs: one of {INDEXED_OUTPUTS}")
+    kdt = e.get("kernels")
+    if kdt not in KERNEL_DTYPES:
+        fail("kernels: say which dtypes the kernels cover (all, numeric, float, integral)")
+    dim_optional = e.get("dim_optional", False)
+    if not isinstance(dim_optional, bool):
+        fail("dim_optional: true or false")
+    python = e.get("python", ["function", "method"])
+    if python != "custom" and python != ["function", "method"]:
+        fail("python: torch.X and Tensor.X(dim, keepdim) (the default), or custom (bound by hand behind another"
+             " function, as max_dim behind torch.max)")
+    out = e.get("out")
+    if out is not None and (out not in OUT_KINDS or python == "custom"):
+        fail(f"out: one of {sorted(OUT_KINDS)}, for an op bound from its definition")
+    torch_name = e.get("torch_name", name)
+    if not isinstance(torch_name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", torch_name):
+        fail("torch_name: the PyTorch function the op is (its errors' and backward node's name)")
+    deriv = e.get("derivative")
+    if deriv is not None:
+        uses = deriv.get("uses", [])
+        if set(deriv) - {"function", "uses"} or "function" not in deriv or set(uses) - {"self"} - set(outputs):
+            fail(f"derivative: {{function: NAME, uses: [...]}} (uses: a subset of self and {outputs})")
+        if "values" not in outputs:
+            fail("derivative: an op returning only indices has none")
+    seen.add(name)
+    attrs = FIXED_ATTRS["indexed"]
+    op = dict(name=name, family="indexed", inputs=["self"], dtype="input", kernel_dtypes=kdt, custom_kernel=False,
+              attrs=attrs, python=set() if python == "custom" else set(python), custom_python=python == "custom",
+              out=out, aliases=[], amp={}, derivative=deriv, bool_out=False, identity=None,
+              dim_optional=dim_optional, dim="int", outputs=outputs, variants=[], torch_name=torch_name,
+              node=f"{camel(torch_name)}Backward0", doc=e.get("doc", ""))
+    op["signature"] = signature(op)
+    return op
+
+
 ATTR_VALUE_TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str}
 
 
@@ -324,7 +385,7 @@ def signature(op):
     attrs = "".join(f", {t} {a}" for a, t in op["attrs"].items())
     if attrs and op["family"] not in FIXED_ATTRS:  # those are positional
         attrs = ", *" + attrs
-    outs = "Tensor" if op["outputs"] == ["result"] else "(" + ", ".join(f"Tensor {o}" for o in op["outputs"]) + ")"
+    outs = "Tensor" if len(op["outputs"]) == 1 else "(" + ", ".join(f"Tensor {o}" for o in op["outputs"]) + ")"
     return f"{op['name']}({ins}{attrs}) -> {outs}"
 
 
@@ -351,6 +412,7 @@ def header(ops):
     softmaxes = [o for o in ops if o["family"] == "softmax"]
     moments = [o for o in ops if o["family"] == "moments"]
     composites = [o for o in ops if o["family"] == "composite"]
+    indexed = [o for o in ops if o["family"] == "indexed"]
     parts = [
         "// Generated by tools/gen_ops.py from core/opdefs/*.yaml: do not edit.\n"
         "// X-macro lists of the defined ops (docs/opdefs.md says who expands which).\n#pragma once\n",
@@ -385,9 +447,10 @@ def header(ops):
               [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], DTYPE_RULES["reduction"][o["dtype"]],
                 IDENTITIES.get(o["identity"], "None"), q(signature(o))] for o in reductions]),
         macro("PF_OPDEFS_PY_REDUCTION",
-              "X(name, dtype_arg, dim_optional): torch.X / Tensor.X(dim, keepdim[, *, dtype]); dim defaults to"
-              " None where optional, else ()",
-              [[q(o["name"]), cbool(o["dtype"] != "input"), cbool(o["dim_optional"])] for o in reductions]),
+              "X(name, dtype_arg, dim_optional, one_dim): torch.X / Tensor.X(dim, keepdim[, *, dtype]); dim defaults to"
+              " None where optional, else (); one_dim: PyTorch's X(input) and X(input, int dim, keepdim=False)",
+              [[q(o["name"]), cbool(o["dtype"] not in ("input", "logical")), cbool(o["dim_optional"]),
+                cbool(o["dim"] == "int")] for o in reductions]),
         macro("PF_OPDEFS_SCAN",
               "X(name, Camel, Dtypes, signature): the scans along one dim (integers and bool scan in int64, dtype="
               " casts first); the catalog, torch.X / Tensor.X / Tensor.X_(dim, *, dtype), and in-tree plugins"
@@ -420,6 +483,18 @@ def header(ops):
               " after the input, {name, ArgType[, default]}, each passed as the attribute of its name",
               [[q(o["name"]), cbool("function" in o["python"]), cbool("method" in o["python"]),
                 composite_args_init(o["args"])] for o in composites]),
+    ]
+    parts += [
+        macro("PF_OPDEFS_INDEXED",
+              "X(name, Camel, Dtypes, n_outputs, torch_name, dim_optional, signature): the reductions to the"
+              " extreme's index over one dim (values and indices, or indices), the functional entry ops::indexed"
+              " (dim_optional: dim may be absent, over the flattened input); the catalog, and in-tree plugins"
+              " register functor Camel##Op (CPU) / Camel##Red (CUDA) for Dtypes##Types",
+              [[q(o["name"]), camel(o["name"]), KERNEL_DTYPES[o["kernel_dtypes"]], str(len(o["outputs"])),
+                q(o["torch_name"]), cbool(o["dim_optional"]), q(o["signature"])] for o in indexed]),
+        macro("PF_OPDEFS_PY_INDEXED",
+              "X(name, dim_optional): torch.X / Tensor.X(dim, keepdim=False); dim defaults to None where optional",
+              [[q(o["name"]), cbool(o["dim_optional"])] for o in indexed if o["python"]]),
     ]
     py_unary = [o for o in unary if o["python"]]
     py_binary = [o for o in binary if o["python"]]
@@ -467,7 +542,7 @@ def uses_of(exprs, names):
 
 def derivatives(ops):
     letters = {"self": "a", "other": "b", "result": "o"}
-    out = {"unary": [], "binary": [], "reduction": [], "along_dim": [], "moments": []}
+    out = {"unary": [], "binary": [], "reduction": [], "along_dim": [], "moments": [], "indexed": []}
     for o in ops:
         d = o["derivative"]
         if d is None:
@@ -482,6 +557,11 @@ def derivatives(ops):
             # the saved tensors: a (the input), then an output's index
             needs = "".join("a" if u == "self" else str(o["outputs"].index(u)) for u in d.get("uses", []))
             out["moments"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}"}}}},')
+            continue
+        if o["family"] == "indexed":
+            # the saved tensors: a (the input), then an output's index
+            needs = "".join("a" if u == "self" else str(o["outputs"].index(u)) for u in d.get("uses", []))
+            out["indexed"].append(f'{{"{o["name"]}", {{{d["function"]}, "{needs}", "{o["node"]}"}}}},')
             continue
         if o["family"] in ALONG_DIM:
             needs = "".join(letters[u] for u in ("self", "result") if u in d.get("uses", []))
@@ -510,7 +590,8 @@ def derivatives(ops):
             "#define PF_OPDEFS_UNARY_DERIVATIVES \\\n  " + " \\\n  ".join(out["unary"]) + "\n"
             "#define PF_OPDEFS_REDUCTION_DERIVATIVES \\\n  " + " \\\n  ".join(out["reduction"]) + "\n"
             "#define PF_OPDEFS_ALONG_DIM_DERIVATIVES \\\n  " + " \\\n  ".join(out["along_dim"]) + "\n"
-            "#define PF_OPDEFS_MOMENTS_DERIVATIVES \\\n  " + " \\\n  ".join(out["moments"]) + "\n")
+            "#define PF_OPDEFS_MOMENTS_DERIVATIVES \\\n  " + " \\\n  ".join(out["moments"]) + "\n"
+            "#define PF_OPDEFS_INDEXED_DERIVATIVES \\\n  " + " \\\n  ".join(out["indexed"]) + "\n")
 
 
 DOC_BEGIN = "<!-- BEGIN generated by tools/gen_ops.py from {source} -->"
@@ -556,11 +637,13 @@ def ternary_rows(ops):
 
 REDUCTION_DTYPE = {"accumulate": "integers and bool are cast to int64 first (or all to `dtype=`)",
                    "floating": "floating (the input or `dtype=`; the cast happens first)",
-                   "input": "any (no `dtype=`)"}
+                   "input": "any (no `dtype=`)",
+                   "logical": "any, read as it is; the output is **bool** (uint8 for a uint8 input)"}
 
 
 def reduction_rows(ops):
-    rows = ["| op | input (= output) dtypes | kernel dtypes | over an empty dim | notes |", "|---|---|---|---|---|"]
+    rows = ["| op | dtypes (the output's = the input's unless said) | kernel dtypes | over an empty dim | notes |",
+            "|---|---|---|---|---|"]
     for o in ops:
         empty = "never reaches the kernel: raises" if o["identity"] is None else f"{o['identity']} (the core answers)"
         rows.append(f"| `{o['name']}` | {REDUCTION_DTYPE[o['dtype']]} | {kernel_cell(o)} | {empty} | "
@@ -609,9 +692,27 @@ def composite_rows(ops):
     return rows
 
 
+def indexed_rows(ops):
+    rows = ["| op | outputs | kernel dtypes | attrs | Python | over an empty dim | notes |",
+            "|---|---|---|---|---|---|---|"]
+    kinds = {"values": "values (a's dtype)", "indices": "indices (int64)"}
+    for o in ops:
+        dim = "dim=None" if o["dim_optional"] else "dim"
+        python = (f"behind torch.{o['torch_name']}(input, dim, keepdim) and Tensor.{o['torch_name']} (bound by hand)"
+                  if o["custom_python"] else f"torch.{o['name']} / Tensor.{o['name']}({dim}, keepdim=False)")
+        if o["out"]:
+            python += f", out= ({o['out']})"
+        empty = "raises IndexError" + (" (dim=None: over the flattened input, raises when it is empty)"
+                                       if o["dim_optional"] else "")
+        rows.append(f"| `{o['name']}` | {', '.join(kinds[x] for x in o['outputs'])} | {kernel_cell(o)} | "
+                    f"{attrs_cell(o)} | {python} | {empty} | {cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
     rows_of = {"ternary": ternary_rows, "reduction": reduction_rows, "scan": along_dim_rows,
-               "softmax": along_dim_rows, "moments": moments_rows, "composite": composite_rows}
+               "softmax": along_dim_rows, "moments": moments_rows, "composite": composite_rows,
+               "indexed": indexed_rows}
     writers = {rows_of.get(o["family"], elementwise_rows) for o in ops}
     if len(writers) > 1:
         raise DefinitionError(f"{source}: its families need different docs tables (one file, one table)")

@@ -74,6 +74,7 @@ enum class OutKind {
   Accumulate,  // sum/prod: computed in out's dtype (the dtype argument defaults to it)
   Mean,        // mean: computed in out's dtype when it is floating
   Floating,    // logsumexp: out must be floating; the input is cast to its dtype first
+  Logical,     // all/any: out must be bool or uint8
 };
 
 // Writes `result` into `out` with PyTorch's out= rules.
@@ -91,6 +92,9 @@ void write_out(const std::string& fn, const Tensor& out, const Tensor& result, O
   else if (kind == OutKind::Exact)
     PF_CHECK(out.dtype() == result.dtype(), "Expected out tensor to have dtype ", cpp_type_name(result.dtype()),
              ", but got ", cpp_type_name(out.dtype()), " instead");
+  else if (kind == OutKind::Logical)
+    PF_CHECK(out.dtype() == DType::Bool || out.dtype() == DType::UInt8, fn,
+             " only supports bool tensor for result, got: ", scalar_type_name(out.dtype()));
   else if (kind == OutKind::SameAsInput)
     PF_CHECK(out.dtype() == result.dtype(), "Expected the dtype for input and out to match, but got ",
              scalar_type_name(result.dtype()), " for input's dtype and ", scalar_type_name(out.dtype()),
@@ -179,7 +183,7 @@ void add_out_param(py::module_& m, const char* name, OutKind kind) {
   // the variants of core/opdefs/moments.yaml).
   static const std::set<std::string> kDimOptional = [] {
     std::set<std::string> names;
-#define PF_X(op, dtype_arg, dim_optional) \
+#define PF_X(op, dtype_arg, dim_optional, one_dim) \
   if (dim_optional) names.insert(op);
     PF_OPDEFS_PY_REDUCTION(PF_X)
 #undef PF_X

@@ -782,10 +782,21 @@ py::object max_min(bool is_max, const Tensor& self, py::handle dim_or_other, boo
   return make_return_pair(is_max, std::move(values), std::move(indices));
 }
 
-// any()/all(): the reduction family's kernels (bool output; uint8 stays uint8, as in PyTorch).
-Tensor any_all(bool is_all, const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
-  const Shape dims = dim ? Shape{*dim} : Shape{};
-  return is_all ? ops::all(self, dims, keepdim) : ops::any(self, dims, keepdim);
+// A reduction over one int dim (all, any): PyTorch's X(input) and X(input, int dim, bool
+// keepdim=False); an argument left out arrives as Ellipsis. PyTorch reads dim=None as a dim name.
+Tensor one_dim_reduce(const std::string& name, const Tensor& self, py::handle dim, py::handle keepdim) {
+  const bool no_dim = dim.ptr() == Py_Ellipsis, no_keepdim = keepdim.ptr() == Py_Ellipsis;
+  PF_CHECK_T(!no_dim || no_keepdim, TypeError, name,
+             "() received an invalid combination of arguments - got keepdim without dim");
+  PF_CHECK(!dim.is_none(), name,
+           ": You passed a dimname (string) to this op in place of a dimension index but it does not yet support "
+           "this behavior. Please pass a dimension index to work with this op.");
+  PF_CHECK_T(!PyBool_Check(dim.ptr()), TypeError, name, "(): argument 'dim' must be int, not bool");
+  PF_CHECK_T(no_keepdim || PyBool_Check(keepdim.ptr()), TypeError, name, "(): argument 'keepdim' must be bool, not ",
+             type_name(keepdim));
+  const Shape dims = no_dim ? Shape{} : Shape{to_int(dim, "dim")};
+  py::gil_scoped_release nogil;
+  return ops::reduce(name, self, dims, keepdim.ptr() == Py_True);
 }
 
 // ============================================================================================
@@ -919,10 +930,23 @@ struct ReductionExposure {
   std::string name;
   bool dtype_arg;     // takes dtype= (sum, prod, mean)
   bool dim_optional;  // dim defaults to None (PyTorch's no-dim overload), else to ()
+  bool one_dim;       // X(input) and X(input, int dim, keepdim=False) (all, any)
 };
 const std::vector<ReductionExposure> kReductions = {
-#define PF_X(name, dtype_arg, dim_optional) {name, dtype_arg, dim_optional},
+#define PF_X(name, dtype_arg, dim_optional, one_dim) {name, dtype_arg, dim_optional, one_dim},
     PF_OPDEFS_PY_REDUCTION(PF_X)
+#undef PF_X
+};
+
+// The reductions to the extreme's index bound from their definitions (core/opdefs/indexed.yaml;
+// max_dim and min_dim are bound by hand behind torch.max / torch.min).
+struct IndexedExposure {
+  std::string name;
+  bool dim_optional;  // dim defaults to None: over the flattened input
+};
+const std::vector<IndexedExposure> kIndexed = {
+#define PF_X(name, dim_optional) {name, dim_optional},
+    PF_OPDEFS_PY_INDEXED(PF_X)
 #undef PF_X
 };
 
@@ -1366,7 +1390,7 @@ void bind_tensor(py::module_& m) {
           PF_THROW(Error, "Tensor.__contains__ only supports Tensor or scalar, but you passed in a ",
                    py::str(py::type::of(element)).cast<std::string>(), ".");
         }
-        return any_all(false, eq, std::nullopt, false);
+        return ops::any(eq);
       });
 
   // -- arithmetic: methods, functions, operators
@@ -1582,7 +1606,12 @@ void bind_tensor(py::module_& m) {
   for (const ReductionExposure& r : kReductions) {
     const std::string* name = &r.name;
     const py::object dim_default = r.dim_optional ? py::object(py::none()) : py::object(py::tuple());
-    if (r.dtype_arg)
+    if (r.one_dim)
+      def_method_and_function(
+          cls, m, name->c_str(),
+          [name](const Tensor& t, py::handle dim, py::handle keepdim) { return one_dim_reduce(*name, t, dim, keepdim); },
+          py::arg("dim") = py::ellipsis(), py::arg("keepdim") = py::ellipsis());
+    else if (r.dtype_arg)
       def_method_and_function(
           cls, m, name->c_str(),
           [name](const Tensor& t, py::handle dim, bool keepdim, std::optional<DType> dtype) {
@@ -1603,22 +1632,21 @@ void bind_tensor(py::module_& m) {
   def_method_and_function(
       cls, m, "min", [](const Tensor& t, py::handle dim, bool keepdim) { return max_min(false, t, dim, keepdim); },
       py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_method_and_function(
-      cls, m, "argmax",
-      [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) { return ops::argmax(t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_method_and_function(
-      cls, m, "argmin",
-      [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) { return ops::argmin(t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_method_and_function(
-      cls, m, "any",
-      [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) { return any_all(false, t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
-  def_method_and_function(
-      cls, m, "all",
-      [](const Tensor& t, std::optional<int64_t> dim, bool keepdim) { return any_all(true, t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+  // The reductions to the extreme's index (core/opdefs/indexed.yaml): torch.X / Tensor.X(dim, keepdim=False),
+  // dim None (the default where optional): over the flattened input.
+  for (const IndexedExposure& r : kIndexed) {
+    const std::string* name = &r.name;
+    auto f = [name](const Tensor& t, py::handle dim, bool keepdim) {
+      PF_CHECK_T(!PyBool_Check(dim.ptr()), TypeError, *name, "(): argument 'dim' must be int, not bool");
+      const std::optional<int64_t> d = dim.is_none() ? std::nullopt : std::optional<int64_t>(to_int(dim, "dim"));
+      py::gil_scoped_release nogil;
+      return ops::indexed(*name, t, d, keepdim)[0];
+    };
+    if (r.dim_optional)
+      def_method_and_function(cls, m, name->c_str(), f, py::arg("dim") = py::none(), py::arg("keepdim") = false);
+    else
+      def_method_and_function(cls, m, name->c_str(), f, py::arg("dim"), py::arg("keepdim") = false);
+  }
 
   // -- linear algebra (the GIL is released: these run long enough for other threads to matter)
   def_method_and_function(

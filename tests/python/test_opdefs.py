@@ -85,10 +85,39 @@ def test_out_forms_match_torch(op):
     """out= where declared (both write into it); elsewhere both refuse the argument."""
     for name in names(op):
         # With a no-dim overload, PyTorch's out= is the dim overload's: sum(t, out=o) is a TypeError.
-        for with_dim in (False, True) if op["dim_optional"] else (False,):
+        # A reduction over one int dim (all) takes out= in both of its overloads.
+        for with_dim in (False, True) if op["dim_optional"] or op.get("dim") == "int" else (False,):
             def run(lib):
                 args = inputs(lib, op) + ([0] if with_dim else [])
-                out = lib.empty(0, dtype=lib.bool if op["bool_out"] else args[0].dtype)
+                dtype = lib.bool if op["bool_out"] else lib.int64 if op["outputs"] == ["indices"] else args[0].dtype
+                out = lib.empty(0, dtype=dtype)
                 res = function(lib, op, name)(*args, out=out)
                 return res is out, out
+            assert_same_outcome(run)
+
+
+ONE_INT_DIM = [o for o in DEFINED if o["family"] == "reduction" and o["dim"] == "int"]
+
+
+@pytest.mark.parametrize("op", ONE_INT_DIM, ids=lambda o: o["name"])
+@pytest.mark.parametrize("dtype", ["float32", "uint8", "bool"])
+def test_one_int_dim_reductions_take_torchs_arguments(op, dtype):
+    """X(input) and X(input, int dim, bool keepdim=False) (all, any): the same results, and the
+    same refusals of other arguments (a tuple, a bool or None as dim, keepdim without dim), in
+    both forms; out= of a bool or uint8 tensor in both overloads, of another dtype refused."""
+    data = np.random.default_rng(0).integers(0, 2, size=(2, 3))
+
+    def tensor(lib):
+        return lib.tensor(data).to(getattr(lib, dtype))
+
+    calls = [((), {}), ((1,), {}), ((-1, True), {}), ((), {"dim": 0, "keepdim": True}), ((), {"keepdim": True}),
+             ((None,), {}), (((0,),), {}), ((True,), {}), ((0.0,), {}), ((0,), {"keepdim": 1})]
+    for args, kwargs in calls:
+        assert_same_outcome(lambda lib: getattr(lib, op["name"])(tensor(lib), *args, **kwargs))
+        assert_same_outcome(lambda lib: getattr(tensor(lib), op["name"])(*args, **kwargs))
+    for out_dtype in ("bool", "uint8", "float32", "int64"):
+        for args in ((), (0,), (1, True)):
+            def run(lib):
+                out = lib.empty(0, dtype=getattr(lib, out_dtype))
+                return getattr(lib, op["name"])(tensor(lib), *args, out=out) is out, out
             assert_same_outcome(run)

@@ -112,9 +112,12 @@ PF_API Tensor unary(const std::string& name, const Tensor& a);
 PF_API Tensor& unary_(const std::string& name, Tensor& a);
 
 // ---- reductions -------------------------------------------------------------------------------
-// name: sum prod mean amax amin. dims empty = all dims.
+// name: sum prod mean amax amin all any ... (core/opdefs/reductions.yaml). dims empty = all dims.
 PF_API Tensor reduce(const std::string& name, const Tensor& a, const Shape& dims, bool keepdim,
                      std::optional<DType> dtype = std::nullopt);
+// name: max_dim min_dim argmax argmin (core/opdefs/indexed.yaml): the outputs (values and int64
+// indices, or the indices) along one dim; no dim (where the op allows it): over the flattened input.
+PF_API std::vector<Tensor> indexed(const std::string& name, const Tensor& a, std::optional<int64_t> dim, bool keepdim);
 // Values and int64 indices along one dim (torch.max(t, dim)).
 PF_API std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim);
 PF_API std::pair<Tensor, Tensor> min_dim(const Tensor& a, int64_t dim, bool keepdim);

@@ -58,17 +58,25 @@ std::vector<TensorMeta> reduce_meta(std::span<const Tensor> in, const Attrs& att
   return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), in[0].dtype(), in[0].device()}};
 }
 
-std::vector<TensorMeta> index_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  const Shape dims{attrs.get<int64_t>("dim")};
+// all / any (the logical reductions): any input; bool output, uint8 for a uint8 input (PyTorch 1.13's).
+std::vector<TensorMeta> logical_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& dims = attrs.get<Shape>("dims");
   check_dims(in[0], dims);
-  return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), DType::Int64, in[0].device()}};
+  const DType out = in[0].dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+  return {{reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), out, in[0].device()}};
 }
 
-std::vector<TensorMeta> value_index_reduce_meta(std::span<const Tensor> in, const Attrs& attrs) {
+// The reductions to the extreme's index over one dim (core/opdefs/indexed.yaml): values in the
+// input's dtype and int64 indices (N = 2), or the indices alone (N = 1).
+template <size_t N>
+std::vector<TensorMeta> indexed_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const Shape dims{attrs.get<int64_t>("dim")};
   check_dims(in[0], dims);
   const Shape out = reduced_shape(in[0], dims, attrs.get<bool>("keepdim"));
-  return {{out, in[0].dtype(), in[0].device()}, {out, DType::Int64, in[0].device()}};
+  std::vector<TensorMeta> metas;
+  if constexpr (N == 2) metas.push_back({out, in[0].dtype(), in[0].device()});
+  metas.push_back({out, DType::Int64, in[0].device()});
+  return metas;
 }
 
 std::vector<TensorMeta> mm_meta(std::span<const Tensor> in, const Attrs&) {
@@ -110,13 +118,12 @@ const bool kCatalogRegistered = [] {
     register_op(std::string(u.name), std::string(u.signature), u.kind == UnaryKind::BoolOut ? bool_output : same_as_input);
   for (const auto& act : internal::kParamActivations)
     register_op(std::string(act.name), std::string(act.signature), same_as_input);
-  for (const auto& r : internal::kReductions) register_op(std::string(r.name), std::string(r.signature), reduce_meta);
-  register_op("max_dim", "max_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",
-              value_index_reduce_meta);
-  register_op("min_dim", "min_dim(Tensor a, int dim, bool keepdim) -> (Tensor values, Tensor indices)",
-              value_index_reduce_meta);
-  register_op("argmax", "argmax(Tensor a, int dim, bool keepdim) -> Tensor", index_reduce_meta);
-  register_op("argmin", "argmin(Tensor a, int dim, bool keepdim) -> Tensor", index_reduce_meta);
+  for (const auto& r : internal::kReductions)
+    register_op(std::string(r.name), std::string(r.signature),
+                r.dtype == internal::ReduceDtype::Logical ? logical_reduce_meta : reduce_meta);
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) register_op(name, sig, indexed_meta<n_outputs>);
+  PF_OPDEFS_INDEXED(PF_X)
+#undef PF_X
   register_op("mm", "mm(Tensor a, Tensor b) -> Tensor", mm_meta);
   register_op("bmm", "bmm(Tensor a, Tensor b) -> Tensor", bmm_meta);
   return true;

@@ -58,6 +58,7 @@ enum class ReduceDtype {
   Accumulate,  // integers and bool reduce in int64; dtype= casts first (sum, prod)
   Floating,    // the input or dtype= must be floating (mean)
   Input,       // the input's dtype, no dtype= (amax, amin)
+  Logical,     // any input, uncast; bool output (uint8 for uint8, as PyTorch 1.13), no dtype= (all, any)
 };
 enum class ReduceIdentity { None, Zero, One, NaN };  // None: reducing an empty dim raises
 

@@ -1,7 +1,10 @@
 // Reductions: dims normalized and dtypes decided here; kernels see sorted unique dims. The
-// reductions over dims (sum, prod, mean, amax, amin) are defined in core/opdefs/reductions.yaml.
+// reductions over dims (sum, prod, mean, amax, amin, all, any) are defined in
+// core/opdefs/reductions.yaml, those to the extreme's index over one dim (max_dim, argmax, ...)
+// in core/opdefs/indexed.yaml.
 #include <algorithm>
 #include <limits>
+#include <string_view>
 #include <unordered_map>
 
 #include "../autograd/grad_utils.h"
@@ -154,23 +157,72 @@ void record_reduce(const std::string& name, const Tensor& in, const Tensor& out,
   autograd::record(node, {in}, {out});
 }
 
-// Gradient of values picked at `indices` along `dim`: a one-hot mask times the gradient.
-void record_value_index(const char* name, const Tensor& in, const Tensor& values, const Tensor& indices, int64_t dim,
-                        bool keepdim) {
-  if (!autograd::any_requires_grad({&in})) return;
-  auto node = autograd::make_node(name, [shape = in.sizes(), dim, keepdim](const Tensors& g, const Tensors& s) -> Tensors {
-    const Tensor& idx = s[0];
-    const Tensor idx_k = keepdim ? idx : unsqueeze(idx, dim);
-    Shape pos_shape(shape.size(), 1);
-    pos_shape[dim] = shape[dim];
-    const Tensor pos = reshape(arange(Scalar(int64_t{0}), Scalar(shape[dim]), Scalar(int64_t{1}), DType::Int64, idx.device()),
-                               pos_shape);
-    const Tensor onehot = autograd::mask_as(binary("eq", expand(pos, shape), expand(idx_k, shape)), g[0].dtype());
-    const Tensor gk = keepdim ? g[0] : unsqueeze(g[0], dim);
-    return {autograd::mul(expand(gk, shape), onehot)};
+// ---- the reductions to the extreme's index over one dim (core/opdefs/indexed.yaml) ---------------
+
+// What their backward reads besides the gradient and the saved tensors.
+struct IndexedArgs {
+  Shape shape;  // the input's (at least 1-d)
+  int64_t dim;  // wrapped
+  bool keepdim;
+};
+
+// max_dim / min_dim: the gradient goes to the picked element, a one-hot mask along dim times it.
+// outs: the saved outputs (values, indices).
+Tensor value_index_backward(const Tensor& g, const Tensor&, const Tensors& outs, const IndexedArgs& r) {
+  const Tensor& idx = outs[1];
+  const Tensor idx_k = r.keepdim ? idx : unsqueeze(idx, r.dim);
+  Shape pos_shape(r.shape.size(), 1);
+  pos_shape[r.dim] = r.shape[r.dim];
+  const Tensor pos = reshape(
+      arange(Scalar(int64_t{0}), Scalar(r.shape[r.dim]), Scalar(int64_t{1}), DType::Int64, idx.device()), pos_shape);
+  const Tensor onehot = autograd::mask_as(binary("eq", expand(pos, r.shape), expand(idx_k, r.shape)), g.dtype());
+  const Tensor gk = r.keepdim ? g : unsqueeze(g, r.dim);
+  return autograd::mul(expand(gk, r.shape), onehot);
+}
+
+struct IndexedGrad {
+  Tensor (*fn)(const Tensor& g, const Tensor& self, const Tensors& outs, const IndexedArgs& r);
+  const char* needs;  // the saved tensors: 'a' the input, a digit an output's index
+  const char* node;   // PyTorch's node name (its function's: MaxBackward0)
+};
+
+const std::unordered_map<std::string_view, IndexedGrad>& indexed_grads() {
+  static const std::unordered_map<std::string_view, IndexedGrad> table = {PF_OPDEFS_INDEXED_DERIVATIVES};
+  return table;
+}
+
+void record_indexed(const std::string& name, const Tensor& in, const std::vector<Tensor>& outs, int64_t dim,
+                    bool keepdim) {
+  if (!is_floating(outs[0].dtype()) || !autograd::any_requires_grad({&in})) return;  // (indices alone: int64)
+  const auto it = indexed_grads().find(name);
+  PF_CHECK_T(it != indexed_grads().end(), NotImplementedError, "the derivative for '", name, "' is not implemented.");
+  const IndexedGrad spec = it->second;
+  auto node = autograd::make_node(spec.node, [spec, args = IndexedArgs{in.sizes(), dim, keepdim}](
+                                                 const Tensors& g, const Tensors& s) -> Tensors {
+    return {spec.fn(g[0], s[0], Tensors(s.begin() + 1, s.end()), args)};
   });
-  node->save(indices);
-  autograd::record(node, {in}, {values, indices});
+  const std::string_view needs = spec.needs;
+  node->reserve_saved(1 + outs.size());
+  node->save(needs.find('a') != std::string_view::npos ? in : Tensor());
+  for (size_t i = 0; i < outs.size(); ++i)
+    node->save_output(needs.find(static_cast<char>('0' + i)) != std::string_view::npos ? outs[i] : Tensor(),
+                      static_cast<uint32_t>(i));
+  const Tensor recorded_in[] = {in};
+  autograd::record(node, recorded_in, outs);
+}
+
+struct IndexedInfo {
+  const char* torch_name;  // the PyTorch function, for errors
+  bool dim_optional;       // no dim: over the flattened input
+};
+
+const std::unordered_map<std::string_view, IndexedInfo>& indexed_ops() {
+  static const std::unordered_map<std::string_view, IndexedInfo> table = {
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) {name, {torch_name, dim_optional}},
+      PF_OPDEFS_INDEXED(PF_X)
+#undef PF_X
+  };
+  return table;
 }
 
 }  // namespace
@@ -202,7 +254,13 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
     case ReduceDtype::Input:
       PF_CHECK(!dtype || *dtype == a.dtype(), name, "(): dtype is not supported");
       break;
+    case ReduceDtype::Logical:
+      PF_CHECK(!dtype, name, "(): dtype is not supported");
+      out_dtype = a.dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
+      break;
   }
+  // The kernel reads the output's dtype (cast first), except a logical reduction's: the input's.
+  const DType in_dtype = info->dtype == ReduceDtype::Logical ? a.dtype() : out_dtype;
   PF_CHECK_T(info->identity != ReduceIdentity::None || !reduces_over_empty(a, dims), IndexError, name,
              "(): Expected reduction dim to have non-zero size.");
 
@@ -212,54 +270,46 @@ Tensor reduce(const std::string& name, const Tensor& a_in, const Shape& dims_in,
                             : info->identity == ReduceIdentity::One ? Scalar(int64_t{1})
                                                                     : Scalar(std::numeric_limits<double>::quiet_NaN());
     Tensor out = full(out_shape, identity, out_dtype, a.device());
-    record_reduce(name, to(a, std::nullopt, out_dtype), out, dims, keep, dims_in.empty());  // still differentiable
+    record_reduce(name, to(a, std::nullopt, in_dtype), out, dims, keep, dims_in.empty());  // still differentiable
     return out;
   }
-  const Tensor in[] = {to(a, std::nullopt, out_dtype)};
+  const Tensor in[] = {to(a, std::nullopt, in_dtype)};
   Tensor out = call_op(find_op(name), in, Attrs{{"dims", dims}, {"keepdim", keep}})[0];
   record_reduce(name, in[0], out, dims, keep, dims_in.empty());
   return out;
 }
 
-namespace {
-
-std::pair<Tensor, Tensor> value_index(const char* op, const char* user_name, const Tensor& a_in, int64_t dim,
-                                      bool keepdim) {
-  const Tensor a = a_in.dim() == 0 ? reshape(a_in, {1}) : a_in;
-  const int64_t d = wrap_dim(dim, a_in.dim());
-  PF_CHECK_T(a.sizes()[d] != 0, IndexError, user_name, "(): Expected reduction dim ", d,
-             " to have non-zero size.");
-  const Tensor in[] = {a};
-  const bool keep = a_in.dim() == 0 ? false : keepdim;
-  auto outs = call_op(find_op(op), in, Attrs{{"dim", d}, {"keepdim", keep}});
-  record_value_index(std::string(op) == "max_dim" ? "MaxBackward0" : "MinBackward0", a, outs[0], outs[1], d, keep);
-  return {outs[0], outs[1]};
+std::vector<Tensor> indexed(const std::string& name, const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  const auto it = indexed_ops().find(name);
+  PF_CHECK_T(it != indexed_ops().end(), ValueError, "unknown indexed reduction '", name, "'");
+  const char* fn = it->second.torch_name;
+  PF_CHECK_T(dim || it->second.dim_optional, ValueError, fn, "(): a dim is required");
+  // Without dim: over the flattened input; a 0-d input reduces like a 1-element 1-d one. Either
+  // gives outputs without the reduced dim, reshaped after (keepdim: ones).
+  const Tensor x = !dim ? reshape(a, {-1}) : a.dim() == 0 ? reshape(a, {1}) : a;
+  PF_CHECK_T(dim || a.numel() > 0, IndexError, fn, "(): Expected reduction dim to be specified for input.numel() == 0.");
+  const int64_t d = dim ? wrap_dim(*dim, a.dim()) : 0;
+  PF_CHECK_T(x.sizes()[d] != 0, IndexError, fn, "(): Expected reduction dim ", d, " to have non-zero size.");
+  const bool keep = dim && a.dim() > 0 && keepdim;
+  const Tensor in[] = {x};
+  std::vector<Tensor> outs = call_op(find_op(name), in, Attrs{{"dim", d}, {"keepdim", keep}});
+  record_indexed(name, x, outs, d, keep);
+  if (!dim && keepdim && a.dim() > 0)
+    for (Tensor& o : outs) o = reshape(o, Shape(a.dim(), 1));
+  return outs;
 }
-
-Tensor arg_reduce(const char* op, const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  if (!dim) {
-    PF_CHECK_T(a.numel() > 0, IndexError, op, "(): Expected reduction dim to be specified for input.numel() == 0.");
-    const Tensor flat[] = {reshape(a, {-1})};
-    Tensor r = call_op(find_op(op), flat, Attrs{{"dim", int64_t{0}}, {"keepdim", false}})[0];
-    if (keepdim && a.dim() > 0) r = reshape(r, Shape(a.dim(), 1));
-    return r;
-  }
-  const Tensor b = a.dim() == 0 ? reshape(a, {1}) : a;
-  const int64_t d = wrap_dim(*dim, a.dim());
-  PF_CHECK_T(b.sizes()[d] != 0, IndexError, op, "(): Expected reduction dim ", d, " to have non-zero size.");
-  const Tensor in[] = {b};
-  return call_op(find_op(op), in, Attrs{{"dim", d}, {"keepdim", a.dim() == 0 ? false : keepdim}})[0];
-}
-
-}  // namespace
 
 std::pair<Tensor, Tensor> max_dim(const Tensor& a, int64_t dim, bool keepdim) {
-  return value_index("max_dim", "max", a, dim, keepdim);
+  auto r = indexed("max_dim", a, dim, keepdim);
+  return {r[0], r[1]};
 }
 std::pair<Tensor, Tensor> min_dim(const Tensor& a, int64_t dim, bool keepdim) {
-  return value_index("min_dim", "min", a, dim, keepdim);
+  auto r = indexed("min_dim", a, dim, keepdim);
+  return {r[0], r[1]};
 }
-Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_reduce("argmax", a, dim, keepdim); }
-Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_reduce("argmin", a, dim, keepdim); }
+Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return indexed("argmax", a, dim, keepdim)[0]; }
+Tensor all(const Tensor& a, const Shape& dims, bool keepdim) { return reduce("all", a, dims, keepdim); }
+Tensor any(const Tensor& a, const Shape& dims, bool keepdim) { return reduce("any", a, dims, keepdim); }
+Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return indexed("argmin", a, dim, keepdim)[0]; }
 
 }  // namespace plugflow::ops

@@ -1,10 +1,11 @@
 // The reduction family (plugflow/ops_reduction.h): catalog entries, PyTorch's argument rules
 // and messages, and backward formulas written with ops (so double backward works).
 //
-// Kernels (docs/kernels.md, "Reduction family"): norm, all, any over sorted unique dims like
-// sum; the reductions with several outputs (var_mean, behind var, std, var_mean and std_mean)
-// are defined in core/opdefs/moments.yaml, the ops along one dim (the scans, with a `reverse`
-// flag which cumsum's backward uses, and the softmax family) in core/opdefs/along_dim.yaml.
+// Kernels (docs/kernels.md, "Reduction family"): norm over sorted unique dims like sum (all and
+// any are reductions over dims, core/opdefs/reductions.yaml); the reductions with several
+// outputs (var_mean, behind var, std, var_mean and std_mean) are defined in
+// core/opdefs/moments.yaml, the ops along one dim (the scans, with a `reverse` flag which
+// cumsum's backward uses, and the softmax family) in core/opdefs/along_dim.yaml.
 // logsumexp (core/opdefs/composite.yaml) is composed from amax/sub/exp/sum/log.
 #include <algorithm>
 #include <cmath>
@@ -70,13 +71,6 @@ std::vector<TensorMeta> norm_meta(std::span<const Tensor> in, const Attrs& attrs
   return {{meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), in[0].dtype(), in[0].device()}};
 }
 
-std::vector<TensorMeta> logical_meta(std::span<const Tensor> in, const Attrs& attrs) {
-  const auto& dims = attrs.get<Shape>("dims");
-  meta_check_dims(in[0], dims, "all/any");
-  const DType out = in[0].dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
-  return {{meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), out, in[0].device()}};
-}
-
 std::vector<TensorMeta> along_dim_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const int64_t dim = attrs.get<int64_t>("dim");
   PF_CHECK_T(dim >= 0 && dim < in[0].dim(), IndexError, "dim ", dim, " out of range for a ", in[0].dim(),
@@ -100,8 +94,6 @@ const bool kReductionOpsRegistered = [] {
   PF_OPDEFS_MOMENTS(PF_X)
 #undef PF_X
   register_op("norm", "norm(Tensor a, int[] dims, bool keepdim, float p) -> Tensor", norm_meta);
-  register_op("all", "all(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
-  register_op("any", "any(Tensor a, int[] dims, bool keepdim) -> Tensor", logical_meta);
   // The ops along one dim (core/opdefs/along_dim.yaml).
 #define PF_X(name, Camel, dtypes, sig) register_op(name, sig, scan_meta);
   PF_OPDEFS_SCAN(PF_X)
@@ -545,24 +537,6 @@ Tensor norm(const Tensor& a_in, double p, const Shape& dims_in, bool keepdim, st
     autograd::record(node, {r.a}, {out});
   }
   return out;
-}
-
-Tensor all(const Tensor& a, const Shape& dims, bool keepdim) {
-  const Reduction r = prepare(a, dims, keepdim);
-  const DType dt = a.dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
-  if (r.over_empty) return full(r.out_shape, Scalar(int64_t{1}), dt, a.device());
-  static const OpDef& op = find_op("all");
-  const Tensor in[] = {autograd::detach(r.a)};
-  return call_op(op, in, reduce_attrs(r))[0];
-}
-
-Tensor any(const Tensor& a, const Shape& dims, bool keepdim) {
-  const Reduction r = prepare(a, dims, keepdim);
-  const DType dt = a.dtype() == DType::UInt8 ? DType::UInt8 : DType::Bool;
-  if (r.over_empty) return full(r.out_shape, Scalar(int64_t{0}), dt, a.device());
-  static const OpDef& op = find_op("any");
-  const Tensor in[] = {autograd::detach(r.a)};
-  return call_op(op, in, reduce_attrs(r))[0];
 }
 
 // The ops along one dim are autocast only when the caller gave no dtype.

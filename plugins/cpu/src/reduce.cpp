@@ -1,5 +1,6 @@
 // Reductions: those over any set of dims (core/opdefs/reductions.yaml), and the indexed ones
-// (max_dim, min_dim, argmax, argmin) over one dim; any input and output strides.
+// (core/opdefs/indexed.yaml: max_dim, min_dim, argmax, argmin) over one dim; any input and
+// output strides.
 //
 // The loops themselves (plan, inner and outer mode) live in reduce_loops.h.
 //
@@ -310,6 +311,27 @@ using AmaxOp = ExtremeOp<T, true>;
 template <typename T>
 using AminOp = ExtremeOp<T, false>;
 
+// all / any: true where every / some element is non-zero (NaN counts as non-zero). The output
+// is bool, or uint8 for a uint8 input (`bool_out`); both hold 0 or 1 in one byte.
+template <typename T, bool IsAll>
+struct LogicalOp {
+  static constexpr bool supported = true;
+  static constexpr bool indexed = false;
+  static constexpr bool bool_out = true;
+  using acc_t = bool;
+  acc_t identity() const { return IsAll; }
+  acc_t step(acc_t a, T x, int64_t) const {
+    const bool nz = static_cast<opmath_t<T>>(x) != opmath_t<T>(0);
+    return IsAll ? (a & nz) : (a | nz);
+  }
+  acc_t merge(acc_t a, acc_t b) const { return IsAll ? (a & b) : (a | b); }
+  void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<uint8_t*>(outs[0]) = a ? 1 : 0; }
+};
+template <typename T>
+using AllOp = LogicalOp<T, true>;
+template <typename T>
+using AnyOp = LogicalOp<T, false>;
+
 // Value and index of the extreme; the first index on ties, the first NaN if there is one.
 // max_dim/min_dim write both, argmax/argmin (`write_values` false) the index only: one set of
 // loops for the two.
@@ -351,19 +373,29 @@ template <typename T>
 using MaxDimOp = IndexedOp<T, true>;
 template <typename T>
 using MinDimOp = IndexedOp<T, false>;
+template <typename T>
+using ArgmaxOp = IndexedOp<T, true>;
+template <typename T>
+using ArgminOp = IndexedOp<T, false>;
 
 
 // ---- kernels ---------------------------------------------------------------------------------
 
 // Runs OpT over the `dims` attribute, for the dtypes Supported has; configure(op) sets the op's
-// runtime settings (mean's) first.
+// runtime settings (mean's) first. The output has the input's dtype, or bool / uint8 for an op
+// with `bool_out` (all, any).
 template <template <typename> class OpT, template <typename> class Supported = OpT, typename Configure>
 void reduce_dims(KernelContext& ctx, const Configure& configure) {
   const Tensor& a = ctx.input(0);
   const Shape& dims = ctx.attr<Shape>("dims");
   const bool keepdim = ctx.attr<bool>("keepdim");
-  PF_CHECK(ctx.output(0).dtype() == a.dtype(), "cpu '", ctx.op.name, "' kernel writes its input's dtype (",
-           dtype_name(a.dtype()), "), the output is ", dtype_name(ctx.output(0).dtype()));
+  const DType out = ctx.output(0).dtype();
+  if constexpr (requires { OpT<float>::bool_out; })
+    PF_CHECK(out == DType::Bool || out == DType::UInt8, "cpu '", ctx.op.name, "' kernel writes bool or uint8, got ",
+             dtype_name(out));
+  else
+    PF_CHECK(out == a.dtype(), "cpu '", ctx.op.name, "' kernel writes its input's dtype (", dtype_name(a.dtype()),
+             "), the output is ", dtype_name(out));
   std::vector<bool> reduced(a.dim(), false);
   for (int64_t d : dims) {
     PF_CHECK_T(a.dim() == 0 ? (d == 0 || d == -1) : (d >= 0 && d < a.dim()), IndexError, "'", ctx.op.name,
@@ -427,10 +459,12 @@ void register_reduce_kernels(Registrar& reg) {
 #define PF_X(name, Camel, dtypes, rule, identity, sig) register_supported<Camel##Op>(reg, name, kKernelOf<Camel##Op>);
   PF_OPDEFS_REDUCTION(PF_X)
 #undef PF_X
-  register_supported<MaxDimOp>(reg, "max_dim", reduce_one_dim_kernel<MaxDimOp>);
-  register_supported<MinDimOp>(reg, "min_dim", reduce_one_dim_kernel<MinDimOp>);
-  register_supported<MaxDimOp>(reg, "argmax", reduce_one_dim_kernel<MaxDimOp>);
-  register_supported<MinDimOp>(reg, "argmin", reduce_one_dim_kernel<MinDimOp>);
+  // The reductions to the extreme's index (core/opdefs/indexed.yaml): values and indices, or the
+  // indices alone, as the op's outputs say (max_dim -> MaxDimOp, argmax -> ArgmaxOp).
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) \
+  register_supported<Camel##Op>(reg, name, reduce_one_dim_kernel<Camel##Op>);
+  PF_OPDEFS_INDEXED(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

@@ -1,6 +1,6 @@
 // The reduction family beyond sum/prod/mean (docs/kernels.md, "Reduction family"):
 //   * var_mean (Welford; the functor VarMeanOp of core/opdefs/moments.yaml), norm (p = 0, 1,
-//     2, +-inf, any p), all, any: through the shared reduction driver (reduce_loops.h), so any
+//     2, +-inf, any p): through the shared reduction driver (reduce_loops.h), so any
 //     dims and strides, threads and vectorized inner loops come for free; Welford partials
 //     merge with Chan's formula.
 //   * the scans of core/opdefs/along_dim.yaml (cumsum, cumprod): along one dim, optionally from
@@ -169,36 +169,6 @@ void norm_kernel(KernelContext& ctx) {
     } else {
       PF_THROW(NotImplementedError, "cpu 'norm' kernel needs a floating input, got ", dtype_name(a.dtype()));
     }
-  });
-}
-
-// ---- all / any ---------------------------------------------------------------------------------------
-
-template <typename T, bool IsAll>
-struct LogicalOp {
-  static constexpr bool indexed = false;
-  using acc_t = bool;
-  acc_t identity() const { return IsAll; }
-  acc_t step(acc_t a, T x, int64_t) const {
-    const bool nz = static_cast<opmath_t<T>>(x) != opmath_t<T>(0);  // NaN counts as non-zero
-    return IsAll ? (a & nz) : (a | nz);
-  }
-  acc_t merge(acc_t a, acc_t b) const { return IsAll ? (a & b) : (a | b); }
-  // Bool and uint8 outputs alike hold 0 or 1 in one byte.
-  void write(char* const* outs, acc_t a, int64_t) const { *reinterpret_cast<uint8_t*>(outs[0]) = a ? 1 : 0; }
-};
-
-template <bool IsAll>
-void logical_kernel(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const DType od = ctx.output(0).dtype();
-  PF_CHECK(od == DType::Bool || od == DType::UInt8, "cpu '", ctx.op.name, "' kernel writes bool or uint8, got ",
-           dtype_name(od));
-  const std::vector<bool> reduced = reduced_dims(ctx, a);
-  visit_dtype(a.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    run_reduce<LogicalOp<T, IsAll>, T>(LogicalOp<T, IsAll>{},
-                                       make_plan(a, reduced, ctx.attr<bool>("keepdim"), ctx.outputs));
   });
 }
 
@@ -575,11 +545,7 @@ void softmax_native(KernelContext& ctx) { softmax_kernel<false>(ctx); }
 
 void register_reduction_kernels(Registrar& reg) {
   const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
-  const auto all = {DType::Bool,    DType::UInt8,    DType::Int8,    DType::Int16,   DType::Int32,
-                    DType::Int64,   DType::Float16,  DType::BFloat16, DType::Float32, DType::Float64};
   reg.kernel("norm", DeviceType::CPU, floats, norm_kernel);
-  reg.kernel("all", DeviceType::CPU, all, logical_kernel<true>);
-  reg.kernel("any", DeviceType::CPU, all, logical_kernel<false>);
   // The reductions with several outputs (core/opdefs/moments.yaml): functor VarMeanOp for var_mean.
 #define PF_X(name, Camel, dtypes, n_outputs, sig) register_supported<Camel##Op>(reg, name, moments_kernel<Camel##Op>);
   PF_OPDEFS_MOMENTS(PF_X)

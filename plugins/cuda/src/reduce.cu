@@ -1,6 +1,6 @@
 // Reductions: those over any set of dims (core/opdefs/reductions.yaml), and the indexed ones
-// (max_dim, min_dim, argmax, argmin) over one dim; any input and output strides, through
-// the shared driver of reduce.cuh.
+// (core/opdefs/indexed.yaml: max_dim, min_dim, argmax, argmin) over one dim; any input and
+// output strides, through the shared driver of reduce.cuh.
 #include <limits>
 
 #include "opdefs.h"
@@ -94,6 +94,26 @@ struct ExtremeRed {
 template <typename D> using AmaxRed = ExtremeRed<D, true>;
 template <typename D> using AminRed = ExtremeRed<D, false>;
 
+// A reducer whose output is bool or uint8 whatever its input's dtype (a tag base: nvcc warns
+// about a static member that only a requires-expression reads).
+struct BoolOutput {};
+
+// all / any: true where every / some element is non-zero (NaN counts as non-zero). The output
+// is bool, or uint8 for a uint8 input; both hold 0 or 1 in one byte.
+template <typename D, bool IsAll>
+struct LogicalRed : BoolOutput {
+  using acc_t = bool;
+  PF_DEVICE acc_t identity() const { return IsAll; }
+  PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
+    const bool nz = to_opmath(x) != opmath_t<D>(0);
+    return IsAll ? (a && nz) : (a || nz);
+  }
+  PF_DEVICE acc_t merge(acc_t a, acc_t b) const { return IsAll ? (a && b) : (a || b); }
+  PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<uint8_t*>(out0) = a ? 1 : 0; }
+};
+template <typename D> using AllRed = LogicalRed<D, true>;
+template <typename D> using AnyRed = LogicalRed<D, false>;
+
 // Value and index of the extreme: the first index on ties, the first NaN if there is one.
 template <typename D, bool IsMax, bool WriteValues>
 struct IndexedRed {
@@ -151,14 +171,19 @@ struct ReducerFactory {
 };
 
 
-// sum prod mean amax amin: attrs dims (sorted, unique) and keepdim.
+// The reductions over dims (sum ... amin, all, any): attrs dims (sorted, unique) and keepdim. The
+// output has the input's dtype, or bool / uint8 for a BoolOutput reducer (all, any).
 template <template <typename> class RedT, typename Family>
 void reduce_dims_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
   const Tensor& out = ctx.output(0);
-  PF_CHECK(out.dtype() == a.dtype(), "cuda '", ctx.op.name, "' kernel writes its input's dtype (",
-           dtype_name(a.dtype()), "), the output is ", dtype_name(out.dtype()));
+  if constexpr (std::is_base_of_v<BoolOutput, RedT<float>>)
+    PF_CHECK(out.dtype() == DType::Bool || out.dtype() == DType::UInt8, "cuda '", ctx.op.name,
+             "' kernel writes bool or uint8, got ", dtype_name(out.dtype()));
+  else
+    PF_CHECK(out.dtype() == a.dtype(), "cuda '", ctx.op.name, "' kernel writes its input's dtype (",
+             dtype_name(a.dtype()), "), the output is ", dtype_name(out.dtype()));
   const Shape& dims = ctx.attr<Shape>("dims");
   const ReduceIndexing ix = make_reduce_indexing(a, dims, ctx.attr<bool>("keepdim"), out, nullptr);
   dispatch_supported<Family>(ctx, a.dtype(), [&](auto tag) {
@@ -169,7 +194,7 @@ void reduce_dims_kernel(KernelContext& ctx) {
 }
 
 // max_dim min_dim (values + indices) and argmax argmin (indices): attrs dim and keepdim.
-template <template <typename> class RedT>
+template <template <typename> class RedT, typename Family>
 void reduce_one_dim_kernel(KernelContext& ctx) {
   KernelScope scope(ctx);
   const Tensor& a = ctx.input(0);
@@ -179,7 +204,7 @@ void reduce_one_dim_kernel(KernelContext& ctx) {
   const Tensor* indices = ctx.outputs.size() > 1 ? &ctx.output(1) : nullptr;
   const int64_t wrapped = a.dim() == 0 ? 0 : (dim < 0 ? dim + a.dim() : dim);
   const ReduceIndexing ix = make_reduce_indexing(a, {wrapped}, keepdim, out0, indices);
-  dispatch_supported<AllTypes>(ctx, a.dtype(), [&](auto tag) {
+  dispatch_supported<Family>(ctx, a.dtype(), [&](auto tag) {
     using D = dev_t<typename decltype(tag)::type>;
     run_reduce<RedT<D>, D>(ix, a, static_cast<char*>(out0.data_ptr()),
                            indices ? static_cast<char*>(indices->data_ptr()) : nullptr, RedT<D>{}, scope);
@@ -196,10 +221,12 @@ std::vector<KernelDef> reduce_kernels() {
   {name, supported_dtypes<dtypes##Types>(), &reduce_dims_kernel<Camel##Red, dtypes##Types>},
       PF_OPDEFS_REDUCTION(PF_X)
 #undef PF_X
-      {"max_dim", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<MaxDimRed>},
-      {"min_dim", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<MinDimRed>},
-      {"argmax", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<ArgmaxRed>},
-      {"argmin", supported_dtypes<AllTypes>(), &reduce_one_dim_kernel<ArgminRed>},
+  // The reductions to the extreme's index (core/opdefs/indexed.yaml): max_dim -> MaxDimRed,
+  // argmax -> ArgmaxRed.
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) \
+  {name, supported_dtypes<dtypes##Types>(), &reduce_one_dim_kernel<Camel##Red, dtypes##Types>},
+      PF_OPDEFS_INDEXED(PF_X)
+#undef PF_X
   };
 }
 

@@ -1,6 +1,6 @@
 // The reduction family beyond sum/prod/mean (docs/kernels.md, "Reduction family") on CUDA:
 //   * var_mean (Welford, partials merged with Chan's formula; the functor VarMeanRed of
-//     core/opdefs/moments.yaml), norm, all, any: reducers for
+//     core/opdefs/moments.yaml), norm: reducers for
 //     the shared driver of reduce.cuh, so any dims and strides and the chunked two-pass path
 //     for long reductions come with it.
 //   * the scans of core/opdefs/along_dim.yaml (cumsum, cumprod; each op's step a functor
@@ -143,36 +143,6 @@ void norm_kernel(KernelContext& ctx) {
     else if (std::isinf(p) && p > 0) run_norm<D, NormKind::Inf>(ix, a, out, p, scope);
     else if (std::isinf(p)) run_norm<D, NormKind::NegInf>(ix, a, out, p, scope);
     else run_norm<D, NormKind::P>(ix, a, out, p, scope);
-  });
-}
-
-// ---- all / any ---------------------------------------------------------------------------------
-
-template <typename D, bool IsAll>
-struct LogicalRed {
-  using acc_t = bool;
-  PF_DEVICE acc_t identity() const { return IsAll; }
-  PF_DEVICE acc_t step(acc_t a, D x, int64_t) const {
-    const bool nz = to_opmath(x) != opmath_t<D>(0);  // NaN counts as non-zero
-    return IsAll ? (a && nz) : (a || nz);
-  }
-  PF_DEVICE acc_t merge(acc_t a, acc_t b) const { return IsAll ? (a && b) : (a || b); }
-  // Bool and uint8 outputs alike hold 0 or 1 in one byte.
-  PF_DEVICE void write(char* out0, char*, acc_t a, int64_t) const { *reinterpret_cast<uint8_t*>(out0) = a ? 1 : 0; }
-};
-
-template <bool IsAll>
-void logical_kernel(KernelContext& ctx) {
-  KernelScope scope(ctx);
-  const Tensor& a = ctx.input(0);
-  const Tensor& out = ctx.output(0);
-  PF_CHECK(out.dtype() == DType::Bool || out.dtype() == DType::UInt8, "cuda '", ctx.op.name,
-           "' kernel writes bool or uint8, got ", dtype_name(out.dtype()));
-  const ReduceIndexing ix = make_reduce_indexing(a, ctx.attr<Shape>("dims"), ctx.attr<bool>("keepdim"), out, nullptr);
-  dispatch_supported<AllTypes>(ctx, a.dtype(), [&](auto tag) {
-    using D = dev_t<typename decltype(tag)::type>;
-    run_reduce<LogicalRed<D, IsAll>, D>(ix, a, static_cast<char*>(out.data_ptr()), nullptr, LogicalRed<D, IsAll>{},
-                                        scope);
   });
 }
 
@@ -403,8 +373,6 @@ std::vector<KernelDef> reduction_extra_kernels() {
       PF_OPDEFS_MOMENTS(PF_X)
 #undef PF_X
       {"norm", supported_dtypes<FloatTypes>(), &norm_kernel},
-      {"all", supported_dtypes<AllTypes>(), &logical_kernel<true>},
-      {"any", supported_dtypes<AllTypes>(), &logical_kernel<false>},
   // The ops along one dim of the definitions (core/opdefs/along_dim.yaml): each functor is named
   // after its op (cumsum -> CumsumScan, log_softmax -> LogSoftmaxFn), registered for the
   // definition's `kernels` dtypes.

@@ -45,14 +45,14 @@ const std::vector<std::string> kBinaryOps = {PF_OPDEFS_BINARY(PF_X)};
 const std::vector<std::string> kUnaryOps = {PF_OPDEFS_UNARY(PF_X)};
 const std::vector<std::string> kActivations = {PF_OPDEFS_ACTIVATION(PF_X)};
 const std::vector<std::string> kReductions = {PF_OPDEFS_REDUCTION(PF_X)};
+const std::vector<std::string> kIndexedReductions = {PF_OPDEFS_INDEXED(PF_X)};
 #undef PF_X
-const std::vector<std::string> kOtherOps = {"fill",   "copy",    "arange",  "linspace", "uniform", "normal",
-                                            "randint", "max_dim", "min_dim", "argmax",   "argmin",  "mm",
+const std::vector<std::string> kOtherOps = {"fill", "copy", "arange", "linspace", "uniform", "normal", "randint", "mm",
                                             "bmm"};
 
 std::vector<std::string> all_ops() {
   std::vector<std::string> v;
-  for (const auto* list : {&kBinaryOps, &kUnaryOps, &kActivations, &kReductions, &kOtherOps})
+  for (const auto* list : {&kBinaryOps, &kUnaryOps, &kActivations, &kReductions, &kIndexedReductions, &kOtherOps})
     v.insert(v.end(), list->begin(), list->end());
   return v;
 }
@@ -503,33 +503,25 @@ TEST_F(CudaVsCpu, LongReductionsSplitAcrossBlocks) {
 
 TEST_F(CudaVsCpu, IndexedReductionsPickTheFirstExtremeAndNaN) {
   const Shape shape{5, 33, 70};
-  for (const char* op : {"max_dim", "min_dim", "argmax", "argmin"}) {
+#define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) {name, dim_optional},
+  for (const auto& [op, dim_optional] : std::vector<std::pair<std::string, bool>>{PF_OPDEFS_INDEXED(PF_X)}) {
+#undef PF_X
     for (DType dt : common_dtypes(op)) {
       for (View v : {View::Contiguous, View::Transposed, View::Gapped}) {
         for (bool with_nan : {false, true}) {
           if (with_nan && !is_floating(dt)) continue;
           Pair a = make_pair(shape, dt, v, Values::Small, rng);  // many ties
           if (with_nan) inject_nans(a, rng, 40);
-          for (int64_t dim : {0, 1, 2, -1}) {
+          std::vector<std::optional<int64_t>> dims = {0, 1, 2, -1};
+          if (dim_optional) dims.push_back(std::nullopt);  // over the flattened input
+          for (const std::optional<int64_t> dim : dims) {
             for (bool keepdim : {false, true}) {
-              const std::string where = ctx(op, dt, view_name(v)) + " dim " + std::to_string(dim) +
+              const std::string where = ctx(op, dt, view_name(v)) + " dim " + (dim ? std::to_string(*dim) : "None") +
                                         (keepdim ? " keepdim" : "") + (with_nan ? " with NaN" : "");
-              const std::string name = op;
-              if (name == "max_dim" || name == "min_dim") {
-                auto [vc, ic] = name == "max_dim" ? ops::max_dim(a.cpu, dim, keepdim) : ops::min_dim(a.cpu, dim, keepdim);
-                auto [vd, id] = name == "max_dim" ? ops::max_dim(a.dev, dim, keepdim) : ops::min_dim(a.dev, dim, keepdim);
-                EXPECT_TRUE(matches(vc, vd, Tol{0, 0})) << where << " values";
-                EXPECT_TRUE(matches(ic, id)) << where << " indices";
-              } else {
-                auto f = name == "argmax" ? ops::argmax : ops::argmin;
-                EXPECT_TRUE(matches(f(a.cpu, dim, keepdim), f(a.dev, dim, keepdim))) << where;
-              }
+              const auto c = ops::indexed(op, a.cpu, dim, keepdim), d = ops::indexed(op, a.dev, dim, keepdim);
+              ASSERT_EQ(c.size(), d.size()) << where;
+              for (size_t i = 0; i < c.size(); ++i) EXPECT_TRUE(matches(c[i], d[i], Tol{0, 0})) << where << " output " << i;
             }
-          }
-          if (std::string(op) == "argmax" || std::string(op) == "argmin") {  // dim=None: over everything
-            auto f = std::string(op) == "argmax" ? ops::argmax : ops::argmin;
-            EXPECT_TRUE(matches(f(a.cpu, std::nullopt, false), f(a.dev, std::nullopt, false)))
-                << ctx(op, dt, view_name(v)) << " flattened" << (with_nan ? " with NaN" : "");
           }
         }
       }

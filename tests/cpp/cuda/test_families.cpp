@@ -27,7 +27,7 @@ namespace ops = plugflow::ops;
 // along_dim.yaml, moments.yaml).
 const std::vector<std::string> kFamilyOps = {
     "sort",  "topk",  "tril",     "triu",    "flip",   "pad",    "unique",  "_take_along_dim", "_scatter_add_along_dim",
-    "norm", "all",    "any",
+    "norm",
     "index", "index_put", "where", "nonzero", "linalg_lstsq",
 #define PF_X(name, ...) name,
     PF_OPDEFS_TERNARY(PF_X)
