@@ -158,6 +158,17 @@ PF_HOST_DEVICE_INLINE C lerp(C a, C end, C w) {
 #endif
 }
 
+// addcmul's floating formula, self + value * t1 * t2, as PyTorch's CPU kernel rounds it: value *
+// t1, then one fused multiply-add (float32 and float64 bit-identical to PyTorch's).
+template <typename C>
+PF_HOST_DEVICE_INLINE C addcmul(C self, C value, C t1, C t2) {
+#if defined(__CUDA_ARCH__)
+  return ::fma(value * t1, t2, self);
+#else
+  return std::fma(value * t1, t2, self);
+#endif
+}
+
 // ---- conversions ---------------------------------------------------------------------------------
 
 // A floating value (as double) to an integer type with PyTorch's x86 results and no undefined

@@ -381,6 +381,20 @@ def test_lerp_rounds_once_as_torch(dtype):
     assert torch.equal(to_torch(inplace), ta.detach().clone().lerp_(tb.detach(), weight))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_addcmul_rounds_as_torch(dtype):
+    # PyTorch's CPU addcmul rounds value * t1, then adds * t2 to self in one fused multiply-add:
+    # equal bit for bit, dense and strided.
+    rng = np.random.default_rng()
+    n = int(rng.integers(1, 3000))
+    ts = [torch.tensor(rng.standard_normal(n), dtype=getattr(torch, dtype)) for _ in range(3)]
+    ps = [from_torch(t) for t in ts]
+    for value in (1.0, float(rng.uniform(-3, 3))):
+        assert torch.equal(to_torch(pf.addcmul(*ps, value=value)), torch.addcmul(*ts, value=value))
+        assert torch.equal(to_torch(pf.addcmul(*(p[::2] for p in ps), value=value)),
+                           torch.addcmul(*(t[::2] for t in ts), value=value))
+
+
 def test_lerp_of_bfloat16_near_its_largest_value_stays_finite():
     # (end - a) * (1 - w) alone overflows float32 here; the fused form does not, as PyTorch's.
     big = 3.3895313892515355e38

@@ -47,11 +47,12 @@ template <typename T>
 struct AddcmulOp {
   using C = opmath_t<T>;
   static constexpr bool supported = !std::is_same_v<T, bool>;
+  static constexpr bool fused_multiply_add = true;  // its loops are compiled for FMA
   C value;
   explicit AddcmulOp(const KernelContext& ctx) : value(scalar_to<C>(ctx.attr<Scalar>("value"))) {}
   C operator()(C s, C a, C b) const {
     if constexpr (is_int_v<T>) return wrap_add(s, wrap_mul(value, wrap_mul(a, b)));
-    else return s + value * a * b;
+    else return scalar_math::addcmul(s, value, a, b);
   }
 };
 

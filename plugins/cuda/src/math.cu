@@ -48,7 +48,7 @@ struct AddcmulFn {
   C value;
   PF_DEVICE C operator()(C s, C a, C b) const {
     if constexpr (std::is_integral_v<C>) return wrap_add(s, wrap_mul(value, wrap_mul(a, b)));
-    else return s + value * a * b;
+    else return scalar_math::addcmul(s, value, a, b);
   }
 };
 struct AddcmulDesc : NumericTypes {
