@@ -80,12 +80,18 @@ class Desc {
   Desc& operator=(Desc&&) = delete;
 
   cudnnBackendDescriptor_t get() const { return d_; }
-  const cudnnBackendDescriptor_t* ptr() const { return &d_; }
 
   void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values,
            const char* what) {
     const cudnnStatus_t st = cudnn().cudnnBackendSetAttribute(d_, name, type, count, values);
     if (st != CUDNN_STATUS_SUCCESS) throw_status(st, std::string("setting ") + what);
+  }
+  // Sets the cuDNN handle where the release still takes one (CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+  // CUDNN_ATTR_EXECUTION_PLAN_HANDLE): marked deprecated in recent cuDNN 9 headers (the handle
+  // comes with cudnnBackendExecute, the device is the current one), needed by earlier cuDNN 9
+  // releases. A release that refuses it is no error; one that needed it fails to finalize.
+  void set_handle(cudnnBackendAttributeName_t name, cudnnHandle_t handle) {
+    cudnn().cudnnBackendSetAttribute(d_, name, CUDNN_TYPE_HANDLE, 1, &handle);
   }
   // Finalizes a descriptor of the graph: a NOT_SUPPORTED status means the problem runs composed,
   // any other failure is an error.
@@ -243,14 +249,13 @@ std::shared_ptr<const OpGraph> build_graph(const Operands& ops, const ConvProble
     pointwise(CUDNN_POINTWISE_ADD, &z, kAddendOut);
   }
   // relu: RELU_FWD with its default clips (lower 0, no upper); silu: SWISH_FWD with its default
-  // beta of 1, x * sigmoid(x).
+  // beta of 1, x * sigmoid(x). The chain's last step, so it writes y (no virtual tensor).
   if (has_act) pointwise(ops.activation == "relu" ? CUDNN_POINTWISE_RELU_FWD : CUDNN_POINTWISE_SWISH_FWD, nullptr, 0);
 
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   PF_SET_ATTR(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
               static_cast<int64_t>(operations.size()), operations.data());
-  // Marked deprecated in recent cuDNN 9 headers but accepted; the releases before rely on it.
-  PF_SET_ATTR(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  graph.set_handle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle);
   graph.finalize("the operation graph");
   keep(std::move(graph));
   return g;
@@ -335,18 +340,23 @@ struct FusedPlan {
   std::string name;
 };
 
-// The plan of `c`, or nothing when it does not finalize or needs more workspace than `limit`.
+// The plan of `c`, or nothing (and why, in `refused`) when it does not finalize or needs more
+// workspace than `limit`.
 std::unique_ptr<FusedPlan> finalize_plan(const std::shared_ptr<const OpGraph>& graph, Candidate& c,
-                                         cudnnHandle_t handle, size_t limit) {
+                                         cudnnHandle_t handle, size_t limit, std::vector<std::string>& refused) {
   auto p = std::make_unique<FusedPlan>();
   const cudnnBackendDescriptor_t config = c.config->get();
   PF_SET_ATTR(p->plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
-  // As the graph's handle: marked deprecated in recent headers (the handle also comes with
-  // cudnnBackendExecute), accepted, and relied on by earlier cuDNN 9 releases.
-  PF_SET_ATTR(p->plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-  if (p->plan.try_finalize() != CUDNN_STATUS_SUCCESS) return nullptr;
+  p->plan.set_handle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle);
+  if (const cudnnStatus_t st = p->plan.try_finalize(); st != CUDNN_STATUS_SUCCESS) {
+    refused.push_back(c.name + ": " + cudnn().cudnnGetErrorString(st));
+    return nullptr;
+  }
   PF_GET_ATTR(p->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, nullptr, &p->workspace);
-  if (p->workspace < 0 || static_cast<size_t>(p->workspace) > limit) return nullptr;
+  if (p->workspace < 0 || static_cast<size_t>(p->workspace) > limit) {
+    refused.push_back(c.name + ": workspace of " + std::to_string(p->workspace) + " bytes");
+    return nullptr;
+  }
   p->graph = graph;
   p->config = std::move(c.config);
   p->name = c.name;
@@ -431,10 +441,12 @@ std::shared_ptr<const FusedPlan> plan_problem(const Operands& ops, const ConvPro
   }
 
   std::map<std::string, std::unique_ptr<FusedPlan>> finalized;  // by name; an empty entry did not finalize
+  std::vector<std::string> refused;                               // why the others did not
   const auto plan_of = [&](const std::string& name) -> FusedPlan* {
     if (const auto it = finalized.find(name); it != finalized.end()) return it->second.get();
     for (Candidate& c : list)
-      if (c.name == name && c.permitted && c.config) return (finalized[name] = finalize_plan(graph, c, handle, p.workspace_limit)).get();
+      if (c.name == name && c.permitted && c.config)
+        return (finalized[name] = finalize_plan(graph, c, handle, p.workspace_limit, refused)).get();
     return nullptr;
   };
   algo_search::AlgoSource source;
@@ -460,13 +472,17 @@ std::shared_ptr<const FusedPlan> plan_problem(const Operands& ops, const ConvPro
   const auto choice = cudnn_selector(scope.device)
                           .choose(strategy, "conv2d_fused " + key, current_config().optimizations.algo_cache, source);
   FusedPlan* chosen = choice ? plan_of(choice->algorithm) : nullptr;
-  if (chosen == nullptr)
-    return composed(std::to_string(list.size()) + " engine configurations, none permitted that finalizes within the "
-                    "workspace limit");
+  if (chosen == nullptr) {
+    const auto permitted = std::count_if(list.begin(), list.end(), [](const Candidate& c) { return c.permitted; });
+    std::string why = "of " + std::to_string(list.size()) + " engine configurations (" + std::to_string(permitted) +
+                      " permitted) no plan finalizes within the workspace limit";
+    for (size_t i = 0; i < refused.size() && i < 4; ++i) why += (i == 0 ? ": " : "; ") + refused[i];
+    return composed(why);
+  }
+  const std::string graph_ops = std::string("conv") + (ops.bias.defined() ? " + bias" : "") +
+                                (ops.z ? " + addend" : "") + (ops.activation == "none" ? "" : " + " + ops.activation);
   report_algo_choice(AlgoChoice{"cuda", "conv2d_fused", key, chosen->name,
-                                "cudnn " + cudnn_version() + " graph: conv" + (ops.bias.defined() ? " + bias" : "") +
-                                    (ops.z ? " + addend" : "") + (ops.activation == "none" ? "" : " + " + ops.activation),
-                                choice->source});
+                                "cudnn " + cudnn_version() + " graph: " + graph_ops, choice->source});
   return std::shared_ptr<const FusedPlan>(std::move(finalized[chosen->name]));
 }
 
@@ -512,9 +528,8 @@ bool run_conv2d_fused_cudnn(KernelContext& ctx) {
                     std::to_string(alignment(ops.y));
   if (has_bias) key += "," + std::to_string(bias_strided ? 16 : byte_alignment(ops.bias.data_ptr()));
   if (has_addend) key += "," + std::to_string(alignment(*ops.z));
-  const std::string cache_key = std::to_string(scope.device) +
-                                (conv_strategy(ctx) == algo_search::Strategy::Exhaustive ? " exhaustive " : " heuristic ") +
-                                key;
+  const bool exhaustive = conv_strategy(ctx) == algo_search::Strategy::Exhaustive;
+  const std::string cache_key = std::to_string(scope.device) + (exhaustive ? " exhaustive " : " heuristic ") + key;
   std::shared_ptr<const FusedPlan> plan;
   bool known = false;
   {
@@ -530,7 +545,8 @@ bool run_conv2d_fused_cudnn(KernelContext& ctx) {
   const auto materialize = [&](Image& im, bool is_output) {
     if (!im.copied) return;
     const Tensor& t = im.tensor;
-    Tensor dense = Tensor::empty(t.sizes(), t.dtype(), t.device(), im.nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+    const MemoryFormat format = im.nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+    Tensor dense = Tensor::empty(t.sizes(), t.dtype(), t.device(), format);
     if (!is_output) launch_copy(dense, t, scope.stream);
     im.tensor = dense;
   };

@@ -245,7 +245,8 @@ void compare_fused(const ConvProblem& p, Layout layout, DType dt, const std::vec
                    std::mt19937& rng) {
   const bool half = dt == DType::Float16 || dt == DType::BFloat16;
   Pair x = image_pair({p.N, p.C, p.H, p.W}, dt, layout, rng);
-  Pair w = image_pair({p.O, p.C / p.groups, p.kh, p.kw}, dt, layout == Layout::ChannelsLast ? layout : Layout::Nchw, rng);
+  const Layout w_layout = layout == Layout::ChannelsLast ? layout : Layout::Nchw;
+  Pair w = image_pair({p.O, p.C / p.groups, p.kh, p.kw}, dt, w_layout, rng);
   Pair b = make_pair({p.O}, dt, View::Contiguous, Values::Any, rng);
   const auto out_size = [&](int64_t in, int64_t k, int i) {
     return (in + 2 * p.padding[i] - p.dilation[i] * (k - 1) - 1) / p.stride[i] + 1;
@@ -256,7 +257,8 @@ void compare_fused(const ConvProblem& p, Layout layout, DType dt, const std::vec
                               " O=" + std::to_string(p.O) + " g=" + std::to_string(p.groups) + " act=" + e.activation +
                               (e.bias ? " bias" : "") + (e.addend ? " addend" : "");
     const Tensor fused = conv2d_fused(p, e, x.dev, w.dev, b.dev, z.dev);
-    const Tensor cpu = half ? cpu_reference(composed(p, e, as_f32(x.cpu), as_f32(w.cpu), as_f32(b.cpu), as_f32(z.cpu)), dt)
+    const Tensor cpu = half ? cpu_reference(composed(p, e, as_f32(x.cpu), as_f32(w.cpu), as_f32(b.cpu),
+                                                     as_f32(z.cpu)), dt)
                             : composed(p, e, x.cpu, w.cpu, b.cpu, z.cpu);
     EXPECT_TRUE(matches(cpu, fused, tol)) << where << ": fused against the CPU";
     // The composed path rounds after every step (16-bit types), the fused graph once.
