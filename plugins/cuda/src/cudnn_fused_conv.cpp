@@ -268,6 +268,48 @@ struct Candidate {
   std::unique_ptr<Desc> config;
 };
 
+// An engine configuration with its cache name and whether this call may run it.
+Candidate describe(std::unique_ptr<Desc> config, DType dtype, bool allow_tf32) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  int64_t n = 0;
+  cudnnBackendDescriptor_t engine_raw = engine.get();
+  PF_GET_ATTR(config->get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine_raw);
+  int64_t index = -1;
+  PF_GET_ATTR(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
+
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t note_count = 0;
+  PF_GET_ATTR(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+              CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes);
+  conv_fusion::EngineNotes flags;
+  for (int64_t i = 0; i < std::min<int64_t>(note_count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT); ++i) {
+    flags.tensor_core |= notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    flags.down_convert_inputs |= notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
+    flags.reduced_precision_reduction |= notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION;
+  }
+
+  // The knob choices name the configuration among the engine's variants.
+  std::vector<Desc> choices;
+  std::vector<cudnnBackendDescriptor_t> choices_raw;
+  for (int k = 0; k < CUDNN_KNOB_TYPE_COUNTS; ++k) {
+    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    choices_raw.push_back(choices.back().get());
+  }
+  int64_t choice_count = 0;
+  PF_GET_ATTR(config->get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_KNOB_TYPE_COUNTS,
+              &choice_count, choices_raw.data());
+  std::vector<std::pair<int64_t, int64_t>> knobs;
+  for (int64_t k = 0; k < std::min<int64_t>(choice_count, CUDNN_KNOB_TYPE_COUNTS); ++k) {
+    cudnnBackendKnobType_t type{};
+    int64_t value = 0;
+    PF_GET_ATTR(choices_raw[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type);
+    PF_GET_ATTR(choices_raw[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value);
+    knobs.emplace_back(static_cast<int64_t>(type), value);
+  }
+  return {conv_fusion::engine_config_name(index, knobs), conv_fusion::engine_permitted(dtype, allow_tf32, flags),
+          std::move(config)};
+}
+
 // cuDNN's engine configurations for `graph`, in the heuristic's order (CUDNN_HEUR_MODE_A).
 std::vector<Candidate> heuristic_list(const OpGraph& graph, DType dtype, bool allow_tf32) {
   Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
@@ -278,56 +320,17 @@ std::vector<Candidate> heuristic_list(const OpGraph& graph, DType dtype, bool al
   heur.finalize("the engine heuristics");
   int64_t count = 0;
   PF_GET_ATTR(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
-  std::vector<Candidate> list;
+  std::vector<std::unique_ptr<Desc>> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) {
-    list.push_back({"", false, std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)});
-    raw.push_back(list.back().config->get());
+    configs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(configs.back()->get());
   }
   int64_t returned = 0;
   PF_GET_ATTR(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data());
-  list.resize(static_cast<size_t>(std::clamp<int64_t>(returned, 0, count)));
-
-  for (Candidate& c : list) {
-    Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-    int64_t n = 0;
-    cudnnBackendDescriptor_t engine_raw = engine.get();
-    PF_GET_ATTR(c.config->get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine_raw);
-    int64_t index = -1;
-    PF_GET_ATTR(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
-
-    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    int64_t note_count = 0;
-    PF_GET_ATTR(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &note_count, notes);
-    conv_fusion::EngineNotes flags;
-    for (int64_t i = 0; i < std::min<int64_t>(note_count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT); ++i) {
-      flags.tensor_core |= notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
-      flags.down_convert_inputs |= notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
-      flags.reduced_precision_reduction |= notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION;
-    }
-    c.permitted = conv_fusion::engine_permitted(dtype, allow_tf32, flags);
-
-    // The knob choices name the configuration among the engine's variants.
-    std::vector<Desc> choices;
-    std::vector<cudnnBackendDescriptor_t> choices_raw;
-    for (int k = 0; k < CUDNN_KNOB_TYPE_COUNTS; ++k) {
-      choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
-      choices_raw.push_back(choices.back().get());
-    }
-    int64_t choice_count = 0;
-    PF_GET_ATTR(c.config->get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                CUDNN_KNOB_TYPE_COUNTS, &choice_count, choices_raw.data());
-    std::vector<std::pair<int64_t, int64_t>> knobs;
-    for (int64_t k = 0; k < std::min<int64_t>(choice_count, CUDNN_KNOB_TYPE_COUNTS); ++k) {
-      cudnnBackendKnobType_t type{};
-      int64_t value = 0;
-      PF_GET_ATTR(choices_raw[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type);
-      PF_GET_ATTR(choices_raw[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value);
-      knobs.emplace_back(static_cast<int64_t>(type), value);
-    }
-    c.name = conv_fusion::engine_config_name(index, knobs);
-  }
+  configs.resize(static_cast<size_t>(std::clamp<int64_t>(returned, 0, count)));
+  std::vector<Candidate> list;
+  for (auto& config : configs) list.push_back(describe(std::move(config), dtype, allow_tf32));
   return list;
 }
 
