@@ -489,7 +489,42 @@ std::shared_ptr<const FusedPlan> plan_problem(const Operands& ops, const ConvPro
   return std::shared_ptr<const FusedPlan>(std::move(finalized[chosen->name]));
 }
 
+// The problem of a conv2d_fused call.
+ConvProblem problem_of(const KernelContext& ctx) {
+  const ConvSettings settings = conv_settings();
+  return {ctx.output(0).dtype(),     settings.allow_tf32,          settings.workspace_limit_bytes,
+          ctx.attr<Shape>("stride"), ctx.attr<Shape>("padding"),   ctx.attr<Shape>("dilation"),
+          ctx.attr<int64_t>("groups")};
+}
+
+// The operands' layouts as cuDNN will see them, before any copy (`copied`: one is needed).
+Operands layouts_of(const KernelContext& ctx) {
+  const bool has_bias = ctx.attr<bool>("has_bias"), has_addend = ctx.attr<bool>("has_addend");
+  const Tensor& out = ctx.output(0);
+  Operands ops;
+  ops.activation = ctx.attr<std::string>("activation");
+  ops.x = image_layout(ctx.input(0));
+  ops.w = image_layout(ctx.input(1));
+  if (has_bias) ops.bias = ctx.input(2);
+  if (has_addend) ops.z = image_layout(ctx.inputs.back());
+  ops.y = image_layout(out);
+  // The output is the addend's memory (the graph's in-place sum over a dying addend): cuDNN's
+  // epilogue is not promised to read each addend element before writing it, so the graph writes
+  // a temporary in the output's layout, copied back.
+  ops.y.copied |= has_addend && ctx.inputs.back().data_ptr() == out.data_ptr();
+  return ops;
+}
+
 }  // namespace
+
+std::optional<std::string> check_conv2d_fused_graph(const KernelContext& ctx) {
+  try {
+    build_graph(layouts_of(ctx), problem_of(ctx), nullptr);
+  } catch (const Unsupported& u) {
+    return u.why;
+  }
+  return std::nullopt;
+}
 
 bool run_conv2d_fused_cudnn(KernelContext& ctx) {
   const bool has_bias = ctx.attr<bool>("has_bias"), has_addend = ctx.attr<bool>("has_addend");
@@ -500,27 +535,9 @@ bool run_conv2d_fused_cudnn(KernelContext& ctx) {
   if (out.numel() == 0 || ctx.input(0).numel() == 0 || ctx.input(1).numel() == 0) return false;
 
   KernelScope scope(ctx);
-  const ConvSettings settings = conv_settings();
-  const ConvProblem p{out.dtype(),
-                      settings.allow_tf32,
-                      settings.workspace_limit_bytes,
-                      ctx.attr<Shape>("stride"),
-                      ctx.attr<Shape>("padding"),
-                      ctx.attr<Shape>("dilation"),
-                      ctx.attr<int64_t>("groups")};
-  // The operands' layouts; copies are made only once the problem is known to run fused.
-  Operands ops;
-  ops.activation = activation;
-  ops.x = image_layout(ctx.input(0));
-  ops.w = image_layout(ctx.input(1));
-  if (has_bias) ops.bias = ctx.input(2);
-  if (has_addend) ops.z = image_layout(ctx.inputs.back());
-  ops.y = image_layout(out);
-  // The output is the addend's memory (the graph's in-place sum over a dying addend): cuDNN's
-  // epilogue is not promised to read each addend element before writing it, so the graph writes
-  // a temporary in the output's layout, copied back.
-  const bool y_is_addend = has_addend && ctx.inputs.back().data_ptr() == out.data_ptr();
-  ops.y.copied |= y_is_addend;
+  const ConvProblem p = problem_of(ctx);
+  // Copies are made only once the problem is known to run fused.
+  Operands ops = layouts_of(ctx);
   const bool bias_strided = has_bias && ops.bias.numel() > 1 && ops.bias.strides()[0] != 1;
 
   // A copy comes from the caching allocator, whose blocks are aligned far beyond 16 bytes.
