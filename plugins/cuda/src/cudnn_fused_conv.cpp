@@ -492,8 +492,12 @@ std::shared_ptr<const FusedPlan> plan_problem(const Operands& ops, const ConvPro
 // The problem of a conv2d_fused call.
 ConvProblem problem_of(const KernelContext& ctx) {
   const ConvSettings settings = conv_settings();
-  return {ctx.output(0).dtype(),     settings.allow_tf32,          settings.workspace_limit_bytes,
-          ctx.attr<Shape>("stride"), ctx.attr<Shape>("padding"),   ctx.attr<Shape>("dilation"),
+  return {ctx.output(0).dtype(),
+          settings.allow_tf32,
+          settings.workspace_limit_bytes,
+          ctx.attr<Shape>("stride"),
+          ctx.attr<Shape>("padding"),
+          ctx.attr<Shape>("dilation"),
           ctx.attr<int64_t>("groups")};
 }
 

@@ -1,4 +1,4 @@
-// conv2d_fused (docs/kernels.md, "Fused ops") as one cuDNN graph: convolution, bias, addend and
+// conv2d_fused (docs/graph.md, the paragraph "Fused ops") as one cuDNN graph: convolution, bias, addend and
 // activation in one kernel of cuDNN's fused runtime, where cuDNN has an engine for the problem.
 // Host code (g++).
 #pragma once

@@ -1,4 +1,4 @@
-// The fused convolution / product ops of nn.Graph's passes (docs/kernels.md, "Fused ops") on
+// The fused convolution / product ops of nn.Graph's passes (docs/graph.md, the paragraph "Fused ops") on
 // CUDA. conv2d_fused runs as one cuDNN graph (convolution with the bias, addend and activation
 // in its epilogue, cudnn_fused_conv.cpp) where cuDNN's fused runtime takes the problem, and
 // composed otherwise, as mm_fused always is: the plugin's plain kernels (cuDNN's convolution or
