@@ -225,6 +225,13 @@ std::shared_ptr<const OpGraph> build_graph(const Operands& ops, const ConvProble
     Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
     PF_SET_ATTR(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &pw_mode);
     PF_SET_ATTR(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &accumulate);
+    const double zero_d = 0.0, one_d = 1.0;
+    if (pw_mode == CUDNN_POINTWISE_RELU_FWD) {  // max(x, 0): clipped below at 0 with slope 0, no upper clip
+      PF_SET_ATTR(pw, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP, CUDNN_TYPE_DOUBLE, 1, &zero_d);
+      PF_SET_ATTR(pw, CUDNN_ATTR_POINTWISE_RELU_LOWER_CLIP_SLOPE, CUDNN_TYPE_DOUBLE, 1, &zero_d);
+    }
+    if (pw_mode == CUDNN_POINTWISE_SWISH_FWD)  // silu: x * sigmoid(beta x) with beta 1
+      PF_SET_ATTR(pw, CUDNN_ATTR_POINTWISE_SWISH_BETA, CUDNN_TYPE_DOUBLE, 1, &one_d);
     pw.finalize("a pointwise descriptor");
     const cudnnBackendDescriptor_t pw_desc = keep(std::move(pw));
     const cudnnBackendDescriptor_t out = output_of_step(virtual_uid);
@@ -248,8 +255,7 @@ std::shared_ptr<const OpGraph> build_graph(const Operands& ops, const ConvProble
     const cudnnBackendDescriptor_t z = keep(image_desc(kAddend, data, *ops.z));
     pointwise(CUDNN_POINTWISE_ADD, &z, kAddendOut);
   }
-  // relu: RELU_FWD with its default clips (lower 0, no upper); silu: SWISH_FWD with its default
-  // beta of 1, x * sigmoid(x). The chain's last step, so it writes y (no virtual tensor).
+  // relu: RELU_FWD; silu: SWISH_FWD. The chain's last step, so it writes y (no virtual tensor).
   if (has_act) pointwise(ops.activation == "relu" ? CUDNN_POINTWISE_RELU_FWD : CUDNN_POINTWISE_SWISH_FWD, nullptr, 0);
 
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
