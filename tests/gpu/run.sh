@@ -8,7 +8,11 @@
 #      (conv3d, grid sampling, torchvision's operators and lstsq included), with matmul / add /
 #      sum timings,
 #   3b. ps_roi_align, ps_roi_pool, deform_conv2d and bicubic upsampling against the CPU on random
-#      inputs, outputs and every operand's gradient (tests/gpu/ops_check.py),
+#      inputs, outputs and every operand's gradient; conv2d_fused on cuDNN's fused runtime
+#      (conv + bias + residual add + relu / silu / none) against the unfused graph and the CPU,
+#      float32 off TF32 and bfloat16, with each problem's choice (cuDNN engine or composed)
+#      listed (tests/gpu/ops_check.py; each fused problem's first call plans it, compiling
+#      cuDNN's runtime-fused kernel, hence the longer timeout),
 #   4. the runtime: streams, events, record_stream, pinned memory with non_blocking copies, memory
 #      statistics, GradScaler's device-side skip (tests/gpu/runtime_check.py),
 #   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
@@ -297,9 +301,9 @@ if run_step "python smoke check + timings" "$LOGDIR/python.log" timeout 120 "$PY
 fi
 
 # 3b. The torchvision operators and bicubic upsampling against the CPU, forward and gradients.
-if run_step "ps_roi_align, ps_roi_pool, deform_conv2d, bicubic upsampling against the CPU (+ gradients)" \
-    "$LOGDIR/ops.log" timeout 120 "$PY" tests/gpu/ops_check.py; then
-  grep '^issue 13 kernels:' "$LOGDIR/ops.log" | sed 's/^/      /' | tee -a "$REPORT"
+if run_step "ps_roi_align, ps_roi_pool, deform_conv2d, bicubic upsampling, conv2d_fused on cuDNN against the CPU" \
+    "$LOGDIR/ops.log" timeout 240 "$PY" tests/gpu/ops_check.py; then
+  grep '^issue 13 kernels:\|^conv2d_fused choice:\|^conv2d_fused:' "$LOGDIR/ops.log" | sed 's/^/      /' | tee -a "$REPORT"
 fi
 
 # 4. Streams, events, pinned memory, memory statistics, GradScaler.

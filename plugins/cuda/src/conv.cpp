@@ -27,16 +27,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <climits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "algo_search.h"
+#include "conv_common.h"
 #include "cudnn.h"
 #include "kernel_common.h"
 #include "launchers.h"
@@ -99,19 +96,6 @@ class ConvDesc {
   cudnnConvolutionDescriptor_t d_ = nullptr;
 };
 
-struct Types {
-  cudnnDataType_t data, compute;
-};
-Types types_of(DType t) {
-  switch (t) {
-    case DType::Float32: return {CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT};
-    case DType::Float64: return {CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE};
-    case DType::Float16: return {CUDNN_DATA_HALF, CUDNN_DATA_FLOAT};
-    case DType::BFloat16: return {CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT};
-    default: PF_THROW(TypeError, "cuda conv: unsupported dtype ", dtype_name(t));
-  }
-}
-
 // The descriptor's math type before an algorithm is chosen (as PyTorch): the search then only
 // offers algorithms this math type permits.
 cudnnMathType_t base_math(DType t, bool allow_tf32) {
@@ -130,64 +114,7 @@ const char* math_name(cudnnMathType_t m) {
   return "?";
 }
 
-int checked_int(int64_t v, const char* what) {
-  PF_CHECK(v >= 0 && v <= INT_MAX, "cuda conv: ", what, " ", v, " is beyond cuDNN's 32-bit sizes");
-  return static_cast<int>(v);
-}
-
 // ---- operands -------------------------------------------------------------------------------
-
-// Packed strides of (N, C, spatial...) in NC(D)HW order, or N(D)HWC (channels-last) order.
-Shape packed_strides(const Shape& s, bool channels_last) {
-  const size_t rank = s.size();
-  Shape st(rank);
-  int64_t step = 1;
-  if (channels_last) {
-    st[1] = step;
-    step *= s[1];
-    for (size_t i = rank - 1; i >= 2; --i) {
-      st[i] = step;
-      step *= s[i];
-    }
-  } else {
-    for (size_t i = rank - 1; i >= 1; --i) {
-      st[i] = step;
-      step *= s[i];
-    }
-  }
-  st[0] = step;
-  return st;
-}
-
-// Whether `t` has these strides wherever they matter (a size-1 dim's stride never addresses).
-bool has_strides(const Tensor& t, const Shape& strides) {
-  for (size_t i = 0; i < strides.size(); ++i)
-    if (t.sizes()[i] != 1 && t.strides()[i] != strides[i]) return false;
-  return true;
-}
-
-// An image operand (x, y, dx, dy) as cuDNN reads or writes it: the tensor itself when packed
-// NC(D)HW or N(D)HWC, else a contiguous copy (an output: a contiguous temporary copied back).
-struct Image {
-  Tensor tensor;  // what cuDNN sees
-  bool nhwc = false;
-  bool copied = false;
-};
-Image image_operand(const Tensor& t, bool is_output, cudaStream_t stream) {
-  if (has_strides(t, packed_strides(t.sizes(), false))) return {t, false, false};
-  if (has_strides(t, packed_strides(t.sizes(), true))) return {t, true, false};
-  Tensor dense = Tensor::empty(t.sizes(), t.dtype(), t.device());
-  if (!is_output) launch_copy(dense, t, stream);
-  return {dense, false, true};
-}
-
-// A weight operand: packed NC(D)HW (cuDNN's filter descriptor takes no strides).
-Image weight_operand(const Tensor& t, bool is_output, cudaStream_t stream) {
-  if (has_strides(t, packed_strides(t.sizes(), false))) return {t, false, false};
-  Tensor dense = Tensor::empty(t.sizes(), t.dtype(), t.device());
-  if (!is_output) launch_copy(dense, t, stream);
-  return {dense, false, true};
-}
 
 // cuDNN's int arrays of a shape.
 std::vector<int> int_dims(const Shape& s, const char* what) {
@@ -213,7 +140,7 @@ struct Call {
   Kind kind;
   int rank;  // spatial dims: 2 or 3
   DType dtype;
-  Types types;
+  CudnnTypes types;
   bool allow_tf32;
   size_t workspace_limit;
   Shape stride, padding, dilation;
@@ -226,25 +153,7 @@ struct Call {
 
   // The problem key of the cache and of `plugflow.info --algos`.
   std::string key() const {
-    std::ostringstream k;
-    const auto dims = [&](const Shape& s, size_t from = 0) {
-      for (size_t i = from; i < s.size(); ++i) k << (i > from ? "x" : "") << s[i];
-    };
-    k << dtype_name(dtype) << (dtype == DType::Float32 && allow_tf32 ? " tf32" : "") << " in=";
-    dims(x.tensor.sizes());
-    k << " out=";
-    dims(y.tensor.sizes());
-    k << " k=";
-    dims(w.tensor.sizes(), 2);
-    k << " s=";
-    dims(stride);
-    k << " p=";
-    dims(padding);
-    k << " d=";
-    dims(dilation);
-    k << " g=" << groups << (x.nhwc ? " x:nhwc" : "") << (y.nhwc ? " y:nhwc" : "") << " ws<=" << (workspace_limit >> 20)
-      << "M";
-    return k.str();
+    return conv_problem_key({dtype, allow_tf32, workspace_limit, stride, padding, dilation, groups}, x, w, y);
   }
 };
 
@@ -459,22 +368,6 @@ bool acceptable(const Call& c, const Perf& p) {
   return p.status == CUDNN_STATUS_SUCCESS && p.memory <= c.workspace_limit && math_allowed(c, p.mathType);
 }
 
-// The AlgoSelector of device `device`: its cache file section is named after the cuDNN release
-// and the GPU model, so a file from another GPU or release is not trusted.
-algo_search::AlgoSelector& selector(int device) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<algo_search::AlgoSelector>> selectors;
-  std::lock_guard lock(mutex);
-  auto& s = selectors[device];
-  if (!s) {
-    cudaDeviceProp prop{};
-    PF_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    s = std::make_unique<algo_search::AlgoSelector>("cuda cudnn " + cudnn_version() + " " + prop.name + " sm_" +
-                                                    std::to_string(prop.major) + std::to_string(prop.minor));
-  }
-  return *s;
-}
-
 // Chooses the algorithm of `c` and runs it.
 template <Kind K>
 void run_call(Call& c, const KernelContext& ctx, const KernelScope& scope) {
@@ -545,14 +438,10 @@ void run_call(Call& c, const KernelContext& ctx, const KernelScope& scope) {
   source.repetitions = 1;  // cuDNN measured each algorithm itself
   source.warm_up = false;
 
-  const Optimizations& opt = current_config().optimizations;
-  // An nn.Graph may choose its own strategy (the `algo_search` attribute); else the config's.
-  const std::string& strategy =
-      ctx.attrs.has("algo_search") ? ctx.attr<std::string>("algo_search") : opt.conv_algo_search;
   const std::string key = c.key();
-  const auto choice = selector(scope.device)
-                          .choose(algo_search::parse_strategy(strategy), op_name(K, c.rank) + " " + key,
-                                  opt.algo_cache, source);
+  const auto choice = cudnn_selector(scope.device)
+                          .choose(conv_strategy(ctx), op_name(K, c.rank) + " " + key,
+                                  current_config().optimizations.algo_cache, source);
   if (!choice)
     PF_THROW(DeviceError, "cuda ", op_name(K, c.rank), ": cuDNN offers no algorithm for ", key, " within the workspace limit of ",
              c.workspace_limit >> 20, " MiB (plugflow.backends.cudnn.workspace_limit_mb)");
@@ -590,7 +479,7 @@ void conv_kernel(KernelContext& ctx) {
   Call c{K,
          rank,
          out.dtype(),
-         types_of(out.dtype()),
+         cudnn_types(out.dtype()),
          settings.allow_tf32,
          settings.workspace_limit_bytes,
          ctx.attr<Shape>("stride"),

@@ -15,7 +15,8 @@
 
 namespace plugflow::cuda {
 
-// The entry points the plugin calls, as members named after them (X(name) below).
+// The entry points the plugin calls, as members named after them (X(name) below): the
+// convolution API (conv.cpp) and the graph ("backend") API (cudnn_fused_conv.cpp).
 #define PF_CUDNN_FUNCTIONS(X)                                                                               \
   X(cudnnGetVersion)                                                                                        \
   X(cudnnGetErrorString)                                                                                    \
@@ -47,7 +48,13 @@ namespace plugflow::cuda {
   X(cudnnConvolutionForward)                                                                                \
   X(cudnnConvolutionBackwardData)                                                                           \
   X(cudnnConvolutionBackwardFilter)                                                                         \
-  X(cudnnAddTensor)
+  X(cudnnAddTensor)                                                                                         \
+  X(cudnnBackendCreateDescriptor)                                                                           \
+  X(cudnnBackendDestroyDescriptor)                                                                          \
+  X(cudnnBackendSetAttribute)                                                                               \
+  X(cudnnBackendGetAttribute)                                                                               \
+  X(cudnnBackendFinalize)                                                                                   \
+  X(cudnnBackendExecute)
 
 struct Cudnn {
 #define PF_CUDNN_MEMBER(name) decltype(&::name) name;

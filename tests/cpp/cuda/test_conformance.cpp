@@ -100,7 +100,7 @@ const std::map<std::string, std::string> kNotYetOnCuda = {};
 const std::set<std::pair<std::string, DType>> kCudaOnlyKernels = {
     {"conv2d", DType::Float16},     {"conv2d_grad_input", DType::Float16}, {"conv2d_grad_weight", DType::Float16},
     {"conv3d", DType::Float16},     {"conv3d_grad_input", DType::Float16}, {"conv3d_grad_weight", DType::Float16},
-    {"batch_norm", DType::Float16}, {"batch_norm_backward", DType::Float16},
+    {"batch_norm", DType::Float16}, {"batch_norm_backward", DType::Float16}, {"conv2d_fused", DType::Float16},
 };
 
 // The whole registry: every (op, dtype) of the CPU plugin is on CUDA, and CUDA has nothing

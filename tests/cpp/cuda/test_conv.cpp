@@ -4,9 +4,12 @@
 // channels-last and strided operands; float32 with TF32 off (tight) and on (loose), float64,
 // and float16 / bfloat16 against the CPU's float32 result rounded to the dtype; both search
 // strategies, the exhaustive one persisting its choices in the cache file under the cuDNN
-// section.
+// section. conv2d_fused (plugins/cuda/src/cudnn_fused_conv.cpp, cuDNN's fused runtime) against
+// the composed ops on the device and against the CPU for every epilogue it fuses, and on a GPU
+// the proof that the 16-bit channels-last case ran as a cuDNN graph.
 //
-// Without a GPU the comparisons skip; the registration test runs everywhere.
+// Without a GPU the comparisons skip; the registration tests run everywhere.
+// PF_CUDA_CONFORMANCE_SELFCHECK=1 runs the comparisons with the CPU as the device under test.
 #include <unistd.h>
 
 #include <filesystem>
@@ -195,6 +198,101 @@ void compare_all_3d(DType dt, Tol tol, std::mt19937& rng) {
   }
 }
 
+// ---- conv2d_fused: cuDNN's fused runtime against the composed path and the CPU ----------------
+
+// A conv2d_fused call: act(conv2d(x, w) + bias + addend) with the optional terms present or not.
+struct Epilogue {
+  const char* activation;
+  bool bias, addend;
+};
+// Every epilogue the cuDNN graph takes (conv_fusion::refusal): relu, silu and none, each with
+// the bias, the addend or both, and the activations alone.
+const std::vector<Epilogue> kEpilogues = {
+    {"relu", true, false}, {"relu", false, true}, {"relu", true, true}, {"relu", false, false},
+    {"silu", true, false}, {"silu", false, true}, {"silu", true, true}, {"silu", false, false},
+    {"none", true, false}, {"none", false, true}, {"none", true, true}};
+
+Tensor call(const char* op, std::vector<Tensor> in, const Attrs& attrs) { return call_op(find_op(op), in, attrs)[0]; }
+
+// The fused op's attributes for problem `p`.
+Attrs fused_attrs(const ConvProblem& p, const Epilogue& e) {
+  return {{"stride", p.stride},       {"padding", p.padding},     {"dilation", p.dilation},
+          {"groups", p.groups},       {"has_bias", e.bias},       {"has_addend", e.addend},
+          {"activation", std::string(e.activation)}};
+}
+
+Tensor conv2d_fused(const ConvProblem& p, const Epilogue& e, const Tensor& x, const Tensor& w, const Tensor& b,
+                    const Tensor& z) {
+  std::vector<Tensor> in{x, w};
+  if (e.bias) in.push_back(b);
+  if (e.addend) in.push_back(z);
+  return call("conv2d_fused", in, fused_attrs(p, e));
+}
+
+// The unfused ops in the graph's order: conv2d (with the bias), add, activation.
+Tensor composed(const ConvProblem& p, const Epilogue& e, const Tensor& x, const Tensor& w, const Tensor& b,
+                const Tensor& z) {
+  Tensor y = ops::conv2d(x, w, e.bias ? b : Tensor(), p.stride, p.padding, p.dilation, p.groups);
+  if (e.addend) y = call("add", {y, z}, {{"alpha", Scalar(1)}});
+  if (std::string(e.activation) != "none") y = call(e.activation, {y}, {});
+  return y;
+}
+
+// conv2d_fused on the device against the composed ops on the device and against the CPU
+// (16-bit types: the CPU's float32 result rounded to the dtype), for `epilogues` of problem `p`
+// in `layout` (the weight channels-last too when the images are).
+void compare_fused(const ConvProblem& p, Layout layout, DType dt, const std::vector<Epilogue>& epilogues, Tol tol,
+                   std::mt19937& rng) {
+  const bool half = dt == DType::Float16 || dt == DType::BFloat16;
+  Pair x = image_pair({p.N, p.C, p.H, p.W}, dt, layout, rng);
+  const Layout w_layout = layout == Layout::ChannelsLast ? layout : Layout::Nchw;
+  Pair w = image_pair({p.O, p.C / p.groups, p.kh, p.kw}, dt, w_layout, rng);
+  Pair b = make_pair({p.O}, dt, View::Contiguous, Values::Any, rng);
+  const auto out_size = [&](int64_t in, int64_t k, int i) {
+    return (in + 2 * p.padding[i] - p.dilation[i] * (k - 1) - 1) / p.stride[i] + 1;
+  };
+  Pair z = image_pair({p.N, p.O, out_size(p.H, p.kh, 0), out_size(p.W, p.kw, 1)}, dt, layout, rng);
+  for (const Epilogue& e : epilogues) {
+    const std::string where = ctx("conv2d_fused", dt, layout_name(layout)) + " C=" + std::to_string(p.C) +
+                              " O=" + std::to_string(p.O) + " g=" + std::to_string(p.groups) + " act=" + e.activation +
+                              (e.bias ? " bias" : "") + (e.addend ? " addend" : "");
+    const Tensor fused = conv2d_fused(p, e, x.dev, w.dev, b.dev, z.dev);
+    const Tensor cpu = half ? cpu_reference(composed(p, e, as_f32(x.cpu), as_f32(w.cpu), as_f32(b.cpu),
+                                                     as_f32(z.cpu)), dt)
+                            : composed(p, e, x.cpu, w.cpu, b.cpu, z.cpu);
+    EXPECT_TRUE(matches(cpu, fused, tol)) << where << ": fused against the CPU";
+    // The composed path rounds after every step (16-bit types), the fused graph once.
+    EXPECT_TRUE(matches(ops::to(composed(p, e, x.dev, w.dev, b.dev, z.dev), kCpu, std::nullopt), fused, tol))
+        << where << ": fused against the composed ops on the device";
+  }
+}
+
+// What the fused runtime is made for (NHWC, channel counts that are multiples of 8), a strided
+// 1x1, and a grouped one with odd sizes that cuDNN may send back to the composed path.
+const std::vector<ConvProblem> kFusedProblems = {
+    {2, 8, 9, 11, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},
+    {2, 16, 8, 8, 8, 1, 1, {2, 2}, {0, 0}, {1, 1}, 1, true},
+    {1, 6, 7, 9, 6, 3, 3, {1, 2}, {1, 1}, {2, 1}, 3, true},
+};
+
+// Every epilogue on the first problem channels-last; the others with the full epilogue only,
+// channels-last and row-major.
+void compare_fused_all(DType dt, Tol tol, std::mt19937& rng) {
+  compare_fused(kFusedProblems[0], Layout::ChannelsLast, dt, kEpilogues, tol, rng);
+  const std::vector<Epilogue> full = {{"relu", true, true}};
+  for (const ConvProblem& p : kFusedProblems)
+    for (Layout layout : {Layout::ChannelsLast, Layout::Nchw}) compare_fused(p, layout, dt, full, tol, rng);
+  compare_fused(kFusedProblems[0], Layout::Strided, dt, {{"silu", true, true}}, tol, rng);
+}
+
+// The conv2d_fused choices the cuda plugin reported (none in the self-check).
+std::vector<AlgoChoice> fused_choices() {
+  std::vector<AlgoChoice> out;
+  for (const AlgoChoice& c : algo_choices())
+    if (c.provider == "cuda" && c.op == "conv2d_fused") out.push_back(c);
+  return out;
+}
+
 // ---- runs everywhere --------------------------------------------------------------------------
 
 TEST_F(CudaPlugin, RegistersConvolutionsForTheCpuDtypesAndTheHalfTypes) {
@@ -259,7 +357,7 @@ TEST_F(CudaVsCpu, ExhaustiveSearchMatchesAndPersistsItsChoices) {
 
   int searched = 0;
   for (const AlgoChoice& c : algo_choices()) {
-    if (c.provider != "cuda") continue;
+    if (c.provider != "cuda" || c.op == "conv2d_fused") continue;  // the fused graph names engines
     EXPECT_TRUE(c.source == "search" || c.source == "heuristic" || c.source == "cache") << c.source;
     searched += c.source == "search";
     EXPECT_NE(c.algorithm.find(':'), std::string::npos) << c.algorithm;  // "<algorithm>:<math type>"
@@ -270,6 +368,61 @@ TEST_F(CudaVsCpu, ExhaustiveSearchMatchesAndPersistsItsChoices) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("cuda cudnn "), std::string::npos) << text.str();
   EXPECT_NE(text.str().find("conv2d_grad_weight float16"), std::string::npos) << text.str();
+  std::filesystem::remove(cache);
+}
+
+TEST_F(CudaPlugin, RegistersConv2dFusedForTheCpuDtypesAndFloat16) {
+  const auto cuda = kernels_of("cuda", DeviceType::CUDA);
+  for (DType t : {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64})
+    EXPECT_EQ(cuda.count({"conv2d_fused", t}), 1u) << dtype_name(t);
+}
+
+TEST_F(CudaVsCpu, Conv2dFusedFloat32WithoutTf32) {
+  ConvSettingsScope fma(/*allow_tf32=*/false);
+  compare_fused_all(DType::Float32, Tol{1e-4, 1e-4}, rng);
+}
+
+TEST_F(CudaVsCpu, Conv2dFusedHalfTypesRunOnCudnnsFusedRuntime) {
+  if (selfcheck()) {
+    // The CPU's bfloat16 conv2d_fused (oneDNN) against its own composed ops; it has no float16 one.
+    if (!kernels_of("cpu", DeviceType::CPU).count({"conv2d_fused", DType::BFloat16}))
+      GTEST_SKIP() << "the CPU plugin has no bfloat16 conv2d_fused";
+    compare_fused_all(DType::BFloat16, Tol{3e-2, 2e-1}, rng);
+    return;
+  }
+  compare_fused_all(DType::Float16, Tol{1e-2, 5e-2}, rng);
+  compare_fused_all(DType::BFloat16, Tol{3e-2, 2e-1}, rng);
+  // The problem cuDNN's runtime fusion is made for (16-bit, NHWC, channels a multiple of 8) ran
+  // as a cuDNN graph, not composed; every decision is listed on failure.
+  std::string listed;
+  bool fused_nhwc = false;
+  for (const AlgoChoice& c : fused_choices()) {
+    listed += "\n  " + c.key + ": " + c.algorithm + " (" + c.implementation + ", " + c.source + ")";
+    fused_nhwc |= c.key.find("in=2x8x9x11") != std::string::npos && c.key.find("x:nhwc") != std::string::npos &&
+                  c.algorithm.rfind("eng", 0) == 0;
+  }
+  EXPECT_TRUE(fused_nhwc) << "no channels-last 16-bit conv2d_fused ran on cuDNN's fused runtime:" << listed;
+}
+
+TEST_F(CudaVsCpu, Conv2dFusedExhaustiveSearchTimesThePlansAndPersistsTheChoice) {
+  if (selfcheck()) GTEST_SKIP() << "checks the cuDNN section of the cache file";
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / ("plugflow_cudnn_fused_" + std::to_string(::getpid()) + ".yaml");
+  const Config saved = current_config();
+  Config exhaustive = saved;
+  exhaustive.optimizations.conv_algo_search = "exhaustive";
+  exhaustive.optimizations.algo_cache = cache.string();
+  init_from_config(exhaustive);
+  compare_fused(kFusedProblems[0], Layout::ChannelsLast, DType::Float16, {{"relu", true, true}}, Tol{1e-2, 5e-2}, rng);
+  init_from_config(saved);
+  bool searched = false;
+  for (const AlgoChoice& c : fused_choices())
+    searched |= c.source == "search" && c.algorithm.rfind("eng", 0) == 0;
+  EXPECT_TRUE(searched);
+  std::ifstream in(cache);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("conv2d_fused float16"), std::string::npos) << text.str();
   std::filesystem::remove(cache);
 }
 
