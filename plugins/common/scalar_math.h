@@ -158,6 +158,17 @@ PF_HOST_DEVICE_INLINE C lerp(C a, C end, C w) {
 #endif
 }
 
+// add / sub with alpha, a + alpha * b, as PyTorch's CPU kernel rounds it: one fused multiply-add
+// (sub passes -alpha).
+template <typename C>
+PF_HOST_DEVICE_INLINE C add_scaled(C a, C alpha, C b) {
+#if defined(__CUDA_ARCH__)
+  return ::fma(alpha, b, a);
+#else
+  return std::fma(alpha, b, a);
+#endif
+}
+
 // addcmul's floating formula, self + value * t1 * t2, as PyTorch's CPU kernel rounds it: value *
 // t1, then one fused multiply-add (float32 and float64 bit-identical to PyTorch's).
 template <typename C>

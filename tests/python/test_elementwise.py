@@ -537,3 +537,18 @@ def test_number_as_the_input_matches_torch(name):
     assert_same_outcome(lambda lib: lib.div(7, x if lib is pf else to_torch(x), rounding_mode="floor"))
     with pytest.raises(TypeError):
         pf.add("3", x)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["add", "sub"])
+def test_alpha_rounds_as_torch(dtype, op):
+    # PyTorch's CPU add/sub with alpha: one fused multiply-add (float32/float64), alpha rounded to
+    # bfloat16 first (bfloat16), every operation rounded to float16 (float16): equal bit for bit.
+    # bfloat16 takes a multiple of 64 elements: PyTorch's scalar tail loop rounds differently from
+    # its vector loop there.
+    rng = np.random.default_rng()
+    n = 64 * int(rng.integers(1, 40)) if dtype == "bfloat16" else int(rng.integers(1, 3000))
+    a, b = (torch.tensor(rng.standard_normal(n), dtype=getattr(torch, dtype)) for _ in range(2))
+    for alpha in (float(rng.uniform(-3, 3)), 0.1, 2):
+        expected = getattr(torch, op)(a, b, alpha=alpha)
+        assert torch.equal(to_torch(getattr(pf, op)(from_torch(a), from_torch(b), alpha=alpha)), expected)

@@ -31,18 +31,33 @@ C scalar_attr(const KernelContext& ctx, const char* name, C fallback) {
   return ctx.attrs.has(name) ? scalar_to<C>(ctx.attr<Scalar>(name)) : fallback;
 }
 
+// float16 arithmetic on PyTorch's CPU rounds every operation to float16 (its Half type has no
+// vector kernels): add/sub's alpha * b is rounded before the sum.
+inline float half_rounded(float v) { return static_cast<float>(convert<Half>(v)); }
+
+// add/sub's alpha in compute type C: float16/bfloat16 round it to the dtype first, as PyTorch's
+// CPU kernel does (alpha 0.7 is 0.69921875 in bfloat16).
+template <typename T, typename C = opmath_t<T>>
+C alpha_attr(const KernelContext& ctx) {
+  const C alpha = scalar_attr<C>(ctx, "alpha", C(1));
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return static_cast<C>(convert<T>(alpha));
+  else return alpha;
+}
+
 // ---- arithmetic ------------------------------------------------------------------------------
 
 template <typename T>
 struct AddOp : OpBase<T> {
   using C = opmath_t<T>;
   static constexpr bool supported = true;
+  static constexpr bool fused_multiply_add = true;  // a + alpha * b rounds once, as PyTorch's
   C alpha;
-  explicit AddOp(const KernelContext& ctx) : OpBase<T>(ctx), alpha(scalar_attr<C>(ctx, "alpha", C(1))) {}
+  explicit AddOp(const KernelContext& ctx) : OpBase<T>(ctx), alpha(alpha_attr<T>(ctx)) {}
   C operator()(C a, C b) const {
     if constexpr (std::is_same_v<T, bool>) return a || (alpha && b);
     else if constexpr (is_int_v<T>) return wrap_add(a, wrap_mul(alpha, b));
-    else return a + alpha * b;
+    else if constexpr (std::is_same_v<T, Half>) return a + half_rounded(alpha * b);
+    else return scalar_math::add_scaled(a, alpha, b);
   }
 };
 
@@ -50,11 +65,13 @@ template <typename T>
 struct SubOp : OpBase<T> {
   using C = opmath_t<T>;
   static constexpr bool supported = !std::is_same_v<T, bool>;  // PyTorch: use logical_xor
+  static constexpr bool fused_multiply_add = true;  // a - alpha * b rounds once, as PyTorch's
   C alpha;
-  explicit SubOp(const KernelContext& ctx) : OpBase<T>(ctx), alpha(scalar_attr<C>(ctx, "alpha", C(1))) {}
+  explicit SubOp(const KernelContext& ctx) : OpBase<T>(ctx), alpha(alpha_attr<T>(ctx)) {}
   C operator()(C a, C b) const {
     if constexpr (is_int_v<T>) return wrap_sub(a, wrap_mul(alpha, b));
-    else return a - alpha * b;
+    else if constexpr (std::is_same_v<T, Half>) return a - half_rounded(alpha * b);
+    else return scalar_math::add_scaled(a, -alpha, b);
   }
 };
 
@@ -330,11 +347,13 @@ void run_binary(KernelContext& ctx) {
     // float32/float64 with a Python number: the number hoisted out of the loop, where the
     // elementwise driver would stage it through a buffer (~1.2x the time on cached data).
     if (is_broadcast_scalar(b))
-      return elementwise<Out, T>(out, {&a}, [apply, y = *b.data<T>()](T x) { return apply(x, y); });
+      return elementwise<Out, T>(out, {&a}, [apply, y = *b.data<T>()](T x) { return apply(x, y); },
+                                 fused_multiply_add_of<Op>);
     if (is_broadcast_scalar(a))
-      return elementwise<Out, T>(out, {&b}, [apply, x = *a.data<T>()](T y) { return apply(x, y); });
+      return elementwise<Out, T>(out, {&b}, [apply, x = *a.data<T>()](T y) { return apply(x, y); },
+                                 fused_multiply_add_of<Op>);
   }
-  elementwise<Out, T, T>(out, {&a, &b}, apply);
+  elementwise<Out, T, T>(out, {&a, &b}, apply, fused_multiply_add_of<Op>);
 }
 
 // pow with a broadcast scalar exponent, PyTorch's pow_tensor_scalar: 2, 3, -2 as products

@@ -187,6 +187,11 @@ void run_elementwise(std::span<const Tensor* const> operands, std::span<const in
 
 // out[i] = f(in_0[i], ..., in_{N-1}[i]) over out's shape. Inputs must have out's shape
 // (broadcast ones as stride-0 views); any strides. Out and In are storage types.
+// Whether a functor's loops are compiled for FMA: it says so with `fused_multiply_add` (its
+// operator() calls std::fma). Passed as elementwise's last argument.
+template <typename Op>
+inline constexpr std::bool_constant<requires { Op::fused_multiply_add; }> fused_multiply_add_of{};
+
 // With kFusedMultiplyAdd, f's dense loop is compiled for FMA (detail::contiguous_fma_loop).
 template <typename Out, typename... In, typename F, bool kFusedMultiplyAdd = false>
 void elementwise(const Tensor& out, std::array<const Tensor*, sizeof...(In)> ins, const F& f,

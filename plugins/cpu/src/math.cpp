@@ -79,10 +79,6 @@ T first_value(const Tensor& t) {
   return v;
 }
 
-// Whether a functor's loops are compiled for FMA (it says so with `fused_multiply_add`).
-template <typename Op>
-constexpr bool kFusedMultiplyAdd = requires { Op::fused_multiply_add; };
-
 // A broadcast-number last operand (lerp's scalar weight, ...) is read once and the loop runs
 // as a binary one, which the vectorizer handles.
 template <template <typename> class OpT>
@@ -92,7 +88,7 @@ void ternary_kernel(KernelContext& ctx) {
     using T = typename decltype(tag)::type;
     using C = opmath_t<T>;
     const OpT<T> op(ctx);
-    constexpr std::bool_constant<kFusedMultiplyAdd<OpT<T>>> fma;
+    constexpr auto fma = fused_multiply_add_of<OpT<T>>;
     if (is_broadcast_scalar(ctx.input(2))) {
       const C c = static_cast<C>(first_value<T>(ctx.input(2)));
       elementwise<T, T, T>(out, {&ctx.input(0), &ctx.input(1)}, [op, c](T a, T b) {
