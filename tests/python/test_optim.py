@@ -779,3 +779,26 @@ def test_sparse_adam_is_refused():
     p = pf.zeros(3, requires_grad=True)
     with pytest.raises(NotImplementedError, match="SparseAdam needs sparse gradients.*use optim.Adam"):
         optim.SparseAdam([p])
+
+
+EXACT_COMBOS = ([("SGD", c) for c in SGD_COMBOS] + [("Adam", c) for c in ADAM_COMBOS]
+                + [("AdamW", c) for c in ADAMW_COMBOS])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name,kwargs", EXACT_COMBOS, ids=[f"{n}-{combo_id(c)}" for n, c in EXACT_COMBOS])
+def test_fused_steps_equal_torch_bit_for_bit(rng, name, kwargs, dtype):
+    # SGD and Adam(W) run one fused kernel per parameter; each of PyTorch's `add(alpha=)` and
+    # `addcmul` in their step is a fused multiply-add there too, so the parameters and state are
+    # equal bit for bit after several steps, not only within a tolerance.
+    values = rng.standard_normal(int(rng.integers(1, 2000)))
+    tp = torch.tensor(values, dtype=getattr(torch, dtype), requires_grad=True)
+    pp = pf.tensor(values, dtype=getattr(pf, dtype), requires_grad=True)
+    topt, popt = getattr(torch.optim, name)([tp], **kwargs), getattr(pf.optim, name)([pp], **kwargs)
+    for _ in range(4):
+        grad = rng.standard_normal(values.shape)
+        tp.grad = torch.tensor(grad, dtype=tp.dtype)
+        pp.grad = pf.tensor(grad, dtype=pp.dtype)
+        topt.step()
+        popt.step()
+        assert np.array_equal(pp.detach().numpy(), tp.detach().numpy())

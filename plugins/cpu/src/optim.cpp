@@ -20,6 +20,11 @@
 #include "parallel.h"
 #include "plugflow/ops_optim.h"
 
+// Fused multiply-adds only where written (std::fma: where PyTorch's kernels have them), none
+// contracted by the compiler from a * b + c: every step below then rounds as PyTorch's op-by-op
+// optimizer does (AdamW's param.mul_ is its own op). The loops' FMA clones would contract.
+#pragma GCC optimize("fp-contract=off")
+
 namespace plugflow::cpu {
 namespace {
 
@@ -54,26 +59,31 @@ struct SgdScalars {
 // vectorizes; maximize is an exact multiplication by -1. Everything arrives by value (restrict
 // pointers, scalars in registers): read through the parallel_for closure's references, the
 // scalars could alias the stores and the loop would stay scalar.
+// Each `x.add(y, alpha=a)` of PyTorch's step is one fused multiply-add, as PyTorch's add kernel
+// computes it (scalar_math::add_scaled), so a step equals PyTorch's bit for bit; the loops are
+// compiled for FMA (x86-64-v3).
 template <typename T, bool Decay, bool Momentum, bool FirstStep, bool Nesterov>
-void sgd_loop(T* __restrict param, const T* __restrict grad, T* __restrict buf, const SgdScalars<T> c,
-              int64_t begin, int64_t end) {
+[[gnu::target_clones("arch=x86-64-v3", "default")]] void sgd_loop(T* __restrict param, const T* __restrict grad,
+                                                                  T* __restrict buf, const SgdScalars<T> c,
+                                                                  int64_t begin, int64_t end) {
+  using scalar_math::add_scaled;
   for (int64_t i = begin; i < end; ++i) {
     const T p = param[i];
     T d_p = grad[i] * c.grad_sign;
-    if constexpr (Decay) d_p = d_p + c.weight_decay * p;  // d_p.add(param, alpha=weight_decay)
+    if constexpr (Decay) d_p = add_scaled(d_p, c.weight_decay, p);  // d_p.add(param, alpha=weight_decay)
     if constexpr (Momentum) {
       T b;
       if constexpr (FirstStep) {
         b = d_p;  // torch.clone(d_p)
       } else {
-        b = buf[i] * c.momentum;              // buf.mul_(momentum)
-        b = b + c.one_minus_dampening * d_p;  // .add_(d_p, alpha=1 - dampening)
+        b = buf[i] * c.momentum;                       // buf.mul_(momentum)
+        b = add_scaled(b, c.one_minus_dampening, d_p);  // .add_(d_p, alpha=1 - dampening)
       }
       buf[i] = b;
-      if constexpr (Nesterov) d_p = d_p + c.momentum * b;  // d_p.add(buf, alpha=momentum)
+      if constexpr (Nesterov) d_p = add_scaled(d_p, c.momentum, b);  // d_p.add(buf, alpha=momentum)
       else d_p = b;
     }
-    param[i] = p + c.neg_lr * d_p;  // param.add_(d_p, alpha=-lr)
+    param[i] = add_scaled(p, c.neg_lr, d_p);  // param.add_(d_p, alpha=-lr)
   }
 }
 
@@ -144,16 +154,21 @@ struct AdamScalars {
 // The loop stays scalar: std::sqrt's errno side effect (for negative inputs) keeps GCC from
 // vectorizing it. -fno-math-errno for the plugin would lift that without changing any value
 // (a function attribute does not: GCC still emits the errno path).
+// The adds with alpha and the addcmul are fused multiply-adds as PyTorch's kernels compute them
+// (scalar_math::add_scaled, addcmul), compiled for FMA as sgd_loop.
 template <typename T, bool Amsgrad, bool Decay>
-void adam_loop(T* __restrict param, const T* __restrict grad, T* __restrict exp_avg, T* __restrict exp_avg_sq,
-               T* __restrict max_exp_avg_sq, const AdamScalars<T> c, int64_t begin, int64_t end) {
+[[gnu::target_clones("arch=x86-64-v3", "default")]] void adam_loop(T* __restrict param, const T* __restrict grad,
+                                                                   T* __restrict exp_avg, T* __restrict exp_avg_sq,
+                                                                   T* __restrict max_exp_avg_sq, const AdamScalars<T> c,
+                                                                   int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     const T p = param[i] * c.param_scale;  // param.mul_(1 - lr * weight_decay) (AdamW)
-    T g = grad[i] * c.grad_sign;            // -grad with maximize
-    if constexpr (Decay) g = g + c.weight_decay * p;  // grad.add(param, alpha=weight_decay)
-    const T m = exp_avg[i] * c.beta1 + c.one_minus_beta1 * g;  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    T g = grad[i] * c.grad_sign;  // -grad with maximize
+    if constexpr (Decay) g = scalar_math::add_scaled(g, c.weight_decay, p);  // grad.add(param, alpha=weight_decay)
+    // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    const T m = scalar_math::add_scaled(T(exp_avg[i] * c.beta1), c.one_minus_beta1, g);
     // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    const T v = exp_avg_sq[i] * c.beta2 + c.one_minus_beta2 * g * g;
+    const T v = scalar_math::addcmul(T(exp_avg_sq[i] * c.beta2), c.one_minus_beta2, g, g);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     T second_moment = v;
