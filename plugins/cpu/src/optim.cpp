@@ -151,9 +151,6 @@ struct AdamScalars {
 // Elements [begin, end), arguments by value as in sgd_loop. Amsgrad and Decay are template flags
 // so that the loop is branch-free; maximize and AdamW's shrink are exact multiplications (by -1
 // and by 1 when off) instead.
-// The loop stays scalar: std::sqrt's errno side effect (for negative inputs) keeps GCC from
-// vectorizing it. -fno-math-errno for the plugin would lift that without changing any value
-// (a function attribute does not: GCC still emits the errno path).
 // The adds with alpha and the addcmul are fused multiply-adds as PyTorch's kernels compute them
 // (scalar_math::add_scaled, addcmul), compiled for FMA as sgd_loop.
 template <typename T, bool Amsgrad, bool Decay>

@@ -4,10 +4,12 @@
 // non_finite_check_and_unscale_ and amp_update_scale_.
 //
 // Every element follows the CPU plugin's arithmetic (plugins/cpu/src/optim.cpp, PyTorch 1.13's
-// single-tensor order) with the same scalars rounded to the parameter's dtype, and each multiply
-// and add is rounded on its own (dm::mul_rn / add_rn: nvcc would otherwise contract them into
-// FMAs), while CUDA's default `/` and sqrt are IEEE round-to-nearest: so float32 and float64
-// results equal the CPU's bit for bit.
+// single-tensor order) with the same scalars rounded to the parameter's dtype: each `add(alpha=)`
+// and addcmul of PyTorch's step is one fused multiply-add, as PyTorch's kernels compute them
+// (scalar_math::add_scaled / addcmul, shared with the CPU), every other multiply and add is
+// rounded on its own (dm::mul_rn / add_rn: nvcc would otherwise contract them into FMAs), and
+// CUDA's default `/` and sqrt are IEEE round-to-nearest: so float32 and float64 results equal the
+// CPU's bit for bit.
 //
 // One launch updates up to kMaxTensors parameters: their pointers and element offsets travel in
 // the kernel's argument block (no device-side table to upload and keep alive, as PyTorch's
@@ -115,24 +117,25 @@ __global__ void sgd_kernel(int64_t total, SgdBatch<T> b, SgdScalars<T> c, const 
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using dm::add_rn;
   using dm::mul_rn;
+  using scalar_math::add_scaled;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < total; g += step) {
     const int t = b.seg.find(g);
     const int64_t i = g - b.seg.start[t];
     const T p = b.param[t][i];
     T d_p = mul_rn(b.grad[t][i], c.grad_sign);
-    if (c.decay) d_p = add_rn(d_p, mul_rn(c.weight_decay, p));  // d_p.add(param, alpha=weight_decay)
+    if (c.decay) d_p = add_scaled(d_p, c.weight_decay, p);  // d_p.add(param, alpha=weight_decay)
     if (c.has_momentum) {
       T buf;
       if (b.first_step[t]) {
         buf = d_p;  // torch.clone(d_p)
       } else {
-        buf = add_rn(mul_rn(b.buf[t][i], c.momentum), mul_rn(c.one_minus_dampening, d_p));
+        buf = add_scaled(mul_rn(b.buf[t][i], c.momentum), c.one_minus_dampening, d_p);
       }
       b.buf[t][i] = buf;
-      d_p = c.nesterov ? add_rn(d_p, mul_rn(c.momentum, buf)) : buf;
+      d_p = c.nesterov ? add_scaled(d_p, c.momentum, buf) : buf;
     }
-    b.param[t][i] = add_rn(p, mul_rn(c.neg_lr, d_p));  // param.add_(d_p, alpha=-lr)
+    b.param[t][i] = add_scaled(p, c.neg_lr, d_p);  // param.add_(d_p, alpha=-lr)
   }
 }
 
@@ -243,17 +246,18 @@ __global__ void adam_kernel(int64_t total, AdamBatch<T> b, AdamScalars<T> c, con
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   using dm::add_rn;
   using dm::mul_rn;
+  using scalar_math::add_scaled;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < total; g += step) {
     const int t = b.seg.find(g);
     const int64_t i = g - b.seg.start[t];
     const T p = mul_rn(b.param[t][i], c.param_scale);  // param.mul_(1 - lr * weight_decay) (AdamW)
     T grad = mul_rn(b.grad[t][i], c.grad_sign);        // -grad with maximize
-    if (c.decay) grad = add_rn(grad, mul_rn(c.weight_decay, p));  // grad.add(param, alpha=weight_decay)
+    if (c.decay) grad = add_scaled(grad, c.weight_decay, p);  // grad.add(param, alpha=weight_decay)
     // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-    const T m = add_rn(mul_rn(b.exp_avg[t][i], c.beta1), mul_rn(c.one_minus_beta1, grad));
+    const T m = add_scaled(mul_rn(b.exp_avg[t][i], c.beta1), c.one_minus_beta1, grad);
     // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    const T v = add_rn(mul_rn(b.exp_avg_sq[t][i], c.beta2), mul_rn(mul_rn(c.one_minus_beta2, grad), grad));
+    const T v = scalar_math::addcmul(mul_rn(b.exp_avg_sq[t][i], c.beta2), c.one_minus_beta2, grad, grad);
     b.exp_avg[t][i] = m;
     b.exp_avg_sq[t][i] = v;
     T second_moment = v;
