@@ -31,7 +31,7 @@ struct AddFn {
   PF_DEVICE C operator()(C a, C b) const {
     if constexpr (std::is_same_v<C, bool>) return a || (alpha && b);
     else if constexpr (std::is_integral_v<C>) return wrap_add(a, wrap_mul(alpha, b));
-    else return a + alpha * b;
+    else return scalar_math::add_scaled(a, alpha, b);  // one rounding, as PyTorch's kernels
   }
 };
 template <typename C>
@@ -39,7 +39,7 @@ struct SubFn {
   C alpha;
   PF_DEVICE C operator()(C a, C b) const {
     if constexpr (std::is_integral_v<C>) return wrap_sub(a, wrap_mul(alpha, b));
-    else return a - alpha * b;
+    else return scalar_math::add_scaled(a, -alpha, b);
   }
 };
 struct MulFn {
