@@ -811,3 +811,15 @@ def test_median_of_all_elements_splits_the_gradient_among_ties(fn):
         x = rng.integers(-3, 4, int(rng.integers(1, 12))).astype("float64")
         x[rng.random(x.size) < 0.2] = math.nan
         _both(lambda lib, t: getattr(t, fn)(), x, grad=(0,))
+
+
+@pytest.mark.parametrize("alpha", [0, 1, 2, 0.0, 0.5, True, False])
+def test_bool_index_add_takes_alpha_as_a_bool(alpha):
+    # PyTorch casts alpha to bool: 0 adds nothing, anything else ORs the source in (fuzz seed
+    # 917768854 index 14046: alpha=0 added the source).
+    rng = seeded_rng()
+    self_values, source = rng.random((5, 3)) < 0.5, rng.random((4, 3)) < 0.5
+    index = rng.integers(0, 5, 4)
+    outcomes = [lib.from_numpy(self_values.copy()).index_add(0, lib.from_numpy(index), lib.from_numpy(source.copy()),
+                                                             alpha=alpha) for lib in (torch, pf)]
+    assert_matches(outcomes[1], outcomes[0])

@@ -745,11 +745,14 @@ Tensor& index_add_(Tensor& self, int64_t dim_in, const Tensor& index_in, const T
   const bool grad = is_floating(self.dtype()) && ag::any_requires_grad({&self, &source});
   {
     ag::GradModeGuard no_grad(false);
-    // alpha * source in self's dtype (an integral self truncates a float alpha, as PyTorch).
+    // alpha * source in self's dtype (an integral self truncates a float alpha, as PyTorch; a
+    // bool self takes alpha as a bool: 0 adds nothing).
     Tensor values = unaliased(source, self);
     const bool unit = alpha.is_floating() ? alpha.to_double() == 1.0 : alpha.to_int() == 1;
-    if (!unit && self.dtype() != DType::Bool) {
-      const Scalar a = is_floating(self.dtype()) ? alpha : Scalar(alpha.to_int());
+    if (!unit) {
+      const Scalar a = self.dtype() == DType::Bool   ? Scalar(alpha.to_bool())
+                       : is_floating(self.dtype()) ? alpha
+                                                   : Scalar(alpha.to_int());
       values = binary("mul", values, a);
     }
     values = one_d_view(values);
