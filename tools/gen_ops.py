@@ -19,7 +19,7 @@ import sys
 import yaml
 
 FAMILIES = ("unary", "binary", "activation", "ternary", "reduction", "scan", "softmax", "moments", "composite",
-            "indexed")
+            "indexed", "kernel")
 # Ops along one dim (along_dim.yaml): each line along `dim` maps to a line of the same shape.
 ALONG_DIM = ("scan", "softmax")
 DTYPE_RULES = {
@@ -92,7 +92,9 @@ def load(path, seen=None):
     ops = []
     for e in entries:
         try:
-            ops.append(normalize(e, seen))
+            op = normalize(e, seen)
+            op["file"] = os.path.splitext(os.path.basename(path))[0]
+            ops.append(op)
         except DefinitionError as err:
             raise DefinitionError(f"{path}: {err}") from None
     return ops
@@ -121,6 +123,8 @@ def normalize(e, seen):
         return normalize_composite(e, seen, fail)
     if family == "indexed":
         return normalize_indexed(e, seen, fail)
+    if family == "kernel":
+        return normalize_kernel(e, seen, fail)
     unknown = set(e) - FIELDS
     if unknown:
         fail(f"unknown fields {sorted(unknown)}")
@@ -335,6 +339,61 @@ def normalize_indexed(e, seen, fail):
     return op
 
 
+# An op with a schema of its own (optim.yaml): its catalog entry, the in-tree plugins'
+# registrations and its docs row come from the definition; its meta function (argument checks and
+# output metas), functional entry, binding and kernels are code named by it.
+KERNEL_FIELDS = {"name", "family", "signature", "meta", "mutated", "kernels", "kernel", "operands", "doc"}
+DTYPE_NAMES = {"float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32", "float64": "Float64",
+               "uint8": "UInt8", "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64", "bool": "Bool"}
+IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def schema_params(sig):
+    """The parameters of a catalog schema `name(Type name, ...) [-> ...]`, as (type, name) pairs."""
+    inner = sig[sig.index("(") + 1:sig.rindex(")", 0, sig.index(" -> ") if " -> " in sig else len(sig))]
+    params = []
+    for part in (x.strip() for x in inner.split(",")):
+        if part:
+            typ, _, pname = part.rpartition(" ")
+            params.append((typ, pname))
+    return params
+
+
+def normalize_kernel(e, seen, fail):
+    name = e["name"]
+    if set(e) - KERNEL_FIELDS:
+        fail(f"unknown fields {sorted(set(e) - KERNEL_FIELDS)} (a kernel op has {sorted(KERNEL_FIELDS)})")
+    sig = e.get("signature")
+    if not isinstance(sig, str) or not sig.startswith(name + "(") or ")" not in sig:
+        fail("signature: the catalog schema, name(Type arg, ...) [-> outputs]")
+    params = schema_params(sig)
+    tensors = [i for i, (typ, _) in enumerate(params) if typ.startswith("Tensor")]
+    if tensors != list(range(len(tensors))):
+        fail("signature: tensor operands first, then the attributes")
+    meta = e.get("meta")
+    if not isinstance(meta, str) or not re.fullmatch(IDENTIFIER, meta):
+        fail("meta: the name of its meta function in the core")
+    mutated = e.get("mutated", [])
+    if not (isinstance(mutated, list) and all(isinstance(i, int) and 0 <= i < len(tensors) for i in mutated)):
+        fail("mutated: the indices of the tensor operands it writes in place")
+    for i, (typ, _) in enumerate(params[:len(tensors)]):
+        if ("!" in typ) != (i in mutated) and "[]" not in typ:
+            fail(f"mutated: operand {i} is {'not ' if i not in mutated else ''}marked (x!) in the signature")
+    kernels = e.get("kernels")
+    if not (isinstance(kernels, list) and kernels and all(k in DTYPE_NAMES for k in kernels)):
+        fail(f"kernels: the dtypes of the in-tree plugins' kernels, from {sorted(DTYPE_NAMES)}")
+    kernel = e.get("kernel", name.rstrip("_") + "_kernel")
+    if not isinstance(kernel, str) or not re.fullmatch(IDENTIFIER, kernel):
+        fail("kernel: the name of the in-tree plugins' kernel function")
+    for field in ("operands", "doc"):
+        if not isinstance(e.get(field), str):
+            fail(f"{field}: the docs table's text")
+    seen.add(name)
+    return dict(name=name, family="kernel", signature=sig, meta=meta, mutated=mutated, kernel_dtypes=kernels,
+                kernel=kernel, params=params, n_tensors=len(tensors), operands=e["operands"], doc=e["doc"],
+                amp={}, aliases=[], out=None, python=set(), custom_python=False, variants=[], derivative=None)
+
+
 ATTR_VALUE_TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str}
 
 
@@ -517,6 +576,16 @@ def header(ops):
               [[q(o["name"]), AMP_POLICIES.get(o["amp"].get("cpu"), "None"),
                 AMP_POLICIES.get(o["amp"].get("cuda"), "None")] for o in ops + variants_of(ops) if o["amp"]]),
     ]
+    # The ops with schemas of their own, one list per definition file (optim.yaml: PF_OPDEFS_OPTIM),
+    # expanded by the core file holding their meta functions and by the in-tree plugins.
+    kernel_files = sorted({o["file"] for o in ops if o["family"] == "kernel"})
+    for f in kernel_files:
+        parts.append(macro(
+            f"PF_OPDEFS_{f.upper()}",
+            "X(name, signature, meta, (mutated operands), (kernel dtypes), kernel function): catalog entries and kernels",
+            [[q(o["name"]), q(o["signature"]), o["meta"], f"(std::vector<int>{{{', '.join(map(str, o['mutated']))}}})",
+              f"(std::vector<DType>{{{', '.join('DType::' + DTYPE_NAMES[d] for d in o['kernel_dtypes'])}}})",
+              o["kernel"]] for o in ops if o["family"] == "kernel" and o["file"] == f]))
     return "\n".join(parts)
 
 
@@ -709,10 +778,19 @@ def indexed_rows(ops):
     return rows
 
 
+def kernel_rows(ops):
+    rows = ["| op | inputs (updated in place: †) | attrs | kernel dtypes | per element |", "|---|---|---|---|---|"]
+    for o in ops:
+        attrs = "; ".join(f"{n}: {t}" for t, n in o["params"][o["n_tensors"]:]) or "–"
+        rows.append(f"| `{o['name']}` | {cell(o['operands'])} | {attrs} | {', '.join(o['kernel_dtypes'])} | "
+                    f"{cell(o['doc'])} |")
+    return rows
+
+
 def docs_section(ops, source):
     rows_of = {"ternary": ternary_rows, "reduction": reduction_rows, "scan": along_dim_rows,
                "softmax": along_dim_rows, "moments": moments_rows, "composite": composite_rows,
-               "indexed": indexed_rows}
+               "indexed": indexed_rows, "kernel": kernel_rows}
     writers = {rows_of.get(o["family"], elementwise_rows) for o in ops}
     if len(writers) > 1:
         raise DefinitionError(f"{source}: its families need different docs tables (one file, one table)")

@@ -8,6 +8,7 @@
 #include "plugflow/error.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
+#include "opdefs.h"
 
 namespace plugflow {
 namespace {
@@ -134,37 +135,11 @@ std::vector<TensorMeta> update_scale_meta(std::span<const Tensor> in, const Attr
   return {};
 }
 
+// The catalog entries of core/opdefs/optim.yaml, with the meta functions above.
 const bool kOptimOpsRegistered = [] {
-  register_op("sgd_step_",
-              "sgd_step_(Tensor(a!) param, Tensor grad, Tensor(b!) momentum_buffer, Tensor? found_inf, float lr, "
-              "float momentum, "
-              "float dampening, float weight_decay, bool nesterov, bool maximize, bool first_step)",
-              sgd_step_meta, /*mutated_inputs=*/{0, 2});
-  register_op("adam_step_",
-              "adam_step_(Tensor(a!) param, Tensor grad, Tensor(b!) exp_avg, Tensor(c!) exp_avg_sq, "
-              "Tensor(d!) max_exp_avg_sq, Tensor? found_inf, float beta1, float beta2, float eps, float weight_decay, "
-              "float param_scale, float step_size, float bias_correction2_sqrt, bool amsgrad, bool maximize, "
-              "bool decoupled_weight_decay)",
-              adam_step_meta, /*mutated_inputs=*/{0, 2, 3, 4});
-  register_op("multi_sgd_step_",
-              "multi_sgd_step_(Tensor[] params, Tensor[] grads, Tensor[] momentum_buffers, int count, "
-              "bool has_momentum, float lr, float momentum, float dampening, float weight_decay, bool nesterov, "
-              "bool maximize, int[] first_step) -> (Tensor(a!)[] params, Tensor(b!)[] momentum_buffers)",
-              multi_sgd_step_meta);
-  register_op("multi_adam_step_",
-              "multi_adam_step_(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, "
-              "Tensor[] max_exp_avg_sqs, Tensor[] steps, int count, bool amsgrad, float lr, float beta1, "
-              "float beta2, float eps, float weight_decay, bool maximize, bool decoupled_weight_decay) "
-              "-> (Tensor(a!)[] params, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-              "Tensor(d!)[] max_exp_avg_sqs)",
-              multi_adam_step_meta);
-  register_op("non_finite_check_and_unscale_",
-              "non_finite_check_and_unscale_(Tensor(a!) grad, Tensor(b!) found_inf, Tensor inv_scale)", unscale_meta,
-              /*mutated_inputs=*/{0, 1});
-  register_op("amp_update_scale_",
-              "amp_update_scale_(Tensor(a!) scale, Tensor(b!) growth_tracker, Tensor found_inf, float growth_factor, "
-              "float backoff_factor, int growth_interval)",
-              update_scale_meta, /*mutated_inputs=*/{0, 1});
+#define PF_X(name, signature, meta, mutated, dtypes, fn) register_op(name, signature, meta, mutated);
+  PF_OPDEFS_OPTIM(PF_X)
+#undef PF_X
   return true;
 }();
 

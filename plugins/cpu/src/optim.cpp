@@ -17,6 +17,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 #include "parallel.h"
 #include "plugflow/ops_optim.h"
 
@@ -366,14 +367,10 @@ void update_scale_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_optim_kernels(Registrar& reg) {
-  const auto floats = {DType::Float32, DType::Float64};
-  reg.kernel("sgd_step_", DeviceType::CPU, floats, sgd_step_kernel);
-  reg.kernel("adam_step_", DeviceType::CPU, floats, adam_step_kernel);
-  reg.kernel("multi_sgd_step_", DeviceType::CPU, floats, multi_sgd_step_kernel);
-  reg.kernel("multi_adam_step_", DeviceType::CPU, floats, multi_adam_step_kernel);
-  reg.kernel("non_finite_check_and_unscale_", DeviceType::CPU,
-             {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64}, unscale_kernel);
-  reg.kernel("amp_update_scale_", DeviceType::CPU, {DType::Float32}, update_scale_kernel);
+  // core/opdefs/optim.yaml names each op's kernel function and dtypes.
+#define PF_X(name, signature, meta, mutated, dtypes, fn) reg.kernel(name, DeviceType::CPU, dtypes, fn);
+  PF_OPDEFS_OPTIM(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

@@ -21,6 +21,7 @@
 
 #include "dmath.cuh"
 #include "elementwise.cuh"
+#include "opdefs.h"
 #include "plugflow/ops_optim.h"
 
 namespace plugflow::cuda {
@@ -392,14 +393,11 @@ void update_scale_kernel(KernelContext& ctx) {
 }  // namespace
 
 std::vector<KernelDef> optim_kernels() {
-  const std::vector<DType> floats = {DType::Float32, DType::Float64};
+  // core/opdefs/optim.yaml names each op's kernel function and dtypes.
   return {
-      {"sgd_step_", floats, sgd_step_kernel},
-      {"adam_step_", floats, adam_step_kernel},
-      {"multi_sgd_step_", floats, multi_sgd_step_kernel},
-      {"multi_adam_step_", floats, multi_adam_step_kernel},
-      {"non_finite_check_and_unscale_", supported_dtypes<FloatTypes>(), unscale_kernel},
-      {"amp_update_scale_", {DType::Float32}, update_scale_kernel},
+#define PF_X(name, signature, meta, mutated, dtypes, fn) {name, dtypes, fn},
+      PF_OPDEFS_OPTIM(PF_X)
+#undef PF_X
   };
 }
 
