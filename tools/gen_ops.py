@@ -578,13 +578,16 @@ def header(ops):
     ]
     # The ops with schemas of their own, one list per definition file (optim.yaml: PF_OPDEFS_OPTIM),
     # expanded by the core file holding their meta functions and by the in-tree plugins.
+    # The lists arrive parenthesized: `{PF_OPDEFS_UNPAREN mutated}` makes an initializer list.
     kernel_files = sorted({o["file"] for o in ops if o["family"] == "kernel"})
+    if kernel_files:
+        parts.append("#define PF_OPDEFS_UNPAREN(...) __VA_ARGS__\n")
     for f in kernel_files:
         parts.append(macro(
             f"PF_OPDEFS_{f.upper()}",
             "X(name, signature, meta, (mutated operands), (kernel dtypes), kernel function): catalog entries and kernels",
-            [[q(o["name"]), q(o["signature"]), o["meta"], f"(std::vector<int>{{{', '.join(map(str, o['mutated']))}}})",
-              f"(std::vector<DType>{{{', '.join('DType::' + DTYPE_NAMES[d] for d in o['kernel_dtypes'])}}})",
+            [[q(o["name"]), q(o["signature"]), o["meta"], f"({', '.join(map(str, o['mutated']))})",
+              f"({', '.join('DType::' + DTYPE_NAMES[d] for d in o['kernel_dtypes'])})",
               o["kernel"]] for o in ops if o["family"] == "kernel" and o["file"] == f]))
     return "\n".join(parts)
 

@@ -771,14 +771,27 @@ py::object reduce_method(const std::string& name, const Tensor& self, py::handle
   return py::cast(std::move(r));
 }
 
-// max()/min(): all elements; (dim[, keepdim]) -> (values, indices); (other) -> elementwise.
-py::object max_min(bool is_max, const Tensor& self, py::handle dim_or_other, bool keepdim) {
-  if (dim_or_other.is_none()) return py::cast(ops::reduce(is_max ? kAmax : kAmin, self, {}, false));
+// max()/min(): all elements; (dim[, keepdim]) -> (values, indices); (other) -> elementwise. An
+// argument left out arrives as Ellipsis: PyTorch refuses keepdim without dim (TypeError) and reads
+// dim=None as a dimension name.
+py::object max_min(bool is_max, const Tensor& self, py::handle dim_or_other, py::handle keepdim) {
+  const char* fn = is_max ? "max" : "min";
+  const bool no_keepdim = keepdim.ptr() == Py_Ellipsis;
+  if (dim_or_other.ptr() == Py_Ellipsis) {
+    PF_CHECK_T(no_keepdim, TypeError, fn, "() received an invalid combination of arguments - got keepdim without dim");
+    return py::cast(ops::reduce(is_max ? kAmax : kAmin, self, {}, false));
+  }
+  PF_CHECK(!dim_or_other.is_none(), "Please look up dimensions by name, got: name = None.");
   if (const Tensor* other = as_tensor(dim_or_other)) {
+    PF_CHECK_T(no_keepdim, TypeError, fn, "() received an invalid combination of arguments - got (Tensor, Tensor, "
+               "keepdim=bool)");
     return py::cast(ops::binary(is_max ? kMaximum : kMinimum, self, *other));
   }
+  PF_CHECK_T(no_keepdim || PyBool_Check(keepdim.ptr()), TypeError, fn, "(): argument 'keepdim' must be bool, not ",
+             type_name(keepdim));
   const int64_t dim = to_int(dim_or_other, "dim");
-  auto [values, indices] = is_max ? ops::max_dim(self, dim, keepdim) : ops::min_dim(self, dim, keepdim);
+  auto [values, indices] = is_max ? ops::max_dim(self, dim, keepdim.ptr() == Py_True)
+                                  : ops::min_dim(self, dim, keepdim.ptr() == Py_True);
   return make_return_pair(is_max, std::move(values), std::move(indices));
 }
 
@@ -1627,11 +1640,11 @@ void bind_tensor(py::module_& m) {
           py::arg("dim") = dim_default, py::arg("keepdim") = false);
   }
   def_method_and_function(
-      cls, m, "max", [](const Tensor& t, py::handle dim, bool keepdim) { return max_min(true, t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      cls, m, "max", [](const Tensor& t, py::handle dim, py::handle keepdim) { return max_min(true, t, dim, keepdim); },
+      py::arg("dim") = py::ellipsis(), py::arg("keepdim") = py::ellipsis());
   def_method_and_function(
-      cls, m, "min", [](const Tensor& t, py::handle dim, bool keepdim) { return max_min(false, t, dim, keepdim); },
-      py::arg("dim") = py::none(), py::arg("keepdim") = false);
+      cls, m, "min", [](const Tensor& t, py::handle dim, py::handle keepdim) { return max_min(false, t, dim, keepdim); },
+      py::arg("dim") = py::ellipsis(), py::arg("keepdim") = py::ellipsis());
   // The reductions to the extreme's index (core/opdefs/indexed.yaml): torch.X / Tensor.X(dim, keepdim=False),
   // dim None (the default where optional): over the flattened input.
   for (const IndexedExposure& r : kIndexed) {

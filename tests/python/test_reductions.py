@@ -158,3 +158,19 @@ def test_nansum_empty_out_and_backward():
     g.backward(pf.ones(3, dtype=pf.float64) * 2)
     tg.backward(torch.ones(3, dtype=torch.float64) * 2)
     assert_matches(a.grad, ta.grad)
+
+
+def test_max_min_argument_errors_as_torch():
+    # keepdim without dim is not one of PyTorch's overloads (TypeError); dim=None reads as a name.
+    x = torch.randn(3, 4)
+    for name in ("max", "min"):
+        for call in (lambda lib, t: getattr(lib, name)(t, keepdim=True), lambda lib, t: getattr(lib, name)(t, dim=None),
+                     lambda lib, t: getattr(lib, name)(t, t, keepdim=True), lambda lib, t: getattr(t, name)(keepdim=False)):
+            outcomes = []
+            for lib, t in ((torch, x), (pf, pf.tensor(x.numpy()))):
+                try:
+                    call(lib, t)
+                    outcomes.append(None)
+                except (TypeError, RuntimeError) as e:
+                    outcomes.append(type(e))
+            assert outcomes[0] is not None and outcomes[1] is outcomes[0]
