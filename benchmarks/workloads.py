@@ -12,7 +12,8 @@ MODE = "eager"  # "eager" | "graph" | "graph-bf16"; set by benchmarks/run.py's w
 
 def _graph(fw, build, modules, optimizer=None, channels_last=False):
     """A plugflow.nn.Graph running build(*inputs), for MODE "graph" / "graph-bf16"; the CNNs'
-    graphs run their activations channels last (graph.config.set_memory_format)."""
+    graphs run their activations channels last where their make_ function says so
+    (graph.config.set_memory_format)."""
     class BenchGraph(fw.nn.Graph):
         def __init__(self):
             super().__init__()
@@ -143,11 +144,14 @@ def _resnet(fw, depth, num_classes, cifar_stem):
 
 
 def make_resnet18_cifar_train(fw):
-    """A CIFAR-size ResNet-18 training step: batch 16, 3x32x32, SGD with momentum."""
+    """A CIFAR-size ResNet-18 training step: batch 16, 3x32x32, SGD with momentum. Its bfloat16
+    graph runs channels last; the float32 one row-major, where oneDNN's blocked Winograd kernels
+    beat its channels-last ones (docs/graph.md, "Layouts between convolutions")."""
     model = _resnet(fw, 18, 10, cifar_stem=True)
     optimizer = fw.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = fw.randn(16, 3, 32, 32), fw.randint(0, 10, (16,))
-    return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y, channels_last=True)
+    return _train_step(fw, model, optimizer, fw.nn.functional.cross_entropy, x, y,
+                       channels_last=MODE == "graph-bf16")
 
 
 def make_resnet18_infer(fw):
