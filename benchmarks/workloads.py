@@ -143,8 +143,13 @@ def _resnet(fw, depth, num_classes, cifar_stem):
 
 
 def resnet50(fw, num_classes=1000):
-    """ResNet-50 with the ImageNet stem (torchvision's architecture; PyTorch's default init)."""
-    return _resnet(fw, 50, num_classes, cifar_stem=False)
+    """ResNet-50 with the ImageNet stem, initialized as torchvision's (He-normal convolutions,
+    fan_out): the GPU check compares its training losses across devices and precisions."""
+    model = _resnet(fw, 50, num_classes, cifar_stem=False)
+    for m in model.modules():
+        if isinstance(m, fw.nn.Conv2d):
+            fw.nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model
 
 
 def make_resnet18_cifar_train(fw):
