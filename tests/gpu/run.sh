@@ -144,11 +144,18 @@ throughput() {
 # and LD_LIBRARY_PATH at it (the bundle's libraries first, then CUDA's: the nvidia-* pip packages
 # of the machine's python3, then /usr/local/cuda); fails when a library is still not found.
 unpack_bundle() {
+  PY=${GPU_CHECK_PYTHON:-python3}
   local dir
-  dir=$(mktemp -d) && tar -C "$dir" -xJf "$BUNDLE_ARCHIVE" || return 1
+  dir=$(mktemp -d) || return 1
+  # shellcheck disable=SC2064  # $dir now: it is local
+  trap "rm -rf '$dir'" EXIT  # 135 MB unpacked
+  # Python's tarfile, not tar -J: the machine's image need not have xz.
+  "$PY" -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
+    "$BUNDLE_ARCHIVE" "$dir" || return 1
   BUNDLE=$dir/plugflow-gpu
   cat "$BUNDLE/MANIFEST.txt"
-  PY=${GPU_CHECK_PYTHON:-python3}
   local cuda_dirs
   cuda_dirs=$("$PY" - <<'PYEOF'
 import glob, importlib.util, os
