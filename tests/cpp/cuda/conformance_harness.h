@@ -20,6 +20,7 @@
 #include "plugflow/ops.h"
 #include "plugflow/runtime.h"
 #include "plugflow/tensor.h"
+#include "plugin_path.h"
 
 #ifndef PF_CPU_PLUGIN_PATH
 #error "PF_CPU_PLUGIN_PATH must name the built libplugflow_cpu.so (tests/cpp/cuda/meson.build)"
@@ -38,20 +39,12 @@ constexpr DType kAllDTypes[] = {DType::Bool,    DType::UInt8,    DType::Int8,   
 
 const Device kCpu{DeviceType::CPU, 0};
 
-// A plugin's path: the build tree's (compiled in), or the file of that name in
-// $PF_CUDA_TEST_PLUGIN_DIR when the binaries run away from their build tree (tests/gpu/run.sh
-// runs them from the GPU bundle on the lent machine).
-inline std::string plugin_path(const std::string& built) {
-  const char* dir = std::getenv("PF_CUDA_TEST_PLUGIN_DIR");
-  if (dir == nullptr || *dir == '\0') return built;
-  return std::string(dir) + "/" + built.substr(built.rfind('/') + 1);
-}
-
 inline void init_plugins() {
   static const bool done = [] {
     Config config;
     config.source = "<cuda conformance tests>";
-    config.plugins = {{plugin_path(PF_CPU_PLUGIN_PATH), false}, {plugin_path(PF_CUDA_PLUGIN_PATH), false}};
+    config.plugins = {{cuda_test::plugin_path(PF_CPU_PLUGIN_PATH), false},
+                      {cuda_test::plugin_path(PF_CUDA_PLUGIN_PATH), false}};
     config.kernel_prefer = {"cuda", "cpu"};
     config.threads = 2;
     init_from_config(config);
