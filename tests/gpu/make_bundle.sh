@@ -68,7 +68,9 @@ fi
 if [ ! -f "$BUILD/build.ninja" ]; then
   nice -n 10 meson setup "$BUILD" -Dcuda=enabled -Dpython="$PY312"
 fi
-# The CUDA suite's test executables, their names, timeouts and environments, as meson.build has them.
+# The CUDA suite's test executables, their names, timeouts and environments, as meson.build has them
+# (regenerated first, so that tests added since the last build are listed).
+ninja -C "$BUILD" build.ninja >/dev/null
 meson introspect --tests "$BUILD" | /usr/bin/python3 -c '
 import json, os, sys
 build = os.path.abspath(sys.argv[1])
