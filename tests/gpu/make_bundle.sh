@@ -37,7 +37,7 @@ ARCHIVE=$OUT_DIR/plugflow-gpu.tar.xz
 export PATH=/usr/local/cuda/bin:$PATH
 
 # Base system libraries: on every Linux machine and ABI-compatible with newer versions (the GPU
-# machine's Ubuntu has a newer glibc and libstdc++ than Debian 12's). Never bundled.
+# machine's must provide the symbol versions MANIFEST.txt lists). Never bundled.
 BASE_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl|libstdc\+\+|libgcc_s)\.so'
 # CUDA's own libraries (and the driver's): the GPU machine has them (nvidia-* pip packages,
 # /usr/local/cuda, the driver's mount); bundling them would shadow the versions that match its
@@ -123,6 +123,7 @@ for f in $(elfs); do
     if [[ "$name" =~ $CUDA_LIBS ]] || [[ "$name" =~ $BASE_LIBS ]]; then continue; fi
     case "$path" in
       "$B"/*) ;;
+      not) echo "make_bundle: ${f#"$B"/} needs $name, not found" >&2; bad=1 ;;
       *) echo "make_bundle: ${f#"$B"/} needs $name, found at $path, outside the bundle" >&2; bad=1 ;;
     esac
   done < <(LD_LIBRARY_PATH=$bundle_ld_path ldd "$f")
