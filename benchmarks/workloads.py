@@ -143,6 +143,16 @@ def _resnet(fw, depth, num_classes, cifar_stem):
     return ResNet()
 
 
+def resnet50(fw, num_classes=1000):
+    """ResNet-50 with the ImageNet stem, initialized as torchvision's (He-normal convolutions,
+    fan_out): the GPU check compares its training losses across devices and precisions."""
+    model = _resnet(fw, 50, num_classes, cifar_stem=False)
+    for m in model.modules():
+        if isinstance(m, fw.nn.Conv2d):
+            fw.nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model
+
+
 def make_resnet18_cifar_train(fw):
     """A CIFAR-size ResNet-18 training step: batch 16, 3x32x32, SGD with momentum. Its bfloat16
     graph runs channels last; the float32 one row-major, where oneDNN's blocked Winograd kernels
@@ -230,7 +240,7 @@ def make_resnet50_throughput(fw, batch=None):
     """ResNet-50 training at 224x224, SGD with momentum; batch 8 on CPU, 64 on a GPU."""
     device = _device(fw)
     batch = batch or (64 if device == "cuda" else 8)
-    model = _resnet(fw, 50, 1000, cifar_stem=False).to(device)
+    model = resnet50(fw).to(device)
     optimizer = fw.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = fw.randn(batch, 3, 224, 224, device=device)
     y = fw.randint(0, 1000, (batch,), device=device)

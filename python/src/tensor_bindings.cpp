@@ -262,7 +262,9 @@ py::object numpy_dtype_for(DType t) {
 
 DType dtype_from_numpy(const py::dtype& dt) {
   const char kind = dt.kind();
-  const auto size = dt.itemsize();
+  // The itemsize attribute, not py::dtype::itemsize(): pybind11 before 2.12 reads it from numpy
+  // 1.x's descriptor struct, whose layout numpy 2 changed (it would read the flags instead).
+  const auto size = dt.attr("itemsize").cast<py::ssize_t>();
   if (kind == 'b' && size == 1) return DType::Bool;
   if (kind == 'u' && size == 1) return DType::UInt8;
   if (kind == 'i') {

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check, in one call on a lent GPU machine (repository root as cwd), under 8 minutes:
-#   1. build everything (`make build`; installs missing Debian packages, makes .venv),
+#   1. build everything (`make build`; installs missing Debian packages, makes .venv) on Debian 12;
+#      anywhere else (the lent machine, kind nvidia-h200: no apt, no network, Python 3.12) unpack
+#      the GPU bundle gpu-bundle/plugflow-gpu.tar.xz that tests/gpu/make_bundle.sh made on a
+#      development machine, and run every step from it with the machine's python3 and CUDA
+#      libraries (its nvidia-* pip packages); with neither, fail at once saying how to make it.
+#      GPU_CHECK_FROM=build|bundle forces one way, GPU_CHECK_PYTHON the bundle's python3.
 #   2. every CUDA GoogleTest (`meson test --suite cuda`: the CUDA-vs-CPU conformance of every op
 #      family, the cuDNN convolutions, the optimizer and GradScaler kernels; on a GPU a skipped
 #      comparison means the plugin did not see the device, which counts as a failure),
@@ -18,7 +23,7 @@
 #   5. cuDNN convolutions against the CPU and a small CNN under each conv_algo_search strategy
 #      (tests/gpu/conv_train.py), and a second exhaustive run that must take every choice from
 #      the algo_cache file the first one wrote,
-#   6. ResNet-50 (torchvision's source) and a BERT-base encoder trained a few steps on the GPU in
+#   6. ResNet-50 (benchmarks/workloads.py) and a BERT-base encoder trained a few steps on the GPU in
 #      float32 and with AMP, their losses compared with the CPU's (tests/gpu/train_models.py),
 #   7. DistributedDataParallel over NCCL with 2 processes (needs 2 GPUs; said so otherwise),
 #   8. a DLPerf-style throughput table: images/s and sequences/s, batch sizes, AMP on/off,
@@ -35,6 +40,8 @@ cd "$(dirname "$0")/../.."
 
 BUILD=build
 PY=.venv/bin/python
+BUNDLE_ARCHIVE=gpu-bundle/plugflow-gpu.tar.xz
+BUNDLE=  # the unpacked bundle, when the check runs from it
 OUT_DIR=${OUT:-}
 REPORT=$(mktemp)
 LOGDIR=$(mktemp -d)
@@ -93,7 +100,7 @@ finish() {
     mkdir -p "$OUT_DIR"
     cp "$REPORT" "$OUT_DIR/gpu-report.txt"
     cp "$LOGDIR"/*.log "$OUT_DIR/" 2>/dev/null
-    [ -f "$BUILD/meson-logs/testlog.txt" ] && cp "$BUILD/meson-logs/testlog.txt" "$OUT_DIR/cuda-testlog.txt"
+    [ "$FROM" = build ] && [ -f "$BUILD/meson-logs/testlog.txt" ] && cp "$BUILD/meson-logs/testlog.txt" "$OUT_DIR/cuda-testlog.txt"
   fi
   exit $failed
 }
@@ -133,6 +140,87 @@ throughput() {
   fi
 }
 
+# unpack_bundle: unpacks $BUNDLE_ARCHIVE into a temporary directory and points PYTHONPATH, PY
+# and LD_LIBRARY_PATH at it (the bundle's libraries first, then CUDA's: the nvidia-* pip packages
+# of the machine's python3, then /usr/local/cuda); fails when a library is still not found.
+unpack_bundle() {
+  PY=${GPU_CHECK_PYTHON:-python3}
+  local dir
+  dir=$(mktemp -d) || return 1
+  # shellcheck disable=SC2064  # $dir now: it is local
+  trap "rm -rf '$dir'" EXIT  # 135 MB unpacked
+  # Python's tarfile, not tar -J: the machine's image need not have xz.
+  "$PY" -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
+    "$BUNDLE_ARCHIVE" "$dir" || return 1
+  BUNDLE=$dir/plugflow-gpu
+  cat "$BUNDLE/MANIFEST.txt"
+  local cuda_dirs
+  cuda_dirs=$("$PY" - <<'PYEOF'
+import glob, importlib.util, os
+spec = importlib.util.find_spec("nvidia")
+roots = list(spec.submodule_search_locations) if spec else []
+dirs = {os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "**", "lib*.so*"), recursive=True)}
+dirs |= {d for d in ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib") if os.path.isdir(d)}
+print(":".join(sorted(dirs, key=lambda d: d.startswith("/usr/local/cuda"))))
+PYEOF
+  )
+  export PYTHONPATH=$BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}
+  export LD_LIBRARY_PATH=$BUNDLE/lib:$BUNDLE/python/plugflow/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "python: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  local f missing=0
+  for f in "$BUNDLE"/python/plugflow/_C*.so "$BUNDLE"/python/plugflow/lib/*.so "$BUNDLE"/python/plugflow/lib/plugins/*.so \
+           "$BUNDLE"/tests/test_*; do
+    if ldd "$f" | grep 'not found'; then
+      echo "  (needed by ${f#"$BUNDLE"/})"
+      missing=1
+    fi
+  done
+  ldd "$BUNDLE/python/plugflow/lib/plugins/libplugflow_cuda.so" | grep -E 'libcud|libcublas|libnccl' | sed 's/^\s*/CUDA library: /'
+  # cuBLAS, cuDNN and cuSOLVER are dlopened by the CUDA plugin on first use: found now or never.
+  # shellcheck disable=SC2046
+  "$PY" - $(sed -n 's/^CUDA libraries dlopened: //p' "$BUNDLE/MANIFEST.txt") <<'PYEOF' || missing=1
+import ctypes, sys
+failed = False
+for name in sys.argv[1:]:
+    try:
+        ctypes.CDLL(name)
+        with open("/proc/self/maps") as f:
+            path = next((l.split()[-1] for l in f if "/" + name in l), "?")
+        print(f"CUDA library (dlopened): {name} => {path}")
+    except OSError as e:
+        print(f"CUDA library (dlopened): {name} not found: {e}")
+        failed = True
+sys.exit(1 if failed else 0)
+PYEOF
+  return $missing
+}
+
+# run_bundle_gtests: the bundle's CUDA GoogleTest binaries, all at once as `meson test` runs
+# them, with meson.build's timeouts and environments (tests/cuda-tests.tsv) and the bundle's
+# plugins; prints every output and fails when any binary does.
+run_bundle_gtests() {
+  local name bin timeout envs rc=0
+  while IFS=$'\t' read -r name bin timeout envs; do
+    # shellcheck disable=SC2086  # envs is a list of NAME=VALUE words
+    (env $envs PF_CUDA_TEST_PLUGIN_DIR="$BUNDLE/python/plugflow/lib/plugins" timeout "$timeout" \
+       "$BUNDLE/tests/$bin" >"$LOGDIR/gtest-$name.txt" 2>&1
+     echo $? >"$LOGDIR/gtest-$name.rc") &
+  done <"$BUNDLE/tests/cuda-tests.tsv"
+  wait
+  while IFS=$'\t' read -r name bin _; do
+    echo "==== $name ($bin)"
+    cat "$LOGDIR/gtest-$name.txt"
+    local code
+    code=$(cat "$LOGDIR/gtest-$name.rc")
+    echo "==== $name: exit $code"
+    [ "$code" = 0 ] || rc=1
+  done <"$BUNDLE/tests/cuda-tests.tsv"
+  return $rc
+}
+
 say "plugflow GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 GPU=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -143,24 +231,60 @@ else
   say "     nothing below says anything about the CUDA kernels."
 fi
 DRY=$([ $GPU -eq 1 ] || echo --dry-run)
+
+# Where the binaries come from: `make build` on Debian 12 (it installs Debian packages), else the
+# bundle (the lent machine has neither apt nor a network).
+FROM=${GPU_CHECK_FROM:-}
+if [ -z "$FROM" ]; then
+  if (. /etc/os-release 2>/dev/null && [ "${ID:-}" = debian ] && [ "${VERSION_ID:-}" = 12 ]); then
+    FROM=build
+  elif [ -f "$BUNDLE_ARCHIVE" ]; then
+    FROM=bundle
+  else
+    say "FAIL  \`make build\` cannot work here ($(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-not Debian 12}"), not"
+    say "      Debian 12 with apt and a network) and there is no GPU bundle ($BUNDLE_ARCHIVE). Make it on a"
+    say "      development machine with tests/gpu/make_bundle.sh, then call the device tool's run with"
+    say "      carry [\"gpu-bundle\"] and the command: bash tests/gpu/run.sh"
+    failed=1
+    FROM=none
+    finish
+  fi
+fi
+say "binaries: $([ "$FROM" = build ] && echo "make build ($BUILD/)" || echo "the GPU bundle ($BUNDLE_ARCHIVE)")"
 say ""
 
 # 1. Build. On a GPU machine an existing build dir configured without CUDA is switched on first;
 # a dry run keeps the build as it is configured.
-if [ $GPU -eq 1 ] && [ -f "$BUILD/build.ninja" ]; then
-  PATH=/usr/local/cuda/bin:$PATH meson configure "$BUILD" -Dcuda=enabled >/dev/null 2>&1
+if [ "$FROM" = bundle ]; then
+  [ -f "$BUNDLE_ARCHIVE" ] || { say "FAIL  no $BUNDLE_ARCHIVE (tests/gpu/make_bundle.sh makes it)"; failed=1; finish; }
+  run_step "unpack the GPU bundle" "$LOGDIR/build.log" unpack_bundle || finish
+  sed -n 's/^commit: /      bundle of commit /p; s/^python: /      bundle for Python /p' "$BUNDLE/MANIFEST.txt" | tee -a "$REPORT"
+  here=$(git rev-parse HEAD 2>/dev/null || true)
+  if [ -n "$here" ] && ! grep -q "^commit: $here" "$BUNDLE/MANIFEST.txt"; then
+    say "NOTE  this tree is at commit $here: the bundle's binaries and Python sources are those of its own commit"
+  fi
+  CUDA_PLUGIN=$BUNDLE/python/plugflow/lib/plugins/libplugflow_cuda.so
+else
+  if [ $GPU -eq 1 ] && [ -f "$BUILD/build.ninja" ]; then
+    PATH=/usr/local/cuda/bin:$PATH meson configure "$BUILD" -Dcuda=enabled >/dev/null 2>&1
+  fi
+  run_step "build (make build)" "$LOGDIR/build.log" make build JOBS="$(nproc)" || finish
+  CUDA_PLUGIN=$BUILD/plugins/cuda/libplugflow_cuda.so
 fi
-run_step "build (make build)" "$LOGDIR/build.log" make build JOBS="$(nproc)" || finish
-if [ $GPU -eq 1 ] && [ ! -f "$BUILD/plugins/cuda/libplugflow_cuda.so" ]; then
-  say "FAIL  the CUDA plugin was not built ($BUILD/plugins/cuda/libplugflow_cuda.so missing; nvcc and cuBLAS are"
+if [ $GPU -eq 1 ] && [ ! -f "$CUDA_PLUGIN" ]; then
+  say "FAIL  the CUDA plugin was not built ($CUDA_PLUGIN missing; nvcc and cuBLAS are"
   say "      needed: is /usr/local/cuda/bin/nvcc there? see $LOGDIR/build.log)"
   failed=1
   finish
 fi
 
 # 2. The CUDA GoogleTest suite. Skips are failures on a GPU machine.
-run_step "meson test --suite cuda" "$LOGDIR/cuda-tests.log" \
-  meson test -C "$BUILD" --suite cuda --no-rebuild --print-errorlogs --num-processes "$(nproc)" -v
+if [ "$FROM" = bundle ]; then
+  run_step "CUDA GoogleTests (the bundle's suite 'cuda')" "$LOGDIR/cuda-tests.log" run_bundle_gtests
+else
+  run_step "meson test --suite cuda" "$LOGDIR/cuda-tests.log" \
+    meson test -C "$BUILD" --suite cuda --no-rebuild --print-errorlogs --num-processes "$(nproc)" -v
+fi
 if [ $GPU -eq 1 ] && grep -q '\[  SKIPPED \]' "$LOGDIR/cuda-tests.log"; then
   say "FAIL  CUDA conformance tests were skipped on a GPU machine:"
   grep -m 5 -A 1 'Skipped\|SKIPPED' "$LOGDIR/cuda-tests.log" | sed 's/^/      /' | tee -a "$REPORT"

@@ -1,6 +1,9 @@
-"""The GPU check's model step (tests/gpu/run.sh): ResNet-50 (torchvision's own source, run on
-plugflow through plugflow.mock_torch) and a BERT-base encoder with its masked-LM head
-(tests/gpu/bert.py).
+"""The GPU check's model step (tests/gpu/run.sh): ResNet-50 (torchvision's architecture as
+benchmarks/workloads.py writes it out) and a BERT-base encoder with its masked-LM head
+(tests/gpu/bert.py). Neither uses an installed torchvision: the lent GPU machine carries
+torchvision 0.26, whose package imports torch.library and torch._prims_common
+(torchvision/_meta_registrations.py), which plugflow does not have, so it cannot run on plugflow
+through plugflow.mock_torch as Debian's torchvision 0.14 does.
 
   compare:    the same initial weights and batches trained a few steps on the CPU (float32) and on
               the device in float32 (TF32 off) and with AMP (autocast float16 + GradScaler): the
@@ -22,23 +25,20 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "benchmarks")]
 
 import plugflow  # noqa: E402
-import plugflow.mock_torch  # noqa: E402
-
-plugflow.mock_torch.enable()
-import torch  # noqa: E402  (plugflow)
-import torchvision  # noqa: E402  (torchvision's Python source, on plugflow)
+import plugflow as torch  # noqa: E402
 
 from bert import BertConfig, build_bert_for_mlm, mlm_batch  # noqa: E402
+from workloads import resnet50  # noqa: E402
 
 AMP_DTYPES = {"off": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def make_model(name, dry_run, dropout):
     if name == "resnet50":
-        return torchvision.models.resnet50()
+        return resnet50(torch)
     config = BertConfig.tiny(dropout) if dry_run else BertConfig.base(dropout)
     return build_bert_for_mlm(torch, config)
 

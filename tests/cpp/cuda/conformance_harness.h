@@ -20,6 +20,7 @@
 #include "plugflow/ops.h"
 #include "plugflow/runtime.h"
 #include "plugflow/tensor.h"
+#include "plugin_path.h"
 
 #ifndef PF_CPU_PLUGIN_PATH
 #error "PF_CPU_PLUGIN_PATH must name the built libplugflow_cpu.so (tests/cpp/cuda/meson.build)"
@@ -42,7 +43,8 @@ inline void init_plugins() {
   static const bool done = [] {
     Config config;
     config.source = "<cuda conformance tests>";
-    config.plugins = {{PF_CPU_PLUGIN_PATH, false}, {PF_CUDA_PLUGIN_PATH, false}};
+    config.plugins = {{cuda_test::plugin_path(PF_CPU_PLUGIN_PATH), false},
+                      {cuda_test::plugin_path(PF_CUDA_PLUGIN_PATH), false}};
     config.kernel_prefer = {"cuda", "cpu"};
     config.threads = 2;
     init_from_config(config);

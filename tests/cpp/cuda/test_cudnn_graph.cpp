@@ -16,6 +16,7 @@
 #include "plugflow/op.h"
 #include "plugflow/runtime.h"
 #include "plugflow/tensor.h"
+#include "plugin_path.h"
 
 #ifndef PF_CPU_PLUGIN_PATH
 #error "PF_CPU_PLUGIN_PATH must name the built libplugflow_cpu.so (tests/cpp/cuda/meson.build)"
@@ -31,7 +32,7 @@ class CudnnGraph : public ::testing::Test {
     static const bool done = [] {
       Config config;
       config.source = "<cudnn graph tests>";
-      config.plugins = {{PF_CPU_PLUGIN_PATH, false}};  // CPU tensors for the operands
+      config.plugins = {{cuda_test::plugin_path(PF_CPU_PLUGIN_PATH), false}};  // CPU tensors for the operands
       config.kernel_prefer = {"cpu"};
       init_from_config(config);
       return true;
