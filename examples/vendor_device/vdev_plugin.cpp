@@ -11,6 +11,7 @@
 #include <plugflow/plugin.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -76,9 +77,11 @@ void elementwise(plugflow::KernelContext& ctx, F f) {
   });
 }
 
+// a + alpha * b rounded once (one fused multiply-add), as the kernel contract says for add
+// (docs/kernels.md): the same bits as the CPU plugin and PyTorch.
 void add_f32(plugflow::KernelContext& ctx) {
   const float alpha = ctx.attrs.has("alpha") ? ctx.attr<plugflow::Scalar>("alpha").to<float>() : 1.0f;
-  elementwise<2>(ctx, [alpha](float a, float b) { return alpha == 1.0f ? a + b : a + alpha * b; });
+  elementwise<2>(ctx, [alpha](float a, float b) { return std::fma(alpha, b, a); });
 }
 void mul_f32(plugflow::KernelContext& ctx) {
   elementwise<2>(ctx, [](float a, float b) { return a * b; });
