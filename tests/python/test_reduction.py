@@ -95,6 +95,17 @@ def test_var_mean_std_mean(op, seed):
     close(p.grad, t.grad)
 
 
+def eval_call(lib, f, x, call):
+    """Evaluates a call written against `lib`, `f` and `x`; with `out=...` it returns whether the
+    result is that out tensor, and the out tensor."""
+    if "out=" in call:
+        m = re.search(r"out=(.*)\)$", call)
+        out = eval(m.group(1))  # noqa: S307
+        res = eval(call[:m.start()] + "out=out)")  # noqa: S307
+        return res is out, out
+    return eval(call)  # noqa: S307
+
+
 @pytest.mark.parametrize("op", ["var", "std", "var_mean", "std_mean"])
 @pytest.mark.parametrize("call", [
     "f(x)", "f(x, True)", "f(x, False)", "f(x, 1)", "f(x, (0, 2), False, True)", "f(x, None, True)",
@@ -109,17 +120,7 @@ def test_moments_overloads_and_out_match_torch(op, call):
     # var/std/var_mean/std_mean are the variants of one kernel (core/opdefs/moments.yaml): each
     # takes PyTorch 1.13's three overloads; var/std take out= with a dim (None included).
     data = np.random.default_rng(3).uniform(-2, 2, size=(3, 4, 2)).astype("float32")
-
-    def run(lib):
-        x = lib.tensor(data)
-        f = getattr(lib, op)
-        if "out=" in call:
-            m = re.search(r"out=(.*)\)$", call)
-            out = eval(m.group(1))  # noqa: S307
-            res = eval(call[:m.start()] + "out=out)")  # noqa: S307
-            return res is out, out
-        return eval(call)  # noqa: S307
-    assert_same_outcome(run, rtol=1e-3, atol=1e-5)
+    assert_same_outcome(lambda lib: eval_call(lib, getattr(lib, op), lib.tensor(data), call), rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.parametrize("op, node", [("var", "VarBackward0"), ("std", "StdBackward0")])
@@ -223,17 +224,7 @@ def test_logsumexp_arguments_and_out_match_torch(call):
     # promotion of integers and out= (computed in out's dtype, which must be floating) come from
     # the definition.
     data = np.random.default_rng(4).uniform(-20, 20, size=(3, 4, 2)).astype("float32")
-
-    def run(lib):
-        x = lib.tensor(data)
-        f = lib.logsumexp
-        if "out=" in call:
-            m = re.search(r"out=(.*)\)$", call)
-            out = eval(m.group(1))  # noqa: S307
-            res = eval(call[:m.start()] + "out=out)")  # noqa: S307
-            return res is out, out
-        return eval(call)  # noqa: S307
-    assert_same_outcome(run, rtol=1e-6, atol=1e-6)
+    assert_same_outcome(lambda lib: eval_call(lib, lib.logsumexp, lib.tensor(data), call), rtol=1e-6, atol=1e-6)
 
 
 def test_logsumexp_special_values():
