@@ -50,6 +50,19 @@ TOLERANCE = {"float16": (2e-3, 1e-3), "bfloat16": (1.6e-2, 1e-2), "float32": (1e
              "float64": (1e-10, 1e-10)}
 
 
+def assert_bf16_batch_norm_close(results):
+    """A bfloat16 batch norm against PyTorch's float32 one: `results` pairs each plugflow output,
+    gradient or running statistic with the torch value, in the order y, grad_input, grad_weight,
+    grad_bias, running_mean, running_var; each within its own rounding (bfloat16 for y and
+    grad_input, float32 for the rest), relative to the expected value's largest magnitude."""
+    tolerances = [(2**-8, 1e-5), (2**-8, 1e-4), (1e-5, 1e-6), (1e-5, 1e-6), (1e-6, 1e-7), (1e-6, 1e-7)]
+    assert len(results) == len(tolerances)
+    for (actual, expected), (rtol, scale) in zip(results, tolerances):
+        expected = expected.detach()
+        torch.testing.assert_close(to_torch(actual).double(), expected, rtol=rtol,
+                                   atol=scale * expected.abs().max().item())
+
+
 def assert_matches(actual, expected, rtol=None, atol=None):
     """actual (plugflow) has expected's (torch) dtype, shape and values (NaNs equal)."""
     assert isinstance(actual, pf.Tensor), f"expected a plugflow.Tensor, got {type(actual)}"

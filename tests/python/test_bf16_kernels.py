@@ -10,7 +10,7 @@ import torch.nn.functional as TF
 
 import plugflow as pf
 import plugflow.nn.functional as F
-from helpers import from_torch, seeded_rng, to_torch
+from helpers import assert_bf16_batch_norm_close, from_torch, seeded_rng, to_torch
 
 
 # Layouts of an (N, C, H, W) tensor, applied alike to a torch and a plugflow tensor: contiguous,
@@ -77,13 +77,8 @@ def test_batch_norm_bfloat16_input_float32_parameters_matches_torch(training, sh
         py = F.batch_norm(view(px), prm, prv, pw, pb, training=training)
         py.backward(view(from_torch(g)))
         assert py.dtype is pf.bfloat16 and px.grad.dtype is pf.bfloat16 and pw.grad.dtype is pf.float32
-        for actual, expected, rtol, scale in [
-                (py, ey, 2**-8, 1e-5), (px.grad, tx.grad, 2**-8, 1e-4),
-                (pw.grad, tw.grad, 1e-5, 1e-6), (pb.grad, tb.grad, 1e-5, 1e-6),
-                (prm, trm, 1e-6, 1e-7), (prv, trv, 1e-6, 1e-7)]:
-            expected = expected.detach()
-            torch.testing.assert_close(to_torch(actual).double(), expected, rtol=rtol,
-                                       atol=scale * expected.abs().max().item())
+        assert_bf16_batch_norm_close([(py, ey), (px.grad, tx.grad), (pw.grad, tw.grad), (pb.grad, tb.grad),
+                                       (prm, trm), (prv, trv)])
 
 
 @pytest.mark.parametrize("n", [1, 7, 31, 1000, 4099])
