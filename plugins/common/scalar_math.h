@@ -143,6 +143,22 @@ PF_HOST_DEVICE_INLINE C float_mod_floor(C a, C b) {
   return mod;
 }
 
+// One rounding of a * b + c (the fused multiply-add PyTorch's CPU kernels use for the ops below).
+PF_HOST_DEVICE_INLINE float fma(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return ::fmaf(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+PF_HOST_DEVICE_INLINE double fma(double a, double b, double c) {
+#ifdef __CUDA_ARCH__
+  return ::fma(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 // PyTorch 1.13's lerp: two formulas so that weight 0 and 1 give the end points exactly, the
 // first for every weight below 0.5 (negative ones included: lerp(1, -inf, -4.68) = inf), each a
 // fused multiply-add as PyTorch's vectorized CPU kernel computes it: one rounding, so float32
@@ -151,33 +167,21 @@ PF_HOST_DEVICE_INLINE C float_mod_floor(C a, C b) {
 // a - end is -(end - a) exactly (rounding to nearest is symmetric).
 template <typename C>
 PF_HOST_DEVICE_INLINE C lerp(C a, C end, C w) {
-#if defined(__CUDA_ARCH__)
-  return w < C(0.5) ? ::fma(w, end - a, a) : ::fma(a - end, C(1) - w, end);
-#else
-  return w < C(0.5) ? std::fma(w, end - a, a) : std::fma(a - end, C(1) - w, end);
-#endif
+  return w < C(0.5) ? scalar_math::fma(w, end - a, a) : scalar_math::fma(a - end, C(1) - w, end);
 }
 
 // add / sub with alpha, a + alpha * b, as PyTorch's CPU kernel rounds it: one fused multiply-add
 // (sub passes -alpha).
 template <typename C>
 PF_HOST_DEVICE_INLINE C add_scaled(C a, C alpha, C b) {
-#if defined(__CUDA_ARCH__)
-  return ::fma(alpha, b, a);
-#else
-  return std::fma(alpha, b, a);
-#endif
+  return scalar_math::fma(alpha, b, a);
 }
 
 // addcmul's floating formula, self + value * t1 * t2, as PyTorch's CPU kernel rounds it: value *
 // t1, then one fused multiply-add (float32 and float64 bit-identical to PyTorch's).
 template <typename C>
 PF_HOST_DEVICE_INLINE C addcmul(C self, C value, C t1, C t2) {
-#if defined(__CUDA_ARCH__)
-  return ::fma(value * t1, t2, self);
-#else
-  return std::fma(value * t1, t2, self);
-#endif
+  return scalar_math::fma(value * t1, t2, self);
 }
 
 // ---- conversions ---------------------------------------------------------------------------------
