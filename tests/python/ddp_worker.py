@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import plugflow as pf
 import plugflow.distributed as dist
@@ -320,6 +321,8 @@ def main():
                 os.kill(os.getpid(), signal.SIGKILL)
             print("about to fail: a line of context", file=sys.stderr)
             raise ValueError("this rank failed on purpose")
+        if options.get("wait"):
+            time.sleep(600)  # until the launcher stops it (the signal-forwarding test)
         dist.barrier()  # the others wait here until the launcher stops them
     else:
         raise SystemExit(f"unknown scenario {scenario}")

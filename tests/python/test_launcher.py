@@ -137,7 +137,7 @@ def test_launcher_reports_a_killed_rank(tmp_path):
 
 def test_launcher_forwards_signals_and_leaves_no_orphans(tmp_path):
     cmd = launcher("--nproc-per-node", "2", "--master-port", str(free_port()), WORKER, "fail", str(tmp_path),
-                   json.dumps({"failing_rank": -1}))
+                   json.dumps({"failing_rank": -1, "wait": True}))  # workers run until stopped
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + DEADLINE_S
