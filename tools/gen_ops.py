@@ -346,6 +346,8 @@ KERNEL_FIELDS = {"name", "family", "signature", "meta", "mutated", "kernels", "k
 DTYPE_NAMES = {"float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32", "float64": "Float64",
                "uint8": "UInt8", "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64", "bool": "Bool"}
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
+# A function name, or a template's instance with one argument (a comma would split the X-macro's arguments).
+META_FUNCTION = IDENTIFIER + r"(<[A-Za-z0-9_:]+>)?"
 
 
 def schema_params(sig):
@@ -371,8 +373,8 @@ def normalize_kernel(e, seen, fail):
     if tensors != list(range(len(tensors))):
         fail("signature: tensor operands first, then the attributes")
     meta = e.get("meta")
-    if not isinstance(meta, str) or not re.fullmatch(IDENTIFIER, meta):
-        fail("meta: the name of its meta function in the core")
+    if not isinstance(meta, str) or not re.fullmatch(META_FUNCTION, meta):
+        fail("meta: the name of its meta function in the core (one template argument at most: no comma)")
     mutated = e.get("mutated", [])
     if not (isinstance(mutated, list) and all(isinstance(i, int) and 0 <= i < len(tensors) for i in mutated)):
         fail("mutated: the indices of the tensor operands it writes in place")
@@ -380,11 +382,18 @@ def normalize_kernel(e, seen, fail):
         if ("!" in typ) != (i in mutated) and "[]" not in typ:
             fail(f"mutated: operand {i} is {'not ' if i not in mutated else ''}marked (x!) in the signature")
     kernels = e.get("kernels")
-    if not (isinstance(kernels, list) and kernels and all(k in DTYPE_NAMES for k in kernels)):
-        fail(f"kernels: the dtypes of the in-tree plugins' kernels, from {sorted(DTYPE_NAMES)}")
+    if isinstance(kernels, list):
+        kernels = {"cpu": kernels, "cuda": kernels}
+
+    def dtype_list(v):
+        return isinstance(v, list) and all(k in DTYPE_NAMES for k in v) and len(set(v)) == len(v)
+    if not (isinstance(kernels, dict) and set(kernels) == {"cpu", "cuda"} and all(map(dtype_list, kernels.values()))
+            and kernels["cpu"]):
+        fail(f"kernels: the dtypes of the in-tree plugins' kernels, from {sorted(DTYPE_NAMES)}: one list for both "
+             "plugins, or {cpu: [...], cuda: [...]} (cpu not empty; cuda [] when the CUDA plugin has none)")
     kernel = e.get("kernel", name.rstrip("_") + "_kernel")
     if not isinstance(kernel, str) or not re.fullmatch(IDENTIFIER, kernel):
-        fail("kernel: the name of the in-tree plugins' kernel function")
+        fail("kernel: the name of the in-tree plugins' kernel function, or custom (registered by hand)")
     for field in ("operands", "doc"):
         if not isinstance(e.get(field), str):
             fail(f"{field}: the docs table's text")
@@ -577,18 +586,30 @@ def header(ops):
                 AMP_POLICIES.get(o["amp"].get("cuda"), "None")] for o in ops + variants_of(ops) if o["amp"]]),
     ]
     # The ops with schemas of their own, one list per definition file (optim.yaml: PF_OPDEFS_OPTIM),
-    # expanded by the core file holding their meta functions and by the in-tree plugins.
+    # expanded by the core file holding their meta functions; PF_OPDEFS_OPTIM_KERNELS holds those
+    # whose in-tree kernels are registered from the definition, expanded by the in-tree plugins.
     # The lists arrive parenthesized: `{PF_OPDEFS_UNPAREN mutated}` makes an initializer list.
-    kernel_files = sorted({o["file"] for o in ops if o["family"] == "kernel"})
-    if kernel_files:
+    kernel_ops = [o for o in ops if o["family"] == "kernel"]
+    if kernel_ops:
         parts.append("#define PF_OPDEFS_UNPAREN(...) __VA_ARGS__\n")
-    for f in kernel_files:
+
+    def dtypes(o, device):
+        return f"({', '.join('DType::' + DTYPE_NAMES[d] for d in o['kernel_dtypes'][device])})"
+    for f in sorted({o["file"] for o in kernel_ops}):
+        in_file = [o for o in kernel_ops if o["file"] == f]
         parts.append(macro(
-            f"PF_OPDEFS_{f.upper()}",
-            "X(name, signature, meta, (mutated operands), (kernel dtypes), kernel function): catalog entries and kernels",
-            [[q(o["name"]), q(o["signature"]), o["meta"], f"({', '.join(map(str, o['mutated']))})",
-              f"({', '.join('DType::' + DTYPE_NAMES[d] for d in o['kernel_dtypes'])})",
-              o["kernel"]] for o in ops if o["family"] == "kernel" and o["file"] == f]))
+            f"PF_OPDEFS_{f.upper()}", "X(name, signature, meta, (mutated operands)): catalog entries",
+            [[q(o["name"]), q(o["signature"]), o["meta"], f"({', '.join(map(str, o['mutated']))})"] for o in in_file]))
+        parts.append(macro(
+            f"PF_OPDEFS_{f.upper()}_KERNELS",
+            "X(name, (CPU dtypes), (CUDA dtypes), kernel function): the registrations made from the definitions",
+            [[q(o["name"]), dtypes(o, "cpu"), dtypes(o, "cuda"), o["kernel"]] for o in in_file
+             if o["kernel"] != "custom"]))
+    if kernel_ops:
+        parts.append(macro(
+            "PF_OPDEFS_KERNEL_DTYPES",
+            "X(name, (CPU dtypes), (CUDA dtypes)): what the in-tree plugins register, checked by their test suites",
+            [[q(o["name"]), dtypes(o, "cpu"), dtypes(o, "cuda")] for o in kernel_ops]))
     return "\n".join(parts)
 
 
@@ -781,11 +802,17 @@ def indexed_rows(ops):
     return rows
 
 
+def kernel_dtypes_cell(by_device):
+    if by_device["cpu"] == by_device["cuda"]:
+        return ", ".join(by_device["cpu"])
+    return "; ".join(f"{dev.upper()}: {', '.join(d) or 'none'}" for dev, d in by_device.items())
+
+
 def kernel_rows(ops):
     rows = ["| op | inputs (updated in place: †) | attrs | kernel dtypes | per element |", "|---|---|---|---|---|"]
     for o in ops:
         attrs = "; ".join(f"{n}: {t}" for t, n in o["params"][o["n_tensors"]:]) or "–"
-        rows.append(f"| `{o['name']}` | {cell(o['operands'])} | {attrs} | {', '.join(o['kernel_dtypes'])} | "
+        rows.append(f"| `{o['name']}` | {cell(o['operands'])} | {attrs} | {kernel_dtypes_cell(o['kernel_dtypes'])} | "
                     f"{cell(o['doc'])} |")
     return rows
 

@@ -137,7 +137,7 @@ std::vector<TensorMeta> update_scale_meta(std::span<const Tensor> in, const Attr
 
 // The catalog entries of core/opdefs/optim.yaml, with the meta functions above.
 const bool kOptimOpsRegistered = [] {
-#define PF_X(name, signature, meta, mutated, dtypes, fn) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
   PF_OPDEFS_OPTIM(PF_X)
 #undef PF_X
   return true;

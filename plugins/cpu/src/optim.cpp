@@ -368,8 +368,8 @@ void update_scale_kernel(KernelContext& ctx) {
 
 void register_optim_kernels(Registrar& reg) {
   // core/opdefs/optim.yaml names each op's kernel function and dtypes.
-#define PF_X(name, signature, meta, mutated, dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN dtypes}, fn);
-  PF_OPDEFS_OPTIM(PF_X)
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_OPTIM_KERNELS(PF_X)
 #undef PF_X
 }
 

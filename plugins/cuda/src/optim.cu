@@ -395,8 +395,8 @@ void update_scale_kernel(KernelContext& ctx) {
 std::vector<KernelDef> optim_kernels() {
   // core/opdefs/optim.yaml names each op's kernel function and dtypes.
   return {
-#define PF_X(name, signature, meta, mutated, dtypes, fn) {name, {PF_OPDEFS_UNPAREN dtypes}, fn},
-      PF_OPDEFS_OPTIM(PF_X)
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_OPTIM_KERNELS(PF_X)
 #undef PF_X
   };
 }

@@ -77,6 +77,23 @@ TEST_F(CpuTest, EveryDocumentedOpHasCpuKernels) {
   EXPECT_TRUE(has("mm", DType::Int64));
 }
 
+TEST_F(CpuTest, RegistersTheDefinedDtypesOfEveryKernelOp) {
+  // The ops with schemas of their own (`family: kernel` in core/opdefs/*.yaml) declare the dtypes
+  // of the in-tree kernels; the plugin registers exactly those, from the definition or by hand.
+  const auto kernels = plugflow::registered_kernels();
+#define PF_X(name, cpu_dtypes, cuda_dtypes)                                                   \
+  {                                                                                          \
+    const std::set<DType> declared = {PF_OPDEFS_UNPAREN cpu_dtypes};                         \
+    std::set<DType> registered;                                                              \
+    for (const auto& k : kernels)                                                            \
+      if (k.op == name && k.provider == "cpu" && k.device == plugflow::DeviceType::CPU)      \
+        registered.insert(k.dtype);                                                          \
+    EXPECT_EQ(registered, declared) << name;                                                 \
+  }
+  PF_OPDEFS_KERNEL_DTYPES(PF_X)
+#undef PF_X
+}
+
 TEST_F(CpuTest, AllocationsAreAlignedAndCounted) {
   DeviceBackend& b = backend();
   const size_t before = b.allocated_bytes(0);

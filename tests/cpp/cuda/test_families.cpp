@@ -97,6 +97,22 @@ TEST_F(CudaPlugin, RegistersTheFamilyKernelsOfTheCpuPlugin) {
   }
 }
 
+TEST_F(CudaPlugin, RegistersTheDefinedDtypesOfEveryKernelOp) {
+  // The ops with schemas of their own (`family: kernel` in core/opdefs/*.yaml) declare the CUDA
+  // plugin's dtypes (none for an op it lacks); it registers exactly those.
+  const auto cuda = kernels_of("cuda", DeviceType::CUDA);
+#define PF_X(name, cpu_dtypes, cuda_dtypes)                                    \
+  {                                                                           \
+    const std::set<DType> declared = {PF_OPDEFS_UNPAREN cuda_dtypes};         \
+    std::set<DType> registered;                                               \
+    for (DType t : kAllDTypes)                                                \
+      if (cuda.count({name, t}) > 0) registered.insert(t);                    \
+    EXPECT_EQ(registered, declared) << name;                                  \
+  }
+  PF_OPDEFS_KERNEL_DTYPES(PF_X)
+#undef PF_X
+}
+
 // ---- shape ops ---------------------------------------------------------------------------------
 
 TEST_F(CudaVsCpu, SortIsStableAndExactOnEveryLayout) {
