@@ -211,6 +211,7 @@ class _Compiled:
         self.calls = 0
         self.first_steps_taken = set()  # ids of parameters whose first SGD step this call took
         self._attrs = {}  # (tag, name) -> the value last set
+        self.group_values = {}  # tag -> an SGD update's hyperparameters as last set
 
     def set_attr(self, tag, name, value):
         """Sets a node's attribute for the next replays. A value equal to the last one set (the
@@ -341,7 +342,7 @@ class Graph:
 
     def _signature(self, spec, tensors):
         from .parallel import DistributedDataParallel
-        modules = [m for top in self._modules.values() for m in top.modules()]
+        modules = _module_tree(self._modules.values())
         modes = tuple(m.training for m in modules)
         # A DDP model captured under no_sync() has no all-reduce in its plan.
         syncs = tuple(m.require_backward_grad_sync for m in modules if isinstance(m, DistributedDataParallel))
@@ -548,7 +549,8 @@ class Graph:
             # One multi-tensor node: the group's hyperparameters; Adam's step counts are inputs.
             if kind == "sgd":
                 self._set_sgd_attrs(compiled, tag, group)
-                compiled.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p, compiled)) for p in params])
+                compiled.set_attr(tag, "first_step", [int(self._sgd_first_step_taken(p, compiled)) for p in params]
+                                  if self._sgd_first_step else [0] * len(params))
             else:
                 beta1, beta2 = group["betas"]
                 for name, value in (("lr", group["lr"]), ("beta1", beta1), ("beta2", beta2), ("eps", group["eps"]),
@@ -578,10 +580,13 @@ class Graph:
 
     @staticmethod
     def _set_sgd_attrs(compiled, tag, group):
-        for name in ("lr", "momentum", "dampening", "weight_decay"):
-            compiled.set_attr(tag, name, float(group[name]))
-        for name in ("nesterov", "maximize"):
-            compiled.set_attr(tag, name, bool(group[name]))
+        values = (float(group["lr"]), float(group["momentum"]), float(group["dampening"]),
+                  float(group["weight_decay"]), bool(group["nesterov"]), bool(group["maximize"]))
+        if compiled.group_values.get(tag) == values:  # the common case: nothing changed since the last call
+            return
+        compiled.group_values[tag] = values
+        for name, value in zip(("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"), values):
+            compiled.set_attr(tag, name, value)
 
     def _sgd_first_step_taken(self, p, compiled):
         """True once for a parameter whose momentum buffer the graph created: its first update
@@ -592,6 +597,21 @@ class Graph:
             self._sgd_first_step.discard(id(p))
             compiled.first_steps_taken.add(id(p))
         return first
+
+
+def _module_tree(tops):
+    """The modules under `tops`, each once, depth first (Module.modules() without its
+    per-module generators: this runs on every call of a graph)."""
+    out, seen = [], set()
+    stack = list(tops)[::-1]
+    while stack:
+        m = stack.pop()
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append(m)
+        stack.extend(list(m._modules.values())[::-1])
+    return out
 
 
 def _materialize_state(optim):
