@@ -19,7 +19,7 @@ __all__ = [
     "take_along_dim", "count_nonzero", "nan_to_num", "nan_to_num_", "finfo", "iinfo", "bernoulli", "normal",
     "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "mode", "bincount", "searchsorted", "bucketize",
     "histc", "diff", "cdist", "cross", "diagonal", "diag_embed", "trace", "tril_indices", "triu_indices", "rot90",
-    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill", "float_power",
+    "multinomial", "aminmax", "heaviside", "logaddexp", "index_fill", "float_power", "max", "min", "sort", "topk",
 ]
 
 _FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
@@ -1119,26 +1119,31 @@ def _float_power_(self, exponent):
 
 # ---------------------------------------------------------------- out=
 
-def _with_out(fn):
+def _with_out(fn, name=None):
     """fn computes its result; out= (a tensor, or a tuple for (values, indices) results) receives
-    a copy of it. plugflow cannot resize an out tensor, so one of another shape or dtype is an error
-    rather than silently ignored."""
+    it with PyTorch's rules: each out tensor must have its result's dtype and is resized to its
+    shape (with PyTorch's warning when it had elements). A tuple result comes back as the same
+    named tuple of the out tensors."""
+    name = name or fn.__name__
+
     @functools.wraps(fn)
     def wrapper(*args, out=None, **kwargs):
-        result = fn(*args, **kwargs)
         if out is None:
-            return result
-        results = tuple(result) if isinstance(result, tuple) else (result,)
-        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        if len(outs) != len(results) or not all(isinstance(o, Tensor) for o in outs):
-            raise TypeError(f"{fn.__name__}(): out must be {'a tuple of ' + str(len(results)) + ' Tensors' if len(results) > 1 else 'a Tensor'}")
-        for o, r in zip(outs, results):
-            if o.shape != r.shape or o.dtype != r.dtype:
-                raise RuntimeError(f"{fn.__name__}(): out= needs a tensor of shape {list(r.shape)} and dtype "
-                                   f"{_type_name(r.dtype)}, got shape {list(o.shape)} and dtype {_type_name(o.dtype)} "
-                                   "(plugflow does not resize out tensors)")
-            with no_grad():
-                o.copy_(r)
+            return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        if isinstance(result, tuple):
+            if not isinstance(out, (tuple, list)):
+                raise TypeError(f"{name}(): argument 'out' must be tuple of Tensors, not {type(out).__name__}")
+            if len(out) != len(result):
+                raise TypeError(f"expected tuple of {len(result)} elements but got {len(out)}")
+            for o, r in zip(out, result):
+                if not isinstance(o, Tensor):
+                    raise TypeError(f"{name}(): argument 'out' must be tuple of Tensors, not {type(o).__name__}")
+                _C._write_out(name, o, r)
+            return type(result)(tuple(out))
+        if not isinstance(out, Tensor):
+            raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+        _C._write_out(name, out, result)
         return out
     return wrapper
 
@@ -1146,6 +1151,28 @@ def _with_out(fn):
 for _name in ("median", "nanmedian", "kthvalue", "mode", "quantile", "nanquantile", "aminmax", "searchsorted",
               "bucketize", "histc", "cross", "multinomial", "heaviside", "logaddexp"):
     globals()[_name] = _with_out(globals()[_name])
+
+
+def _extreme_with_out(name, elementwise):
+    """torch.max / torch.min: out= is a (values, indices) tuple for the overload with a dim, a
+    tensor for the elementwise one (torch.max(a, b, out=t) is torch.maximum's)."""
+    reduce = _with_out(getattr(_C, name), name)
+
+    @functools.wraps(getattr(_C, name))
+    def wrapper(*args, out=None, **kwargs):
+        if out is not None and isinstance(kwargs.get("other", args[1] if len(args) > 1 else None), Tensor):
+            return elementwise(*args, out=out, **kwargs)
+        if out is not None and "dim" not in kwargs and len(args) < 2:
+            raise TypeError(f"{name}() received an invalid combination of arguments - got out= without dim (only "
+                            f"{name}(input, dim, keepdim) and {name}(input, other) take out=)")
+        return reduce(*args, out=out, **kwargs)
+    return wrapper
+
+
+max = _extreme_with_out("max", _C.maximum)  # noqa: A001
+min = _extreme_with_out("min", _C.minimum)  # noqa: A001
+sort = _with_out(_C.sort, "sort")
+topk = _with_out(_C.topk, "topk")
 
 
 # ---------------------------------------------------------------- Tensor methods

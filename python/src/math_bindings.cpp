@@ -358,6 +358,11 @@ Attrs celu_attrs(double alpha) {
 }  // namespace
 
 void bind_math(py::module_& m) {
+  // out= of the functions written in Python (plugflow/_composite.py): the result's dtype, resized.
+  m.def("_write_out", [](const std::string& fn, const Tensor& out, const Tensor& result) {
+    write_out(fn, out, result, OutKind::Exact);
+  });
+
   py::object cls = m.attr("Tensor");
   std::vector<std::string> names;
   // Tensor.<name> = f (a method: self first).

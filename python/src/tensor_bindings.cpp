@@ -1694,6 +1694,23 @@ void bind_tensor(py::module_& m) {
                          const py::args& dims) { return ops::permute(t, ints_from_args(dims, "permute", "dims")); })
       .def("expand", [](const Tensor& t,
                         const py::args& sizes) { return ops::expand(t, ints_from_args(sizes, "expand", "size")); })
+      // resize_: what out= arguments get; PyTorch's warning for a resized out tensor names it.
+      .def("resize_",
+           [](py::object self, const py::args& sizes) {
+             Tensor& t = tensor_ref(self);
+             PF_CHECK(!autograd::requires_grad(t), "cannot resize variables that require grad");
+             ops::resize_(t, ints_from_args(sizes, "resize_", "size"));
+             return self;
+           })
+      .def(
+          "resize_as_",
+          [](py::object self, const Tensor& other) {
+            Tensor& t = tensor_ref(self);
+            PF_CHECK(!autograd::requires_grad(t), "cannot resize variables that require grad");
+            ops::resize_(t, other.sizes());
+            return self;
+          },
+          py::arg("the_template"))
       .def(
           "view_as", [](const Tensor& t, const Tensor& other) { return ops::view(t, other.sizes()); }, py::arg("other"))
       .def(
