@@ -15,6 +15,7 @@
 #include "plugflow/error.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
+#include "opdefs.h"
 
 namespace plugflow {
 namespace {
@@ -81,17 +82,11 @@ std::vector<TensorMeta> grid_sampler_backward_meta(std::span<const Tensor> in, c
   return {{grad_input, input.dtype(), input.device()}, {grid.sizes(), grid.dtype(), grid.device()}};
 }
 
+// The catalog entries of core/opdefs/grid_sample.yaml, with the meta functions above.
 const bool kGridSampleOpsRegistered = [] {
-  const char* attrs = "str mode, str padding_mode, bool align_corners";
-  for (const std::string d : {"2d", "3d"}) {
-    const bool three = d == "3d";
-    register_op("grid_sampler_" + d, "grid_sampler_" + d + "(Tensor input, Tensor grid, " + attrs + ") -> Tensor",
-                three ? grid_sampler_meta<3> : grid_sampler_meta<2>);
-    register_op("grid_sampler_" + d + "_backward",
-                "grid_sampler_" + d + "_backward(Tensor grad_output, Tensor input, Tensor grid, " + attrs +
-                    ", bool input_grad) -> (Tensor grad_input, Tensor grad_grid)",
-                three ? grid_sampler_backward_meta<3> : grid_sampler_backward_meta<2>);
-  }
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_GRID_SAMPLE(PF_X)
+#undef PF_X
   return true;
 }();
 

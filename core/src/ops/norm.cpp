@@ -24,6 +24,7 @@
 #include "plugflow/graph.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
+#include "opdefs.h"
 
 namespace plugflow {
 namespace {
@@ -173,39 +174,11 @@ std::vector<TensorMeta> dropout_meta(std::span<const Tensor> in, const Attrs& at
   return {meta_like(in[0], in[0].sizes()), meta_like(in[0], in[0].sizes())};
 }
 
+// The catalog entries of core/opdefs/norm.yaml, with the meta functions above.
 const bool kNormOpsRegistered = [] {
-  register_op("batch_norm",
-              "batch_norm(Tensor x, Tensor weight, Tensor bias, Tensor(a!) running_mean, Tensor(b!) running_var, bool training, "
-              "float momentum, float eps, bool has_weight, bool has_bias, bool has_running) "
-              "-> (Tensor y, Tensor save_mean, Tensor save_invstd)",
-              batch_norm_meta, /*mutated_inputs=*/{3, 4});
-  register_op("batch_norm_backward",
-              "batch_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor save_mean, Tensor save_invstd, "
-              "bool training, bool has_weight) -> (Tensor grad_x, Tensor grad_weight, Tensor grad_bias)",
-              batch_norm_backward_meta);
-  register_op("layer_norm",
-              "layer_norm(Tensor x, Tensor weight, Tensor bias, float eps, bool has_weight, bool has_bias) "
-              "-> (Tensor y, Tensor mean, Tensor rstd)",
-              layer_norm_meta);
-  register_op("layer_norm_backward",
-              "layer_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor mean, Tensor rstd, bool has_weight) "
-              "-> (Tensor grad_x, Tensor grad_weight, Tensor grad_bias)",
-              layer_norm_backward_meta);
-  register_op("group_norm",
-              "group_norm(Tensor x, Tensor weight, Tensor bias, int groups, float eps, bool has_weight, bool has_bias) "
-              "-> (Tensor y, Tensor mean, Tensor rstd)",
-              group_norm_meta);
-  register_op("group_norm_backward",
-              "group_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor mean, Tensor rstd, int groups, "
-              "bool has_weight) -> (Tensor grad_x, Tensor grad_weight, Tensor grad_bias)",
-              group_norm_backward_meta);
-  register_op("embedding", "embedding(Tensor weight, Tensor indices) -> Tensor", embedding_meta);
-  register_op("embedding_backward",
-              "embedding_backward(Tensor grad, Tensor indices, int num_weights, int padding_idx, "
-              "bool scale_grad_by_freq) -> Tensor",
-              embedding_backward_meta);
-  register_op("dropout", "dropout(Tensor x, float p, float scale, int seed, int offset) -> (Tensor y, Tensor mask)",
-              dropout_meta);
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_NORM(PF_X)
+#undef PF_X
   return true;
 }();
 

@@ -16,6 +16,7 @@
 #include "plugflow/error.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
+#include "opdefs.h"
 
 namespace plugflow {
 namespace {
@@ -264,48 +265,11 @@ std::vector<TensorMeta> deform_conv2d_backward_meta(std::span<const Tensor> in, 
   return metas;
 }
 
+// The catalog entries of core/opdefs/vision.yaml, with the meta functions above.
 const bool kVisionOpsRegistered = [] {
-  register_op("nms", "nms(Tensor boxes, Tensor scores, float iou_threshold) -> (Tensor keep, Tensor num)",
-              nms_meta);
-  const std::string pooled = "float spatial_scale, int pooled_height, int pooled_width";
-  register_op("roi_align",
-              "roi_align(Tensor input, Tensor rois, " + pooled + ", int sampling_ratio, bool aligned) -> Tensor",
-              roi_align_meta);
-  register_op("roi_align_backward",
-              "roi_align_backward(Tensor grad, Tensor rois, " + pooled +
-                  ", int sampling_ratio, bool aligned, int[] input_size) -> Tensor grad_input",
-              roi_align_backward_meta);
-  register_op("roi_pool", "roi_pool(Tensor input, Tensor rois, " + pooled + ") -> (Tensor output, Tensor argmax)",
-              roi_pool_meta);
-  register_op("roi_pool_backward",
-              "roi_pool_backward(Tensor grad, Tensor rois, Tensor argmax, int pooled_height, int pooled_width, "
-              "int[] input_size) -> Tensor grad_input",
-              roi_pool_backward_meta);
-  const std::string ps_pooled = "float spatial_scale, int pooled_height, int pooled_width";
-  register_op("ps_roi_align",
-              "ps_roi_align(Tensor input, Tensor rois, " + ps_pooled +
-                  ", int sampling_ratio) -> (Tensor output, Tensor channel_mapping)",
-              ps_roi_align_meta);
-  register_op("ps_roi_align_backward",
-              "ps_roi_align_backward(Tensor grad, Tensor rois, " + ps_pooled +
-                  ", int sampling_ratio, int[] input_size) -> Tensor grad_input",
-              ps_roi_align_backward_meta);
-  register_op("ps_roi_pool",
-              "ps_roi_pool(Tensor input, Tensor rois, " + ps_pooled + ") -> (Tensor output, Tensor channel_mapping)",
-              ps_roi_pool_meta);
-  register_op("ps_roi_pool_backward",
-              "ps_roi_pool_backward(Tensor grad, Tensor rois, " + ps_pooled + ", int[] input_size) -> Tensor grad_input",
-              ps_roi_pool_backward_meta);
-  const std::string deform_attrs =
-      "int[2] stride, int[2] padding, int[2] dilation, int groups, int offset_groups, bool has_mask";
-  register_op("deform_conv2d",
-              "deform_conv2d(Tensor input, Tensor weight, Tensor offset, Tensor? mask, Tensor? bias, " + deform_attrs +
-                  ", bool has_bias) -> Tensor",
-              deform_conv2d_meta);
-  register_op("deform_conv2d_backward",
-              "deform_conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor offset, Tensor? mask, " +
-                  deform_attrs + ") -> (Tensor grad_input, Tensor grad_weight, Tensor grad_offset, Tensor? grad_mask)",
-              deform_conv2d_backward_meta);
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_VISION(PF_X)
+#undef PF_X
   return true;
 }();
 

@@ -31,6 +31,7 @@
 #include "kernels.h"
 #include "loops.h"
 #include "nn_math.h"
+#include "opdefs.h"
 #include "plugflow/philox.h"
 
 namespace plugflow::cpu {
@@ -1413,13 +1414,12 @@ void register_norm_kernels(Registrar& reg) {
   reg.kernel("group_norm", DeviceType::CPU, halves, widened_kernel<group_norm_kernel>);
   reg.kernel("group_norm_backward", DeviceType::CPU, halves, widened_kernel<group_norm_backward_kernel>);
   reg.kernel("embedding_backward", DeviceType::CPU, halves, widened_kernel<embedding_backward_kernel>);
-  reg.kernel("embedding", DeviceType::CPU,
-             {DType::Bool, DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::Float16,
-              DType::BFloat16, DType::Float32, DType::Float64},
-             embedding_kernel);
   reg.kernel("embedding_backward", DeviceType::CPU, floats, embedding_backward_kernel);
-  reg.kernel("dropout", DeviceType::CPU, {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64},
-             dropout_kernel);
+  // core/opdefs/norm.yaml names the kernel function and dtypes of the ops with one function for
+  // every dtype (embedding, dropout); the others are registered above (`kernel: custom` there).
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_NORM_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

@@ -28,6 +28,7 @@
 #include "blas.h"
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 #include "roi_math.h"
 
 namespace plugflow::cpu {
@@ -526,28 +527,28 @@ void dispatch(KernelContext& ctx) {
   dispatch_float32_64<F32, F64>(ctx);
 }
 
+// The kernel functions core/opdefs/vision.yaml names (the CUDA plugin's have the same names).
+constexpr KernelFn nms_entry = dispatch<nms_kernel<float>, nms_kernel<double>>;
+constexpr KernelFn roi_align_entry = dispatch<roi_align_forward<float>, roi_align_forward<double>>;
+constexpr KernelFn roi_align_backward_entry = dispatch<roi_align_backward<float>, roi_align_backward<double>>;
+constexpr KernelFn roi_pool_entry = dispatch<roi_pool_forward<float>, roi_pool_forward<double>>;
+constexpr KernelFn roi_pool_backward_entry = dispatch<roi_pool_backward<float>, roi_pool_backward<double>>;
+constexpr KernelFn ps_roi_align_entry = dispatch<ps_roi_align_forward<float>, ps_roi_align_forward<double>>;
+constexpr KernelFn ps_roi_align_backward_entry =
+    dispatch<ps_roi_align_backward<float>, ps_roi_align_backward<double>>;
+constexpr KernelFn ps_roi_pool_entry = dispatch<ps_roi_pool_forward<float>, ps_roi_pool_forward<double>>;
+constexpr KernelFn ps_roi_pool_backward_entry = dispatch<ps_roi_pool_backward<float>, ps_roi_pool_backward<double>>;
+constexpr KernelFn deform_conv2d_entry = dispatch<deform_conv2d_forward<float>, deform_conv2d_forward<double>>;
+constexpr KernelFn deform_conv2d_backward_entry =
+    dispatch<deform_conv2d_backward<float>, deform_conv2d_backward<double>>;
+
 }  // namespace
 
 void register_vision_kernels(Registrar& reg) {
-  const auto floats = {DType::Float32, DType::Float64};
-  reg.kernel("nms", DeviceType::CPU, floats, dispatch<nms_kernel<float>, nms_kernel<double>>);
-  reg.kernel("roi_align", DeviceType::CPU, floats, dispatch<roi_align_forward<float>, roi_align_forward<double>>);
-  reg.kernel("roi_align_backward", DeviceType::CPU, floats,
-             dispatch<roi_align_backward<float>, roi_align_backward<double>>);
-  reg.kernel("roi_pool", DeviceType::CPU, floats, dispatch<roi_pool_forward<float>, roi_pool_forward<double>>);
-  reg.kernel("roi_pool_backward", DeviceType::CPU, floats,
-             dispatch<roi_pool_backward<float>, roi_pool_backward<double>>);
-  reg.kernel("ps_roi_align", DeviceType::CPU, floats,
-             dispatch<ps_roi_align_forward<float>, ps_roi_align_forward<double>>);
-  reg.kernel("ps_roi_align_backward", DeviceType::CPU, floats,
-             dispatch<ps_roi_align_backward<float>, ps_roi_align_backward<double>>);
-  reg.kernel("ps_roi_pool", DeviceType::CPU, floats, dispatch<ps_roi_pool_forward<float>, ps_roi_pool_forward<double>>);
-  reg.kernel("ps_roi_pool_backward", DeviceType::CPU, floats,
-             dispatch<ps_roi_pool_backward<float>, ps_roi_pool_backward<double>>);
-  reg.kernel("deform_conv2d", DeviceType::CPU, floats,
-             dispatch<deform_conv2d_forward<float>, deform_conv2d_forward<double>>);
-  reg.kernel("deform_conv2d_backward", DeviceType::CPU, floats,
-             dispatch<deform_conv2d_backward<float>, deform_conv2d_backward<double>>);
+  // core/opdefs/vision.yaml names each op's kernel function and dtypes.
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_VISION_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

@@ -22,6 +22,7 @@
 
 #include "index_check.cuh"
 #include "nn_common.cuh"
+#include "opdefs.h"
 #include "plugflow/philox.h"
 #include "row_major_outputs.h"
 
@@ -708,9 +709,11 @@ std::vector<KernelDef> norm_kernels() {
       {"layer_norm_backward", all_floats, &layer_norm_backward_kernel},
       {"group_norm", all_floats, &group_norm_kernel},
       {"group_norm_backward", all_floats, &group_norm_backward_kernel},
-      {"embedding", supported_dtypes<AllTypes>(), &embedding_kernel},
       {"embedding_backward", all_floats, &embedding_backward_kernel},
-      {"dropout", all_floats, &dropout_kernel},
+      // core/opdefs/norm.yaml names the kernel function and dtypes of embedding and dropout.
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_NORM_KERNELS(PF_X)
+#undef PF_X
   };
 }
 

@@ -22,6 +22,7 @@
 
 #include "kernel_common.h"
 #include "launchers.h"
+#include "opdefs.h"
 #include "roi_math.h"
 #include "types.cuh"
 
@@ -621,18 +622,12 @@ void deform_conv2d_backward_entry(KernelContext& ctx) {
 }  // namespace
 
 std::vector<KernelDef> vision_kernels() {
-  const std::vector<DType> floats{DType::Float32, DType::Float64};
-  return {{"nms", floats, &nms_entry},
-          {"roi_align", floats, &roi_align_entry},
-          {"roi_align_backward", floats, &roi_align_backward_entry},
-          {"roi_pool", floats, &roi_pool_entry},
-          {"roi_pool_backward", floats, &roi_pool_backward_entry},
-          {"ps_roi_align", floats, &ps_roi_align_entry},
-          {"ps_roi_align_backward", floats, &ps_roi_align_backward_entry},
-          {"ps_roi_pool", floats, &ps_roi_pool_entry},
-          {"ps_roi_pool_backward", floats, &ps_roi_pool_backward_entry},
-          {"deform_conv2d", floats, &deform_conv2d_entry},
-          {"deform_conv2d_backward", floats, &deform_conv2d_backward_entry}};
+  // core/opdefs/vision.yaml names each op's kernel function and dtypes.
+  return {
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_VISION_KERNELS(PF_X)
+#undef PF_X
+  };
 }
 
 }  // namespace plugflow::cuda
