@@ -1,6 +1,7 @@
 // Grid sampling (plugflow/ops_sampling.h): the catalog entries of grid_sampler_2d/3d and their
-// backward ops with PyTorch's argument checks and messages, grid_sample with its autograd node,
-// and affine_grid composed of linspace and bmm.
+// backward ops, defined in core/opdefs/grid_sample.yaml, with PyTorch's argument checks and
+// messages (their meta functions), grid_sample with its autograd node, and affine_grid composed
+// of linspace and bmm.
 //
 // Kernels (docs/kernels.md, "Grid sampling") see input (N, C, spatial) and grid (N, out spatial,
 // S) of one floating dtype, any strides, N, C and the output non-empty (the functional layer

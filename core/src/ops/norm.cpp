@@ -1,5 +1,5 @@
-// The norm family (plugflow/ops_norm.h): catalog entries, PyTorch's argument rules and
-// messages, and the autograd nodes.
+// The norm family (plugflow/ops_norm.h): catalog entries (defined in core/opdefs/norm.yaml),
+// PyTorch's argument rules and messages, and the autograd nodes.
 //
 // Kernels (docs/kernels.md, "Norm family"): batch_norm, layer_norm and group_norm each run one
 // fused forward kernel (statistics and the affine normalization together, saving mean and

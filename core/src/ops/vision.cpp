@@ -1,6 +1,7 @@
 // torchvision's C++ operators (plugflow/ops_vision.h): the catalog entries of nms, roi_align,
-// roi_pool, ps_roi_align, ps_roi_pool and deform_conv2d (+ backward ops) with torchvision 0.14's
-// argument checks, and the functional API with autograd nodes.
+// roi_pool, ps_roi_align, ps_roi_pool and deform_conv2d (+ backward ops), defined in
+// core/opdefs/vision.yaml, with torchvision 0.14's argument checks (their meta functions), and the
+// functional API with autograd nodes.
 //
 // Kernels (docs/kernels.md, "torchvision operators") see contiguous inputs of one floating
 // dtype and write contiguous outputs. The values inside rois (batch indices, coordinates) are
