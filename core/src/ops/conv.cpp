@@ -1,5 +1,6 @@
-// The conv family (plugflow/ops_conv.h): catalog entries with PyTorch's argument checks and
-// output sizes, the functional API, and backward formulas written with the family's own ops.
+// The conv family (plugflow/ops_conv.h): catalog entries (defined in core/opdefs/conv.yaml and
+// pooling.yaml) with their meta functions, PyTorch's argument checks and output sizes, the
+// functional API, and backward formulas written with the family's own ops.
 //
 // Convolution and pooling come in 2-d (N, C, H, W) and 3-d (N, C, D, H, W) ops: one op name per
 // spatial rank (conv2d / conv3d, max_pool2d / max_pool3d, ...), so a kernel registered for a name
@@ -27,6 +28,7 @@
 #include "plugflow/error.h"
 #include "plugflow/op.h"
 #include "plugflow/ops.h"
+#include "opdefs.h"
 
 namespace plugflow {
 namespace {
@@ -390,69 +392,12 @@ std::vector<TensorMeta> upsample_backward_meta(std::span<const Tensor> in, const
                        keeps_channels_last ? in[0].suggest_memory_format() : MemoryFormat::Contiguous);
 }
 
-// The family's ops of one spatial rank: "conv2d", "int[2] stride, ..." for S = 2.
-template <int64_t S>
-void register_rank_ops() {
-  const std::string d = std::to_string(S) + "d", n = "int[" + std::to_string(S) + "] ";
-  const std::string conv = "conv" + d, conv_attrs = n + "stride, " + n + "padding, " + n + "dilation, int groups";
-  register_op(conv, conv + "(Tensor input, Tensor weight, Tensor? bias, " + conv_attrs + ") -> Tensor",
-              conv_meta<S>);
-  register_op(conv + "_grad_input",
-              conv + "_grad_input(Tensor grad_output, Tensor weight, " + n + "input_size, " + conv_attrs +
-                  ") -> Tensor",
-              conv_grad_input_meta<S>);
-  register_op(conv + "_grad_weight",
-              conv + "_grad_weight(Tensor grad_output, Tensor input, " + n + "kernel_size, " + conv_attrs +
-                  ") -> Tensor",
-              conv_grad_weight_meta<S>);
-  register_op("max_pool" + d,
-              "max_pool" + d + "(Tensor input, " + n + "kernel_size, " + n + "stride, " + n + "padding, " + n +
-                  "dilation, bool ceil_mode) -> (Tensor values, Tensor indices)",
-              max_pool_meta<S>);
-  const std::string avg_attrs =
-      n + "kernel_size, " + n + "stride, " + n + "padding, bool ceil_mode, bool count_include_pad, int divisor";
-  register_op("avg_pool" + d, "avg_pool" + d + "(Tensor input, " + avg_attrs + ") -> Tensor", avg_pool_meta<S>);
-  register_op("avg_pool" + d + "_backward",
-              "avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + avg_attrs +
-                  ", bool channels_last) -> Tensor",
-              avg_pool_backward_meta<S>);
-  register_op("adaptive_avg_pool" + d, "adaptive_avg_pool" + d + "(Tensor input, " + n + "output_size) -> Tensor",
-              adaptive_avg_pool_meta<S>);
-  register_op("adaptive_avg_pool" + d + "_backward",
-              "adaptive_avg_pool" + d + "_backward(Tensor grad_output, " + n + "input_size, " + n +
-                  "output_size, bool channels_last) -> Tensor",
-              adaptive_avg_pool_backward_meta<S>);
-  register_op("adaptive_max_pool" + d,
-              "adaptive_max_pool" + d + "(Tensor input, " + n + "output_size) -> (Tensor values, Tensor indices)",
-              adaptive_max_pool_meta<S>);
-}
-
+// The catalog entries of core/opdefs/conv.yaml and pooling.yaml, with the meta functions above.
 const bool kConvOpsRegistered = [] {
-  register_rank_ops<2>();
-  register_rank_ops<3>();
-  register_op("upsample_nearest2d",
-              "upsample_nearest2d(Tensor input, int[2] output_size, float scale_h, float scale_w) -> Tensor",
-              upsample_meta<true>);
-  register_op("upsample_nearest2d_backward",
-              "upsample_nearest2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, float scale_h, "
-              "float scale_w) -> Tensor",
-              upsample_backward_meta<true>);
-  register_op("upsample_bilinear2d",
-              "upsample_bilinear2d(Tensor input, int[2] output_size, bool align_corners, float scale_h, "
-              "float scale_w) -> Tensor",
-              upsample_meta<true>);
-  register_op("upsample_bilinear2d_backward",
-              "upsample_bilinear2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
-              "bool align_corners, float scale_h, float scale_w) -> Tensor",
-              upsample_backward_meta<true>);
-  register_op("upsample_bicubic2d",
-              "upsample_bicubic2d(Tensor input, int[2] output_size, bool align_corners, float scale_h, "
-              "float scale_w) -> Tensor",
-              upsample_meta<false>);
-  register_op("upsample_bicubic2d_backward",
-              "upsample_bicubic2d_backward(Tensor grad_output, int[2] input_size, int[2] output_size, "
-              "bool align_corners, float scale_h, float scale_w) -> Tensor",
-              upsample_backward_meta<false>);
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_CONV(PF_X)
+  PF_OPDEFS_POOLING(PF_X)
+#undef PF_X
   return true;
 }();
 

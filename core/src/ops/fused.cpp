@@ -1,7 +1,8 @@
-// Fused ops: catalog entries of the kernels that nn.Graph's fusion passes substitute for chains
-// of ordinary ops (docs/kernels.md, "Fused ops"). They have no functional API and no autograd:
-// only graph passes create them, after backward has been recorded, and a pass checks that the
-// device has a kernel before it rewrites. Their meta functions reuse the plain ops' checks.
+// Fused ops: catalog entries (defined in core/opdefs/fused.yaml) of the kernels that nn.Graph's
+// fusion passes substitute for chains of ordinary ops (docs/kernels.md, "Fused ops"). They have
+// no functional API and no autograd: only graph passes create them, after backward has been
+// recorded, and a pass checks that the device has a kernel before it rewrites. Their meta
+// functions reuse the plain ops' checks.
 //
 // The epilogue they share: out = act(result + bias + addend), in that order (the order of the
 // unfused ops, and of oneDNN's post-ops: bias, sum, eltwise), each step rounded to the dtype as
@@ -10,6 +11,7 @@
 
 #include "plugflow/error.h"
 #include "plugflow/op.h"
+#include "opdefs.h"
 
 namespace plugflow {
 namespace {
@@ -105,32 +107,11 @@ std::vector<TensorMeta> fold_conv_bn_meta(std::span<const Tensor> in, const Attr
   return {{w.sizes(), w.dtype(), w.device()}, {{o}, w.dtype(), w.device()}};
 }
 
+// The catalog entries of core/opdefs/fused.yaml, with the meta functions above.
 const bool kFusedOpsRegistered = [] {
-  register_op("conv2d_fused",
-              "conv2d_fused(Tensor input, Tensor weight, Tensor? bias, Tensor? addend, int[2] stride, "
-              "int[2] padding, int[2] dilation, int groups, bool has_bias, bool has_addend, str activation) "
-              "-> Tensor",
-              conv2d_fused_meta);
-  register_op("mm_fused",
-              "mm_fused(Tensor a, Tensor b, Tensor? bias, Tensor? addend, bool has_bias, bool has_addend, "
-              "str activation, bool save_pre) -> (Tensor out, Tensor? pre)",
-              mm_fused_meta);
-  register_op("batch_norm_fused",
-              "batch_norm_fused(Tensor x, Tensor weight, Tensor bias, Tensor(a!) running_mean, "
-              "Tensor(b!) running_var, Tensor? addend, bool training, float momentum, float eps, bool has_weight, "
-              "bool has_bias, bool has_running, bool has_addend, str activation) "
-              "-> (Tensor y, Tensor save_mean, Tensor save_invstd)",
-              batch_norm_fused_meta, /*mutated_inputs=*/{3, 4});
-  register_op("batch_norm_relu_backward",
-              "batch_norm_relu_backward(Tensor grad, Tensor out, Tensor x, Tensor weight, Tensor save_mean, "
-              "Tensor save_invstd, bool training, bool has_weight, bool has_grad_pre) "
-              "-> (Tensor grad_x, Tensor grad_weight, Tensor grad_bias, Tensor? grad_pre)",
-              batch_norm_relu_backward_meta);
-  register_op("fold_conv_bn",
-              "fold_conv_bn(Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, Tensor running_mean, "
-              "Tensor running_var, float eps, bool has_bias, bool has_bn_weight, bool has_bn_bias) "
-              "-> (Tensor weight, Tensor bias)",
-              fold_conv_bn_meta);
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_FUSED(PF_X)
+#undef PF_X
   return true;
 }();
 

@@ -8,6 +8,7 @@
 // fold_conv_bn is there too; batch_norm_fused and batch_norm_relu_backward live with batch norm
 // (norm.cpp).
 #include "kernels.h"
+#include "opdefs.h"
 
 namespace plugflow::cpu {
 
@@ -15,7 +16,11 @@ void register_fused_kernels(Registrar& reg) {
   const auto floats = {DType::Float32, DType::Float64};
   reg.kernel("conv2d_fused", DeviceType::CPU, floats, conv2d_fused_native);
   reg.kernel("mm_fused", DeviceType::CPU, floats, mm_fused_native);
-  reg.kernel("fold_conv_bn", DeviceType::CPU, floats, fused_compose::fold_conv_bn_native);
+  // core/opdefs/fused.yaml names the kernel function and dtypes of the ops not registered above.
+  using fused_compose::fold_conv_bn_native;
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_FUSED_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

@@ -8,6 +8,7 @@
 #include "cudnn_fused_conv.h"
 #include "fused_compose.h"
 #include "launchers.h"
+#include "opdefs.h"
 
 namespace plugflow::cuda {
 namespace {
@@ -23,10 +24,14 @@ std::vector<KernelDef> fused_kernels() {
   // the convolution: CUDA's AMP graphs are float16 by default, the dtype cuDNN's fusion serves best.
   const std::vector<DType> floats = {DType::Float32, DType::Float64};
   const std::vector<DType> conv_dtypes = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
+  using fused_compose::fold_conv_bn_native;
   return {
       {"conv2d_fused", conv_dtypes, conv2d_fused_kernel},
       {"mm_fused", floats, fused_compose::mm_fused_native},
-      {"fold_conv_bn", floats, fused_compose::fold_conv_bn_native},
+      // core/opdefs/fused.yaml names the kernel function and dtypes of the ops not registered above.
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_FUSED_KERNELS(PF_X)
+#undef PF_X
   };
 }
 
