@@ -793,9 +793,11 @@ def _torch_bfloat16_conv_transpose_channels(call, t, p):
 
 def _empty_strides(call, t, p):
     # The strides of a tensor without elements address nothing; PyTorch's depend on how the
-    # tensor was made (a clone of an empty one may get all zeros), plugflow's are contiguous.
-    return re.fullmatch(r"t0\.stride\(\)", call.code) is not None and 0 in call.specs["t0"].shape and \
-        isinstance(t, Done) and isinstance(p, Done) and len(t.result) == len(p.result)
+    # tensor was made (a clone of an empty one may get all zeros), plugflow's are contiguous. So
+    # does the storage offset of a view into one (a slice's offset is start * stride).
+    return re.fullmatch(r"t0\.(stride|storage_offset)\(\)", call.code) is not None and \
+        0 in call.specs["t0"].shape and isinstance(t, Done) and isinstance(p, Done) and \
+        (call.code.endswith("storage_offset()") or len(t.result) == len(p.result))
 
 
 def _torch_bool_exponent_backward(call, t, p):
@@ -1097,7 +1099,7 @@ ALLOWED = [
      _torch_bfloat16_conv_transpose_channels),
     ("torch-unchecked-bfloat16-conv-transpose", "PyTorch's bfloat16 conv_transpose skips its size checks",
      _torch_unchecked_bfloat16_conv_transpose),
-    ("empty-strides", "the strides of a tensor without elements", _empty_strides),
+    ("empty-strides", "the strides (and a view's offset) of a tensor without elements", _empty_strides),
     ("torch-bool-exponent-backward", "PyTorch 1.13's pow / logaddexp backward fails for a bool operand",
      _torch_bool_exponent_backward),
     ("torch-vectorized-backward", "PyTorch's vectorized activation backward disagrees with its scalar one",
