@@ -1,5 +1,6 @@
 #include "plugflow/dtype.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -122,6 +123,17 @@ DType dtype_from_name(std::string_view name) {
     if (a.name == name) return a.dtype;
   PF_THROW(TypeError, "unknown dtype '", name,
            "' (expected one of bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)");
+}
+
+namespace {
+std::atomic<DType> g_default_float_dtype{DType::Float32};
+}  // namespace
+
+DType default_float_dtype() { return g_default_float_dtype.load(std::memory_order_relaxed); }
+
+void set_default_float_dtype(DType dtype) {
+  PF_CHECK_T(is_floating(dtype), TypeError, "only floating-point types are supported as the default type");
+  g_default_float_dtype.store(dtype, std::memory_order_relaxed);
 }
 
 bool can_cast(DType from, DType to) {

@@ -55,7 +55,7 @@ from . import _tensor  # noqa: F401  (installs Tensor's Python methods)
 from ._memory_format import (memory_format, contiguous_format, channels_last, channels_last_3d,  # noqa: E402,F401
                              preserve_format, empty_strided)
 from ._tensor_str import set_printoptions, get_printoptions
-from ._creation import (get_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
+from ._creation import (get_default_dtype, set_default_dtype, is_tensor, tensor, as_tensor, empty, zeros, ones, full, scalar_tensor, arange,
                         linspace, frombuffer, rand, randn, randint, empty_like, zeros_like, ones_like, full_like, rand_like,
                         randn_like, randint_like, randperm, layout, strided)
 from . import return_types, cuda, random

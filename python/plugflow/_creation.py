@@ -13,15 +13,26 @@ from . import _memory_format as _mf
 from ._C import Tensor
 
 __all__ = [
-    "get_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "scalar_tensor", "arange",
+    "get_default_dtype", "set_default_dtype", "is_tensor", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "scalar_tensor", "arange",
     "linspace", "frombuffer", "rand", "randn", "randint", "empty_like", "zeros_like", "ones_like", "full_like",
     "rand_like", "randn_like", "randint_like", "randperm", "layout", "strided",
 ]
 
 
 def get_default_dtype():
-    """The dtype of tensors made from Python floats: plugflow.float32."""
-    return _C.float32
+    """The dtype of tensors made from Python floats and of floating factories given no dtype:
+    plugflow.float32 unless set_default_dtype changed it."""
+    return _C._get_default_dtype()
+
+
+def set_default_dtype(d):
+    """Sets the default floating dtype (a floating plugflow.dtype; TypeError otherwise): tensors
+    made from Python floats, floating factories given no dtype (zeros, rand, arange over floats,
+    module parameters), integers promoted by true division and the float-only ops, and a Python
+    float combined with an integer tensor. One setting for the whole process, as PyTorch's."""
+    if not isinstance(d, _C.dtype):
+        raise TypeError(f"set_default_dtype(): argument 'd' must be torch.dtype, not {type(d).__name__}")
+    _C._set_default_dtype(d)
 
 
 def is_tensor(obj):
@@ -83,7 +94,7 @@ def _finish(t, requires_grad):
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of data: nested lists/tuples of numbers, a numpy array, a number
     or a tensor. The dtype is inferred as PyTorch does: bool -> bool, int -> int64,
-    float -> float32, numpy arrays and numpy scalars keep theirs."""
+    float -> the default dtype (float32), numpy arrays and numpy scalars keep theirs."""
     return _finish(_C._tensor(data, dtype, _device(device)), requires_grad)
 
 

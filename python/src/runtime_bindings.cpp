@@ -377,6 +377,8 @@ void bind_runtime(py::module_& m) {
       py::arg("n"));
   m.def("get_num_threads", &get_num_threads);
   m.def("version", &version);
+  m.def("_set_default_dtype", &set_default_float_dtype, py::arg("d"));
+  m.def("_get_default_dtype", &default_float_dtype);
 
   // ---- torch._C names that libraries written for PyTorch call ------------------------------------
   // PyTorch reports API usage to its telemetry hook; plugflow has none, so there is nothing to log.

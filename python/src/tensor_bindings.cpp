@@ -503,7 +503,7 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype, std::option
   DataCollector c;
   c.infer_shape(data);
   c.collect(data, 0);
-  const DType dt = dtype.value_or(c.inferred.value_or(DType::Float32));  // [] is float32
+  const DType dt = dtype.value_or(c.inferred.value_or(default_float_dtype()));  // [] is floating
   // PyTorch checks numbers stored into integral tensors (300 into uint8 raises); floating
   // types take any number (1e40 -> inf).
   if (is_integral(dt, /*include_bool=*/false))
@@ -1165,17 +1165,17 @@ void bind_tensor(py::module_& m) {
   g_tensor_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   cls.attr("__array_priority__") = 1000;  // numpy defers to Tensor's reflected operators
 
-  // Tensor(): empty float32; Tensor(*sizes): uninitialized float32; Tensor(sequence | ndarray):
-  // float32 data; Tensor(other): a new tensor sharing other's storage (what nn.Parameter uses).
+  // Tensor(): empty; Tensor(*sizes): uninitialized; Tensor(sequence | ndarray): a copy of the data,
+  // all in the default floating dtype (float32 unless set_default_dtype changed it); Tensor(other): a new tensor sharing other's storage (what nn.Parameter uses).
   cls.def(py::init([](const py::args& args) {
     const Device cpu{DeviceType::CPU, 0};
-    if (args.size() == 0) return ops::empty({0}, DType::Float32, cpu);
+    if (args.size() == 0) return ops::empty({0}, default_float_dtype(), cpu);
     if (args.size() == 1) {
       if (const Tensor* t = as_tensor(args[0]))
         return Tensor::view_of(t->storage(), t->sizes(), t->strides(), t->offset(), t->dtype());
-      if (!PyLong_Check(args[0].ptr())) return tensor_from_data(args[0], DType::Float32, cpu);
+      if (!PyLong_Check(args[0].ptr())) return tensor_from_data(args[0], default_float_dtype(), cpu);
     }
-    return ops::empty(ints_from_args(args, "Tensor", "size"), DType::Float32, cpu);
+    return ops::empty(ints_from_args(args, "Tensor", "size"), default_float_dtype(), cpu);
   }));
 
   // -- metadata
@@ -1609,7 +1609,7 @@ void bind_tensor(py::module_& m) {
           // is not 0, xlogy(-1, uint8) is not xlogy(255, ...)).
           DType dt = s.is_bool() ? DType::Bool : ops::result_type(other, s);
           const bool true_division = division && (!kwargs.contains("rounding_mode") || kwargs["rounding_mode"].is_none());
-          if ((true_division || float_op) && !s.is_bool() && !is_floating(dt)) dt = DType::Float32;
+          if ((true_division || float_op) && !s.is_bool() && !is_floating(dt)) dt = default_float_dtype();
           const Tensor wrapped = s.is_bool() ? ops::scalar_tensor(s, dt, other.device())
                                              : ops::wrapped_scalar_tensor(s, dt, other.device());
           return tensor_input_form(wrapped, other, **kwargs);

@@ -304,3 +304,52 @@ def test_eye_with_a_zero_dimension_is_empty_whatever_the_other():
     """eye(2**40, 0) and eye(0, 2**40): empty, as PyTorch's (no work in the other size first)."""
     for n, m in ((2**40, 0), (0, 2**40), (0, 0), (3, 0)):
         assert tuple(pf.eye(n, m).shape) == tuple(torch.eye(n, m).shape)
+
+
+DEFAULT_DTYPE_CALLS = {
+    "tensor": lambda lib: lib.tensor([1.5, 2]), "tensor_ints": lambda lib: lib.tensor([1, 2]),
+    "tensor_empty": lambda lib: lib.tensor([]), "number": lambda lib: lib.tensor(2.0),
+    "as_tensor": lambda lib: lib.as_tensor(1.5), "zeros": lambda lib: lib.zeros(2), "empty": lambda lib: lib.empty(2),
+    "full_float": lambda lib: lib.full((2,), 1.5), "full_int": lambda lib: lib.full((2,), 1),
+    "rand": lambda lib: lib.rand(2), "randn": lambda lib: lib.randn(2), "arange_float": lambda lib: lib.arange(0.0, 3.0),
+    "arange_int": lambda lib: lib.arange(3), "linspace": lambda lib: lib.linspace(0, 1, 3), "eye": lambda lib: lib.eye(2),
+    "int_times_float": lambda lib: lib.tensor([1, 2]) * 1.5, "int_true_div": lambda lib: lib.tensor([1, 2]) / 2,
+    "sqrt_int": lambda lib: lib.sqrt(lib.tensor([4])), "float32_times_float": lambda lib: lib.ones(2, dtype=lib.float32) * 1.5,
+    "int_plus_float32": lambda lib: lib.tensor([1]) + lib.ones(1, dtype=lib.float32),
+    "logsumexp_int": lambda lib: lib.logsumexp(lib.tensor([1, 2]), 0), "legacy": lambda lib: lib.Tensor([1]),
+    "legacy_sizes": lambda lib: lib.Tensor(2, 3), "linear": lambda lib: lib.nn.Linear(2, 2).weight,
+    "batch_norm_buffer": lambda lib: lib.nn.BatchNorm1d(3).running_var, "float": lambda lib: lib.tensor([1]).float(),
+}
+
+
+@pytest.fixture
+def restore_default_dtype():
+    yield
+    pf.set_default_dtype(pf.float32)
+    torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.parametrize("default", ["float64", "float16", "bfloat16", "float32"])
+def test_set_default_dtype_matches_torch(default, restore_default_dtype):
+    pf.set_default_dtype(getattr(pf, default))
+    torch.set_default_dtype(getattr(torch, default))
+    assert str(pf.get_default_dtype()).split(".")[1] == default
+    def outcome(make, lib):
+        try:
+            return str(make(lib).dtype).split(".")[1]
+        except Exception as e:  # noqa: BLE001 - PyTorch lacks some float16 CPU kernels
+            return type(e).__name__
+    for name, make in DEFAULT_DTYPE_CALLS.items():
+        expected = outcome(make, torch)
+        if expected in ("RuntimeError", "NotImplementedError"):  # no float16 CPU kernel in PyTorch 1.13
+            continue
+        assert outcome(make, pf) == expected, name
+    # repr leaves out the default dtype only
+    assert repr(pf.tensor([1.5])) == repr(torch.tensor([1.5])).replace("torch", "plugflow")
+
+
+def test_set_default_dtype_refuses_what_torch_refuses(restore_default_dtype):
+    for bad in (pf.int64, pf.bool, "float64", 1):
+        with pytest.raises(TypeError):
+            pf.set_default_dtype(bad)
+    assert pf.get_default_dtype() is pf.float32

@@ -124,6 +124,11 @@ constexpr bool is_integral(DType t, bool include_bool) {
 
 // PyTorch's torch.promote_types.
 PF_API DType promote_types(DType a, DType b);
+// The floating dtype of tensors made from Python floats, of integers promoted by float-only ops
+// and of factories given no dtype: float32 unless torch.set_default_dtype changed it (one
+// process-wide setting, as PyTorch's; a floating dtype).
+PF_API DType default_float_dtype();
+PF_API void set_default_float_dtype(DType dtype);
 // PyTorch's torch.can_cast (canCast): no floating -> integral or bool, no non-bool -> bool.
 PF_API bool can_cast(DType from, DType to);
 

@@ -27,7 +27,7 @@ class Scalar {
   bool to_bool() const { return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0; }
   // The dtype PyTorch gives a tensor made from this number alone (default float is float32).
   DType default_dtype() const {
-    return kind_ == Kind::Float ? DType::Float32 : kind_ == Kind::Int ? DType::Int64 : DType::Bool;
+    return kind_ == Kind::Float ? default_float_dtype() : kind_ == Kind::Int ? DType::Int64 : DType::Bool;
   }
   template <typename T>
   T to() const {

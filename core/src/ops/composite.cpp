@@ -42,7 +42,7 @@ Tensor composite(const std::string& name, const Tensor& a, const Attrs& attrs) {
     if (autocast::OpScope cast{name, {a}}) return composite(name, cast[0], attrs);
   const Composite& op = it->second;
   if (op.dtype == CompositeDtype::Float && !is_floating(a.dtype()))
-    return op.fn(to(a, std::nullopt, DType::Float32), attrs);
+    return op.fn(to(a, std::nullopt, default_float_dtype()), attrs);
   return op.fn(a, attrs);
 }
 

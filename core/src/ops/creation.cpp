@@ -35,7 +35,7 @@ Tensor scalar_tensor(Scalar value, DType dtype, Device device) { return full({},
 
 Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype_opt, Device device) {
   const bool any_float = start.is_floating() || end.is_floating() || step.is_floating();
-  const DType dtype = dtype_opt.value_or(any_float ? DType::Float32 : DType::Int64);
+  const DType dtype = dtype_opt.value_or(any_float ? default_float_dtype() : DType::Int64);
   PF_CHECK(dtype != DType::Bool, "\"arange_cpu\" not implemented for 'Bool'");
   // PyTorch converts the bounds to the accumulate type first (checked): int64 for integral
   // dtypes, which truncates (arange(0, 3, 0.5, dtype=int32) has a zero step), float for the

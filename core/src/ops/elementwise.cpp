@@ -53,10 +53,10 @@ DType compute_dtype(const BinaryInfo& info, DType common, const Attrs& attrs) {
   if (info.integral_only)
     PF_CHECK(!is_floating(common), "\"", info.name, "_cpu\" not implemented for '", dtype_name(common),
              "' (bitwise ops need integral or bool tensors)");
-  if (info.float_only && !is_floating(common)) return DType::Float32;
+  if (info.float_only && !is_floating(common)) return default_float_dtype();
   if (info.name == "div" && !is_floating(common)) {
     const bool rounding = attrs.has("rounding_mode") && !attrs.get<std::string>("rounding_mode").empty();
-    if (!rounding) return DType::Float32;  // true division of integers
+    if (!rounding) return default_float_dtype();  // true division of integers
   }
   return common;
 }
@@ -284,7 +284,7 @@ const UnaryInfo& unary_info(const std::string& name) {
 
 DType unary_compute_dtype(const UnaryInfo& info, DType in) {
   switch (info.kind) {
-    case UnaryKind::FloatMath: return is_floating(in) ? in : DType::Float32;
+    case UnaryKind::FloatMath: return is_floating(in) ? in : default_float_dtype();
     case UnaryKind::IntegralOnly:
       PF_CHECK(!is_floating(in), "\"", info.name, "_cpu\" not implemented for '", dtype_name(in),
                "' (bitwise ops need integral or bool tensors)");
