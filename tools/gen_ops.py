@@ -112,7 +112,8 @@ def normalize(e, seen):
     def fail(msg):
         raise DefinitionError(f"op '{name}': {msg}")
 
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+    # (a leading _ marks an internal op, as PyTorch's: _take_along_dim)
+    if not isinstance(name, str) or not re.fullmatch(r"_?[a-z][a-z0-9_]*", name):
         raise DefinitionError(f"bad or missing op name: {e!r}")
     if name in seen:
         fail("defined twice")
@@ -342,7 +343,8 @@ def normalize_indexed(e, seen, fail):
 # An op with a schema of its own (optim.yaml): its catalog entry, the in-tree plugins'
 # registrations and its docs row come from the definition; its meta function (argument checks and
 # output metas), functional entry, binding and kernels are code named by it.
-KERNEL_FIELDS = {"name", "family", "signature", "meta", "mutated", "kernels", "kernel", "operands", "doc"}
+KERNEL_FIELDS = {"name", "family", "signature", "meta", "mutated", "out_operands", "kernels", "kernel", "operands",
+                 "doc"}
 DTYPE_NAMES = {"float16": "Float16", "bfloat16": "BFloat16", "float32": "Float32", "float64": "Float64",
                "uint8": "UInt8", "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64", "bool": "Bool"}
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -369,7 +371,14 @@ def normalize_kernel(e, seen, fail):
     if not isinstance(sig, str) or not sig.startswith(name + "(") or ")" not in sig:
         fail("signature: the catalog schema, name(Type arg, ...) [-> outputs]")
     params = schema_params(sig)
-    tensors = [i for i, (typ, _) in enumerate(params) if typ.startswith("Tensor")]
+    # Operands the caller allocates and hands the kernel as its outputs (fill's out): written, so
+    # marked (x!), but not inputs (not `mutated`), and they may stand anywhere (index_put's dst is last).
+    out_operands = e.get("out_operands", [])
+    if not (isinstance(out_operands, list)
+            and all(any(n == o and t.startswith("Tensor(") and "!" in t for t, n in params) for o in out_operands)):
+        fail("out_operands: the names of the (x!) operands the caller allocates as the kernel's outputs")
+    inputs = [(typ, n) for typ, n in params if n not in out_operands]
+    tensors = [i for i, (typ, _) in enumerate(inputs) if typ.startswith("Tensor")]
     if tensors != list(range(len(tensors))):
         fail("signature: tensor operands first, then the attributes")
     meta = e.get("meta")
@@ -378,7 +387,7 @@ def normalize_kernel(e, seen, fail):
     mutated = e.get("mutated", [])
     if not (isinstance(mutated, list) and all(isinstance(i, int) and 0 <= i < len(tensors) for i in mutated)):
         fail("mutated: the indices of the tensor operands it writes in place")
-    for i, (typ, _) in enumerate(params[:len(tensors)]):
+    for i, (typ, _) in enumerate(inputs[:len(tensors)]):
         if ("!" in typ) != (i in mutated) and "[]" not in typ:
             fail(f"mutated: operand {i} is {'not ' if i not in mutated else ''}marked (x!) in the signature")
     kernels = e.get("kernels")
@@ -399,8 +408,9 @@ def normalize_kernel(e, seen, fail):
             fail(f"{field}: the docs table's text")
     seen.add(name)
     return dict(name=name, family="kernel", signature=sig, meta=meta, mutated=mutated, kernel_dtypes=kernels,
-                kernel=kernel, params=params, n_tensors=len(tensors), operands=e["operands"], doc=e["doc"],
-                amp={}, aliases=[], out=None, python=set(), custom_python=False, variants=[], derivative=None)
+                kernel=kernel, attrs={n: t for t, n in params if not t.startswith("Tensor")}, operands=e["operands"],
+                doc=e["doc"], amp={}, aliases=[], out=None, python=set(), custom_python=False, variants=[],
+                derivative=None)
 
 
 ATTR_VALUE_TYPES = {"bool": bool, "int": int, "float": (int, float), "str": str}
@@ -410,7 +420,8 @@ def normalize_variant(v, kernel, attrs, outputs, seen, fail):
     """A Python function over `kernel`: the values of the kernel's own attributes it fixes, the
     outputs it returns (in the kernel's order), its Python forms, out= and autocast."""
     name = v.get("name")
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+    # (a leading _ marks an internal op, as PyTorch's: _take_along_dim)
+    if not isinstance(name, str) or not re.fullmatch(r"_?[a-z][a-z0-9_]*", name):
         fail(f"variants: bad or missing name: {v!r}")
     if name in seen - {kernel}:
         fail(f"variant '{name}': defined twice")
@@ -809,11 +820,11 @@ def kernel_dtypes_cell(by_device):
 
 
 def kernel_rows(ops):
-    rows = ["| op | inputs (updated in place: †) | attrs | kernel dtypes | per element |", "|---|---|---|---|---|"]
+    rows = ["| op | operands (†: written in place; → outputs) | attrs | kernel dtypes | notes |",
+            "|---|---|---|---|---|"]
     for o in ops:
-        attrs = "; ".join(f"{n}: {t}" for t, n in o["params"][o["n_tensors"]:]) or "–"
-        rows.append(f"| `{o['name']}` | {cell(o['operands'])} | {attrs} | {kernel_dtypes_cell(o['kernel_dtypes'])} | "
-                    f"{cell(o['doc'])} |")
+        rows.append(f"| `{o['name']}` | {cell(o['operands'])} | {attrs_cell(o)} | "
+                    f"{kernel_dtypes_cell(o['kernel_dtypes'])} | {cell(o['doc'])} |")
     return rows
 
 

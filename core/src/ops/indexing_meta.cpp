@@ -1,10 +1,12 @@
-// The indexing family's catalog entries (docs/kernels.md, "Indexing"). Four kernels carry the
-// whole family: `index` (gather, index_select, take, t[idx]), `index_put` (scatter,
-// scatter_add, index_add, t[idx] = v), `where` (where, masked_fill) and `nonzero` (nonzero,
-// masked_select, boolean masks). The functional layer (indexing.cpp) restrides its operands so
-// that each kernel is one elementwise walk over the iteration shape.
+// The indexing family's meta functions and catalog entries (core/opdefs/indexing.yaml;
+// docs/kernels.md, "Indexing family"). Four kernels carry the whole family: `index` (gather,
+// index_select, take, t[idx]), `index_put` (scatter, scatter_add, index_add, t[idx] = v),
+// `where` (where, masked_fill) and `nonzero` (nonzero, masked_select, boolean masks). The
+// functional layer (indexing.cpp) restrides its operands so that each kernel is one elementwise
+// walk over the iteration shape.
 #include <string>
 
+#include "opdefs.h"
 #include "plugflow/op.h"
 
 namespace plugflow {
@@ -63,16 +65,11 @@ std::vector<TensorMeta> nonzero_meta(std::span<const Tensor> in, const Attrs&) {
   return {};
 }
 
+// The catalog entries of core/opdefs/indexing.yaml, with the meta functions above.
 const bool kIndexingRegistered = [] {
-  register_op("index",
-              "index(Tensor src, Tensor[] indices, int[] sizes, int[] strides, int[] dims, bool wrap) -> Tensor",
-              index_meta);
-  register_op("index_put",
-              "index_put(Tensor values, Tensor[] indices, int[] sizes, int[] strides, int[] dims, bool wrap, "
-              "bool accumulate, Tensor(a!) dst)",
-              index_put_meta);
-  register_op("where", "where(Tensor self, Tensor other, Tensor condition) -> Tensor", where_meta);
-  register_op("nonzero", "nonzero(Tensor self, Tensor(a!) out)", nonzero_meta);
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_INDEXING(PF_X)
+#undef PF_X
   return true;
 }();
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../autograd/grad_utils.h"
+#include "linalg_meta.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
 #include "plugflow/linalg_error.h"
@@ -24,7 +25,10 @@ using Tensors = std::vector<Tensor>;
 
 bool is_driver(const std::string& d) { return d == "gels" || d == "gelsy" || d == "gelsd" || d == "gelss"; }
 
-std::vector<TensorMeta> lstsq_meta(std::span<const Tensor> in, const Attrs& attrs) {
+}  // namespace
+
+// The catalog entry is core/opdefs/linalg.yaml's (registered by meta.cpp).
+std::vector<TensorMeta> internal::lstsq_meta(std::span<const Tensor> in, const Attrs& attrs) {
   attrs.get<double>("rcond");
   PF_CHECK(is_driver(attrs.get<std::string>("driver")),
            "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
@@ -38,16 +42,6 @@ std::vector<TensorMeta> lstsq_meta(std::span<const Tensor> in, const Attrs& attr
           {{batch}, DType::Int64, a.device()},
           {{batch, std::min(m, n)}, a.dtype(), a.device()}};
 }
-
-const bool kLstsqRegistered = [] {
-  register_op("linalg_lstsq",
-              "linalg_lstsq(Tensor a, Tensor b, float rcond, str driver) -> (Tensor solution, Tensor rank, "
-              "Tensor singular_values)",
-              lstsq_meta);
-  return true;
-}();
-
-}  // namespace
 
 namespace ops {
 

@@ -3,6 +3,7 @@
 // earlier, in the functional layer, where the user's own words (dims, shapes) are known.
 #include <string>
 
+#include "linalg_meta.h"
 #include "op_tables.h"
 #include "plugflow/op.h"
 
@@ -103,13 +104,15 @@ std::vector<TensorMeta> bmm_meta(std::span<const Tensor> in, const Attrs&) {
 const bool kCatalogRegistered = [] {
   using internal::BinaryKind;
   using internal::UnaryKind;
-  register_op("fill", "fill(Tensor(a!) out, Scalar value)", caller_outputs);
-  register_op("copy", "copy(Tensor src, Tensor(a!) dst)", caller_outputs);
-  register_op("arange", "arange(Tensor(a!) out, Scalar start, Scalar step)", caller_outputs);
-  register_op("linspace", "linspace(Tensor(a!) out, float start, float end)", caller_outputs);
-  register_op("uniform", "uniform(Tensor(a!) out, float low, float high, int seed, int offset)", caller_outputs);
-  register_op("normal", "normal(Tensor(a!) out, float mean, float std, int seed, int offset)", caller_outputs);
-  register_op("randint", "randint(Tensor(a!) out, int low, int high, int seed, int offset)", caller_outputs);
+  // core/opdefs/creation.yaml, random.yaml and linalg.yaml (whose lstsq and norm metas live with
+  // their ops, linalg_meta.h).
+  using internal::lstsq_meta;
+  using internal::norm_meta;
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_CREATION(PF_X)
+  PF_OPDEFS_RANDOM(PF_X)
+  PF_OPDEFS_LINALG(PF_X)
+#undef PF_X
 
   for (const auto& b : internal::kBinaryOps)
     register_op(std::string(b.name), std::string(b.signature),
@@ -124,8 +127,6 @@ const bool kCatalogRegistered = [] {
 #define PF_X(name, Camel, dtypes, n_outputs, torch_name, dim_optional, sig) register_op(name, sig, indexed_meta<n_outputs>);
   PF_OPDEFS_INDEXED(PF_X)
 #undef PF_X
-  register_op("mm", "mm(Tensor a, Tensor b) -> Tensor", mm_meta);
-  register_op("bmm", "bmm(Tensor a, Tensor b) -> Tensor", bmm_meta);
   return true;
 }();
 

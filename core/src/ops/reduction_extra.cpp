@@ -15,6 +15,7 @@
 
 #include "../autograd/grad_utils.h"
 #include "composite.h"
+#include "linalg_meta.h"
 #include "opdefs.h"
 #include "opdefs_derivatives.inc"
 #include "plugflow/autocast.h"
@@ -63,13 +64,18 @@ std::vector<TensorMeta> moments_meta(std::span<const Tensor> in, const Attrs& at
   return std::vector<TensorMeta>(N, {out, in[0].dtype(), in[0].device()});
 }
 
-std::vector<TensorMeta> norm_meta(std::span<const Tensor> in, const Attrs& attrs) {
+}  // namespace
+
+// The catalog entry is core/opdefs/linalg.yaml's (registered by meta.cpp).
+std::vector<TensorMeta> internal::norm_meta(std::span<const Tensor> in, const Attrs& attrs) {
   meta_check_floating(in[0], "norm");
   const auto& dims = attrs.get<Shape>("dims");
   meta_check_dims(in[0], dims, "norm");
   attrs.get<double>("p");
   return {{meta_reduced_shape(in[0], dims, attrs.get<bool>("keepdim")), in[0].dtype(), in[0].device()}};
 }
+
+namespace {
 
 std::vector<TensorMeta> along_dim_meta(std::span<const Tensor> in, const Attrs& attrs) {
   const int64_t dim = attrs.get<int64_t>("dim");
@@ -93,7 +99,6 @@ const bool kReductionOpsRegistered = [] {
 #define PF_X(name, Camel, dtypes, n_outputs, sig) register_op(name, sig, moments_meta<n_outputs>);
   PF_OPDEFS_MOMENTS(PF_X)
 #undef PF_X
-  register_op("norm", "norm(Tensor a, int[] dims, bool keepdim, float p) -> Tensor", norm_meta);
   // The ops along one dim (core/opdefs/along_dim.yaml).
 #define PF_X(name, Camel, dtypes, sig) register_op(name, sig, scan_meta);
   PF_OPDEFS_SCAN(PF_X)

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "../autograd/grad_utils.h"
+#include "opdefs.h"
 #include "plugflow/autocast.h"
 #include "plugflow/dispatch.h"
 #include "plugflow/error.h"
@@ -131,21 +132,11 @@ std::vector<TensorMeta> scatter_add_meta(std::span<const Tensor> in, const Attrs
   return {{size, in[0].dtype(), in[0].device()}};
 }
 
+// The catalog entries of core/opdefs/shape.yaml, with the meta functions above.
 const bool kShapeOpsRegistered = [] {
-  register_op("sort", "sort(Tensor a, int dim, bool descending, bool stable) -> (Tensor values, Tensor indices)",
-              sort_meta);
-  register_op("topk", "topk(Tensor a, int k, int dim, bool largest, bool sorted) -> (Tensor values, Tensor indices)",
-              topk_meta);
-  register_op("tril", "tril(Tensor a, int diagonal) -> Tensor", tri_meta);
-  register_op("triu", "triu(Tensor a, int diagonal) -> Tensor", tri_meta);
-  register_op("flip", "flip(Tensor a, int[] dims) -> Tensor", flip_meta);
-  register_op("pad", "pad(Tensor a, int[] pads, str mode) -> Tensor", pad_meta);
-  register_op("unique",
-              "unique(Tensor rows, bool consecutive) -> (Tensor values, Tensor inverse, Tensor counts, Tensor num)",
-              unique_meta);
-  register_op("_take_along_dim", "_take_along_dim(Tensor a, Tensor index, int dim) -> Tensor", gather_meta);
-  register_op("_scatter_add_along_dim", "_scatter_add_along_dim(Tensor src, Tensor index, int dim, int[] size) -> Tensor",
-              scatter_add_meta);
+#define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
+  PF_OPDEFS_SHAPE(PF_X)
+#undef PF_X
   return true;
 }();
 

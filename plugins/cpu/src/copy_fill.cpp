@@ -3,6 +3,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -110,11 +111,6 @@ struct Convert {
 
 void copy_kernel(KernelContext& ctx) { copy_tensor(ctx.output(0), ctx.input(0)); }
 
-template <typename T>
-struct AllDTypes {
-  static constexpr bool supported = true;
-};
-
 void fill_kernel(KernelContext& ctx) {
   const Tensor& out = ctx.output(0);
   const Scalar& value = ctx.attr<Scalar>("value");
@@ -214,10 +210,10 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
 }
 
 void register_copy_fill_kernels(Registrar& reg) {
-  register_supported<AllDTypes>(reg, "copy", copy_kernel);
-  register_supported<AllDTypes>(reg, "fill", fill_kernel);
-  register_supported<RangeSupported>(reg, "arange", arange_kernel);
-  register_supported<RangeSupported>(reg, "linspace", linspace_kernel);
+  // core/opdefs/creation.yaml names each op's kernel function and dtypes.
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_CREATION_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

@@ -3,6 +3,7 @@
 // output (row-major) depends only on (seed, offset, i), which also lets threads split freely.
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 #include "plugflow/philox.h"
 
 namespace plugflow::cpu {
@@ -75,9 +76,10 @@ void randint_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_random_kernels(Registrar& reg) {
-  register_supported<FloatOnly>(reg, "uniform", uniform_kernel);
-  register_supported<FloatOnly>(reg, "normal", normal_kernel);
-  register_supported<NumericOnly>(reg, "randint", randint_kernel);
+  // core/opdefs/random.yaml names each op's kernel function and dtypes.
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_RANDOM_KERNELS(PF_X)
+#undef PF_X
 }
 
 }  // namespace plugflow::cpu

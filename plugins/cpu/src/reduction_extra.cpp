@@ -544,8 +544,11 @@ struct LogSoftmaxOp {
 void softmax_native(KernelContext& ctx) { softmax_kernel<false>(ctx); }
 
 void register_reduction_kernels(Registrar& reg) {
-  const auto floats = {DType::Float16, DType::BFloat16, DType::Float32, DType::Float64};
-  reg.kernel("norm", DeviceType::CPU, floats, norm_kernel);
+  // core/opdefs/linalg.yaml names norm's kernel function and dtypes (its other ops' kernels are
+  // registered by hand, in matmul.cpp, onednn/matmul.cpp and lstsq.cpp).
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_LINALG_KERNELS(PF_X)
+#undef PF_X
   // The reductions with several outputs (core/opdefs/moments.yaml): functor VarMeanOp for var_mean.
 #define PF_X(name, Camel, dtypes, n_outputs, sig) register_supported<Camel##Op>(reg, name, moments_kernel<Camel##Op>);
   PF_OPDEFS_MOMENTS(PF_X)

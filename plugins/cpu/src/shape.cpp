@@ -13,6 +13,7 @@
 
 #include "kernels.h"
 #include "loops.h"
+#include "opdefs.h"
 
 namespace plugflow::cpu {
 namespace {
@@ -159,10 +160,6 @@ void topk_kernel(KernelContext& ctx) {
   });
 }
 
-template <typename T>
-struct TopkSupported {
-  static constexpr bool supported = !std::is_same_v<T, bool>;
-};
 template <typename T>
 struct AnyDType {
   static constexpr bool supported = true;
@@ -400,13 +397,13 @@ void scatter_add_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_shape_kernels(Registrar& reg) {
-  register_supported<AnyDType>(reg, "sort", sort_kernel);
-  register_supported<TopkSupported>(reg, "topk", topk_kernel);
+  // core/opdefs/shape.yaml names the kernel function and dtypes of sort, topk, flip, pad and
+  // unique; the others are registered here (their `kernel: custom`).
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) reg.kernel(name, DeviceType::CPU, {PF_OPDEFS_UNPAREN cpu_dtypes}, fn);
+  PF_OPDEFS_SHAPE_KERNELS(PF_X)
+#undef PF_X
   register_supported<AnyDType>(reg, "tril", triangle_kernel<true>);
   register_supported<AnyDType>(reg, "triu", triangle_kernel<false>);
-  register_supported<AnyDType>(reg, "flip", flip_kernel);
-  register_supported<AnyDType>(reg, "pad", pad_kernel);
-  register_supported<AnyDType>(reg, "unique", unique_kernel);
   register_supported<AnyDType>(reg, "_take_along_dim", take_along_dim_kernel);
   register_supported<NonBool>(reg, "_scatter_add_along_dim", scatter_add_kernel);
 }

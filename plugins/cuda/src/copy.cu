@@ -6,6 +6,7 @@
 #include "dmath.cuh"
 #include "elementwise.cuh"
 #include "launchers.h"
+#include "opdefs.h"
 
 namespace plugflow::cuda {
 
@@ -129,18 +130,6 @@ void copy_kernel(KernelContext& ctx) {
   launch_copy(ctx.output(0), ctx.input(0), scope.stream);
 }
 
-std::vector<DType> all_dtypes() {
-  std::vector<DType> v;
-  for (int i = 0; i < kNumDTypes; ++i) v.push_back(static_cast<DType>(i));
-  return v;
-}
-std::vector<DType> numeric_dtypes() {
-  std::vector<DType> v;
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (static_cast<DType>(i) != DType::Bool) v.push_back(static_cast<DType>(i));
-  return v;
-}
-
 }  // namespace
 
 void launch_copy(const Tensor& dst, const Tensor& src, void* stream) {
@@ -173,11 +162,11 @@ void launch_copy(const Tensor& dst, const Tensor& src, void* stream) {
 }
 
 std::vector<KernelDef> copy_kernels() {
+  // core/opdefs/creation.yaml names each op's kernel function and dtypes.
   return {
-      {"copy", all_dtypes(), &copy_kernel},
-      {"fill", all_dtypes(), &fill_kernel},
-      {"arange", numeric_dtypes(), &arange_kernel},
-      {"linspace", numeric_dtypes(), &linspace_kernel},
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_CREATION_KERNELS(PF_X)
+#undef PF_X
   };
 }
 

@@ -7,6 +7,7 @@
 #include "dmath.cuh"
 #include "elementwise.cuh"
 #include "launchers.h"
+#include "opdefs.h"
 #include "plugflow/philox.h"
 
 namespace plugflow::cuda {
@@ -87,10 +88,11 @@ void randint_kernel(KernelContext& ctx) {
 }  // namespace
 
 std::vector<KernelDef> random_kernels() {
+  // core/opdefs/random.yaml names each op's kernel function and dtypes.
   return {
-      {"uniform", supported_dtypes<FloatTypes>(), &uniform_kernel},
-      {"normal", supported_dtypes<FloatTypes>(), &normal_kernel},
-      {"randint", supported_dtypes<NumericTypes>(), &randint_kernel},
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_RANDOM_KERNELS(PF_X)
+#undef PF_X
   };
 }
 

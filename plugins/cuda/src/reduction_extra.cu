@@ -372,7 +372,11 @@ std::vector<KernelDef> reduction_extra_kernels() {
   {name, supported_dtypes<dtypes##Types>(), &moments_kernel<Camel##Red, dtypes##Types>},
       PF_OPDEFS_MOMENTS(PF_X)
 #undef PF_X
-      {"norm", supported_dtypes<FloatTypes>(), &norm_kernel},
+  // core/opdefs/linalg.yaml names norm's kernel function and dtypes (its other ops' kernels are
+  // registered by hand, in matmul.cpp and lstsq.cpp).
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_LINALG_KERNELS(PF_X)
+#undef PF_X
   // The ops along one dim of the definitions (core/opdefs/along_dim.yaml): each functor is named
   // after its op (cumsum -> CumsumScan, log_softmax -> LogSoftmaxFn), registered for the
   // definition's `kernels` dtypes.

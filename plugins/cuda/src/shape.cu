@@ -23,6 +23,7 @@
 #include "elementwise.cuh"
 #include "index_check.cuh"
 #include "lines.cuh"
+#include "opdefs.h"
 
 namespace plugflow::cuda {
 namespace {
@@ -633,14 +634,14 @@ void scatter_add_along_dim_entry(KernelContext& ctx) {
 
 std::vector<KernelDef> shape_kernels() {
   const std::vector<DType> all = supported_dtypes<AllTypes>(), numeric = supported_dtypes<NumericTypes>();
+  // core/opdefs/shape.yaml names the kernel function and dtypes of sort, topk, flip, pad and
+  // unique; the others are registered here (their `kernel: custom`).
   return {
-      {"sort", all, &sort_kernel},
-      {"topk", numeric, &topk_kernel},
+#define PF_X(name, cpu_dtypes, cuda_dtypes, fn) {name, {PF_OPDEFS_UNPAREN cuda_dtypes}, fn},
+      PF_OPDEFS_SHAPE_KERNELS(PF_X)
+#undef PF_X
       {"tril", all, &tril_triu_kernel<true>},
       {"triu", all, &tril_triu_kernel<false>},
-      {"flip", all, &flip_kernel},
-      {"pad", all, &pad_kernel},
-      {"unique", all, &unique_kernel},
       {"_take_along_dim", all, &take_along_dim_entry},
       {"_scatter_add_along_dim", numeric, &scatter_add_along_dim_entry},
   };

@@ -22,14 +22,13 @@ using namespace plugflow;
 using namespace cuda_conformance;
 namespace ops = plugflow::ops;
 
-// The ops the four families register (each with the CPU plugin's dtypes); the math family's
-// the ops along one dim and the moments from their definitions (core/opdefs/math.yaml,
-// along_dim.yaml, moments.yaml).
+// The ops the four families register (each with the CPU plugin's dtypes), from their definitions
+// (core/opdefs/shape.yaml, indexing.yaml, linalg.yaml, math.yaml, along_dim.yaml, moments.yaml).
 const std::vector<std::string> kFamilyOps = {
-    "sort",  "topk",  "tril",     "triu",    "flip",   "pad",    "unique",  "_take_along_dim", "_scatter_add_along_dim",
-    "norm",
-    "index", "index_put", "where", "nonzero", "linalg_lstsq",
 #define PF_X(name, ...) name,
+    PF_OPDEFS_SHAPE(PF_X)
+    PF_OPDEFS_INDEXING(PF_X)
+    PF_OPDEFS_LINALG(PF_X)
     PF_OPDEFS_TERNARY(PF_X)
     PF_OPDEFS_SCAN(PF_X)
     PF_OPDEFS_SOFTMAX(PF_X)
