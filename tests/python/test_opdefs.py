@@ -121,3 +121,16 @@ def test_one_int_dim_reductions_take_torchs_arguments(op, dtype):
                 out = lib.empty(0, dtype=getattr(lib, out_dtype))
                 return getattr(lib, op["name"])(tensor(lib), *args, out=out) is out, out
             assert_same_outcome(run)
+
+
+def test_every_catalog_op_is_defined_once():
+    """The catalog (what plugins can register kernels for and graphs are made of) is exactly the
+    ops of the definition files (less the composites, which have no kernel): no op written only
+    in C++, none defined twice, none defined without its catalog entry; each catalog schema is the
+    definition's where it names one."""
+    defined = [o["name"] for o in DEFINED]
+    assert len(defined) == len(set(defined))
+    assert set(pf._C.op_names()) == {o["name"] for o in DEFINED if o["family"] != "composite"}
+    for o in DEFINED:
+        if o["family"] == "kernel":
+            assert pf._C.op_signature(o["name"]) == o["signature"], o["name"]

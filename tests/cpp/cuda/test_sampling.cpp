@@ -14,6 +14,7 @@
 // GEMMs are cuBLAS's, so those are compared within rounding. Without a GPU every comparison skips; PF_CUDA_CONFORMANCE_SELFCHECK=1 runs them
 // with the CPU as the device under test.
 #include "conformance_harness.h"
+#include "opdefs.h"
 #include "plugflow/dispatch.h"
 
 namespace {
@@ -23,14 +24,13 @@ using namespace cuda_conformance;
 
 using Tensors = std::vector<Tensor>;
 
-const std::vector<std::string> kOps = {"grid_sampler_2d",       "grid_sampler_2d_backward",
-                                       "grid_sampler_3d",       "grid_sampler_3d_backward",
-                                       "nms",                   "roi_align",
-                                       "roi_align_backward",    "roi_pool",
-                                       "roi_pool_backward",     "ps_roi_align",
-                                       "ps_roi_align_backward", "ps_roi_pool",
-                                       "ps_roi_pool_backward",  "deform_conv2d",
-                                       "deform_conv2d_backward"};
+// Grid sampling's and torchvision's ops, from their definitions (core/opdefs/grid_sample.yaml,
+// vision.yaml).
+const std::vector<std::string> kOps = {
+#define PF_X(name, ...) name,
+    PF_OPDEFS_GRID_SAMPLE(PF_X) PF_OPDEFS_VISION(PF_X)
+#undef PF_X
+};
 
 Tensors run(const std::string& op, const Tensors& in, const Attrs& attrs) { return call_op(find_op(op), in, attrs); }
 
