@@ -206,8 +206,9 @@ def normalize(e, seen):
     dim = e.get("dim", "int[]")
     if dim not in REDUCTION_DIMS:
         fail(f"dim: one of {REDUCTION_DIMS}")
-    if dim == "int" and dim_optional:
-        fail("dim_optional: a reduction over one int dim has PyTorch's no-dim overload X(input) already")
+    if dim == "int" and dim_optional and dtype in ("input", "logical"):
+        fail("dim_optional: a reduction over one int dim without dtype= has PyTorch's no-dim overload X(input) "
+             "already")
 
     outputs = e.get("outputs", ["result"])
     if family == "moments" and not (isinstance(outputs, list) and len(outputs) >= 2 and

@@ -773,6 +773,25 @@ py::object reduce_method(const std::string& name, const Tensor& self, py::handle
   return py::cast(std::move(r));
 }
 
+// A reduction with PyTorch's no-dim overload X(input, *, dtype) beside X(input, dim, keepdim=False,
+// *, dtype) (sum, mean, prod; prod's dim is one int). An argument left out arrives as Ellipsis:
+// keepdim without dim matches no overload (TypeError); a one-int dim reads None as a dimension name.
+py::object optional_dim_reduce(const std::string& name, bool one_dim, const Tensor& self, py::handle dim,
+                               py::handle keepdim, std::optional<DType> dtype) {
+  const bool no_dim = dim.ptr() == Py_Ellipsis, no_keepdim = keepdim.ptr() == Py_Ellipsis;
+  PF_CHECK_T(!no_dim || no_keepdim, TypeError, name,
+             "() received an invalid combination of arguments - got keepdim without dim (", name,
+             "(input, *, dtype) or ", name, "(input, dim, keepdim=False, *, dtype))");
+  PF_CHECK_T(no_keepdim || PyBool_Check(keepdim.ptr()), TypeError, name, "(): argument 'keepdim' must be bool, not ",
+             type_name(keepdim));
+  if (one_dim && !no_dim) {
+    PF_CHECK(!dim.is_none(), "Please look up dimensions by name, got: name = None.");
+    PF_CHECK_T(!PyBool_Check(dim.ptr()) && (PyLong_Check(dim.ptr()) || PyIndex_Check(dim.ptr())), TypeError, name,
+               "(): argument 'dim' must be int, not ", type_name(dim));
+  }
+  return reduce_method(name, self, no_dim ? py::handle(py::none()) : dim, keepdim.ptr() == Py_True, dtype);
+}
+
 // max()/min(): all elements; (dim[, keepdim]) -> (values, indices); (other) -> elementwise. An
 // argument left out arrives as Ellipsis: PyTorch refuses keepdim without dim (TypeError) and reads
 // dim=None as a dimension name.
@@ -1621,7 +1640,15 @@ void bind_tensor(py::module_& m) {
   for (const ReductionExposure& r : kReductions) {
     const std::string* name = &r.name;
     const py::object dim_default = r.dim_optional ? py::object(py::none()) : py::object(py::tuple());
-    if (r.one_dim)
+    if (r.dtype_arg && r.dim_optional)  // X(input, *, dtype) and X(input, dim, keepdim=False, *, dtype)
+      def_method_and_function(
+          cls, m, name->c_str(),
+          [name, one_dim = r.one_dim](const Tensor& t, py::handle dim, py::handle keepdim, std::optional<DType> dtype) {
+            return optional_dim_reduce(*name, one_dim, t, dim, keepdim, dtype);
+          },
+          py::arg("dim") = py::ellipsis(), py::arg("keepdim") = py::ellipsis(), py::kw_only(),
+          py::arg("dtype") = py::none());
+    else if (r.one_dim)
       def_method_and_function(
           cls, m, name->c_str(),
           [name](const Tensor& t, py::handle dim, py::handle keepdim) { return one_dim_reduce(*name, t, dim, keepdim); },
