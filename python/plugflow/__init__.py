@@ -73,6 +73,7 @@ __version__ = _C.version()
 # ...): _C lists the names it exports at the top level.
 globals().update({name: getattr(_C, name) for name in _C._public_functions})
 from ._composite import *  # noqa: F401,F403,E402  (allclose, eye, diag, nan_to_num, finfo, normal, ...)
+from ._composite_more import *  # noqa: F401,F403,E402  (arccos, lgamma, cummax, cov, index_copy, ...)
 
 # PyTorch's dtype aliases (torch.float is float32, torch.long is int64, ...).
 float = float32  # noqa: A001

@@ -1,0 +1,1133 @@
+"""More PyTorch functions composed from plugflow's ops: aliases (arccos, greater, fix, ...),
+special functions (lgamma, digamma, polygamma, i0), scans (cummax, logcumsumexp), statistics
+(cov, corrcoef, nanmean), window functions, scatter forms (index_copy, masked_scatter,
+scatter_reduce, *_scatter) and the in-place random fills. Gradients flow through the composing
+ops; where their derivative is not PyTorch's (a special function, a reduction's tie rule) an
+autograd Function gives PyTorch's. Importing this module installs the matching Tensor methods."""
+
+import builtins
+import itertools
+import math
+
+from . import _C, _creation
+from ._C import Tensor
+from . import return_types as _return_types
+from ._composite import _check_tensor, _wrap_dim, _with_out, _FLOATS, _INTS, broadcast_shapes, diag
+from .nn._functional_loss import _type_name
+from .autograd import no_grad
+from .autograd.function import Function as _Function
+
+__all__ = [
+    "arccos", "arccos_", "arcsin", "arcsin_", "arctan", "arctan_", "arctan2", "arccosh", "arccosh_", "arcsinh",
+    "arcsinh_", "arctanh", "arctanh_", "greater", "greater_equal", "less", "less_equal", "not_equal", "positive",
+    "fix", "fix_", "ravel", "is_nonzero", "is_complex", "is_signed", "is_same_size", "resolve_conj", "resolve_neg",
+    "conj", "conj_physical", "conj_physical_", "is_conj", "is_neg", "adjoint", "unsafe_chunk", "unsafe_split",
+    "narrow_copy", "hsplit", "vsplit", "dsplit",
+    "deg2rad", "deg2rad_", "rad2deg", "rad2deg_", "sgn", "signbit", "sinc", "sinc_", "logit", "logit_", "lgamma",
+    "digamma", "polygamma", "mvlgamma", "i0", "i0_", "fmax", "fmin", "gcd", "gcd_", "lcm", "lcm_", "ldexp", "ldexp_",
+    "frexp", "logaddexp2", "nanmean", "logcumsumexp", "cummax", "cummin", "isin", "isneginf", "isposinf", "isreal",
+    "renorm", "dist", "inner", "kron", "cov", "corrcoef", "vander", "trapezoid", "trapz", "diagflat", "block_diag",
+    "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
+    "blackman_window", "kaiser_window",
+]
+
+for _name, _fields in (("cummax", ("values", "indices")), ("cummin", ("values", "indices")),
+                       ("frexp", ("mantissa", "exponent"))):
+    if not hasattr(_return_types, _name):
+        setattr(_return_types, _name, _return_types._structseq(_name, _fields))
+        _return_types.__all__.append(_name)
+
+
+def _floating(x):
+    """x as a floating tensor: integers and bools in the default dtype, as PyTorch's unary float
+    ops promote them."""
+    return x if x.dtype in _FLOATS else x.to(_creation.get_default_dtype())
+
+
+def _refuse_cpu_half(x, kernel):
+    """PyTorch's CPU kernels of the special functions and scans have no float16 form: refuse it
+    as they do (CUDA's have one)."""
+    if x.dtype == _C.float16 and x.device.type == "cpu":
+        raise RuntimeError(f"\"{kernel}\" not implemented for 'Half'")
+
+
+def _write_inplace(self, result, name):
+    """self with result written into it, with PyTorch's in-place rules: result's dtype must cast
+    to self's and its shape must be self's (no broadcasting self up)."""
+    if not _C.can_cast(result.dtype, self.dtype):
+        raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the desired output type "
+                           f"{_type_name(self.dtype)}")
+    if tuple(result.shape) != tuple(self.shape):
+        raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                           f"{list(result.shape)}")
+    return self.copy_(result)
+
+
+def _inplace(fn, name):
+    """The in-place form of fn: computed from a clone of self (so that the ops' saved inputs are
+    not the tensor overwritten) and written back with _write_inplace."""
+    def method(self, *args, **kwargs):
+        _check_tensor(self, name)
+        return _write_inplace(self, fn(self.clone(), *args, **kwargs), name)
+    method.__name__ = name
+    method.__doc__ = f"{fn.__name__} in place."
+    return method
+
+
+# ---------------------------------------------------------------- aliases and trivial ones
+
+arccos, arcsin, arctan, arctan2 = _C.acos, _C.asin, _C.atan, _C.atan2
+arccosh, arcsinh, arctanh = _C.acosh, _C.asinh, _C.atanh
+arccos_, arcsin_, arctan_ = Tensor.acos_, Tensor.asin_, Tensor.atan_
+arccosh_, arcsinh_, arctanh_ = Tensor.acosh_, Tensor.asinh_, Tensor.atanh_
+greater, greater_equal, less, less_equal, not_equal = _C.gt, _C.ge, _C.lt, _C.le, _C.ne
+fix, fix_ = _C.trunc, Tensor.trunc_
+unsafe_chunk, unsafe_split = _C.chunk, _C.split
+
+
+def positive(input):
+    """input itself (unary plus); refused for bool tensors, as PyTorch's."""
+    _check_tensor(input, "positive")
+    if input.dtype == _C.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return input
+
+
+def ravel(input):
+    """input flattened (a view when its elements are contiguous, else a copy)."""
+    _check_tensor(input, "ravel")
+    return input.reshape(-1)
+
+
+def is_nonzero(input):
+    """The truth of a one-element tensor (RuntimeError for any other number of elements)."""
+    _check_tensor(input, "is_nonzero")
+    if input.numel() == 0:
+        raise RuntimeError("Boolean value of Tensor with no values is ambiguous")
+    if input.numel() > 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    return builtins.bool(input.item())
+
+
+def is_complex(input):
+    """False: plugflow has no complex dtypes."""
+    _check_tensor(input, "is_complex")
+    return False
+
+
+def is_signed(input):
+    """Whether input's dtype holds negative values (all but uint8 and bool)."""
+    _check_tensor(input, "is_signed")
+    return input.dtype not in (_C.uint8, _C.bool)
+
+
+def is_same_size(input, other):
+    """Whether both tensors have the same shape."""
+    _check_tensor(input, "is_same_size")
+    _check_tensor(other, "is_same_size", "other")
+    return tuple(input.shape) == tuple(other.shape)
+
+
+def _real_identity(name):
+    def fn(input):
+        _check_tensor(input, name)
+        return input
+    fn.__name__ = name
+    fn.__doc__ = "input itself: a real tensor is its own conjugate (PyTorch returns it too)."
+    return fn
+
+
+resolve_conj = _real_identity("resolve_conj")
+resolve_neg = _real_identity("resolve_neg")
+conj = _real_identity("conj")
+conj_physical = _real_identity("conj_physical")
+conj_physical_ = _real_identity("conj_physical_")
+
+
+def is_conj(input):
+    """False: a real tensor has no lazy conjugation."""
+    _check_tensor(input, "is_conj")
+    return False
+
+
+def is_neg(input):
+    """False: a real tensor has no lazy negation."""
+    _check_tensor(input, "is_neg")
+    return False
+
+
+def _matrix_transpose(input, name):
+    if input.dim() == 0:  # (PyTorch's too: a number is its own transpose)
+        return input
+    if input.dim() == 1:
+        raise RuntimeError(f"tensor.{name} is only supported on matrices or batches of matrices. "
+                           f"Got {input.dim()}-D tensor.")
+    return input.transpose(-2, -1)
+
+
+def adjoint(input):
+    """The conjugate transpose of the last two dims (a view; the transpose for real tensors)."""
+    _check_tensor(input, "adjoint")
+    return _matrix_transpose(input, "adjoint()")
+
+
+def _H(self):
+    if self.dim() == 0:
+        return self
+    if self.dim() != 2:
+        extra = " For batches of matrices, consider using tensor.mH" if self.dim() > 2 else ""
+        raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.dim()}-D tensor.{extra}")
+    return self.transpose(0, 1)
+
+
+def narrow_copy(input, dim, start, length):
+    """A copy of input.narrow(dim, start, length)."""
+    _check_tensor(input, "narrow_copy")
+    if not -input.dim() <= dim < input.dim():  # (a RuntimeError in PyTorch, not narrow's IndexError)
+        raise RuntimeError(f"narrow_copy(): dim {dim} is out of range for a tensor with {input.dim()} dimensions")
+    return input.narrow(dim, start, length).clone()
+
+
+def _split_along(input, sections, fn, dim, min_dims):
+    _check_tensor(input, fn)
+    if input.dim() < min_dims:
+        raise RuntimeError(f"torch.{fn} requires a tensor with at least {min_dims} dimension, but got a tensor "
+                           f"with {input.dim()} dimensions!")
+    if isinstance(sections, int) and not isinstance(sections, builtins.bool):
+        size = input.shape[dim]
+        if sections == 0 or size % sections:
+            raise RuntimeError(f"torch.{fn} attempted to split along dimension {dim}, but the size of the dimension "
+                               f"{size} is not divisible by the split_size {sections}!")
+    elif not isinstance(sections, (list, tuple)):
+        raise TypeError(f"{fn}(): argument 'indices' must be tuple of ints, not {type(sections).__name__}")
+    return _C.tensor_split(input, sections if isinstance(sections, int) else list(sections), dim)
+
+
+def hsplit(input, indices_or_sections):
+    """tensor_split along dim 1 (dim 0 of a 1-D tensor); an int count must divide it."""
+    _check_tensor(input, "hsplit")
+    if input.dim() == 0:
+        raise RuntimeError("torch.hsplit requires a tensor with at least 1 dimension, but got a tensor with 0 "
+                           "dimensions!")
+    return _split_along(input, indices_or_sections, "hsplit", 1 if input.dim() > 1 else 0, 1)
+
+
+def vsplit(input, indices_or_sections):
+    """tensor_split along dim 0 of a tensor with 2+ dims; an int count must divide it."""
+    return _split_along(input, indices_or_sections, "vsplit", 0, 2)
+
+
+def dsplit(input, indices_or_sections):
+    """tensor_split along dim 2 of a tensor with 3+ dims; an int count must divide it."""
+    return _split_along(input, indices_or_sections, "dsplit", 2, 3)
+
+
+# ---------------------------------------------------------------- elementwise math
+
+def deg2rad(input):
+    """Degrees to radians (integers and bools in the default float dtype)."""
+    _check_tensor(input, "deg2rad")
+    return _floating(input) * (math.pi / 180)
+
+
+def rad2deg(input):
+    """Radians to degrees (integers and bools in the default float dtype)."""
+    _check_tensor(input, "rad2deg")
+    return _floating(input) * (180 / math.pi)
+
+
+def sgn(input):
+    """sign(input): for real tensors PyTorch's sgn is sign."""
+    _check_tensor(input, "sgn")
+    return input.sign()
+
+
+def signbit(input):
+    """Whether the sign bit is set: True for -0.0 and negative NaN too (bool)."""
+    _check_tensor(input, "signbit")
+    if input.dtype in _FLOATS:
+        x = input.detach()
+        return _C.copysign(_creation.ones((), dtype=x.dtype, device=x.device), x) < 0
+    return input.detach() < 0
+
+
+class _Sinc(_Function):
+    """sin(pi x) / (pi x), 1 at 0, with PyTorch's gradient: (cos(pi x) - sinc(x)) / x, 0 at 0."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _sinc_values(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        zero = x == 0
+        safe = _C.where(zero, _creation.ones((), dtype=x.dtype, device=x.device), x)
+        d = ((safe * math.pi).cos() - _sinc_values(safe)) / safe
+        return grad * _C.where(zero, _creation.zeros((), dtype=x.dtype, device=x.device), d)
+
+
+def _sinc_values(x):
+    zero = x == 0
+    px = _C.where(zero, _creation.ones((), dtype=x.dtype, device=x.device), x) * math.pi
+    return _C.where(zero, _creation.ones((), dtype=x.dtype, device=x.device), px.sin() / px)
+
+
+def sinc(input):
+    """The normalized sinc, sin(pi x) / (pi x) (1 at 0)."""
+    return _Sinc.apply(_special_input(input, "sinc", "sinc_cpu"))
+
+
+def logit(input, eps=None):
+    """log(p / (1 - p)), with p clamped to [eps, 1 - eps] when eps is given (the gradient is then 0
+    outside that range, as PyTorch's)."""
+    x = _special_input(input, "logit", "logit_cpu")
+    if eps is not None:
+        x = x.clamp(eps, 1 - eps)
+    return (x / (1 - x)).log()
+
+
+# Special functions, evaluated in float64 (the result is cast to the input's float dtype): lgamma
+# by Stirling's series after the recurrence up to >= 10 (and the reflection formula below 0.5),
+# digamma and the Hurwitz zeta behind polygamma as Cephes (the algorithms PyTorch's CPU kernels
+# use), i0 and i1 by Cephes' Chebyshev expansions.
+
+# Stirling's series for lgamma: B_2k / (2k (2k - 1)), k = 1..8 (the next term is < 1e-17 at 10).
+_STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156, -3617 / 122400)
+
+
+def _full_like(x, value):
+    return _creation.full((), value, dtype=x.dtype, device=x.device)
+
+
+def _lgamma64(x):
+    """log|Gamma(x)| of a float64 tensor."""
+    reflect = x < 0.5
+    z = _C.where(reflect, 1 - x, x)
+    small = z < 10
+    # lgamma(z) = lgamma(z + 10) - log(z (z + 1) ... (z + 9)) for z < 10
+    product = _creation.ones_like(z)
+    for k in range(10):
+        product = product * (z + k)
+    w = _C.where(small, z + 10, z)
+    w2 = 1 / (w * w)
+    series = _full_like(w2, _STIRLING[-1])
+    for c in reversed(_STIRLING[:-1]):
+        series = series * w2 + c
+    lg = (w - 0.5) * w.log() - w + 0.5 * math.log(2 * math.pi) + series / w
+    lg = _C.where(small, lg - _C.where(small, product, _creation.ones_like(z)).log(), lg)
+    # |sin(pi x)| from x's distance to the nearest integer (pi * x loses digits for large x)
+    frac = x - x.round()
+    refl = math.log(math.pi) - (frac * math.pi).sin().abs().log() - lg
+    result = _C.where(reflect, refl, lg)
+    pole = (x <= 0) & (x == x.floor())
+    return _C.where(x.isinf() | pole, _full_like(x, math.inf), result)
+
+
+_PSI_ASYMPTOTIC = (8.33333333333333333333E-2, -2.10927960927960927961E-2, 7.57575757575757575758E-3,
+                   -4.16666666666666666667E-3, 3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                   8.33333333333333333333E-2)
+
+
+def _digamma64(x):
+    """digamma of a float64 tensor (Cephes: reflection below 0, the recurrence up to >= 10, then
+    the asymptotic series)."""
+    neg = x < 0
+    z = _C.where(neg, 1 - x, x)
+    result = _creation.zeros_like(z)
+    for k in range(10):
+        result = result - 1 / (z + k)
+    w = z + 10
+    w2 = 1 / (w * w)
+    poly = _full_like(w2, _PSI_ASYMPTOTIC[0])
+    for c in _PSI_ASYMPTOTIC[1:]:
+        poly = poly * w2 + c
+    result = result + w.log() - 0.5 / w - w2 * poly
+    frac = x - x.trunc()
+    result = _C.where(neg, result - math.pi / (frac * math.pi).tan(), result)
+    nan = _full_like(x, math.nan)
+    result = _C.where(neg & (x == x.trunc()), nan, result)
+    return _C.where(x == 0, _C.copysign(_full_like(x, math.inf), -x), result)
+
+
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+           -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+           1.8152105401943546773e17, -7.1661652561756670113e18)
+_MACHEP = 1.11022302462515654042E-16
+
+
+def _hurwitz_zeta64(s, q):
+    """The Hurwitz zeta function zeta(s, q) = sum_k (q + k)^-s for an integer s >= 2 and a float64
+    tensor q, as Cephes: the first terms summed until q + k > 9 (the same count for every
+    element), then the Euler-Maclaurin tail."""
+    flat = q.reshape(-1)
+    finite = flat.masked_select(flat.isfinite())
+    lowest = builtins.min(finite.amin().item(), 9.0) if finite.numel() else 9.0
+    terms = builtins.max(9, math.floor(9 - lowest) + 1)
+    # q^-s + (q+1)^-s + ... + (q+terms)^-s, in chunks of columns that bound the memory used
+    chunk = builtins.max(1, builtins.min(1024, (1 << 20) // builtins.max(flat.numel(), 1)))
+    total = _creation.zeros_like(flat)
+    for start in range(0, terms + 1, chunk):
+        ks = _creation.arange(start, builtins.min(start + chunk, terms + 1), dtype=_C.float64, device=q.device)
+        total = total + (flat.unsqueeze(-1) + ks).pow(-float(s)).sum(-1)
+    w = flat + terms
+    b = w.pow(-float(s))
+    total = total + b * w / (s - 1) - 0.5 * b
+    a, k = 1.0, 0.0
+    done = _creation.zeros(flat.shape, dtype=_C.bool, device=q.device)
+    for coef in _ZETA_A:
+        a *= s + k
+        b = b / w
+        t = a * b / coef
+        total = _C.where(done, total, total + t)
+        done = done | ((t / total).abs() < _MACHEP)
+        k += 1
+        a *= s + k
+        b = b / w
+        k += 1
+    total = total.reshape(q.shape)
+    pole = (q <= 0) & (q == q.floor())
+    return _C.where(pole, _full_like(q, math.inf), total)
+
+
+def _polygamma64(n, x):
+    if n == 0:
+        return _digamma64(x)
+    return ((1 if n % 2 else -1) * math.factorial(n)) * _hurwitz_zeta64(n + 1, x)
+
+
+def _special_input(input, fn, kernel):
+    _check_tensor(input, fn)
+    x = _floating(input)
+    _refuse_cpu_half(x, kernel)
+    return x
+
+
+class _Polygamma(_Function):
+    """polygamma(n, x) (lgamma for n = -1) computed in float64; the gradient is polygamma(n + 1, x)."""
+
+    @staticmethod
+    def forward(ctx, x, n):
+        ctx.save_for_backward(x)
+        ctx.n = n
+        with no_grad():
+            x64 = x.detach().to(_C.float64)
+            values = _lgamma64(x64) if n < 0 else _polygamma64(n, x64)
+        return values.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return grad * _Polygamma.apply(x, ctx.n + 1), None
+
+
+def lgamma(input):
+    """log|Gamma(input)| (inf at the poles 0, -1, -2, ...); its gradient is digamma."""
+    return _Polygamma.apply(_special_input(input, "lgamma", "lgamma_vml_cpu"), -1)
+
+
+def digamma(input):
+    """The logarithmic derivative of Gamma; its gradient is polygamma(1, input)."""
+    return _Polygamma.apply(_special_input(input, "digamma", "digamma"), 0)
+
+
+def polygamma(n, input):
+    """The n-th derivative of digamma (n >= 0)."""
+    if not isinstance(n, int) or isinstance(n, builtins.bool):
+        raise TypeError(f"polygamma(): argument 'n' (position 1) must be int, not {type(n).__name__}")
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    x = _special_input(input, "polygamma", ("digamma", "trigamma")[n] if n < 2 else "polygamma")
+    return _Polygamma.apply(x, n)
+
+
+def mvlgamma(input, p):
+    """The multivariate log-gamma of dimension p: sum_j lgamma(input - j / 2) + p (p - 1) / 4 log(pi)."""
+    _check_tensor(input, "mvlgamma")
+    if p < 1:
+        raise RuntimeError("p has to be greater than or equal to 1")
+    x = _special_input(input, "mvlgamma", "lgamma_vml_cpu")
+    offsets = _creation.arange(p, dtype=x.dtype, device=x.device) * -0.5
+    return lgamma(x.unsqueeze(-1) + offsets).sum(-1) + p * (p - 1) / 4 * math.log(math.pi)
+
+
+_I0_A = (-4.41534164647933937950E-18, 3.33079451882223809783E-17, -2.43127984654795469359E-16,
+         1.71539128555513303061E-15, -1.16853328779934516808E-14, 7.67618549860493561688E-14,
+         -4.85644678311192946090E-13, 2.95505266312963983461E-12, -1.72682629144155570723E-11,
+         9.67580903537323691224E-11, -5.18979560163526290666E-10, 2.65982372468238665035E-9,
+         -1.30002500998624804212E-8, 6.04699502254191894932E-8, -2.67079385394061173391E-7,
+         1.11738753912010371815E-6, -4.41673835845875056359E-6, 1.64484480707288970893E-5,
+         -5.75419501008210370398E-5, 1.88502885095841655729E-4, -5.76375574538582365885E-4,
+         1.63947561694133579842E-3, -4.32430999505057594430E-3, 1.05464603945949983183E-2,
+         -2.37374148058994688156E-2, 4.93052842396707084878E-2, -9.49010970480476444210E-2,
+         1.71620901522208775349E-1, -3.04682672343198398683E-1, 6.76795274409476084995E-1)
+_I0_B = (-7.23318048787475395456E-18, -4.83050448594418207126E-18, 4.46562142029675999901E-17,
+         3.46122286769746109310E-17, -2.82762398051658348494E-16, -3.42548561967721913462E-16,
+         1.77256013305652638360E-15, 3.81168066935262242075E-15, -9.55484669882830764870E-15,
+         -4.15056934728722208663E-14, 1.54008621752140982691E-14, 3.85277838274214270114E-13,
+         7.18012445138366623367E-13, -1.79417853150680611778E-12, -1.32158118404477131188E-11,
+         -3.14991652796324136454E-11, 1.18891471078464383424E-11, 4.94060238822496958910E-10,
+         3.39623202570838634515E-9, 2.26666899049817806459E-8, 2.04891858946906374183E-7,
+         2.89137052083475648297E-6, 6.88975834691682398426E-5, 3.36911647825569408990E-3,
+         8.04490411014108831608E-1)
+_I1_A = (2.77791411276104639959E-18, -2.11142121435816608115E-17, 1.55363195773620046921E-16,
+         -1.10559694773538630805E-15, 7.60068429473540693410E-15, -5.04218550472791168711E-14,
+         3.22379336594557470981E-13, -1.98397439776494371520E-12, 1.17361862988909016308E-11,
+         -6.66348972350202774223E-11, 3.62559028155211703701E-10, -1.88724975172282928790E-9,
+         9.38153738649577178388E-9, -4.44505912879632808065E-8, 2.00329475355213526229E-7,
+         -8.56872026469545474066E-7, 3.47025130813767847674E-6, -1.32731636560394358279E-5,
+         4.78156510755005422638E-5, -1.61760815825896745588E-4, 5.12285956168575772895E-4,
+         -1.51357245063125314899E-3, 4.15642294431288815669E-3, -1.05640848946261981558E-2,
+         2.47264490306265168283E-2, -5.29459812080949914269E-2, 1.02643658689847095384E-1,
+         -1.76416518357834055153E-1, 2.52587186443633654823E-1)
+_I1_B = (7.51729631084210481353E-18, 4.41434832307170791151E-18, -4.65030536848935832153E-17,
+         -3.20952592199342395980E-17, 2.96262899764595013876E-16, 3.30820231092092828324E-16,
+         -1.88035477551078244854E-15, -3.81440307243700780478E-15, 1.04202769841288027642E-14,
+         4.27244001671195135429E-14, -2.10154184277266431302E-14, -4.08355111109219731823E-13,
+         -7.19855177624590851209E-13, 2.03562854414708950722E-12, 1.41258074366137813316E-11,
+         3.25260358301548823856E-11, -1.89749581235054123450E-11, -5.58974346219658380687E-10,
+         -3.83538038596423702205E-9, -2.63146884688951950684E-8, -2.51223623787020892529E-7,
+         -3.88256480887769039346E-6, -1.10588938762623716291E-4, -9.76109749136146840777E-3,
+         7.78576235018280120474E-1)
+
+
+def _chbevl(y, coefficients):
+    """Cephes' sum of Chebyshev polynomials at y / 2 (coefficients highest order first)."""
+    b0, b1 = _full_like(y, coefficients[0]), _creation.zeros_like(y)
+    b2 = b1
+    for c in coefficients[1:]:
+        b2, b1 = b1, b0
+        b0 = y * b1 - b2 + c
+    return 0.5 * (b0 - b2)
+
+
+def _bessel64(x, small, large, order):
+    """I0 (order 0) or I1 (order 1) of a float64 tensor: Chebyshev expansions on [0, 8] and (8, inf)."""
+    a = x.abs()
+    near = a <= 8
+    safe_far = _C.where(near, _full_like(a, 9.0), a)
+    low = a.exp() * _chbevl(a / 2 - 2, small) * (a if order else 1)
+    high = a.exp() * _chbevl(32 / safe_far - 2, large) / safe_far.sqrt()
+    result = _C.where(near, low, high)
+    return result * x.sign() if order else result
+
+
+class _I0(_Function):
+    """i0 in float64; the gradient is i1."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        with no_grad():
+            return _bessel64(x.detach().to(_C.float64), _I0_A, _I0_B, 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return grad * _bessel64(x.detach().to(_C.float64), _I1_A, _I1_B, 1).to(x.dtype)
+
+
+def i0(input):
+    """The modified Bessel function of the first kind of order 0."""
+    x = _special_input(input, "i0", "i0_vml_cpu")
+    return _I0.apply(x)
+
+
+def _binary_tensors(input, other, fn):
+    _check_tensor(input, fn)
+    if not isinstance(other, Tensor):
+        raise TypeError(f"{fn}(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}")
+    common = _C.result_type(input, other)
+    return input.to(common), other.to(common), common
+
+
+def fmax(input, other):
+    """Elementwise maximum where NaN loses to a number (NaN only where both are NaN)."""
+    a, b, _ = _binary_tensors(input, other, "fmax")
+    return _C.where((a >= b) | b.isnan(), a, b)
+
+
+def fmin(input, other):
+    """Elementwise minimum where NaN loses to a number (NaN only where both are NaN)."""
+    a, b, _ = _binary_tensors(input, other, "fmin")
+    return _C.where((a <= b) | b.isnan(), a, b)
+
+
+def gcd(input, other):
+    """The greatest common divisor of integers (non-negative; gcd(0, 0) is 0)."""
+    a, b, common = _binary_tensors(input, other, "gcd")
+    if common not in _INTS:
+        raise RuntimeError(f"\"gcd_cpu\" not implemented for '{_type_name(common)}'")
+    shape = broadcast_shapes(tuple(a.shape), tuple(b.shape))
+    a, b = a.detach().expand(shape), b.detach().expand(shape)
+    one = _creation.ones((), dtype=common, device=a.device)
+    while builtins.bool((b != 0).any().item()):  # Euclid's, at most ~90 rounds for int64
+        nonzero = b != 0
+        a, b = _C.where(nonzero, b, a), _C.where(nonzero, _C.fmod(a, _C.where(nonzero, b, one)), b)
+    return a.abs()
+
+
+def lcm(input, other):
+    """The least common multiple of integers (0 when either is 0)."""
+    a, b, common = _binary_tensors(input, other, "lcm")
+    if common not in _INTS:
+        raise RuntimeError(f"\"lcm_cpu\" not implemented for '{_type_name(common)}'")
+    g = gcd(a, b)
+    safe = _C.where(g == 0, _creation.ones((), dtype=common, device=g.device), g)
+    return _C.where(g == 0, _creation.zeros((), dtype=common, device=g.device), (a.detach() // safe * b.detach()).abs())
+
+
+def ldexp(input, other):
+    """input * 2 ** other (PyTorch's: other's powers of two in the default float dtype or better)."""
+    _check_tensor(input, "ldexp")
+    if not isinstance(other, Tensor):
+        raise TypeError(f"ldexp(): argument 'other' (position 2) must be Tensor, not {type(other).__name__}")
+    return input * _C.pow(2.0, other)
+
+
+def ldexp_(input, other):
+    """ldexp in place."""
+    _check_tensor(input, "ldexp_")
+    if not isinstance(other, Tensor):
+        raise TypeError(f"ldexp_(): argument 'other' (position 1) must be Tensor, not {type(other).__name__}")
+    return input.mul_(_C.pow(2.0, other))
+
+
+def frexp(input):
+    """(mantissa, exponent) with input = mantissa * 2 ** exponent, 0.5 <= |mantissa| < 1 (mantissa
+    0 and exponent 0 for 0, inf and NaN); exponent is int32. The gradient flows to the mantissa."""
+    _check_tensor(input, "frexp")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    with no_grad():
+        x = input.detach().to(_C.float64)
+        special = (x == 0) | ~x.isfinite()
+        a = _C.where(special, _creation.ones((), dtype=_C.float64, device=x.device), x.abs())
+        e = a.log2().floor() + 1
+        # two power-of-two scalings, each exact (2 ** -e alone overflows for subnormal x)
+        half = (e / 2).floor()
+        m = a * _C.exp2(-half) * _C.exp2(-(e - half))
+        too_big, too_small = m >= 1, m < 0.5         # log2's rounding, one step either way
+        m = _C.where(too_big, m / 2, _C.where(too_small, m * 2, m))
+        e = _C.where(too_big, e + 1, _C.where(too_small, e - 1, e))
+        e = _C.where(special, _creation.zeros_like(e), e)
+        scale_high, scale_low = _C.exp2(-(e / 2).floor()), _C.exp2(-(e - (e / 2).floor()))
+    mantissa = (input.to(_C.float64) * scale_high * scale_low).to(input.dtype)
+    return _return_types.frexp((mantissa, e.to(_C.int32)))
+
+
+def logaddexp2(input, other):
+    """log2(2 ** input + 2 ** other) without overflow."""
+    from ._composite import logaddexp
+    _check_tensor(input, "logaddexp2")
+    _check_tensor(other, "logaddexp2", "other")
+    common = _C.result_type(input, other)
+    if common not in _FLOATS:
+        raise RuntimeError(f"\"logaddexp2_cpu\" not implemented for '{_type_name(common)}'")
+    _refuse_cpu_half(input.to(common), "logaddexp2_cpu")
+    ln2 = math.log(2)
+    return logaddexp(input.to(common) * ln2, other.to(common) * ln2) / ln2
+
+
+def isneginf(input):
+    """Whether each element is -inf (bool)."""
+    _check_tensor(input, "isneginf")
+    return (input.detach() == -math.inf) if input.dtype in _FLOATS else _creation.zeros_like(input, dtype=_C.bool)
+
+
+def isposinf(input):
+    """Whether each element is +inf (bool)."""
+    _check_tensor(input, "isposinf")
+    return (input.detach() == math.inf) if input.dtype in _FLOATS else _creation.zeros_like(input, dtype=_C.bool)
+
+
+def isreal(input):
+    """True everywhere: plugflow's tensors are real."""
+    _check_tensor(input, "isreal")
+    return _creation.ones_like(input, dtype=_C.bool)
+
+
+# ---------------------------------------------------------------- reductions and scans
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    """The mean of the non-NaN elements (NaN where there are none)."""
+    _check_tensor(input, "nanmean")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"nanmean(): expected input to have floating point dtype but got {_type_name(input.dtype)}")
+    count = (~input.isnan()).sum(dim, keepdim=keepdim) if dim is not None else (~input.isnan()).sum()
+    total = _C.nansum(input, dim, keepdim, dtype=dtype) if dim is not None else _C.nansum(input, dtype=dtype)
+    return total / count
+
+
+def _scan(x, dim, combine):
+    """Inclusive scan of x along dim with an associative combine(earlier, later), in log2(n)
+    steps (Hillis-Steele); x may be a tuple of tensors scanned together."""
+    parts = x if isinstance(x, tuple) else (x,)
+    n = parts[0].shape[dim]
+    shift = 1
+    while shift < n:
+        earlier = tuple(p.narrow(dim, 0, n - shift) for p in parts)
+        later = tuple(p.narrow(dim, shift, n - shift) for p in parts)
+        merged = combine(earlier, later)
+        parts = tuple(_C.cat([p.narrow(dim, 0, shift), m], dim) for p, m in zip(parts, merged))
+        shift *= 2
+    return parts if isinstance(x, tuple) else parts[0]
+
+
+def logcumsumexp(input, dim):
+    """log(cumsum(exp(input))) along dim, without overflow or underflow (a scan of logaddexp)."""
+    from ._composite import logaddexp
+    _check_tensor(input, "logcumsumexp")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"\"logcumsumexp_out_cpu\" not implemented for '{_type_name(input.dtype)}'")
+    _refuse_cpu_half(input, "logcumsumexp_out_cpu")
+    d = _wrap_dim(dim, input.dim())
+    if input.dim() == 0:
+        return input.clone()
+    return _scan(input, d, lambda earlier, later: (logaddexp(earlier[0], later[0]),))
+
+
+def _cumulative_extreme(input, dim, fn, later_wins):
+    _check_tensor(input, fn)
+    _refuse_cpu_half(input, fn + "_cpu")
+    d = _wrap_dim(dim, input.dim())
+    if input.dim() == 0:
+        return getattr(_return_types, fn)((input.clone(), _creation.zeros((), dtype=_C.int64, device=input.device)))
+    floating = input.dtype in _FLOATS
+
+    def combine(earlier, later):
+        (ev, ei), (lv, li) = earlier, later
+        take = later_wins(lv, ev)  # a later equal value wins: the last index, as PyTorch's
+        if floating:  # NaN propagates, and a later NaN takes the index
+            take = lv.isnan() | (~ev.isnan() & take)
+        return _C.where(take, lv, ev), _C.where(take, li, ei)
+
+    with no_grad():
+        shape = [1] * input.dim()
+        shape[d] = input.shape[d]
+        positions = _creation.arange(input.shape[d], dtype=_C.int64, device=input.device).reshape(shape)
+        _, indices = _scan((input.detach(), positions.expand(tuple(input.shape)).contiguous()), d, combine)
+    return getattr(_return_types, fn)((input.gather(d, indices), indices))
+
+
+def cummax(input, dim):
+    """The running maximum along dim and the index where it was reached (the last among equals;
+    NaN propagates). The gradient flows to those elements."""
+    return _cumulative_extreme(input, dim, "cummax", lambda later, earlier: later >= earlier)
+
+
+def cummin(input, dim):
+    """The running minimum along dim and the index where it was reached (the last among equals;
+    NaN propagates). The gradient flows to those elements."""
+    return _cumulative_extreme(input, dim, "cummin", lambda later, earlier: later <= earlier)
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each of elements occurs in test_elements (either may be a number)."""
+    e_tensor, t_tensor = isinstance(elements, Tensor), isinstance(test_elements, Tensor)
+    if not e_tensor and not t_tensor:
+        raise TypeError(f"isin() received an invalid combination of arguments - got ({type(elements).__name__}, "
+                        f"{type(test_elements).__name__}), but expected one of: (Tensor elements, Tensor test_elements), "
+                        "(Number element, Tensor test_elements), (Tensor elements, Number test_element)")
+    device = (elements if e_tensor else test_elements).device
+    e = elements.detach() if e_tensor else _creation.tensor(elements, device=device)
+    t = test_elements.detach() if t_tensor else _creation.tensor(test_elements, device=device)
+    for x in (e, t):
+        if x.dtype in (_C.bool, _C.bfloat16):
+            raise RuntimeError(f"Unsupported input type encountered for isin(): {_type_name(x.dtype)}")
+    common = _C.result_type(e, t)
+    _refuse_cpu_half(e.to(common), "isin_default_cpu")
+    e, t = e.to(common), t.to(common).reshape(-1)
+    if t.numel() == 0:
+        found = _creation.zeros(tuple(e.shape), dtype=_C.bool, device=device)
+    elif e.numel() * t.numel() <= 1 << 22:
+        found = (e.unsqueeze(-1) == t).any(-1)
+    else:  # a binary search of the sorted test elements
+        from ._composite import searchsorted
+        ordered = _C.sort(t)[0].contiguous()
+        pos = searchsorted(ordered, e.reshape(-1).contiguous()).clamp_max(t.numel() - 1)
+        found = (ordered.gather(0, pos) == e.reshape(-1)).reshape(tuple(e.shape))
+    return ~found if invert else found
+
+
+# ---------------------------------------------------------------- norms and products
+
+def renorm(input, p, dim, maxnorm):
+    """input with each slice along dim whose p-norm exceeds maxnorm scaled down to norm maxnorm."""
+    _check_tensor(input, "renorm")
+    if input.dim() < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.dim()} dimensions")
+    if p <= 0:
+        raise RuntimeError("renorm: non-positive-norm not supported")
+    if maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"\"renorm_cpu\" not implemented for '{_type_name(input.dtype)}'")
+    d = _wrap_dim(dim, input.dim())
+    others = tuple(i for i in range(input.dim()) if i != d)
+    norm = input.norm(p, others, keepdim=True)
+    factor = _C.where(norm > maxnorm, maxnorm / (norm + 1e-7), _creation.ones((), dtype=norm.dtype, device=norm.device))
+    return input * factor
+
+
+def dist(input, other, p=2):
+    """The p-norm of input - other (broadcast)."""
+    _check_tensor(input, "dist")
+    _check_tensor(other, "dist", "other")
+    return (input - other).norm(p)
+
+
+def inner(input, other):
+    """The dot products along the last dims (a product when either is 0-d)."""
+    _check_tensor(input, "inner")
+    _check_tensor(other, "inner", "other")
+    if input.dim() == 0 or other.dim() == 0:
+        return input * other
+    if input.shape[-1] != other.shape[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but got shapes "
+                           f"{list(input.shape)} and {list(other.shape)}")
+    if input.dtype != other.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(other.dtype)}")
+    return _C.tensordot(input, other, ([-1], [-1]))
+
+
+def kron(input, other):
+    """The Kronecker product: every element of input times a copy of other."""
+    _check_tensor(input, "kron")
+    _check_tensor(other, "kron", "other")
+    nd = builtins.max(input.dim(), other.dim())
+    sa = [1] * (nd - input.dim()) + list(input.shape)
+    sb = [1] * (nd - other.dim()) + list(other.shape)
+    a = input.reshape([v for s in sa for v in (s, 1)])
+    b = other.reshape([v for s in sb for v in (1, s)])
+    return (a * b).reshape([x * y for x, y in zip(sa, sb)])
+
+
+# ---------------------------------------------------------------- statistics
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    """The covariance of the rows of input (variables) over its columns (observations), with
+    optional integer frequency and float observation weights (PyTorch's formula)."""
+    _check_tensor(input, "cov")
+    if input.dim() > 2:
+        raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an input with "
+                           f"{input.dim()} dimensions")
+    if input.dtype == _C.bool:
+        raise RuntimeError("cov(): bool dtype is not supported for input")
+    x = input.reshape(1, -1) if input.dim() < 2 else input
+    n = x.shape[1]
+    w = None
+    if fweights is not None:
+        if fweights.dim() > 1:
+            raise RuntimeError(f"cov(): expected fweights to have one or fewer dimensions but got fweights with "
+                               f"{fweights.dim()} dimensions")
+        if fweights.dtype not in _INTS:
+            raise RuntimeError(f"cov(): expected fweights to have integral dtype but got fweights with "
+                               f"{_type_name(fweights.dtype)} dtype")
+        if fweights.numel() != n:
+            raise RuntimeError(f"cov(): expected fweights to have the same numel as there are observations in the "
+                               f"input but got {fweights.numel()} != {n}")
+        if n and not builtins.bool((fweights.min() >= 0).item()):
+            raise RuntimeError("cov(): fweights cannot be negative")
+        w = fweights
+    if aweights is not None:
+        if aweights.dim() > 1:
+            raise RuntimeError(f"cov(): expected aweights to have one or fewer dimensions but got aweights with "
+                               f"{aweights.dim()} dimensions")
+        if aweights.dtype not in _FLOATS:
+            raise RuntimeError(f"cov(): expected aweights to have floating point dtype but got aweights with "
+                               f"{_type_name(aweights.dtype)} dtype")
+        if aweights.numel() != n:
+            raise RuntimeError(f"cov(): expected aweights to have the same numel as there are observations in the "
+                               f"input but got {aweights.numel()} != {n}")
+        if n and not builtins.bool((aweights.min() >= 0).item()):
+            raise RuntimeError("cov(): aweights cannot be negative")
+        w = aweights if w is None else w * aweights
+    if w is None:
+        w_sum = _creation.full((), n, dtype=_C.int64, device=x.device)
+    else:
+        w_sum = w.sum()
+        if not builtins.bool((w_sum != 0).item()):
+            raise RuntimeError("cov(): weights sum to zero, can't be normalized")
+    avg = (x if w is None else x * w).sum(1) / w_sum
+    if w is not None and aweights is not None and correction != 0:
+        norm_factor = w_sum - correction * (w * aweights).sum() / w_sum
+    else:
+        norm_factor = w_sum - correction
+    if builtins.bool((norm_factor <= 0).item()):
+        import warnings
+        warnings.warn("cov(): degrees of freedom is <= 0")
+        norm_factor = norm_factor * 0
+    centered = x - avg.unsqueeze(1)
+    c = centered.mm((centered if w is None else centered * w).t())
+    return _C.true_divide(c, norm_factor).squeeze()
+
+
+def corrcoef(input):
+    """Pearson correlation coefficients of the rows of input, clipped to [-1, 1]."""
+    _check_tensor(input, "corrcoef")
+    if input.dim() > 2:
+        raise RuntimeError(f"corrcoef(): expected input to have two or fewer dimensions but got an input with "
+                           f"{input.dim()} dimensions")
+    c = cov(input)
+    if c.dim() == 0:
+        return c / c
+    stddev = diag(c).sqrt()
+    c = c / stddev.reshape(-1, 1)
+    c = c / stddev.reshape(1, -1)
+    return c.clip(-1, 1)
+
+
+def vander(x, N=None, increasing=False):
+    """The Vandermonde matrix of the 1-D x: columns x ** (N - 1), ..., x ** 0 (reversed when
+    increasing); integers and bools in int64."""
+    _check_tensor(x, "vander", "x")
+    if x.dim() != 1:
+        raise RuntimeError("x must be a one-dimensional tensor.")
+    n = x.shape[0] if N is None else N
+    if n < 0:
+        raise RuntimeError("N must be non-negative.")
+    dtype = _C.promote_types(x.dtype, _C.int64)
+    xs = x.to(dtype)
+    if n == 0:
+        result = _creation.empty(x.shape[0], 0, dtype=dtype, device=x.device)
+    else:
+        ones = _creation.ones(x.shape[0], 1, dtype=dtype, device=x.device)
+        powers = [ones] if n == 1 else [ones, xs.unsqueeze(1).expand(x.shape[0], n - 1).cumprod(1)]
+        result = _C.cat(powers, 1)
+    return result if increasing else result.flip([1])
+
+
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The trapezoidal rule along dim, with sample points x (a tensor) or spacing dx (default 1)."""
+    _check_tensor(y, "trapezoid", "y")
+    if x is not None and dx is not None:
+        raise TypeError("trapezoid() received an invalid combination of arguments - got both x and dx")
+    if y.dtype == _C.bool:
+        raise RuntimeError("trapezoid: received a bool input for `y`, but bool is not supported")
+    if isinstance(x, Tensor) and x.dtype == _C.bool:
+        raise RuntimeError("trapezoid: received a bool input for `x`, but bool is not supported")
+    if y.dim() == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    d = _wrap_dim(dim, y.dim())
+    n = y.shape[d]
+    if isinstance(x, Tensor):
+        if x.dim() == 1:
+            if x.shape[0] != n:
+                raise RuntimeError("trapezoid: There must be one `x` value for each sample point")
+            shape = [1] * y.dim()
+            shape[d] = n
+            x = x.reshape(shape)
+        elif x.dim() < y.dim():
+            x = x.reshape([1] * (y.dim() - x.dim()) + list(x.shape))
+        m = x.shape[d]
+        spacing = x.narrow(d, 1, builtins.max(m - 1, 0)) - x.narrow(d, 0, builtins.max(m - 1, 0))
+        pairs = y.narrow(d, 0, builtins.max(n - 1, 0)) + y.narrow(d, 1, builtins.max(n - 1, 0))
+        return _C.true_divide((spacing * pairs).sum(d), 2)
+    step = 1 if x is None and dx is None else (dx if dx is not None else x)
+    if n == 0:
+        return _floating(y.sum(d)) * 0
+    ends = y.select(d, 0) + y.select(d, -1)
+    return (y.sum(d) - ends * 0.5) * step
+
+
+def trapz(y, x=None, *, dx=None, dim=-1):
+    """trapezoid's older name."""
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+# ---------------------------------------------------------------- construction
+
+def diagflat(input, offset=0):
+    """The flattened input on the offset diagonal of a square matrix."""
+    _check_tensor(input, "diagflat")
+    return diag(input.reshape(-1), offset)
+
+
+def block_diag(*tensors):
+    """The tensors (0-, 1- or 2-d) as the blocks of a block-diagonal matrix (dtypes promoted)."""
+    if not tensors:
+        return _creation.empty(1, 0)
+    blocks = []
+    for i, t in enumerate(tensors):
+        _check_tensor(t, "block_diag", "tensors")
+        if t.dim() > 2:
+            raise RuntimeError(f"torch.block_diag: Input tensors must have 2 or fewer dimensions. Input {i} has "
+                               f"{t.dim()} dimensions")
+        blocks.append(t.reshape(1, -1) if t.dim() < 2 else t)
+    dtype = blocks[0].dtype
+    for b in blocks[1:]:
+        dtype = _C.promote_types(dtype, b.dtype)
+    width = builtins.sum(b.shape[1] for b in blocks)
+    rows, left = [], 0
+    for b in blocks:
+        r, c = b.shape
+        pad_left = _creation.zeros(r, left, dtype=dtype, device=b.device)
+        pad_right = _creation.zeros(r, width - left - c, dtype=dtype, device=b.device)
+        rows.append(_C.cat([pad_left, b.to(dtype), pad_right], 1))
+        left += c
+    return _C.cat(rows, 0)
+
+
+def cartesian_prod(*tensors):
+    """All combinations of one element of each 1-D tensor, one per row (the tensor itself for one)."""
+    for t in tensors:
+        _check_tensor(t, "cartesian_prod", "tensors")
+        if t.dim() != 1:
+            raise RuntimeError(f"Expect a 1D vector, but got shape {list(t.shape)}")
+    if len(tensors) == 1:
+        return tensors[0]
+    if builtins.any(t.dtype != tensors[0].dtype for t in tensors):
+        raise RuntimeError("meshgrid expects all tensors to have the same dtype")
+    grids = _C.meshgrid(*tensors, indexing="ij")
+    return _C.stack([g.reshape(-1) for g in grids], 1)
+
+
+def combinations(input, r=2, with_replacement=False):
+    """The r-element combinations of the 1-D input's elements (itertools' order), one per row."""
+    _check_tensor(input, "combinations")
+    if input.dim() != 1:
+        raise RuntimeError(f"Expect a 1D vector, but got shape {list(input.shape)}")
+    if r < 0:
+        raise RuntimeError(f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return _creation.empty(0, dtype=input.dtype, device=input.device)
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    index = list(pick(range(input.shape[0]), r))
+    if not index:
+        return _creation.empty(0, r, dtype=input.dtype, device=input.device)
+    flat = _creation.tensor([i for row in index for i in row], dtype=_C.int64, device=input.device)
+    return input.index_select(0, flat).reshape(len(index), r)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, requires_grad=False):
+    """steps points base ** e for e evenly spaced from start to end."""
+    _creation._check_layout(layout)
+    dtype = dtype or _creation.get_default_dtype()
+    if dtype == _C.bool:
+        raise RuntimeError("\"logspace_cpu\" not implemented for 'Bool'")
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    exponents = _creation.linspace(start, end, steps, dtype=dtype if dtype in _FLOATS else _C.float64,
+                                   device=device)
+    result = _C.pow(float(base), exponents.to(_C.float64)).to(dtype)
+    return _creation._finish(result, requires_grad)
+
+
+def _window(fn, window_length, periodic, dtype, layout, device, requires_grad, values):
+    """A window of window_length points from values(positions, n) in float64 (n the length of the
+    symmetric window; periodic windows are the symmetric one of length + 1 less its last point)."""
+    _creation._check_layout(layout)
+    dtype = dtype or _creation.get_default_dtype()
+    if dtype not in _FLOATS:
+        raise RuntimeError(f"{fn} expects floating point dtypes, got: {_type_name(dtype)}")
+    if window_length < 0:
+        raise RuntimeError(f"{fn} requires non-negative window_length, got window_length={window_length}")
+    if window_length <= 1:
+        result = _creation.ones(window_length, dtype=dtype, device=device)
+    else:
+        n = window_length + 1 if periodic else window_length
+        positions = _creation.arange(n, dtype=_C.float64, device=device)
+        result = values(positions, n).narrow(0, 0, window_length).to(dtype)
+    return _creation._finish(result, requires_grad)
+
+
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None, layout=None, device=None,
+                   requires_grad=False):
+    """alpha - beta cos(2 pi k / (n - 1))."""
+    return _window("hamming_window", window_length, periodic, dtype, layout, device, requires_grad,
+                   lambda k, n: alpha - beta * (k * (2 * math.pi / (n - 1))).cos())
+
+
+def hann_window(window_length, periodic=True, *, dtype=None, layout=None, device=None, requires_grad=False):
+    """0.5 - 0.5 cos(2 pi k / (n - 1))."""
+    return _window("hann_window", window_length, periodic, dtype, layout, device, requires_grad,
+                   lambda k, n: 0.5 - 0.5 * (k * (2 * math.pi / (n - 1))).cos())
+
+
+def bartlett_window(window_length, periodic=True, *, dtype=None, layout=None, device=None, requires_grad=False):
+    """The triangular window 1 - |2k / (n - 1) - 1|."""
+    return _window("bartlett_window", window_length, periodic, dtype, layout, device, requires_grad,
+                   lambda k, n: 1 - (k * (2 / (n - 1)) - 1).abs())
+
+
+def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, device=None, requires_grad=False):
+    """0.42 - 0.5 cos(2 pi k / (n - 1)) + 0.08 cos(4 pi k / (n - 1))."""
+    return _window("blackman_window", window_length, periodic, dtype, layout, device, requires_grad,
+                   lambda k, n: 0.42 - 0.5 * (k * (2 * math.pi / (n - 1))).cos()
+                   + 0.08 * (k * (4 * math.pi / (n - 1))).cos())
+
+
+def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout=None, device=None,
+                  requires_grad=False):
+    """i0(beta sqrt(1 - ((k - a) / a) ** 2)) / i0(beta), a = (n - 1) / 2."""
+    def values(k, n):
+        a = (n - 1) / 2
+        arg = (1 - ((k - a) / a) ** 2).clamp_min(0).sqrt() * beta
+        return _bessel64(arg, _I0_A, _I0_B, 0) / _bessel64(_full_like(k, beta), _I0_A, _I0_B, 0)
+    return _window("kaiser_window", window_length, periodic, dtype, layout, device, requires_grad, values)
+
+
+# ---------------------------------------------------------------- out= and in-place forms
+
+for _name in ("lgamma", "digamma", "polygamma", "mvlgamma", "i0", "fmax", "fmin", "gcd", "lcm", "ldexp", "frexp",
+              "logaddexp2", "isneginf", "isposinf", "nanmean", "logcumsumexp", "cummax", "cummin", "isin",
+              "renorm", "inner", "kron", "logspace", "deg2rad", "rad2deg", "sgn", "signbit", "sinc", "logit",
+              "narrow_copy"):
+    globals()[_name] = _with_out(globals()[_name])
+
+deg2rad_ = _inplace(deg2rad, "deg2rad_")
+rad2deg_ = _inplace(rad2deg, "rad2deg_")
+sinc_ = _inplace(sinc, "sinc_")
+logit_ = _inplace(logit, "logit_")
+i0_ = _inplace(i0, "i0_")
+gcd_ = _inplace(gcd, "gcd_")
+lcm_ = _inplace(lcm, "lcm_")
+
+
+# ---------------------------------------------------------------- Tensor methods
+
+def _install():
+    def polygamma_method(self, n):
+        return polygamma(n, self)
+
+    def polygamma_inplace(self, n):
+        return _write_inplace(self, polygamma(n, self.clone()), "polygamma_")
+
+    methods = {
+        "arccos": Tensor.acos, "arccos_": Tensor.acos_, "arcsin": Tensor.asin, "arcsin_": Tensor.asin_,
+        "arctan": Tensor.atan, "arctan_": Tensor.atan_, "arctan2": Tensor.atan2, "arctan2_": Tensor.atan2_,
+        "arccosh": Tensor.acosh, "arccosh_": Tensor.acosh_, "arcsinh": Tensor.asinh, "arcsinh_": Tensor.asinh_,
+        "arctanh": Tensor.atanh, "arctanh_": Tensor.atanh_,
+        "greater": Tensor.gt, "greater_": Tensor.gt_, "greater_equal": Tensor.ge, "greater_equal_": Tensor.ge_,
+        "less": Tensor.lt, "less_": Tensor.lt_, "less_equal": Tensor.le, "less_equal_": Tensor.le_,
+        "not_equal": Tensor.ne, "not_equal_": Tensor.ne_, "positive": positive, "fix": Tensor.trunc,
+        "fix_": Tensor.trunc_, "ravel": ravel, "is_nonzero": is_nonzero, "is_signed": is_signed,
+        "is_same_size": is_same_size, "resolve_conj": resolve_conj, "resolve_neg": resolve_neg, "conj": conj,
+        "conj_physical": conj_physical, "conj_physical_": conj_physical_, "is_conj": is_conj, "is_neg": is_neg,
+        "adjoint": adjoint, "swapaxes_": Tensor.transpose_, "swapdims_": Tensor.transpose_,
+        "unsafe_chunk": Tensor.chunk, "unsafe_split": Tensor.split, "narrow_copy": narrow_copy,
+        "hsplit": hsplit, "vsplit": vsplit, "dsplit": dsplit,
+        "deg2rad": deg2rad, "deg2rad_": deg2rad_, "rad2deg": rad2deg, "rad2deg_": rad2deg_, "sgn": sgn,
+        "sgn_": Tensor.sign_, "signbit": signbit, "sinc": sinc, "sinc_": sinc_, "logit": logit, "logit_": logit_,
+        "lgamma": lgamma, "lgamma_": _inplace(lgamma, "lgamma_"), "digamma": digamma,
+        "digamma_": _inplace(digamma, "digamma_"), "polygamma": polygamma_method, "polygamma_": polygamma_inplace,
+        "mvlgamma": mvlgamma, "mvlgamma_": _inplace(mvlgamma, "mvlgamma_"), "i0": i0, "i0_": i0_,
+        "fmax": fmax, "fmin": fmin, "gcd": gcd, "gcd_": gcd_, "lcm": lcm, "lcm_": lcm_, "ldexp": ldexp,
+        "ldexp_": ldexp_, "frexp": frexp, "logaddexp2": logaddexp2, "nanmean": nanmean,
+        "logcumsumexp": logcumsumexp, "cummax": cummax, "cummin": cummin, "isneginf": isneginf,
+        "isposinf": isposinf, "isreal": isreal, "renorm": renorm, "renorm_": _inplace(renorm, "renorm_"),
+        "dist": dist, "inner": inner, "kron": kron, "cov": cov, "corrcoef": corrcoef, "diagflat": diagflat,
+    }
+    for name, fn in methods.items():
+        if not hasattr(Tensor, name):
+            setattr(Tensor, name, fn)
+    properties = {"mT": lambda self: _matrix_transpose(self, "mT"), "mH": lambda self: _matrix_transpose(self, "mH"),
+                  "H": _H}
+    for name, getter in properties.items():
+        if not hasattr(Tensor, name):
+            setattr(Tensor, name, property(getter))
+
+
+_install()

@@ -1,0 +1,339 @@
+"""The PyTorch 1.13 functions and Tensor methods of plugflow._composite_more (aliases, special
+functions, scans, statistics, windows, scatter forms, in-place random fills) against torch, on
+fresh random inputs: values and dtypes, non-contiguous and broadcast inputs, empty tensors,
+float64 gradients and the exception types raised on bad input."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+
+from helpers import assert_matches, assert_same_outcome, seeded_rng
+
+
+@pytest.fixture
+def rng():
+    return seeded_rng()
+
+
+def T(lib, data, layout="contiguous", grad=False):
+    """numpy data as a lib tensor (a copy): contiguous, or "transposed" (dims 0 and -1 swapped in
+    memory) for a non-contiguous one."""
+    data = np.asarray(data)
+    if layout == "transposed" and data.ndim >= 2:
+        t = lib.from_numpy(np.ascontiguousarray(np.swapaxes(data, 0, -1))).transpose(0, -1)
+    else:
+        t = lib.from_numpy(np.array(data, copy=True))
+    return t.requires_grad_() if grad else t
+
+
+def check_grad(rng, fn, *arrays, tol=1e-8):
+    """fn(lib, *leaf tensors) in both libraries (float64 leaves that require grad): the same result
+    and the same gradients for one random upstream gradient."""
+    results, grads = [], []
+    upstream = None
+    for lib in (torch, pf):
+        leaves = [T(lib, a, grad=True) for a in arrays]
+        out = fn(lib, *leaves)
+        if upstream is None:
+            upstream = rng.uniform(-1, 1, size=tuple(out.shape))
+        out.backward(T(lib, upstream.astype(np.float64)).to(out.dtype))
+        results.append(out)
+        grads.append([leaf.grad for leaf in leaves])
+    assert_matches(results[1], results[0].detach(), rtol=tol, atol=tol)
+    for g_pf, g_torch in zip(grads[1], grads[0]):
+        assert_matches(g_pf, g_torch, rtol=tol, atol=tol)
+
+
+def same(fn, rtol=None, atol=None):
+    assert_same_outcome(fn, rtol, atol)
+
+
+# ---- aliases and trivial ones -------------------------------------------------------------------
+
+ALIASES = {"arccos": "acos", "arcsin": "asin", "arctan": "atan", "arccosh": "acosh", "arcsinh": "asinh",
+           "arctanh": "atanh"}
+
+
+@pytest.mark.parametrize("name", sorted(ALIASES))
+def test_inverse_trig_aliases(rng, name):
+    a = rng.uniform(1.1, 3, size=(3, 4)) if name == "arccosh" else rng.uniform(-0.9, 0.9, size=(3, 4))
+    for layout in ("contiguous", "transposed"):
+        same(lambda lib: getattr(lib, name)(T(lib, a, layout)))
+        same(lambda lib: getattr(T(lib, a, layout), name)())
+        same(lambda lib: (lambda t: (getattr(lib, name + "_")(t), t))(T(lib, a, layout))[1])
+        same(lambda lib: (lambda t: (getattr(t, name + "_")(), t))(T(lib, a, layout))[1])
+    check_grad(rng, lambda lib, x: getattr(lib, name)(x), a)
+
+
+def test_arctan2_and_comparison_aliases(rng):
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4,))
+    same(lambda lib: lib.arctan2(T(lib, a), T(lib, b)))
+    same(lambda lib: (lambda t: (t.arctan2_(T(lib, b)), t)[1])(T(lib, a, "transposed")))
+    b2 = np.where(rng.random(4) < 0.5, a[0], b)
+    for name in ("greater", "greater_equal", "less", "less_equal", "not_equal"):
+        same(lambda lib: getattr(lib, name)(T(lib, a), T(lib, b2)))
+        same(lambda lib: getattr(T(lib, a, "transposed"), name)(0.1))
+        same(lambda lib: (lambda t: (getattr(t, name + "_")(T(lib, b2)), t)[1])(T(lib, a)))
+
+
+def test_positive_fix_ravel(rng):
+    a = rng.uniform(-5, 5, size=(3, 5))
+    for lib in (torch, pf):
+        t = T(lib, a)
+        assert lib.positive(t) is t and t.positive() is t
+    same(lambda lib: lib.positive(T(lib, a > 0)))
+    same(lambda lib: lib.fix(T(lib, a, "transposed")))
+    same(lambda lib: T(lib, a.astype(np.int32)).fix())
+    same(lambda lib: (lambda t: (lib.fix_(t), t)[1])(T(lib, a)))
+    same(lambda lib: (lambda t: (t.fix_(), t)[1])(T(lib, a, "transposed")))
+    same(lambda lib: lib.ravel(T(lib, a, "transposed")))
+    same(lambda lib: T(lib, a).ravel().is_contiguous())
+    same(lambda lib: lib.ravel(T(lib, np.zeros((0, 3)))))
+    check_grad(rng, lambda lib, x: x.t().ravel() * 2, a)
+
+
+def test_predicates():
+    for lib in (torch, pf):
+        pass
+    cases = [np.zeros((1,)), np.ones((1, 1)), np.zeros(0), np.ones(2), np.array(3.0), np.array(True)]
+    for a in cases:
+        same(lambda lib: lib.is_nonzero(T(lib, a)))
+        same(lambda lib: T(lib, a).is_nonzero())
+    same(lambda lib: lib.is_nonzero(1))
+    for dtype in ("float32", "int64", "uint8", "bool", "int8"):
+        a = np.zeros(2, dtype=dtype)
+        same(lambda lib: (lib.is_signed(T(lib, a)), T(lib, a).is_signed(), lib.is_complex(T(lib, a)),
+                          lib.is_conj(T(lib, a)), lib.is_neg(T(lib, a)), T(lib, a).is_conj(), T(lib, a).is_neg()))
+    same(lambda lib: lib.is_complex([1.0]))
+    same(lambda lib: (lib.is_same_size(lib.ones(2, 3), lib.zeros(2, 3)), lib.ones(2).is_same_size(lib.ones(3))))
+    same(lambda lib: lib.isreal(lib.ones(2, 0)))
+    same(lambda lib: lib.isreal(T(lib, np.arange(6).reshape(2, 3))))
+
+
+def test_conj_family_returns_the_tensor(rng):
+    a = rng.standard_normal((2, 3))
+    for lib in (torch, pf):
+        t = T(lib, a)
+        for name in ("resolve_conj", "resolve_neg", "conj", "conj_physical"):
+            assert getattr(lib, name)(t) is t and getattr(t, name)() is t
+        assert t.conj_physical_() is t and lib.conj_physical_(t) is t
+
+
+def test_matrix_transposes(rng):
+    for shape in ((), (3,), (2, 3), (4, 2, 3), (0, 2)):
+        a = rng.standard_normal(shape)
+        for attr in ("mT", "mH", "H"):
+            same(lambda lib: getattr(T(lib, a), attr))
+        same(lambda lib: lib.adjoint(T(lib, a)))
+        same(lambda lib: T(lib, a).adjoint())
+    check_grad(rng, lambda lib, x: x.mT * lib.arange(4.0, dtype=lib.float64), rng.standard_normal((2, 4, 3)))
+    for lib in (torch, pf):
+        t = T(lib, rng.standard_normal((3, 2)))
+        assert t.mT._version == t._version
+        v = t.mT
+        v[0, 1] = 7.0
+        assert t[1, 0].item() == 7.0
+
+
+def test_swap_inplace_and_unsafe_forms(rng):
+    a = rng.standard_normal((2, 3, 4))
+    same(lambda lib: (lambda t: (t.swapaxes_(0, 2), t)[1])(T(lib, a)))
+    same(lambda lib: (lambda t: (t.swapdims_(-1, 1), t)[1])(T(lib, a)))
+    for fn, arg in (("unsafe_chunk", 2), ("unsafe_split", 2), ("unsafe_split", [1, 3])):
+        if fn == "unsafe_split" and isinstance(arg, list):
+            same(lambda lib: lib.split(T(lib, a), arg, 2))
+            continue
+        same(lambda lib: getattr(lib, fn)(T(lib, a, "transposed"), arg, 2))
+        same(lambda lib: getattr(T(lib, a), fn)(arg, -1))
+
+
+def test_narrow_copy(rng):
+    a = rng.standard_normal((3, 5))
+    same(lambda lib: lib.narrow_copy(T(lib, a, "transposed"), 1, 1, 3))
+    same(lambda lib: T(lib, a).narrow_copy(0, 2, 1))
+    same(lambda lib: lib.narrow_copy(T(lib, a), 0, 1, 5))
+    same(lambda lib: lib.narrow_copy(T(lib, a), 2, 0, 1))
+    for lib in (torch, pf):
+        t = T(lib, a)
+        c = lib.narrow_copy(t, 1, 0, 2)
+        c.fill_(0)
+        assert t.abs().sum().item() > 0
+
+
+@pytest.mark.parametrize("fn", ["hsplit", "vsplit", "dsplit"])
+def test_hsplit_vsplit_dsplit(rng, fn):
+    for shape in ((), (6,), (4, 6), (2, 4, 6), (6, 2, 3, 2)):
+        a = rng.standard_normal(shape)
+        for arg in (1, 2, 3, 0, 4, [1, 3], (2,), [], [5, 1]):
+            same(lambda lib: getattr(lib, fn)(T(lib, a, "transposed"), arg))
+            same(lambda lib: getattr(T(lib, a), fn)(arg))
+    check_grad(rng, lambda lib, x: lib.cat([p * (i + 1) for i, p in enumerate(lib.hsplit(x, [1, 2]))], 1),
+               rng.standard_normal((3, 4)))
+
+
+# ---- elementwise math ---------------------------------------------------------------------------
+
+DTYPES = ["float32", "float64", "int64", "int32", "uint8", "bool", "float16"]
+
+
+def data_of(rng, shape, dtype, low=-4, high=4):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in ("int64", "int32", "int8", "int16", "uint8"):
+        return rng.integers(max(low, 0) if dtype == "uint8" else low, high, size=shape).astype(dtype)
+    return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("name", ["deg2rad", "rad2deg", "sgn", "signbit", "sinc", "isneginf", "isposinf"])
+def test_unary_math(rng, name):
+    for dtype in DTYPES:
+        a = data_of(rng, (3, 5), dtype)
+        if dtype in ("float32", "float64"):
+            a[0, :4] = [0.0, -0.0, np.inf, -np.inf]
+            a[1, 0] = np.nan
+        tol = 2e-3 if dtype == "float16" else None
+        same(lambda lib: getattr(lib, name)(T(lib, a, "transposed")), tol, tol)
+        same(lambda lib: getattr(T(lib, a), name)(), tol, tol)
+        inplace = name + "_"
+        if hasattr(torch.Tensor, inplace):
+            same(lambda lib: (lambda t: (getattr(t, inplace)(), t)[1])(T(lib, a)), tol, tol)
+        if hasattr(torch, inplace):
+            same(lambda lib: (lambda t: (getattr(lib, inplace)(t), t)[1])(T(lib, a)), tol, tol)
+    same(lambda lib: getattr(lib, name)(lib.ones(0, 2)))
+    if name not in ("signbit", "isneginf", "isposinf"):
+        check_grad(rng, lambda lib, x: getattr(lib, name)(x), np.append(rng.uniform(-3, 3, 7), 0.0))
+
+
+def test_logit(rng):
+    a = rng.uniform(-0.2, 1.2, size=(4, 6))
+    for eps in (None, 0.0, 0.1, 0.6):
+        same(lambda lib: lib.logit(T(lib, a, "transposed"), eps))
+        same(lambda lib: T(lib, a).logit(eps=eps))
+        same(lambda lib: (lambda t: (t.logit_(eps), t)[1])(T(lib, a)))
+    same(lambda lib: lib.logit(T(lib, np.arange(3))))
+    inside = rng.uniform(0.05, 0.95, size=(4, 6))
+    for eps in (None, 0.2):
+        check_grad(rng, lambda lib, x: lib.logit(x, eps), inside)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_lgamma_digamma_polygamma(rng, dtype):
+    tol = 1e-10 if dtype == "float64" else 1e-5
+    a = np.concatenate([rng.uniform(-30, 30, 40), rng.uniform(0, 3, 20), rng.uniform(1e2, 1e6, 8),
+                        [1.0, 2.0, 0.5, 0.0, -0.0, -1.0, -2.0, -2.5, np.inf, -np.inf, np.nan, 1e-8]]).astype(dtype)
+    for name in ("lgamma", "digamma"):
+        same(lambda lib: getattr(lib, name)(T(lib, a)), tol, tol)
+        same(lambda lib: getattr(T(lib, a), name)(), tol, tol)
+        same(lambda lib: (lambda t: (getattr(t, name + "_")(), t)[1])(T(lib, a)), tol, tol)
+    finite = a[np.isfinite(a) & ((a > 0) | (a != np.round(a)))]
+    for n in (0, 1, 2, 3, 6):
+        # relative: polygamma is as large as n! / x ** (n + 1) near the poles (and PyTorch's float32
+        # kernel rounds n! and the terms in float32)
+        rtol = 1e-9 if dtype == "float64" else 1e-3
+        expected = torch.polygamma(n, torch.from_numpy(finite))
+        assert_matches(pf.polygamma(n, pf.from_numpy(finite)), expected, rtol=rtol, atol=tol)
+        assert_matches(T(pf, finite).polygamma(n), expected, rtol=rtol, atol=tol)
+        same(lambda lib: (lambda t: (t.polygamma_(n), t)[1])(T(lib, finite[:5])), rtol, tol)
+    same(lambda lib: lib.polygamma(-1, T(lib, a)))
+    same(lambda lib: lib.polygamma(1, T(lib, np.arange(1, 5))))
+    same(lambda lib: lib.lgamma(T(lib, np.arange(-2, 5))))
+    for dt in ("float16", "bfloat16"):
+        same(lambda lib: lib.polygamma(1, lib.ones(3, dtype=getattr(lib, dt))))
+    x = rng.uniform(0.2, 6, size=(3, 4))
+    check_grad(rng, lambda lib, t: lib.lgamma(t), x)
+    check_grad(rng, lambda lib, t: lib.digamma(t), x)
+    check_grad(rng, lambda lib, t: lib.polygamma(2, t), x, tol=1e-7)
+    check_grad(rng, lambda lib, t: lib.lgamma(t), rng.uniform(-5, -0.1, size=7))
+
+
+def test_mvlgamma_i0(rng):
+    a = rng.uniform(1.6, 8, size=(3, 4))
+    for p in (1, 2, 3):
+        same(lambda lib: lib.mvlgamma(T(lib, a, "transposed"), p))
+        same(lambda lib: (lambda t: (t.mvlgamma_(p), t)[1])(T(lib, a)))
+    same(lambda lib: lib.mvlgamma(T(lib, a), 0))
+    same(lambda lib: lib.mvlgamma(T(lib, np.arange(3, 6)), 2))
+    check_grad(rng, lambda lib, t: lib.mvlgamma(t, 3), a)
+    b = np.concatenate([rng.uniform(-30, 30, 30), [0.0, 8.0, -8.0, 7.99, 8.01, 700.0]])
+    same(lambda lib: lib.i0(T(lib, b)), 1e-10, 0)
+    same(lambda lib: lib.i0(T(lib, b.astype("float32"))), 1e-5, 0)
+    same(lambda lib: T(lib, b).i0())
+    same(lambda lib: (lambda t: (t.i0_(), t)[1])(T(lib, b)))
+    same(lambda lib: lib.i0(T(lib, np.arange(4))))
+    same(lambda lib: lib.i0(lib.ones(2, dtype=lib.float16)))
+    check_grad(rng, lambda lib, t: lib.i0(t), rng.uniform(-12, 12, size=9))
+
+
+@pytest.mark.parametrize("name", ["fmax", "fmin"])
+def test_fmax_fmin(rng, name):
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4,))
+    a[0, 0], b[1], a[2, 1] = np.nan, np.nan, np.nan
+    a[1, 2] = b[2]
+    same(lambda lib: getattr(lib, name)(T(lib, a, "transposed"), T(lib, b)))
+    same(lambda lib: getattr(T(lib, a), name)(T(lib, b.astype("float32"))))
+    same(lambda lib: getattr(lib, name)(T(lib, a.astype("int32")), T(lib, b > 0)))
+    same(lambda lib: getattr(lib, name)(T(lib, a > 0), T(lib, b > 0)))
+    same(lambda lib: getattr(lib, name)(T(lib, a), 2.0))
+    same(lambda lib: getattr(lib, name)(T(lib, a), T(lib, np.ones(3))))
+    c, d = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    d[0, 0] = c[0, 0]
+    check_grad(rng, lambda lib, x, y: getattr(lib, name)(x, y), c, d)
+
+
+@pytest.mark.parametrize("name", ["gcd", "lcm"])
+def test_gcd_lcm(rng, name):
+    a = rng.integers(-60, 60, size=(4, 5))
+    b = rng.integers(-60, 60, size=(5,))
+    a[0, 0], b[1] = 0, 0
+    for da, db in (("int64", "int64"), ("int32", "int8"), ("uint8", "int16"), ("int16", "int16")):
+        x, y = np.abs(a).astype(da) if da == "uint8" else a.astype(da), b.astype(db)
+        same(lambda lib: getattr(lib, name)(T(lib, x, "transposed"), T(lib, y)))
+        same(lambda lib: getattr(T(lib, x), name)(T(lib, y)))
+        same(lambda lib: (lambda t: (getattr(t, name + "_")(T(lib, y)), t)[1])(T(lib, x)))
+        same(lambda lib: (lambda t: (getattr(lib, name + "_")(t, T(lib, y)), t)[1])(T(lib, x)))
+    same(lambda lib: getattr(lib, name)(T(lib, a.astype("float32")), T(lib, b)))
+    same(lambda lib: getattr(lib, name)(T(lib, a > 0), T(lib, b > 0)))
+    same(lambda lib: getattr(lib, name)(T(lib, a), T(lib, np.ones(3, dtype=np.int64))))
+    same(lambda lib: getattr(T(lib, b.astype("int8")), name + "_")(T(lib, a)))
+
+
+def test_ldexp_frexp(rng):
+    a = rng.standard_normal((3, 4)) * 10.0 ** rng.integers(-30, 30, size=(3, 4))
+    e = rng.integers(-10, 10, size=(4,))
+    same(lambda lib: lib.ldexp(T(lib, a, "transposed"), T(lib, e)))
+    same(lambda lib: T(lib, a.astype("float32")).ldexp(T(lib, e.astype("int32"))))
+    same(lambda lib: lib.ldexp(T(lib, e), T(lib, e)))
+    same(lambda lib: (lambda t: (t.ldexp_(T(lib, e)), t)[1])(T(lib, a)))
+    same(lambda lib: lib.ldexp(T(lib, a), 2))
+    check_grad(rng, lambda lib, x: lib.ldexp(x, lib.tensor([1, -2, 3, 0])), rng.standard_normal((2, 4)))
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 2.2e-308, 1.7e308, 1.0, 0.5, -0.75, 3.0])
+    for dtype in ("float64", "float32", "float16", "bfloat16"):
+        data = np.concatenate([a.ravel(), specials]) if dtype == "float64" else rng.standard_normal(20) * 100
+        same(lambda lib: lib.frexp(T(lib, data).to(getattr(lib, dtype))))
+        same(lambda lib: T(lib, data).to(getattr(lib, dtype)).frexp())
+    same(lambda lib: lib.frexp(T(lib, e)))
+    check_grad(rng, lambda lib, x: lib.frexp(x).mantissa, rng.standard_normal((3, 2)) * 50)
+
+
+def test_logaddexp2_nanmean(rng):
+    a, b = rng.uniform(-60, 60, (3, 4)), rng.uniform(-60, 60, (4,))
+    same(lambda lib: lib.logaddexp2(T(lib, a, "transposed"), T(lib, b)))
+    same(lambda lib: T(lib, a.astype("float32")).logaddexp2(T(lib, b)))
+    same(lambda lib: lib.logaddexp2(T(lib, e := np.arange(3)), T(lib, e)))
+    check_grad(rng, lambda lib, x, y: lib.logaddexp2(x, y), a, b)
+    c = rng.standard_normal((4, 5))
+    c[rng.random((4, 5)) < 0.3] = np.nan
+    c[2] = np.nan
+    for kw in ({}, {"dim": 1}, {"dim": (0, 1), "keepdim": True}, {"dim": 0, "dtype": torch.float64}):
+        same(lambda lib: lib.nanmean(T(lib, c.astype("float32"), "transposed"),
+                                     **{k: (lib.float64 if k == "dtype" else v) for k, v in kw.items()}))
+    same(lambda lib: T(lib, c).nanmean(1, True))
+    same(lambda lib: lib.nanmean(T(lib, np.arange(4))))
+    same(lambda lib: lib.nanmean(lib.ones(0, 3), 0))
+    mask = ~np.isnan(c)
+    check_grad(rng, lambda lib, x: lib.nanmean(lib.where(T(lib, mask), x, lib.tensor(math.nan, dtype=lib.float64)), 0),
+               rng.standard_normal((4, 5)))
