@@ -912,6 +912,8 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
     d = _wrap_dim(dim, y.dim())
     n = y.shape[d]
+    if n == 0:  # (numpy's answer, in y's dtype as PyTorch's)
+        return _creation.zeros(tuple(y.shape[:d]) + tuple(y.shape[d + 1:]), dtype=y.dtype, device=y.device)
     if isinstance(x, Tensor):
         if x.dim() == 1:
             if x.shape[0] != n:
@@ -922,12 +924,10 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
         elif x.dim() < y.dim():
             x = x.reshape([1] * (y.dim() - x.dim()) + list(x.shape))
         m = x.shape[d]
-        spacing = x.narrow(d, 1, builtins.max(m - 1, 0)) - x.narrow(d, 0, builtins.max(m - 1, 0))
-        pairs = y.narrow(d, 0, builtins.max(n - 1, 0)) + y.narrow(d, 1, builtins.max(n - 1, 0))
+        spacing = x.narrow(d, 1, m - 1) - x.narrow(d, 0, m - 1)
+        pairs = y.narrow(d, 0, n - 1) + y.narrow(d, 1, n - 1)
         return _C.true_divide((spacing * pairs).sum(d), 2)
     step = 1 if x is None and dx is None else (dx if dx is not None else x)
-    if n == 0:
-        return _floating(y.sum(d)) * 0
     ends = y.select(d, 0) + y.select(d, -1)
     return (y.sum(d) - ends * 0.5) * step
 
@@ -1009,6 +1009,8 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=No
         raise RuntimeError("\"logspace_cpu\" not implemented for 'Bool'")
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
+    if dtype not in _FLOATS:  # PyTorch casts the ends to the integer dtype first
+        start, end = int(start), int(end)
     exponents = _creation.linspace(start, end, steps, dtype=dtype if dtype in _FLOATS else _C.float64,
                                    device=device)
     result = _C.pow(float(base), exponents.to(_C.float64)).to(dtype)
@@ -1033,10 +1035,24 @@ def _window(fn, window_length, periodic, dtype, layout, device, requires_grad, v
     return _creation._finish(result, requires_grad)
 
 
-def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None, layout=None, device=None,
+def _window_overload(fn, given):
+    """PyTorch's window overloads take their float arguments only after all the earlier ones:
+    (n), (n, periodic), (n, periodic, alpha), ... ; a later one without an earlier one is refused."""
+    names = [name for name, value in given]
+    present = [value is not None for name, value in given]
+    if any(present[i] and not present[i - 1] for i in range(1, len(present))):
+        got = ", ".join(f"{name}=..." for name, value in given if value is not None)
+        raise TypeError(f"{fn}() received an invalid combination of arguments - got (int, {got}): each of "
+                        f"{', '.join(names)} needs the ones before it")
+
+
+def hamming_window(window_length, periodic=None, alpha=None, beta=None, *, dtype=None, layout=None, device=None,
                    requires_grad=False):
-    """alpha - beta cos(2 pi k / (n - 1))."""
-    return _window("hamming_window", window_length, periodic, dtype, layout, device, requires_grad,
+    """alpha - beta cos(2 pi k / (n - 1)) (alpha 0.54, beta 0.46 by default)."""
+    _window_overload("hamming_window", [("periodic", periodic), ("alpha", alpha), ("beta", beta)])
+    alpha = 0.54 if alpha is None else alpha
+    beta = 0.46 if beta is None else beta
+    return _window("hamming_window", window_length, periodic is not False, dtype, layout, device, requires_grad,
                    lambda k, n: alpha - beta * (k * (2 * math.pi / (n - 1))).cos())
 
 
@@ -1059,9 +1075,13 @@ def blackman_window(window_length, periodic=True, *, dtype=None, layout=None, de
                    + 0.08 * (k * (4 * math.pi / (n - 1))).cos())
 
 
-def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, layout=None, device=None,
+def kaiser_window(window_length, periodic=None, beta=None, *, dtype=None, layout=None, device=None,
                   requires_grad=False):
-    """i0(beta sqrt(1 - ((k - a) / a) ** 2)) / i0(beta), a = (n - 1) / 2."""
+    """i0(beta sqrt(1 - ((k - a) / a) ** 2)) / i0(beta), a = (n - 1) / 2 (beta 12 by default)."""
+    _window_overload("kaiser_window", [("periodic", periodic), ("beta", beta)])
+    beta = 12.0 if beta is None else beta
+    periodic = periodic is not False
+
     def values(k, n):
         a = (n - 1) / 2
         arg = (1 - ((k - a) / a) ** 2).clamp_min(0).sqrt() * beta
