@@ -28,7 +28,8 @@ __all__ = [
     "frexp", "logaddexp2", "nanmean", "logcumsumexp", "cummax", "cummin", "isin", "isneginf", "isposinf", "isreal",
     "renorm", "dist", "inner", "kron", "cov", "corrcoef", "vander", "trapezoid", "trapz", "diagflat", "block_diag",
     "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
-    "blackman_window", "kaiser_window",
+    "blackman_window", "kaiser_window", "index_copy", "masked_scatter", "scatter_reduce", "select_scatter",
+    "slice_scatter", "diagonal_scatter", "put",
 ]
 
 for _name, _fields in (("cummax", ("values", "indices")), ("cummin", ("values", "indices")),
@@ -1089,12 +1090,323 @@ def kaiser_window(window_length, periodic=None, beta=None, *, dtype=None, layout
     return _window("kaiser_window", window_length, periodic, dtype, layout, device, requires_grad, values)
 
 
+# ---------------------------------------------------------------- indexing and scatter forms
+
+def _slice_index(d, index):
+    """The indexing tuple that applies index (a tensor or a slice) along dim d."""
+    return (slice(None),) * d + (index,)
+
+
+def index_copy_(input, dim, index, source):
+    """Copies source's slices along dim into input at the positions index (1-D or 0-d int64), in place."""
+    _check_tensor(input, "index_copy_")
+    _check_tensor(index, "index_copy_", "index")
+    _check_tensor(source, "index_copy_", "source")
+    d = _wrap_dim(dim, input.dim())
+    if index.dim() > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.dim()})")
+    if index.dtype != _C.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got {_type_name(index.dtype)}")
+    count = index.numel()
+    if source.dim() > 0 and source.dim() > d and count != source.shape[d]:
+        raise IndexError(f"index_copy_(): Number of indices ({count}) should be equal to source.size(dim) "
+                         f"({source.shape[d]})")
+    src = source.unsqueeze(d) if source.dim() == input.dim() - 1 or (source.dim() == 0 and input.dim() <= 1) else source
+    expected = list(input.shape) if input.dim() else [1]
+    expected[d] = count
+    if list(src.shape) != expected and not (input.dim() == 0 and src.numel() == count):
+        raise RuntimeError(f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice "
+                           f"shape: {list(input.shape)} at dimension {d} and source slice shape: {list(source.shape)}")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
+                           f"{_type_name(input.dtype)} and (source) {_type_name(source.dtype)}")
+    n = input.shape[d] if input.dim() else 1
+    flat = index.reshape(-1)
+    bad = (flat < 0) | (flat >= n)
+    if builtins.bool(bad.any().item()):
+        raise IndexError(f"index_copy_(): index {flat[bad.nonzero()[0, 0]].item()} is out of bounds for dimension "
+                         f"{d} with size {n}")
+    if count == 0:
+        return input
+    if input.dim() == 0:
+        return input.copy_(src.reshape(-1)[-1])
+    input[_slice_index(d, flat)] = src
+    return input
+
+
+def index_copy(input, dim, index, source):
+    """A copy of input with index_copy_ applied (gradients flow to both)."""
+    _check_tensor(input, "index_copy")
+    return index_copy_(input.clone(), dim, index, source)
+
+
+def _masked_scatter_values(input, mask, source, shape):
+    _check_tensor(mask, "masked_scatter", "mask")
+    _check_tensor(source, "masked_scatter", "source")
+    if mask.dtype == _C.uint8:
+        import warnings
+        warnings.warn("masked_scatter_ received a mask with dtype torch.uint8, this behavior is now deprecated,"
+                      "please use a mask with dtype torch.bool instead.")
+        mask = mask.to(_C.bool)
+    elif mask.dtype != _C.bool:
+        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with dtype "
+                           f"{_type_name(mask.dtype)}")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got"
+                           f"{_type_name(input.dtype)} and {_type_name(source.dtype)}")
+    mask = mask.expand(shape)
+    picks = mask.reshape(-1).to(_C.int64)
+    if builtins.bool((picks.sum() > source.numel()).item()):
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+    target = input.expand(shape)
+    if source.numel() == 0:
+        return target.clone()
+    # the k-th masked position (in row-major order) takes source's k-th element
+    position = (picks.cumsum(0) - 1).clamp_min(0)
+    taken = source.reshape(-1).gather(0, position).reshape(shape)
+    return _C.where(mask, taken, target)
+
+
+def masked_scatter(input, mask, source):
+    """input (broadcast with mask) with its masked positions, in row-major order, taken from
+    source's first elements."""
+    _check_tensor(input, "masked_scatter")
+    _check_tensor(mask, "masked_scatter", "mask")
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    return _masked_scatter_values(input, mask, source, shape)
+
+
+def _masked_scatter_(self, mask, source):
+    """masked_scatter in place (mask must broadcast to self's shape)."""
+    _check_tensor(mask, "masked_scatter_", "mask")
+    if mask.dim() > self.dim() or broadcast_shapes(tuple(self.shape), tuple(mask.shape)) != tuple(self.shape):
+        raise RuntimeError(f"masked_scatter_: the mask of shape {list(mask.shape)} does not broadcast to the "
+                           f"tensor's shape {list(self.shape)}")
+    return self.copy_(_masked_scatter_values(self.clone(), mask, source, tuple(self.shape)))
+
+
+_SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _segments(input, dim, index):
+    """For each element of index: the row-major position in input it scatters to, and a mask of the
+    positions of input that receive at least one element."""
+    shape, strides = list(input.shape), [1] * input.dim()
+    for i in range(input.dim() - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    target = index * strides[dim]
+    for i in range(index.dim()):
+        if i != dim:
+            view = [1] * index.dim()
+            view[i] = index.shape[i]
+            target = target + _creation.arange(index.shape[i], device=index.device).reshape(view) * strides[i]
+    flat = target.reshape(-1)
+    touched = _creation.zeros(input.numel(), dtype=_C.int64, device=input.device)
+    touched = touched.scatter_add(0, flat, _creation.ones_like(flat)) > 0
+    return flat, touched.reshape(tuple(input.shape))
+
+
+def _segment_reduce(values, segments, size, reduce):
+    """The product, max or min of values (1-D) per segment id (0..size-1): a segmented scan of the
+    values ordered by segment. Segments without values get 0 (masked out by the caller)."""
+    order = _C.sort(segments, stable=True)[1]
+    seg, v = segments.gather(0, order), values.gather(0, order)
+    n = seg.numel()
+    starts = _C.cat([_creation.ones(1, dtype=_C.bool, device=seg.device), seg[1:] != seg[:-1]])
+    floating = v.dtype in _FLOATS
+
+    def combine(earlier, later):
+        (ev, ef), (lv, lf) = earlier, later
+        if reduce == "prod":
+            merged = ev * lv
+        else:
+            merged = _C.maximum(ev, lv) if reduce == "amax" else _C.minimum(ev, lv)
+            if floating:  # (maximum propagates NaN; kept explicit for bool and integer values)
+                merged = _C.where(ev.isnan() | lv.isnan(), ev + lv, merged)
+        return _C.where(lf, lv, merged), ef | lf
+
+    scanned, _ = _scan((v, starts), 0, combine)
+    ends = _C.cat([seg[1:] != seg[:-1], _creation.ones(1, dtype=_C.bool, device=seg.device)]) if n else starts
+    out = _creation.zeros(size, dtype=v.dtype, device=v.device)
+    return out.index_put((seg.masked_select(ends),), scanned.masked_select(ends))
+
+
+def _scatter_reduce_values(input, dim, index, src, reduce, include_self):
+    """scatter_reduce's result, without autograd."""
+    if reduce == "sum":
+        return input.masked_fill(_segments(input, dim, index)[1], 0).scatter_add(dim, index, src) if not include_self \
+            else input.scatter_add(dim, index, src)
+    targets, touched = _segments(input, dim, index)
+    if reduce == "mean":
+        base = input if include_self else input.masked_fill(touched, 0)
+        total = base.scatter_add(dim, index, src)
+        count = _creation.zeros_like(input).scatter_add(dim, index, _creation.ones_like(src)) + (1 if include_self else 0)
+        count = count.masked_fill(count == 0, 1)
+        return total.div(count, rounding_mode="floor") if input.dtype not in _FLOATS else total / count
+    src_box = src.narrow(0, 0, index.shape[0]) if src.dim() else src
+    for i in range(1, index.dim()):
+        src_box = src_box.narrow(i, 0, index.shape[i])
+    reduced = _segment_reduce(src_box.reshape(-1), targets, input.numel(), reduce).reshape(tuple(input.shape))
+    if include_self:
+        if reduce == "prod":
+            reduced = reduced * input
+        else:
+            both = _C.maximum(reduced, input) if reduce == "amax" else _C.minimum(reduced, input)
+            if input.dtype in _FLOATS:
+                both = _C.where(reduced.isnan() | input.isnan(), reduced + input, both)
+            reduced = both
+    return _C.where(touched, reduced, input)
+
+
+class _ScatterReduce(_Function):
+    """scatter_reduce for prod, amax and amin, with PyTorch's gradients: for prod the product of
+    the others (zeros handled), for amax/amin the gradient split evenly among the elements equal
+    to the result."""
+
+    @staticmethod
+    def forward(ctx, input, src, dim, index, reduce, include_self):
+        with no_grad():
+            result = _scatter_reduce_values(input.detach(), dim, index, src.detach(), reduce, include_self)
+        ctx.save_for_backward(input, src, result)
+        ctx.args = (dim, index, reduce, include_self)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, src, result = ctx.saved_tensors
+        dim, index, reduce, include_self = ctx.args
+        with no_grad():
+            if reduce == "prod":
+                masked_self = input.masked_fill(input == 0, 1)
+                grad_self = grad * _scatter_reduce_values(masked_self, dim, index, src, reduce, include_self) / masked_self
+                src_zero = src == 0
+                zeros_per_target = _creation.zeros_like(input).scatter_add(dim, index, src_zero.to(input.dtype))
+                single_zero = src_zero & (zeros_per_target.gather(dim, index) == 1)
+                masked_src_result = _scatter_reduce_values(input, dim, index, src.masked_fill(single_zero, 1), reduce,
+                                                           include_self)
+                grad_src = _C.where(single_zero, (grad * masked_src_result).gather(dim, index),
+                                    (grad * result).gather(dim, index) / src.masked_fill(src_zero, 1))
+            else:
+                value = result.gather(dim, index)
+                self_is_result = (input == result).to(grad.dtype)
+                src_is_result = (src == value).to(grad.dtype)
+                distributed = grad / self_is_result.scatter_add(dim, index, src_is_result)
+                grad_self = self_is_result * distributed
+                grad_src = src_is_result * distributed.gather(dim, index)
+            if not include_self:
+                grad_self = grad_self.masked_fill(_segments(input, dim, index)[1], 0)
+        return grad_self, grad_src, None, None, None, None
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """Reduces src's elements into input at the positions index gives along dim (as scatter_add):
+    "sum", "prod", "mean" (floor division for integers), "amax" or "amin"; include_self=False
+    leaves out the original values of the positions that receive elements."""
+    _check_tensor(input, "scatter_reduce")
+    _check_tensor(index, "scatter_reduce", "index")
+    _check_tensor(src, "scatter_reduce", "src")
+    if reduce not in _SCATTER_REDUCTIONS:
+        raise RuntimeError("reduce argument must be either sum, prod, mean, amax or amin.")
+    d = _wrap_dim(dim, input.dim())
+    with no_grad():  # scatter_add checks the dtypes, shapes and index bounds as PyTorch's scatter does
+        input.detach().scatter_add(d, index, src.detach())
+    if index.numel() == 0:
+        return input.clone()
+    if reduce in ("sum", "mean"):
+        if reduce == "mean" and input.dtype == _C.bool:
+            raise RuntimeError("\"scatter_reduce\" not implemented for 'Bool'")
+        return _scatter_reduce_values(input, d, index, src, reduce, include_self)
+    box = src
+    for i in range(index.dim()):
+        box = box.narrow(i, 0, index.shape[i])
+    return _ScatterReduce.apply(input, box, d, index, reduce, include_self)
+
+
+def _scatter_into_view(fn, input, src, view_of):
+    """A copy of input whose view view_of(copy) holds src (which must have the view's shape; its
+    dtype is cast). Gradients flow to input outside the view and to src."""
+    _check_tensor(input, fn)
+    _check_tensor(src, fn, "src")
+    result = input.clone()
+    view = view_of(result)
+    if tuple(view.shape) != tuple(src.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
+                           f"slice size = {list(view.shape)}")
+    view.copy_(src)
+    return result
+
+
+def select_scatter(input, src, dim, index):
+    """input with input.select(dim, index) replaced by src."""
+    return _scatter_into_view("select_scatter", input, src, lambda t: t.select(dim, index))
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """input with the slice start:end:step along dim replaced by src."""
+    if step <= 0:
+        raise RuntimeError("slice step must be positive")
+    _check_tensor(input, "slice_scatter")
+    d = _wrap_dim(dim, input.dim())
+    return _scatter_into_view("slice_scatter", input, src, lambda t: t[_slice_index(d, slice(start, end, step))])
+
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """input with its diagonal (offset, dim1, dim2 as diagonal()) replaced by src."""
+    from ._composite import diagonal
+    return _scatter_into_view("diagonal_scatter", input, src, lambda t: diagonal(t, offset, dim1, dim2))
+
+
+def put(input, index, source, accumulate=False):
+    """input, read as 1-D, with the positions index (negative from the end) set to, or with
+    accumulate incremented by, source's values."""
+    _check_tensor(input, "put")
+    _check_tensor(index, "put", "index")
+    _check_tensor(source, "put", "source")
+    if index.dtype != _C.int64:
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {_type_name(index.dtype)}")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got self.dtype = "
+                           f"{_type_name(input.dtype)} and source.dtype = {_type_name(source.dtype)}")
+    if index.numel() != source.numel():
+        raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    n = input.numel()
+    flat = index.reshape(-1)
+    bad = (flat < -n) | (flat >= n)
+    if builtins.bool(bad.any().item()):
+        raise IndexError(f"out of range: tried to access index {flat[bad.nonzero()[0, 0]].item()} on a tensor of "
+                         f"{n} elements.")
+    if flat.numel() == 0:
+        return input.clone()
+    flat = _C.where(flat < 0, flat + n, flat)
+    return input.reshape(-1).index_put((flat,), source.reshape(-1), accumulate).reshape(tuple(input.shape))
+
+
+def _fill_diagonal_(self, fill_value, wrap=False):
+    """Fills the main diagonal (self[i, i, ..., i]) with fill_value, in place; with wrap, a tall
+    matrix's diagonal restarts every width + 1 rows (numpy's fill_diagonal)."""
+    nd = self.dim()
+    if nd < 2:
+        raise RuntimeError("dimensions must larger than 1")
+    height, width = self.shape[0], self.shape[1]
+    if nd > 2 and builtins.any(s != height for s in self.shape):
+        raise RuntimeError("all dimensions of input must be of equal length")
+    size = builtins.min(height, width)
+    stride = builtins.sum(self.stride())
+    self.as_strided([size], [stride], self.storage_offset()).fill_(fill_value)
+    if wrap and nd == 2 and height > width + 1:
+        step = width + 1
+        extra = (self.numel() + step - 1) // step - size
+        self.as_strided([extra], [stride], self.storage_offset() + self.stride()[0] * step).fill_(fill_value)
+    return self
+
+
 # ---------------------------------------------------------------- out= and in-place forms
 
 for _name in ("lgamma", "digamma", "polygamma", "mvlgamma", "i0", "fmax", "fmin", "gcd", "lcm", "ldexp", "frexp",
               "logaddexp2", "isneginf", "isposinf", "nanmean", "logcumsumexp", "cummax", "cummin", "isin",
               "renorm", "inner", "kron", "logspace", "deg2rad", "rad2deg", "sgn", "signbit", "sinc", "logit",
-              "narrow_copy"):
+              "narrow_copy", "index_copy", "scatter_reduce"):
     globals()[_name] = _with_out(globals()[_name])
 
 deg2rad_ = _inplace(deg2rad, "deg2rad_")
@@ -1139,6 +1451,11 @@ def _install():
         "logcumsumexp": logcumsumexp, "cummax": cummax, "cummin": cummin, "isneginf": isneginf,
         "isposinf": isposinf, "isreal": isreal, "renorm": renorm, "renorm_": _inplace(renorm, "renorm_"),
         "dist": dist, "inner": inner, "kron": kron, "cov": cov, "corrcoef": corrcoef, "diagflat": diagflat,
+        "index_copy": index_copy, "index_copy_": index_copy_, "masked_scatter": masked_scatter,
+        "masked_scatter_": _masked_scatter_, "scatter_reduce": scatter_reduce,
+        "scatter_reduce_": _inplace(scatter_reduce, "scatter_reduce_"), "select_scatter": select_scatter,
+        "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter, "put": put,
+        "put_": _inplace(put, "put_"), "fill_diagonal_": _fill_diagonal_,
     }
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
