@@ -1401,6 +1401,158 @@ def _fill_diagonal_(self, fill_value, wrap=False):
     return self
 
 
+# ---------------------------------------------------------------- in-place random fills
+
+# The largest integer each float dtype holds exactly (random_() draws from [0, 2 ** digits]).
+_FLOAT_DIGITS = {_C.float16: 11, _C.bfloat16: 8, _C.float32: 24, _C.float64: 53}
+
+
+def _uniform64(self, generator):
+    return _C._rand(tuple(self.shape), _C.float64, self.device, generator)
+
+
+def _random_bits63(self, generator):
+    """Uniform int64 values in [0, 2 ** 63), from two 53-bit draws (31 + 32 bits)."""
+    high = (_uniform64(self, generator) * 2.0 ** 31).floor().to(_C.int64)
+    low = (_uniform64(self, generator) * 2.0 ** 32).floor().to(_C.int64)
+    return high * (1 << 32) + low
+
+
+def _dtype_bounds(dtype):
+    if dtype == _C.bool:
+        return 0, 1
+    if dtype in _FLOATS:
+        return -(1 << _FLOAT_DIGITS[dtype]), 1 << _FLOAT_DIGITS[dtype]
+    from ._composite import iinfo
+    info = iinfo(dtype)
+    return info.min, info.max
+
+
+def _random_(self, *args, generator=None, **kwargs):
+    """Fills self with integers drawn uniformly from [from, to): random_() the dtype's range
+    ([0, 2 ** mantissa digits] for floats), random_(to), random_(from, to) (to=None: up to the
+    dtype's largest value)."""
+    names = ("from", "to")
+    if len(args) > 2 or builtins.any(k not in names for k in kwargs):
+        raise TypeError("random_() received an invalid combination of arguments - expected (), (int to) or "
+                        "(int from, int to)")
+    given = dict(zip(("to",) if len(args) == 1 and "to" not in kwargs else names, args), **kwargs)
+    if "from" in given and "to" not in given:
+        raise TypeError("random_() received an invalid combination of arguments - got from= without to")
+    for name, value in given.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, builtins.bool)):
+            raise TypeError(f"random_(): argument '{name}' must be int, not {type(value).__name__}")
+    low, high = _dtype_bounds(self.dtype)
+    if not given:
+        start, stop = 0, high + 1
+    else:
+        start = given.get("from", 0)
+        stop = given.get("to")
+        if stop is None:
+            stop = high + 1
+        if start >= stop:
+            raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={start} >= to={stop}")
+        name = _type_name(self.dtype)
+        if self.dtype not in _FLOATS and not low <= start <= high:
+            raise RuntimeError(f"from is out of bounds for {name}")
+        if self.dtype not in _FLOATS and not low <= stop - 1 <= high:
+            raise RuntimeError(f"to - 1 is out of bounds for {name}")
+    span = stop - start
+    with no_grad():  # (the samples are constants; the copy_ below is recorded, as PyTorch's fill is)
+        if self.dtype in _FLOATS:
+            values = (_uniform64(self, generator) * span).floor() + start
+        elif span < 1 << 63:
+            values = _random_bits63(self, generator) % span + start
+        elif span == 1 << 63:
+            values = _random_bits63(self, generator) + start
+        else:  # wider than int64's positive half: [start, start + 2 ** 63) or the rest, by their sizes
+            first = _random_bits63(self, generator) + start
+            rest = _random_bits63(self, generator) % (span - (1 << 63)) + (start + (1 << 63))
+            values = _C.where(_uniform64(self, generator) < 2.0 ** 63 / span, first, rest)
+    return self.copy_(values.to(self.dtype))
+
+
+def _float_fill(self, name):
+    if self.dtype not in _FLOATS:
+        raise RuntimeError(f"\"{name}_cpu\" not implemented for '{_type_name(self.dtype)}'")
+
+
+def _exponential_(self, lambd=1.0, *, generator=None):
+    """Fills self with exponential samples of rate lambd."""
+    _float_fill(self, "exponential")
+    if lambd < 0:
+        raise RuntimeError(f"exponential_ expects lambda >= 0.0, but found lambda={lambd}")
+    if lambd == 0:
+        return self.fill_(math.inf)
+    with no_grad():
+        values = -(1 - _uniform64(self, generator)).log() / lambd
+    return self.copy_(values.to(self.dtype))
+
+
+def _cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+    """Fills self with Cauchy samples: median + sigma tan(pi (u - 1/2))."""
+    _float_fill(self, "cauchy")
+    with no_grad():
+        values = median + sigma * ((_uniform64(self, generator) - 0.5) * math.pi).tan()
+    return self.copy_(values.to(self.dtype))
+
+
+def _log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+    """Fills self with exp(N(mean, std)) samples."""
+    _float_fill(self, "log_normal")
+    if not std > 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+    with no_grad():
+        values = (_C._randn(tuple(self.shape), _C.float64, self.device, generator) * std + mean).exp()
+    return self.copy_(values.to(self.dtype))
+
+
+def _geometric_(self, p, *, generator=None):
+    """Fills self with the number of Bernoulli(p) trials up to the first success (>= 1)."""
+    if self.dtype == _C.bool:
+        raise RuntimeError("\"geometric_cpu\" not implemented for 'Bool'")
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    with no_grad():
+        u = 1 - _uniform64(self, generator)                       # (0, 1]
+        values = (u.log() / math.log1p(-p)).ceil().clamp_min(1)
+    return self.copy_(values.to(self.dtype))
+
+
+def _new(self, *args, device=None):
+    """The legacy constructor self.new(...) with self's dtype: new() is empty, new(2, 3) or
+    new(Size) uninitialized of that shape, new(sequence) the data, new(tensor) that tensor (of
+    self's dtype)."""
+    device = device or self.device
+    if not args:
+        return _creation.empty(0, dtype=self.dtype, device=device)
+    from ._size import Size
+    if len(args) == 1 and isinstance(args[0], Tensor):
+        other = args[0]
+        if other.dtype != self.dtype:
+            raise TypeError(f"expected {_type_name(self.dtype)} tensor (got {_type_name(other.dtype)} tensor)")
+        return other[...]
+    if len(args) == 1 and isinstance(args[0], Size):
+        return _creation.empty(tuple(args[0]), dtype=self.dtype, device=device)
+    if builtins.all(isinstance(a, int) and not isinstance(a, builtins.bool) for a in args):
+        return _creation.empty(args, dtype=self.dtype, device=device)
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return _creation.tensor(args[0], dtype=self.dtype, device=device)
+    if len(args) == 1:
+        raise TypeError(f"new(): data must be a sequence (got {type(args[0]).__name__})")
+    raise TypeError(f"new() received an invalid combination of arguments - got "
+                    f"({', '.join(type(a).__name__ for a in args)})")
+
+
+def _new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, requires_grad=False,
+                       pin_memory=False):
+    """An uninitialized tensor of size and stride, with self's dtype and device unless given."""
+    from ._memory_format import empty_strided
+    _creation._check_layout(layout)
+    return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device,
+                         requires_grad=requires_grad)
+
+
 # ---------------------------------------------------------------- out= and in-place forms
 
 for _name in ("lgamma", "digamma", "polygamma", "mvlgamma", "i0", "fmax", "fmin", "gcd", "lcm", "ldexp", "frexp",
@@ -1455,7 +1607,9 @@ def _install():
         "masked_scatter_": _masked_scatter_, "scatter_reduce": scatter_reduce,
         "scatter_reduce_": _inplace(scatter_reduce, "scatter_reduce_"), "select_scatter": select_scatter,
         "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter, "put": put,
-        "put_": _inplace(put, "put_"), "fill_diagonal_": _fill_diagonal_,
+        "put_": _inplace(put, "put_"), "fill_diagonal_": _fill_diagonal_, "random_": _random_,
+        "exponential_": _exponential_, "cauchy_": _cauchy_, "log_normal_": _log_normal_, "geometric_": _geometric_,
+        "new": _new, "new_empty_strided": _new_empty_strided,
     }
     for name, fn in methods.items():
         if not hasattr(Tensor, name):

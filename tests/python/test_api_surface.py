@@ -716,3 +716,127 @@ def test_fill_diagonal(rng):
         y.fill_diagonal_(0.5)
         return y * x
     check_grad(rng, through_graph, rng.standard_normal((4, 3)))
+
+
+# ---- in-place random fills and legacy constructors ----------------------------------------------
+
+N = 40000
+
+
+def within(sample_mean, expected, std, sigmas=6):
+    """sample_mean (of N draws) within `sigmas` standard errors of expected."""
+    assert abs(sample_mean - expected) <= sigmas * std / math.sqrt(N), (sample_mean, expected)
+
+
+def test_random_(rng):
+    seeded_rng(seed_plugflow=True)
+    x = pf.empty(N).random_(3, 7)
+    assert x.dtype == pf.float32 and set(x.unique().tolist()) == {3.0, 4.0, 5.0, 6.0}
+    for v in (3, 4, 5, 6):
+        within((x == v).double().mean().item(), 0.25, math.sqrt(0.25 * 0.75))
+    y = pf.empty(N, dtype=pf.int64).random_(-10, 10)
+    assert y.min().item() == -10 and y.max().item() == 9
+    within(y.double().mean().item(), -0.5, math.sqrt((20 ** 2 - 1) / 12))
+    z = pf.empty(N, dtype=pf.int16).random_(7)
+    assert z.min().item() == 0 and z.max().item() == 6
+    for dtype, top in (("uint8", 255), ("int8", 127), ("int32", 2 ** 31 - 1), ("int64", 2 ** 63 - 1), ("bool", 1),
+                       ("float32", 2 ** 24), ("float64", 2 ** 53), ("bfloat16", 2 ** 8)):
+        t = pf.empty(N, dtype=getattr(pf, dtype)).random_()
+        assert 0 <= t.double().min().item() and t.double().max().item() <= top
+        within(t.double().mean().item() / top, 0.5, math.sqrt(1 / 12))
+    w = pf.empty(N, dtype=pf.int64).random_(-2 ** 63, 2 ** 63 - 1)
+    within((w < 0).double().mean().item(), 0.5, 0.5)
+    big = pf.empty(N, dtype=pf.int64).random_(0, 2 ** 62)
+    within((big.double() / 2 ** 62).mean().item(), 0.5, math.sqrt(1 / 12))
+    within((big % 2).double().mean().item(), 0.5, 0.5)  # low bits vary too
+    u = pf.empty(N, dtype=pf.int64).random_(5, None)
+    assert u.min().item() >= 5
+    for args, kwargs in (((5, 3), {}), ((0, 300), {}), ((1.5, 3), {}), ((-200, 3), {}), ((), {"to": 3}),
+                         ((), {"from": 2}), ((2, 3, 4), {})):
+        for dtype in ("float32", "int8", "int64"):
+            same(lambda lib: lib.empty(4, dtype=getattr(lib, dtype)).random_(*args, **kwargs).shape)
+
+
+def test_distributions_in_place():
+    seeded_rng(seed_plugflow=True)
+    e = pf.empty(N, dtype=pf.float64).exponential_(2.0)
+    assert e.min().item() >= 0
+    within(e.mean().item(), 0.5, 0.5)
+    assert pf.empty(3).exponential_(0.0).isinf().all().item()
+    c = pf.empty(N, dtype=pf.float64).cauchy_(1.5, 0.5)
+    within((c < 1.5).double().mean().item(), 0.5, 0.5)
+    within(((c - 1.5).abs() < 0.5).double().mean().item(), 0.5, 0.5)
+    ln = pf.empty(N, dtype=pf.float64).log_normal_(1.0, 0.5)
+    within(ln.log().mean().item(), 1.0, 0.5)
+    within(((ln.log() - 1.0) ** 2).mean().item(), 0.25, 0.25 * math.sqrt(2))
+    for dtype in ("float32", "int64", "int16"):
+        g = pf.empty(N, dtype=getattr(pf, dtype)).geometric_(0.3)
+        assert g.min().item() == 1 and g.dtype == getattr(pf, dtype)
+        within(g.double().mean().item(), 1 / 0.3, math.sqrt(0.7) / 0.3)
+    for dtype in ("float16", "bfloat16", "float32"):
+        t = pf.empty(N, dtype=getattr(pf, dtype)).exponential_()
+        assert t.dtype == getattr(pf, dtype)
+        within(t.double().mean().item(), 1.0, 1.0, sigmas=8)
+    bad = [("exponential_", (-1.0,)), ("log_normal_", (1.0, 0.0)), ("log_normal_", (1.0, -1.0)), ("geometric_", (0,)),
+           ("geometric_", (1,)), ("geometric_", (1.5,))]
+    for name, args in bad:
+        same(lambda lib: getattr(lib.empty(3), name)(*args))
+    for name in ("exponential_", "cauchy_", "log_normal_", "geometric_"):
+        for dtype in ("int64", "bool"):
+            same(lambda lib: getattr(lib.zeros(3, dtype=getattr(lib, dtype)), name)(*((0.5,) if name == "geometric_" else ()))
+                 .dtype == getattr(lib, dtype))
+        args = (0.5,) if name == "geometric_" else ()
+        same(lambda lib: getattr(lib.zeros(3, requires_grad=True), name)(*args))
+        # a fill inside a graph: the values are constants, the gradient to what they replace is 0
+        def through_graph(lib):
+            x = T(lib, np.arange(1.0, 4.0), grad=True)
+            y = x * 2
+            getattr(y[1:], name)(*args)
+            (y * x).sum().backward()
+            return x.grad[:1]
+        same(through_graph)
+
+
+@pytest.mark.parametrize("name", ["random_", "exponential_", "cauchy_", "log_normal_", "geometric_"])
+def test_random_fills_follow_the_seed(name):
+    args = (0.4,) if name == "geometric_" else ()
+    draws = []
+    for _ in range(2):
+        pf.manual_seed(1234)
+        draws.append(getattr(pf.empty(50, dtype=pf.float64), name)(*args))
+    assert pf.equal(draws[0], draws[1])
+    gen = pf.Generator()
+    gen.manual_seed(7)
+    first = getattr(pf.empty(50, dtype=pf.float64), name)(*args, generator=gen)
+    gen.manual_seed(7)
+    assert pf.equal(first, getattr(pf.empty(50, dtype=pf.float64), name)(*args, generator=gen))
+    # the fill follows self's layout: a transposed view is filled in place
+    base = pf.zeros(4, 6, dtype=pf.float64)
+    getattr(base.t(), name)(*args)
+    assert (base != 0).any().item()
+
+
+def test_new_and_new_empty_strided(rng):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    same(lambda lib: T(lib, a).new())
+    same(lambda lib: T(lib, a).new(2, 3).shape)
+    same(lambda lib: T(lib, a).new(lib.Size([2, 3])).shape)
+    same(lambda lib: T(lib, a).new((2, 3)))
+    same(lambda lib: T(lib, a).new([1.5, 2]))
+    same(lambda lib: T(lib, np.ones(2, dtype=np.int32)).new([1.7]))
+    same(lambda lib: T(lib, a).new(T(lib, a * 2)))
+    same(lambda lib: T(lib, a).new(T(lib, np.ones(2, dtype=np.int32))))
+    same(lambda lib: T(lib, a).new(2.5))
+    same(lambda lib: T(lib, a).new(2, device="cpu").shape)
+    for lib in (torch, pf):
+        src = T(lib, a)
+        alias = T(lib, a).new(src)
+        alias[0, 0] = 42.0
+        assert src[0, 0].item() == 42.0
+    for size, stride, kw in (((2, 3), (1, 2), {}), ((2, 3), (1,), {}), ((2, 3), (3, 1), {"dtype": "int64"}),
+                             ((0, 2), (1, 1), {}), ((2, 2), (0, 1), {"requires_grad": True})):
+        def run(lib):
+            kwargs = {k: getattr(lib, v) if k == "dtype" else v for k, v in kw.items()}
+            t = T(lib, a).new_empty_strided(size, stride, **kwargs)
+            return t.shape, t.stride(), repr(t.dtype).split(".")[-1], t.requires_grad
+        same(run)
