@@ -729,7 +729,8 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     e_tensor, t_tensor = isinstance(elements, Tensor), isinstance(test_elements, Tensor)
     if not e_tensor and not t_tensor:
         raise TypeError(f"isin() received an invalid combination of arguments - got ({type(elements).__name__}, "
-                        f"{type(test_elements).__name__}), but expected one of: (Tensor elements, Tensor test_elements), "
+                        f"{type(test_elements).__name__}), but expected one of: (Tensor elements, Tensor "
+                        "test_elements), "
                         "(Number element, Tensor test_elements), (Tensor elements, Number test_element)")
     device = (elements if e_tensor else test_elements).device
     e = elements.detach() if e_tensor else _creation.tensor(elements, device=device)
@@ -1240,7 +1241,8 @@ def _scatter_reduce_values(input, dim, index, src, reduce, include_self):
     if reduce == "mean":
         base = input if include_self else input.masked_fill(touched, 0)
         total = base.scatter_add(dim, index, src)
-        count = _creation.zeros_like(input).scatter_add(dim, index, _creation.ones_like(src)) + (1 if include_self else 0)
+        count = _creation.zeros_like(input).scatter_add(dim, index, _creation.ones_like(src))
+        count = count + 1 if include_self else count
         count = count.masked_fill(count == 0, 1)
         return total.div(count, rounding_mode="floor") if input.dtype not in _FLOATS else total / count
     src_box = src.narrow(0, 0, index.shape[0]) if src.dim() else src
@@ -1278,7 +1280,8 @@ class _ScatterReduce(_Function):
         with no_grad():
             if reduce == "prod":
                 masked_self = input.masked_fill(input == 0, 1)
-                grad_self = grad * _scatter_reduce_values(masked_self, dim, index, src, reduce, include_self) / masked_self
+                others = _scatter_reduce_values(masked_self, dim, index, src, reduce, include_self)
+                grad_self = grad * others / masked_self
                 src_zero = src == 0
                 zeros_per_target = _creation.zeros_like(input).scatter_add(dim, index, src_zero.to(input.dtype))
                 single_zero = src_zero & (zeros_per_target.gather(dim, index) == 1)
