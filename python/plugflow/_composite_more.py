@@ -526,7 +526,25 @@ class _I0(_Function):
     @staticmethod
     def backward(ctx, grad):
         x, = ctx.saved_tensors
-        return grad * _bessel64(x.detach().to(_C.float64), _I1_A, _I1_B, 1).to(x.dtype)
+        return grad * _I1.apply(x)
+
+
+class _I1(_Function):
+    """i1 in float64 (i0's derivative); its gradient is i0 - i1 / x (1/2 at 0)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        with no_grad():
+            return _bessel64(x.detach().to(_C.float64), _I1_A, _I1_B, 1).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        zero = x == 0
+        safe = _C.where(zero, _creation.ones((), dtype=x.dtype, device=x.device), x)
+        slope = _I0.apply(x) - _I1.apply(x) / safe
+        return grad * _C.where(zero, _creation.full((), 0.5, dtype=x.dtype, device=x.device), slope)
 
 
 def i0(input):

@@ -841,3 +841,18 @@ def test_new_and_new_empty_strided(rng):
             t = T(lib, a).new_empty_strided(size, stride, **kwargs)
             return t.shape, t.stride(), repr(t.dtype).split(".")[-1], t.requires_grad
         same(run)
+
+
+def test_second_derivatives(rng):
+    """The Functions' backward passes are differentiable themselves (create_graph)."""
+    def second(lib, fn, data):
+        x = T(lib, data, grad=True)
+        g, = lib.autograd.grad(fn(lib, x).sum(), x, create_graph=True)
+        h, = lib.autograd.grad(g.sum(), x)
+        return g.detach(), h
+
+    x = rng.uniform(0.3, 5, size=6)
+    for fn in (lambda lib, t: lib.lgamma(t), lambda lib, t: lib.digamma(t), lambda lib, t: lib.polygamma(1, t),
+               lambda lib, t: lib.i0(t), lambda lib, t: lib.sinc(t), lambda lib, t: lib.logcumsumexp(t, 0)):
+        same(lambda lib: second(lib, fn, x), 1e-8, 1e-8)
+    same(lambda lib: second(lib, lambda lib, t: lib.i0(t), np.array([0.0, -1.5, 9.0])), 1e-8, 1e-8)
