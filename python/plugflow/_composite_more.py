@@ -29,7 +29,13 @@ __all__ = [
     "renorm", "dist", "inner", "kron", "cov", "corrcoef", "vander", "trapezoid", "trapz", "diagflat", "block_diag",
     "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
     "blackman_window", "kaiser_window", "index_copy", "masked_scatter", "scatter_reduce", "select_scatter",
-    "slice_scatter", "diagonal_scatter", "put",
+    "slice_scatter", "diagonal_scatter", "put", "addr", "rsub", "nextafter", "angle", "real", "imag", "range",
+    "typename", "is_storage", "cumulative_trapezoid", "unsafe_split_with_sizes",
+    # torch's functional forms of Tensor's in-place methods (torch.abs_(t) is t.abs_())
+    "abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "cos_", "cosh_", "erf_", "erfc_",
+    "exp_", "exp2_", "expm1_", "fill_", "floor_", "frac_", "log_", "log10_", "log1p_", "log2_", "neg_", "negative_",
+    "reciprocal_", "round_", "rsqrt_", "sin_", "sinh_", "sqrt_", "square_", "tan_", "trunc_", "xlogy_", "zero_",
+    "index_put_", "resize_as_", "detach", "detach_",
 ]
 
 for _name, _fields in (("cummax", ("values", "indices")), ("cummin", ("values", "indices")),
@@ -309,7 +315,7 @@ def _lgamma64(x):
     small = z < 10
     # lgamma(z) = lgamma(z + 10) - log(z (z + 1) ... (z + 9)) for z < 10
     product = _creation.ones_like(z)
-    for k in range(10):
+    for k in builtins.range(10):
         product = product * (z + k)
     w = _C.where(small, z + 10, z)
     w2 = 1 / (w * w)
@@ -337,7 +343,7 @@ def _digamma64(x):
     neg = x < 0
     z = _C.where(neg, 1 - x, x)
     result = _creation.zeros_like(z)
-    for k in range(10):
+    for k in builtins.range(10):
         result = result - 1 / (z + k)
     w = z + 10
     w2 = 1 / (w * w)
@@ -369,7 +375,7 @@ def _hurwitz_zeta64(s, q):
     # q^-s + (q+1)^-s + ... + (q+terms)^-s, in chunks of columns that bound the memory used
     chunk = builtins.max(1, builtins.min(1024, (1 << 20) // builtins.max(flat.numel(), 1)))
     total = _creation.zeros_like(flat)
-    for start in range(0, terms + 1, chunk):
+    for start in builtins.range(0, terms + 1, chunk):
         ks = _creation.arange(start, builtins.min(start + chunk, terms + 1), dtype=_C.float64, device=q.device)
         total = total + (flat.unsqueeze(-1) + ks).pow(-float(s)).sum(-1)
     w = flat + terms
@@ -785,7 +791,7 @@ def renorm(input, p, dim, maxnorm):
     if input.dtype not in _FLOATS:
         raise RuntimeError(f"\"renorm_cpu\" not implemented for '{_type_name(input.dtype)}'")
     d = _wrap_dim(dim, input.dim())
-    others = tuple(i for i in range(input.dim()) if i != d)
+    others = tuple(i for i in builtins.range(input.dim()) if i != d)
     norm = input.norm(p, others, keepdim=True)
     factor = _C.where(norm > maxnorm, maxnorm / (norm + 1e-7), _creation.ones((), dtype=norm.dtype, device=norm.device))
     return input * factor
@@ -1014,7 +1020,7 @@ def combinations(input, r=2, with_replacement=False):
     if r == 0:
         return _creation.empty(0, dtype=input.dtype, device=input.device)
     pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
-    index = list(pick(range(input.shape[0]), r))
+    index = list(pick(builtins.range(input.shape[0]), r))
     if not index:
         return _creation.empty(0, r, dtype=input.dtype, device=input.device)
     flat = _creation.tensor([i for row in index for i in row], dtype=_C.int64, device=input.device)
@@ -1060,7 +1066,7 @@ def _window_overload(fn, given):
     (n), (n, periodic), (n, periodic, alpha), ... ; a later one without an earlier one is refused."""
     names = [name for name, value in given]
     present = [value is not None for name, value in given]
-    if any(present[i] and not present[i - 1] for i in range(1, len(present))):
+    if any(present[i] and not present[i - 1] for i in builtins.range(1, len(present))):
         got = ", ".join(f"{name}=..." for name, value in given if value is not None)
         raise TypeError(f"{fn}() received an invalid combination of arguments - got (int, {got}): each of "
                         f"{', '.join(names)} needs the ones before it")
@@ -1211,10 +1217,10 @@ def _segments(input, dim, index):
     """For each element of index: the row-major position in input it scatters to, and a mask of the
     positions of input that receive at least one element."""
     shape, strides = list(input.shape), [1] * input.dim()
-    for i in range(input.dim() - 2, -1, -1):
+    for i in builtins.range(input.dim() - 2, -1, -1):
         strides[i] = strides[i + 1] * shape[i + 1]
     target = index * strides[dim]
-    for i in range(index.dim()):
+    for i in builtins.range(index.dim()):
         if i != dim:
             view = [1] * index.dim()
             view[i] = index.shape[i]
@@ -1264,7 +1270,7 @@ def _scatter_reduce_values(input, dim, index, src, reduce, include_self):
         count = count.masked_fill(count == 0, 1)
         return total.div(count, rounding_mode="floor") if input.dtype not in _FLOATS else total / count
     src_box = src.narrow(0, 0, index.shape[0]) if src.dim() else src
-    for i in range(1, index.dim()):
+    for i in builtins.range(1, index.dim()):
         src_box = src_box.narrow(i, 0, index.shape[i])
     reduced = _segment_reduce(src_box.reshape(-1), targets, input.numel(), reduce).reshape(tuple(input.shape))
     if include_self:
@@ -1338,7 +1344,7 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
             raise RuntimeError("\"scatter_reduce\" not implemented for 'Bool'")
         return _scatter_reduce_values(input, d, index, src, reduce, include_self)
     box = src
-    for i in range(index.dim()):
+    for i in builtins.range(index.dim()):
         box = box.narrow(i, 0, index.shape[i])
     return _ScatterReduce.apply(input, box, d, index, reduce, include_self)
 
@@ -1574,12 +1580,182 @@ def _new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=No
                          requires_grad=requires_grad)
 
 
+# ---------------------------------------------------------------- more everyday forms
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    """beta * input + alpha * outer(vec1, vec2), input broadcast (and ignored when beta is 0, NaN
+    included); logical and/or for bool tensors."""
+    _check_tensor(input, "addr")
+    for name, v in (("vec1", vec1), ("vec2", vec2)):
+        _check_tensor(v, "addr", name)
+        if v.dim() != 1:
+            raise RuntimeError(f"addr: Expected 1-D argument {name}, but got {v.dim()}-D")
+    common = _C.promote_types(input.dtype, _C.promote_types(vec1.dtype, vec2.dtype))
+    if common in _INTS and (isinstance(alpha, float) or isinstance(beta, float)):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    shape = (vec1.shape[0], vec2.shape[0])
+    base = input.expand(shape).to(common)
+    product = _C.outer(vec1.to(common), vec2.to(common))
+    if common == _C.bool:
+        return (base & builtins.bool(beta)) | (product & builtins.bool(alpha))
+    scaled = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return scaled
+    return (base if beta == 1 else base * beta) + scaled
+
+
+def rsub(input, other, alpha=1):
+    """other - alpha * input."""
+    _check_tensor(input, "rsub")
+    return _C.sub(other, input, alpha=alpha) if isinstance(other, Tensor) else _C.sub(
+        _creation.scalar_tensor(other, dtype=_C.result_type(input, other), device=input.device), input, alpha=alpha)
+
+
+_FLOAT_BITS = {_C.float32: _C.int32, _C.float64: _C.int64, _C.bfloat16: _C.int16}
+
+
+def nextafter(input, other):
+    """The next representable value after input towards other (other itself where they are equal)."""
+    _check_tensor(input, "nextafter")
+    _check_tensor(other, "nextafter", "other")
+    common = _C.result_type(input, other)
+    if common not in _FLOAT_BITS:
+        raise RuntimeError(f"\"nextafter_cpu\" not implemented for '{_type_name(common)}'")
+    shape = broadcast_shapes(tuple(input.shape), tuple(other.shape))
+    x = input.detach().to(common).expand(shape).contiguous()
+    y = other.detach().to(common).expand(shape)
+    bits = _FLOAT_BITS[common]
+    # the bit pattern (sign and magnitude) moves one step away from zero or towards it
+    away = (y > x) == (x > 0)
+    one = _creation.ones((), dtype=bits, device=x.device)
+    stepped = (x.view(bits) + _C.where(away, one, -one)).view(common)
+    smallest = _creation.ones(1, dtype=bits, device=x.device).view(common).reshape(())
+    result = _C.where(x == 0, _C.copysign(smallest.expand(shape), y), stepped)
+    result = _C.where(x == y, y, result)
+    return _C.where(x.isnan() | y.isnan(), x + y, result)
+
+
+def angle(input):
+    """The argument of a real number: pi for negative values, 0 otherwise (NaN stays NaN)."""
+    _check_tensor(input, "angle")
+    x = _floating(input)
+    return _C.where(x < 0, _full_like(x, math.pi), x * 0)
+
+
+def real(input):
+    """input itself: the real part of a real tensor."""
+    _check_tensor(input, "real")
+    return input
+
+
+def imag(input):
+    """Refused, as PyTorch refuses it for real tensors."""
+    _check_tensor(input, "imag")
+    raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+
+
+def range(start, end, step=1, *, dtype=None, layout=None, device=None, requires_grad=False):  # noqa: A001
+    """Deprecated in PyTorch: the points start, start + step, ... up to end included."""
+    import warnings
+    warnings.warn("torch.range is deprecated and will be removed in a future release because its behavior is "
+                  "inconsistent with Python's range builtin. Instead, use torch.arange, which produces values in "
+                  "[start, end).")
+    _creation._check_layout(layout)
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    if (step > 0 and start > end) or (step < 0 and start < end):
+        raise RuntimeError("upper bound and larger bound inconsistent with step sign")
+    count = builtins.int(math.floor((end - start) / step)) + 1
+    dtype = dtype or _creation.get_default_dtype()
+    values = _creation.arange(count, dtype=_C.float64, device=device) * step + start
+    return _creation._finish(values.to(dtype), requires_grad)
+
+
+def typename(obj):
+    """PyTorch's type name: "torch.FloatTensor" for a tensor, the qualified class name otherwise."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    module = getattr(type(obj), "__module__", "")
+    qualname = type(obj).__qualname__
+    return qualname if module in ("builtins", "", None) else f"{module}.{qualname}"
+
+
+def is_storage(obj):
+    """False: plugflow exposes no storage objects."""
+    return False
+
+
+def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The running trapezoidal rule along dim (one value fewer than y has along it)."""
+    _check_tensor(y, "cumulative_trapezoid", "y")
+    if x is not None and dx is not None:
+        raise TypeError("cumulative_trapezoid() received an invalid combination of arguments - got both x and dx")
+    if y.dtype == _C.bool:
+        raise RuntimeError("cumulative_trapezoid: received a bool input for `y`, but bool is not supported")
+    if isinstance(x, Tensor) and x.dtype == _C.bool:
+        raise RuntimeError("cumulative_trapezoid: received a bool input for `x`, but bool is not supported")
+    if y.dim() == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    d = _wrap_dim(dim, y.dim())
+    n = y.shape[d]
+    if n == 0:
+        return _floating(y) if y.dtype in _INTS else y.clone()
+    pairs = y.narrow(d, 0, n - 1) + y.narrow(d, 1, n - 1)
+    if isinstance(x, Tensor):
+        if x.dim() == 1:
+            if x.shape[0] != n:
+                raise RuntimeError("cumulative_trapezoid: There must be one `x` value for each sample point")
+            shape = [1] * y.dim()
+            shape[d] = n
+            x = x.reshape(shape)
+        elif x.dim() < y.dim():
+            x = x.reshape([1] * (y.dim() - x.dim()) + list(x.shape))
+        m = x.shape[d]
+        areas = _C.true_divide((x.narrow(d, 1, m - 1) - x.narrow(d, 0, m - 1)) * pairs, 2)
+    else:
+        step = 1 if dx is None and x is None else (dx if dx is not None else x)
+        areas = pairs * (0.5 * step)
+    return areas.cumsum(d)
+
+
+def _apply_(self, callable):
+    """Replaces each element by callable(element) (CPU tensors that do not require grad; slow)."""
+    if self.requires_grad:
+        raise RuntimeError("Can't call apply_() on Variable that requires grad. Use var.detach().apply_() instead.")
+    if self.device.type != "cpu":
+        raise TypeError("apply_ is only implemented on CPU tensors")
+    values = [callable(v) for v in self.reshape(-1).tolist()]
+    return self.copy_(_creation.tensor(values, dtype=self.dtype).reshape(tuple(self.shape)))
+
+
+def _map_(self, tensor, callable):
+    """Replaces each element by callable(element, tensor's element) (tensor broadcast to self)."""
+    if self.requires_grad:
+        raise RuntimeError("Can't call map_() on Variable that requires grad. Use var.detach().map_() instead.")
+    if self.device.type != "cpu":
+        raise TypeError("map_ is only implemented on CPU tensors")
+    other = tensor.expand(tuple(self.shape)).reshape(-1).tolist()
+    values = [callable(a, b) for a, b in zip(self.reshape(-1).tolist(), other)]
+    return self.copy_(_creation.tensor(values, dtype=self.dtype).reshape(tuple(self.shape)))
+
+
+def unsafe_split_with_sizes(input, split_sizes, dim=0):
+    """split_with_sizes (plugflow's split views are always safe)."""
+    return _C.split_with_sizes(input, split_sizes, dim)
+
+
 # ---------------------------------------------------------------- out= and in-place forms
+
+for _name in ("abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "cos_", "cosh_", "erf_",
+              "erfc_", "exp_", "exp2_", "expm1_", "fill_", "floor_", "frac_", "log_", "log10_", "log1p_", "log2_",
+              "neg_", "negative_", "reciprocal_", "round_", "rsqrt_", "sin_", "sinh_", "sqrt_", "square_", "tan_",
+              "trunc_", "xlogy_", "zero_", "index_put_", "resize_as_", "detach", "detach_"):
+    globals()[_name] = getattr(Tensor, _name)
 
 for _name in ("lgamma", "digamma", "polygamma", "mvlgamma", "i0", "fmax", "fmin", "gcd", "lcm", "ldexp", "frexp",
               "logaddexp2", "isneginf", "isposinf", "nanmean", "logcumsumexp", "cummax", "cummin", "isin",
               "renorm", "inner", "kron", "logspace", "deg2rad", "rad2deg", "sgn", "signbit", "sinc", "logit",
-              "narrow_copy", "index_copy", "scatter_reduce"):
+              "narrow_copy", "index_copy", "scatter_reduce", "addr", "nextafter", "angle", "cumulative_trapezoid"):
     globals()[_name] = _with_out(globals()[_name])
 
 deg2rad_ = _inplace(deg2rad, "deg2rad_")
@@ -1630,13 +1806,15 @@ def _install():
         "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter, "put": put,
         "put_": _inplace(put, "put_"), "fill_diagonal_": _fill_diagonal_, "random_": _random_,
         "exponential_": _exponential_, "cauchy_": _cauchy_, "log_normal_": _log_normal_, "geometric_": _geometric_,
-        "new": _new, "new_empty_strided": _new_empty_strided,
+        "new": _new, "new_empty_strided": _new_empty_strided, "addr": addr,
+        "addr_": _inplace(addr, "addr_"), "nextafter": nextafter, "nextafter_": _inplace(nextafter, "nextafter_"),
+        "angle": angle, "apply_": _apply_, "map_": _map_, "unsafe_split_with_sizes": unsafe_split_with_sizes,
     }
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)
     properties = {"mT": lambda self: _matrix_transpose(self, "mT"), "mH": lambda self: _matrix_transpose(self, "mH"),
-                  "H": _H}
+                  "H": _H, "real": real, "imag": imag, "layout": lambda self: _creation.strided}
     for name, getter in properties.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, property(getter))

@@ -628,6 +628,7 @@ def test_masked_scatter(rng):
         same(lambda lib: lib.masked_scatter(T(lib, a), T(lib, full.astype(np.uint8)), T(lib, np.arange(12.0))))
 
 
+@pytest.mark.filterwarnings("ignore:scatter_reduce\(\) is in beta")
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 def test_scatter_reduce(rng, reduce):
     a = rng.standard_normal((4, 6))
@@ -856,3 +857,113 @@ def test_second_derivatives(rng):
                lambda lib, t: lib.i0(t), lambda lib, t: lib.sinc(t), lambda lib, t: lib.logcumsumexp(t, 0)):
         same(lambda lib: second(lib, fn, x), 1e-8, 1e-8)
     same(lambda lib: second(lib, lambda lib, t: lib.i0(t), np.array([0.0, -1.5, 9.0])), 1e-8, 1e-8)
+
+
+# ---- more everyday forms ------------------------------------------------------------------------
+
+FUNCTIONAL_INPLACE = ["abs_", "acos_", "asin_", "atan_", "ceil_", "cos_", "cosh_", "erf_", "erfc_", "exp_", "exp2_",
+                      "expm1_", "floor_", "frac_", "neg_", "negative_", "reciprocal_", "round_", "sin_", "sinh_",
+                      "square_", "tan_", "trunc_", "zero_"]
+
+
+def test_functional_inplace_forms(rng):
+    a = rng.uniform(-0.9, 0.9, size=(3, 4))
+    for name in FUNCTIONAL_INPLACE:
+        same(lambda lib: inplace(lib, name, a, layout="transposed"))
+        same(lambda lib: (lambda t: (getattr(lib, name)(t) is t, t))(T(lib, a)))
+    pos = rng.uniform(0.1, 3, size=(2, 3))
+    for name in ("log_", "log10_", "log1p_", "log2_", "sqrt_", "rsqrt_", "acosh_", "asinh_"):
+        data = pos + 1 if name == "acosh_" else pos
+        same(lambda lib: (lambda t: (getattr(lib, name)(t) is t, t))(T(lib, data)))
+    same(lambda lib: (lambda t: (lib.atanh_(t), t)[1])(T(lib, a)))
+    same(lambda lib: (lambda t: (lib.fill_(t, 2.5), t)[1])(T(lib, a)))
+    same(lambda lib: (lambda t: (lib.xlogy_(t, 2.0), t)[1])(T(lib, pos)))
+    same(lambda lib: lib.detach(T(lib, a, grad=True)).requires_grad)
+
+
+def test_addr_rsub(rng):
+    a, v1, v2 = rng.standard_normal((3, 4)), rng.standard_normal(3), rng.standard_normal(4)
+    for kw in ({}, {"beta": 0.5, "alpha": 2.0}, {"beta": 0}, {"alpha": -1}):
+        same(lambda lib: lib.addr(T(lib, a, "transposed"), T(lib, v1), T(lib, v2), **kw))
+        same(lambda lib: T(lib, a[:, :1]).addr(T(lib, v1), T(lib, v2), **kw))
+        same(lambda lib: inplace(lib, "addr_", a, T(lib, v1), T(lib, v2), **kw))
+        if kw.get("beta", 1) != 0:
+            check_grad(rng, lambda lib, m, x, y: lib.addr(m, x, y, **kw), a, v1, v2)
+    nan = np.full((3, 4), np.nan)
+    same(lambda lib: lib.addr(T(lib, nan), T(lib, v1), T(lib, v2), beta=0))
+    i = np.arange(3)
+    same(lambda lib: lib.addr(T(lib, i.reshape(3, 1)), T(lib, i), T(lib, i)))
+    same(lambda lib: lib.addr(T(lib, i.reshape(3, 1)), T(lib, i), T(lib, i), alpha=0.5))
+    same(lambda lib: lib.addr(T(lib, np.ones((3, 3), dtype=bool)), T(lib, i > 0), T(lib, i > 1)))
+    same(lambda lib: lib.addr(T(lib, np.zeros((3, 3), dtype=bool)), T(lib, i > 0), T(lib, i > 1), beta=False))
+    same(lambda lib: lib.addr(T(lib, a), T(lib, v1.astype(np.float32)), T(lib, v2)))
+    same(lambda lib: lib.addr(T(lib, a), T(lib, v1.reshape(3, 1)), T(lib, v2)))
+    same(lambda lib: lib.addr(T(lib, a), T(lib, v1), T(lib, v2[:3])))
+    b = rng.standard_normal(4)
+    for other in (2, 2.5, T(torch, b)):
+        same(lambda lib: lib.rsub(T(lib, a), other if not isinstance(other, torch.Tensor) else T(lib, b)))
+        same(lambda lib: lib.rsub(T(lib, a), other if not isinstance(other, torch.Tensor) else T(lib, b), alpha=3))
+    same(lambda lib: lib.rsub(T(lib, i), 2.5))
+    same(lambda lib: lib.rsub(T(lib, i > 0), T(lib, i > 1)))
+    check_grad(rng, lambda lib, x, y: lib.rsub(x, y, alpha=2), a, b)
+
+
+def test_nextafter_angle_real(rng):
+    a = rng.standard_normal(12) * 10.0 ** rng.integers(-30, 30, size=12)
+    b = rng.standard_normal(12)
+    a[:6], b[:6] = [0.0, -0.0, 1.0, np.nan, np.inf, 5e-324], [1.0, -1.0, 1.0, 0.0, 0.0, 0.0]
+    for dtype in ("float64", "float32", "bfloat16"):
+        same(lambda lib: lib.nextafter(T(lib, a).to(getattr(lib, dtype)), T(lib, b).to(getattr(lib, dtype))))
+    same(lambda lib: T(lib, a).nextafter(T(lib, b[:1])))
+    same(lambda lib: inplace(lib, "nextafter_", a, T(lib, b)))
+    same(lambda lib: lib.nextafter(T(lib, np.arange(3)), T(lib, np.arange(3))))
+    same(lambda lib: lib.nextafter(lib.ones(2, dtype=lib.float16), lib.ones(2, dtype=lib.float16)))
+    c = np.array([-1.0, 0.0, 2.0, np.nan, -0.0, -np.inf])
+    same(lambda lib: lib.angle(T(lib, c)))
+    same(lambda lib: T(lib, np.arange(-2, 2)).angle())
+    same(lambda lib: lib.angle(T(lib, c > 0)))
+    check_grad(rng, lambda lib, x: lib.angle(x), rng.standard_normal(5))
+    for lib in (torch, pf):
+        t = T(lib, a)
+        assert lib.real(t) is t and t.real is t and t.layout is lib.strided
+    same(lambda lib: lib.imag(T(lib, a)))
+    same(lambda lib: T(lib, a).imag)
+
+
+def test_range_typename_is_storage():
+    for args, kw in (((0, 3), {}), ((0, 1, 0.25), {"dtype": "float64"}), ((0, 3), {"dtype": "int64"}),
+                     ((3, 0, -1), {}), ((0, 1, 0.3), {}), ((0, 3, 0), {}), ((3, 0), {})):
+        with pytest.warns(UserWarning, match="deprecated"):
+            same(lambda lib: lib.range(*args, **{k: getattr(lib, v) for k, v in kw.items()}))
+    for lib in (torch, pf):
+        assert lib.typename(lib.ones(2)) == "torch.FloatTensor"
+        assert lib.typename(lib.ones(2, dtype=lib.int64)) == "torch.LongTensor"
+        assert lib.typename(3) == "int" and lib.typename("a") == "str"
+        assert lib.is_storage(lib.ones(2)) is False
+
+
+def test_cumulative_trapezoid(rng):
+    y = rng.standard_normal((4, 6))
+    xs = np.sort(rng.uniform(0, 5, size=6))
+    for dim in (-1, 1, 0):
+        same(lambda lib: lib.cumulative_trapezoid(T(lib, y, "transposed"), dim=dim))
+        same(lambda lib: lib.cumulative_trapezoid(T(lib, y), dx=0.5, dim=dim))
+    same(lambda lib: lib.cumulative_trapezoid(T(lib, y), T(lib, xs)))
+    same(lambda lib: lib.cumulative_trapezoid(T(lib, y), T(lib, xs[:4]), dim=0))
+    same(lambda lib: lib.cumulative_trapezoid(T(lib, np.arange(6))))
+    same(lambda lib: lib.cumulative_trapezoid(T(lib, y > 0)))
+    same(lambda lib: lib.cumulative_trapezoid(T(lib, y), T(lib, xs[:3])))
+    same(lambda lib: lib.cumulative_trapezoid(lib.ones(3, 0)))
+    same(lambda lib: lib.cumulative_trapezoid(T(lib, np.array(1.0))))
+    check_grad(rng, lambda lib, a, b: lib.cumulative_trapezoid(a, b), y, xs)
+
+
+def test_apply_map_and_split_sizes(rng):
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    same(lambda lib: inplace(lib, "apply_", a, lambda v: v * 2 + 1, layout="transposed"))
+    same(lambda lib: inplace(lib, "map_", a, T(lib, a[0]), lambda x, y: x - y))
+    same(lambda lib: T(lib, a, grad=True).apply_(lambda v: v))
+    same(lambda lib: T(lib, a).apply_(lambda v: "a"))
+    same(lambda lib: lib.unsafe_split_with_sizes(T(lib, a), [1, 3], 1))
+    same(lambda lib: T(lib, a).unsafe_split_with_sizes([2, 1]))
+    same(lambda lib: T(lib, a).unsafe_split_with_sizes([2, 2]))
