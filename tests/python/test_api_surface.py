@@ -628,7 +628,7 @@ def test_masked_scatter(rng):
         same(lambda lib: lib.masked_scatter(T(lib, a), T(lib, full.astype(np.uint8)), T(lib, np.arange(12.0))))
 
 
-@pytest.mark.filterwarnings("ignore:scatter_reduce\(\) is in beta")
+@pytest.mark.filterwarnings(r"ignore:scatter_reduce\(\) is in beta")
 @pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
 def test_scatter_reduce(rng, reduce):
     a = rng.standard_normal((4, 6))
