@@ -1,9 +1,10 @@
-"""More PyTorch functions composed from plugflow's ops: aliases (arccos, greater, fix, ...),
-special functions (lgamma, digamma, polygamma, i0), scans (cummax, logcumsumexp), statistics
+"""More PyTorch functions composed from plugflow's ops: aliases (arccos, greater, fix, torch.abs_,
+...), special functions (lgamma, digamma, polygamma, i0), scans (cummax, logcumsumexp), statistics
 (cov, corrcoef, nanmean), window functions, scatter forms (index_copy, masked_scatter,
-scatter_reduce, *_scatter) and the in-place random fills. Gradients flow through the composing
-ops; where their derivative is not PyTorch's (a special function, a reduction's tie rule) an
-autograd Function gives PyTorch's. Importing this module installs the matching Tensor methods."""
+scatter_reduce, *_scatter), the in-place random fills (random_, exponential_, ...) and the legacy
+Tensor.new. Gradients flow through the composing ops; where their derivative is not PyTorch's (a
+special function, a reduction's tie rule) an autograd Function gives PyTorch's. Importing this
+module installs the matching Tensor methods."""
 
 import builtins
 import itertools
@@ -12,7 +13,8 @@ import math
 from . import _C, _creation
 from ._C import Tensor
 from . import return_types as _return_types
-from ._composite import _check_tensor, _wrap_dim, _with_out, _FLOATS, _INTS, broadcast_shapes, diag
+from ._composite import (_check_tensor, _wrap_dim, _with_out, _FLOATS, _INTS, broadcast_shapes, diag, diagonal,
+                         logaddexp, searchsorted)
 from .nn._functional_loss import _type_name
 from .autograd import no_grad
 from .autograd.function import Function as _Function
@@ -58,7 +60,7 @@ def _refuse_cpu_half(x, kernel):
         raise RuntimeError(f"\"{kernel}\" not implemented for 'Half'")
 
 
-def _write_inplace(self, result, name):
+def _write_inplace(self, result):
     """self with result written into it, with PyTorch's in-place rules: result's dtype must cast
     to self's and its shape must be self's (no broadcasting self up)."""
     if not _C.can_cast(result.dtype, self.dtype):
@@ -75,7 +77,7 @@ def _inplace(fn, name):
     not the tensor overwritten) and written back with _write_inplace."""
     def method(self, *args, **kwargs):
         _check_tensor(self, name)
-        return _write_inplace(self, fn(self.clone(), *args, **kwargs), name)
+        return _write_inplace(self, fn(self.clone(), *args, **kwargs))
     method.__name__ = name
     method.__doc__ = f"{fn.__name__} in place."
     return method
@@ -644,7 +646,6 @@ def frexp(input):
 
 def logaddexp2(input, other):
     """log2(2 ** input + 2 ** other) without overflow."""
-    from ._composite import logaddexp
     _check_tensor(input, "logaddexp2")
     _check_tensor(other, "logaddexp2", "other")
     common = _C.result_type(input, other)
@@ -702,7 +703,6 @@ def _scan(x, dim, combine):
 
 def logcumsumexp(input, dim):
     """log(cumsum(exp(input))) along dim, without overflow or underflow (a scan of logaddexp)."""
-    from ._composite import logaddexp
     _check_tensor(input, "logcumsumexp")
     if input.dtype not in _FLOATS:
         raise RuntimeError(f"\"logcumsumexp_out_cpu\" not implemented for '{_type_name(input.dtype)}'")
@@ -770,7 +770,6 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     elif e.numel() * t.numel() <= 1 << 22:
         found = (e.unsqueeze(-1) == t).any(-1)
     else:  # a binary search of the sorted test elements
-        from ._composite import searchsorted
         ordered = _C.sort(t)[0].contiguous()
         pos = searchsorted(ordered, e.reshape(-1).contiguous()).clamp_max(t.numel() - 1)
         found = (ordered.gather(0, pos) == e.reshape(-1)).reshape(tuple(e.shape))
@@ -1379,7 +1378,6 @@ def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
 
 def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
     """input with its diagonal (offset, dim1, dim2 as diagonal()) replaced by src."""
-    from ._composite import diagonal
     return _scatter_into_view("diagonal_scatter", input, src, lambda t: diagonal(t, offset, dim1, dim2))
 
 
@@ -1774,7 +1772,7 @@ def _install():
         return polygamma(n, self)
 
     def polygamma_inplace(self, n):
-        return _write_inplace(self, polygamma(n, self.clone()), "polygamma_")
+        return _write_inplace(self, polygamma(n, self.clone()))
 
     methods = {
         "arccos": Tensor.acos, "arccos_": Tensor.acos_, "arcsin": Tensor.asin, "arcsin_": Tensor.asin_,

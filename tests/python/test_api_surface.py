@@ -967,3 +967,42 @@ def test_apply_map_and_split_sizes(rng):
     same(lambda lib: lib.unsafe_split_with_sizes(T(lib, a), [1, 3], 1))
     same(lambda lib: T(lib, a).unsafe_split_with_sizes([2, 1]))
     same(lambda lib: T(lib, a).unsafe_split_with_sizes([2, 2]))
+
+
+# ---- empty tensors, odd sizes and broadcasting across the functions -----------------------------
+
+UNARY = {
+    "sinc": lambda lib, t: lib.sinc(t), "lgamma": lambda lib, t: lib.lgamma(t),
+    "digamma": lambda lib, t: lib.digamma(t), "polygamma": lambda lib, t: lib.polygamma(2, t),
+    "i0": lambda lib, t: lib.i0(t), "logit": lambda lib, t: lib.logit(t, 0.1), "signbit": lambda lib, t: lib.signbit(t),
+    "frexp": lambda lib, t: tuple(lib.frexp(t)), "nanmean": lambda lib, t: lib.nanmean(t, -1),
+    "logcumsumexp": lambda lib, t: lib.logcumsumexp(t, -1), "cummax": lambda lib, t: tuple(lib.cummax(t, 0)),
+    "cummin": lambda lib, t: tuple(lib.cummin(t, -1)), "ravel": lambda lib, t: lib.ravel(t),
+    "diagflat": lambda lib, t: lib.diagflat(t), "isposinf": lambda lib, t: lib.isposinf(t),
+    "deg2rad": lambda lib, t: lib.deg2rad(t), "angle": lambda lib, t: lib.angle(t),
+    "trapezoid": lambda lib, t: lib.trapezoid(t), "cumulative_trapezoid": lambda lib, t: lib.cumulative_trapezoid(t),
+    "mvlgamma": lambda lib, t: lib.mvlgamma(t + 3, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_shapes(rng, name):
+    for shape in ((0,), (0, 3), (3, 0), (1,), (7,), (2, 0, 5), (3, 5, 7)):
+        a = rng.uniform(0.05, 3, size=shape)
+        same(lambda lib: UNARY[name](lib, T(lib, a, "transposed")))
+
+
+BINARY = {
+    "fmax": lambda lib, a, b: lib.fmax(a, b), "fmin": lambda lib, a, b: lib.fmin(a, b),
+    "ldexp": lambda lib, a, b: lib.ldexp(a, b.round()), "logaddexp2": lambda lib, a, b: lib.logaddexp2(a, b),
+    "nextafter": lambda lib, a, b: lib.nextafter(a, b), "kron": lambda lib, a, b: lib.kron(a.contiguous(), b),
+    "gcd": lambda lib, a, b: lib.gcd(a.long(), b.long()), "lcm": lambda lib, a, b: lib.lcm(a.long(), b.long()),
+    "isin": lambda lib, a, b: lib.isin(a.round(), b.round()), "dist": lambda lib, a, b: lib.dist(a, b),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_broadcasting(rng, name):
+    for sa, sb in (((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((0, 3), (1, 3)), ((5,), ()), ((), ()), ((2, 3), (3, 2))):
+        a, b = rng.uniform(-9, 9, size=sa), rng.uniform(-9, 9, size=sb)
+        same(lambda lib: BINARY[name](lib, T(lib, a, "transposed"), T(lib, b)))
