@@ -32,7 +32,7 @@ __all__ = [
     "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
     "blackman_window", "kaiser_window", "index_copy", "masked_scatter", "scatter_reduce", "select_scatter",
     "slice_scatter", "diagonal_scatter", "put", "addr", "rsub", "nextafter", "angle", "real", "imag", "range",
-    "typename", "is_storage", "cumulative_trapezoid", "unsafe_split_with_sizes",
+    "typename", "is_storage", "cumulative_trapezoid", "unsafe_split_with_sizes", "histogram", "gradient",
     # torch's functional forms of Tensor's in-place methods (torch.abs_(t) is t.abs_())
     "abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "cos_", "cosh_", "erf_", "erfc_",
     "exp_", "exp2_", "expm1_", "fill_", "floor_", "frac_", "log_", "log10_", "log1p_", "log2_", "neg_", "negative_",
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 for _name, _fields in (("cummax", ("values", "indices")), ("cummin", ("values", "indices")),
-                       ("frexp", ("mantissa", "exponent"))):
+                       ("frexp", ("mantissa", "exponent")), ("histogram", ("hist", "bin_edges"))):
     if not hasattr(_return_types, _name):
         setattr(_return_types, _name, _return_types._structseq(_name, _fields))
         _return_types.__all__.append(_name)
@@ -1716,6 +1716,114 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     return areas.cumsum(d)
 
 
+def histogram(input, bins, *, range=None, weight=None, density=False):  # noqa: A002
+    """(hist, bin_edges): the (weighted) counts of input's elements in bins equal-width bins over
+    range (the data's; widened by 1/2 each way for constant data) or between the given edges; the
+    last bin includes its right edge. density divides by the total and the bin widths."""
+    _check_tensor(input, "histogram")
+    if input.dtype not in _FLOATS:
+        raise RuntimeError(f"\"histogramdd\" not implemented for '{_type_name(input.dtype)}'")
+    x = input.detach().reshape(-1)
+    if isinstance(bins, Tensor):
+        if bins.dim() != 1 or bins.numel() < 2:
+            raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {builtins.max(bins.numel() - 1, 0)} for "
+                               "dimension 0")
+        if bins.dtype != input.dtype:
+            raise RuntimeError(f"torch.histogramdd: input tensor and bins tensors should have the same dtype, but got "
+                               f"input {_type_name(input.dtype)} and bins {_type_name(bins.dtype)}")
+        edges = bins.detach().contiguous()
+    else:
+        if bins <= 0:
+            raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+        if range is not None:
+            low, high = float(range[0]), float(range[1])
+        elif x.numel():
+            low, high = x.amin().item(), x.amax().item()
+        else:
+            low, high = 0.0, 1.0
+        if low > high:
+            raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {low:g} max {high:g} for "
+                               "dimension 0")
+        if low == high:
+            low, high = low - 0.5, high + 0.5
+        edges = _creation.linspace(low, high, bins + 1, dtype=input.dtype, device=input.device)
+    count = edges.numel() - 1
+    if weight is not None:
+        _check_tensor(weight, "histogram", "weight")
+        if tuple(weight.shape) != tuple(input.shape):
+            raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
+                               "input tensor excluding its innermost dimension")
+        w = weight.detach().reshape(-1).to(_C.float64)
+    else:
+        w = _creation.ones(x.shape, dtype=_C.float64, device=x.device)
+    inside = (x >= edges[0]) & (x <= edges[-1])
+    position = searchsorted(edges, x.contiguous(), right=True) - 1
+    position = _C.where(x == edges[-1], _creation.full((), count - 1, dtype=_C.int64, device=x.device), position)
+    hist = _creation.zeros(count, dtype=_C.float64, device=x.device)
+    hist = hist.scatter_add(0, position.clamp(0, count - 1), _C.where(inside, w, w * 0))
+    if density:
+        hist = hist / (hist.sum() * (edges[1:] - edges[:-1]).to(_C.float64))
+    return _return_types.histogram((hist.to(input.dtype), edges))
+
+
+def gradient(input, *, spacing=1, dim=None, edge_order=1):
+    """The derivative of input along each dim (all by default) by second-order central differences
+    inside and first- or second-order one-sided ones at the ends; spacing is one number, a number
+    per dim, or a tensor of coordinates per dim. A tuple, one tensor per dim."""
+    _check_tensor(input, "gradient")
+    if edge_order not in (1, 2):
+        raise RuntimeError("torch.gradient only supports edge_order=1 and edge_order=2.")
+    if dim is None:
+        dims = list(builtins.range(input.dim()))
+    else:
+        dims = [dim] if isinstance(dim, int) else list(dim)
+        dims = [_wrap_dim(d, input.dim()) for d in dims]
+    if isinstance(spacing, (list, tuple)):
+        if len(spacing) != len(dims):
+            raise RuntimeError(f"torch.gradient expected spacing to be unspecified, a scalar or it's spacing and dim "
+                               f"arguments to have the same length, but got a spacing argument of length "
+                               f"{len(spacing)} and a dim argument of length {len(dims)}.")
+        steps = list(spacing)
+    else:
+        steps = [spacing] * len(dims)
+    for d in dims:
+        if input.shape[d] < edge_order + 1:
+            raise RuntimeError("torch.gradient expected each dimension size to be at least edge_order+1")
+    f = _floating(input)
+    results = []
+    for d, step in zip(dims, steps):
+        n = f.shape[d]
+        prior, middle, after = f.narrow(d, 0, n - 2), f.narrow(d, 1, n - 2), f.narrow(d, 2, n - 2)
+        first, second, third = f.narrow(d, 0, 1), f.narrow(d, 1, 1), f.narrow(d, 2, 1) if n > 2 else None
+        last, before_last = f.narrow(d, n - 1, 1), f.narrow(d, n - 2, 1)
+        third_last = f.narrow(d, n - 3, 1) if n > 2 else None
+        if isinstance(step, Tensor):
+            if step.dim() != 1 or step.shape[0] != n:
+                raise RuntimeError(f"torch.gradient expected each tensor to be on the same device and the coordinates "
+                                   f"of dimension {d} to have {n} elements, but got shape {list(step.shape)}")
+            shape = [1] * f.dim()
+            shape[d] = n - 1
+            dx = (step[1:] - step[:-1]).to(f.dtype).reshape(shape)
+            h1, h2 = dx.narrow(d, 0, n - 2), dx.narrow(d, 1, n - 2)
+            inner = ((-h2 / (h1 * (h1 + h2))) * prior + ((h2 - h1) / (h1 * h2)) * middle
+                     + (h1 / (h2 * (h1 + h2))) * after)
+            d0, d1 = dx.narrow(d, 0, 1), dx.narrow(d, 1, 1) if n > 2 else None
+            dl, dm = dx.narrow(d, n - 2, 1), dx.narrow(d, n - 3, 1) if n > 2 else None
+        else:
+            inner = (after - prior) / (2.0 * step)
+            d0 = d1 = dl = dm = step
+        if edge_order == 1:
+            start = (second - first) / d0
+            end = (last - before_last) / dl
+        else:
+            start = (-(2.0 * d0 + d1) / (d0 * (d0 + d1))) * first + ((d0 + d1) / (d0 * d1)) * second \
+                + (-d0 / (d1 * (d0 + d1))) * third
+            end = (dl / (dm * (dm + dl))) * third_last + (-(dl + dm) / (dm * dl)) * before_last \
+                + ((2.0 * dl + dm) / (dl * (dm + dl))) * last
+        results.append(_C.cat([start, inner, end], d))
+    return tuple(results)
+
+
 def _apply_(self, callable):
     """Replaces each element by callable(element) (CPU tensors that do not require grad; slow)."""
     if self.requires_grad:
@@ -1753,7 +1861,8 @@ for _name in ("abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "
 for _name in ("lgamma", "digamma", "polygamma", "mvlgamma", "i0", "fmax", "fmin", "gcd", "lcm", "ldexp", "frexp",
               "logaddexp2", "isneginf", "isposinf", "nanmean", "logcumsumexp", "cummax", "cummin", "isin",
               "renorm", "inner", "kron", "logspace", "deg2rad", "rad2deg", "sgn", "signbit", "sinc", "logit",
-              "narrow_copy", "index_copy", "scatter_reduce", "addr", "nextafter", "angle", "cumulative_trapezoid"):
+              "narrow_copy", "index_copy", "scatter_reduce", "addr", "nextafter", "angle", "cumulative_trapezoid",
+              "histogram"):
     globals()[_name] = _with_out(globals()[_name])
 
 deg2rad_ = _inplace(deg2rad, "deg2rad_")
@@ -1806,7 +1915,8 @@ def _install():
         "exponential_": _exponential_, "cauchy_": _cauchy_, "log_normal_": _log_normal_, "geometric_": _geometric_,
         "new": _new, "new_empty_strided": _new_empty_strided, "addr": addr,
         "addr_": _inplace(addr, "addr_"), "nextafter": nextafter, "nextafter_": _inplace(nextafter, "nextafter_"),
-        "angle": angle, "apply_": _apply_, "map_": _map_, "unsafe_split_with_sizes": unsafe_split_with_sizes,
+        "angle": angle, "histogram": histogram, "apply_": _apply_, "map_": _map_,
+        "unsafe_split_with_sizes": unsafe_split_with_sizes,
     }
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
