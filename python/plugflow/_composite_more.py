@@ -924,11 +924,18 @@ def vander(x, N=None, increasing=False):
     return result if increasing else result.flip([1])
 
 
+def _check_spacing(fn, x, dx):
+    """PyTorch's overloads: (y, Tensor x) or (y, *, dx); a number as x, or both, is refused."""
+    if x is not None and (dx is not None or not isinstance(x, Tensor)):
+        got = "x and dx" if dx is not None else f"x of type {type(x).__name__}"
+        raise TypeError(f"{fn}() received an invalid combination of arguments - got {got}, but expected one of: "
+                        "(Tensor y, Tensor x, *, int dim), (Tensor y, *, Number dx, int dim)")
+
+
 def trapezoid(y, x=None, *, dx=None, dim=-1):
     """The trapezoidal rule along dim, with sample points x (a tensor) or spacing dx (default 1)."""
     _check_tensor(y, "trapezoid", "y")
-    if x is not None and dx is not None:
-        raise TypeError("trapezoid() received an invalid combination of arguments - got both x and dx")
+    _check_spacing("trapezoid", x, dx)
     if y.dtype == _C.bool:
         raise RuntimeError("trapezoid: received a bool input for `y`, but bool is not supported")
     if isinstance(x, Tensor) and x.dtype == _C.bool:
@@ -952,7 +959,7 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
         spacing = x.narrow(d, 1, m - 1) - x.narrow(d, 0, m - 1)
         pairs = y.narrow(d, 0, n - 1) + y.narrow(d, 1, n - 1)
         return _C.true_divide((spacing * pairs).sum(d), 2)
-    step = 1 if x is None and dx is None else (dx if dx is not None else x)
+    step = 1 if dx is None else dx
     ends = y.select(d, 0) + y.select(d, -1)
     return (y.sum(d) - ends * 0.5) * step
 
@@ -997,6 +1004,8 @@ def block_diag(*tensors):
 
 def cartesian_prod(*tensors):
     """All combinations of one element of each 1-D tensor, one per row (the tensor itself for one)."""
+    if not tensors:
+        raise RuntimeError("meshgrid expects a non-empty TensorList")
     for t in tensors:
         _check_tensor(t, "cartesian_prod", "tensors")
         if t.dim() != 1:
@@ -1686,8 +1695,7 @@ def is_storage(obj):
 def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     """The running trapezoidal rule along dim (one value fewer than y has along it)."""
     _check_tensor(y, "cumulative_trapezoid", "y")
-    if x is not None and dx is not None:
-        raise TypeError("cumulative_trapezoid() received an invalid combination of arguments - got both x and dx")
+    _check_spacing("cumulative_trapezoid", x, dx)
     if y.dtype == _C.bool:
         raise RuntimeError("cumulative_trapezoid: received a bool input for `y`, but bool is not supported")
     if isinstance(x, Tensor) and x.dtype == _C.bool:
@@ -1711,8 +1719,7 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
         m = x.shape[d]
         areas = _C.true_divide((x.narrow(d, 1, m - 1) - x.narrow(d, 0, m - 1)) * pairs, 2)
     else:
-        step = 1 if dx is None and x is None else (dx if dx is not None else x)
-        areas = pairs * (0.5 * step)
+        areas = pairs * (0.5 * (1 if dx is None else dx))
     return areas.cumsum(d)
 
 

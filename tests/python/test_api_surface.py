@@ -498,6 +498,10 @@ def test_vander_trapezoid(rng):
     same(lambda lib: lib.trapezoid(T(lib, np.array(1.0))))
     same(lambda lib: lib.trapezoid(lib.ones(3, 0)))
     same(lambda lib: lib.trapezoid(lib.ones(3, 0), lib.ones(0)))
+    for fn in ("trapezoid", "trapz", "cumulative_trapezoid"):
+        same(lambda lib: getattr(lib, fn)(lib.ones(3), 2.0))
+        same(lambda lib: getattr(lib, fn)(lib.ones(3), lib.ones(3), dx=2.0))
+        same(lambda lib: getattr(lib, fn)(lib.ones(3), dx=lib.tensor(2.0)))
     check_grad(rng, lambda lib, a, b: lib.trapezoid(a, b), y, xs)
     check_grad(rng, lambda lib, a: lib.trapz(a, dx=0.3, dim=0), y)
 
@@ -529,6 +533,7 @@ def test_cartesian_prod_combinations(rng):
         assert lib.cartesian_prod(t) is t
     same(lambda lib: lib.cartesian_prod(T(lib, a), T(lib, np.arange(2))))
     same(lambda lib: lib.cartesian_prod(lib.ones(2, 2)))
+    same(lambda lib: lib.cartesian_prod())
     check_grad(rng, lambda lib, x, y: lib.cartesian_prod(x, y), a, b)
     for r in (0, 1, 2, 3, 5, 6):
         for rep in (False, True):
