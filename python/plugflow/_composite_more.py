@@ -31,8 +31,8 @@ __all__ = [
     "renorm", "dist", "inner", "kron", "cov", "corrcoef", "vander", "trapezoid", "trapz", "diagflat", "block_diag",
     "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
     "blackman_window", "kaiser_window", "index_copy", "masked_scatter", "scatter_reduce", "select_scatter",
-    "slice_scatter", "diagonal_scatter", "put", "addr", "rsub", "nextafter", "angle", "real", "imag", "range",
-    "typename", "is_storage", "cumulative_trapezoid", "unsafe_split_with_sizes", "histogram", "gradient",
+    "slice_scatter", "diagonal_scatter", "put", "index_reduce", "addr", "rsub", "nextafter", "angle", "real", "imag",
+    "range", "typename", "is_storage", "cumulative_trapezoid", "unsafe_split_with_sizes", "histogram", "gradient",
     # torch's functional forms of Tensor's in-place methods (torch.abs_(t) is t.abs_())
     "abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "cos_", "cosh_", "erf_", "erfc_",
     "exp_", "exp2_", "expm1_", "fill_", "floor_", "frac_", "log_", "log10_", "log1p_", "log2_", "neg_", "negative_",
@@ -1357,6 +1357,44 @@ def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
     return _ScatterReduce.apply(input, box, d, index, reduce, include_self)
 
 
+def index_reduce(input, dim, index, source, reduce, *, include_self=True):
+    """Reduces source's slices along dim into input's slices at index (1-D, int32 or int64):
+    "prod", "mean", "amax" or "amin", as scatter_reduce with the index repeated across the other
+    dims."""
+    _check_tensor(input, "index_reduce")
+    _check_tensor(index, "index_reduce", "index")
+    _check_tensor(source, "index_reduce", "source")
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    if index.dtype not in (_C.int32, _C.int64):
+        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {_type_name(index.dtype)}")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"index_reduce_(): self ({_type_name(input.dtype)}) and source "
+                           f"({_type_name(source.dtype)}) must have the same scalar type")
+    if index.dim() > 1:
+        raise IndexError(f"index_reduce_(): Index is supposed to be a vector, but got dim: {index.dim()} with type: "
+                         f"{_type_name(index.dtype)} and size: {list(index.shape)}")
+    d = _wrap_dim(dim, input.dim())
+    flat = index.reshape(-1).to(_C.int64)
+    src = source.reshape([1] * builtins.max(input.dim(), 1)) if source.dim() == 0 else source
+    if src.dim() != builtins.max(input.dim(), 1) or src.shape[d] != flat.numel():
+        raise RuntimeError(f"index_reduce_(): Number of indices ({flat.numel()}) should be equal to "
+                           f"source.size(dim): ({src.shape[d] if src.dim() > d else 1}), for dim: {d}")
+    for i in builtins.range(src.dim()):
+        if i != d and src.shape[i] != input.shape[i]:
+            raise RuntimeError(f"The size of tensor a ({input.shape[i]}) must match the size of tensor b "
+                               f"({src.shape[i]}) at non-singleton dimension {i}")
+    n = input.shape[d] if input.dim() else 1
+    if flat.numel() and builtins.bool(((flat < 0) | (flat >= n)).any().item()):
+        raise IndexError("index out of range in self")
+    view = [1] * src.dim()
+    view[d] = flat.numel()
+    target = input if input.dim() else input.reshape(1)
+    result = scatter_reduce(target, d, flat.reshape(view).expand(tuple(src.shape)), src, reduce,
+                            include_self=include_self)
+    return result if input.dim() else result.reshape(())
+
+
 def _scatter_into_view(fn, input, src, view_of):
     """A copy of input whose view view_of(copy) holds src (which must have the view's shape; its
     dtype is cast). Gradients flow to input outside the view and to src."""
@@ -1918,8 +1956,9 @@ def _install():
         "masked_scatter_": _masked_scatter_, "scatter_reduce": scatter_reduce,
         "scatter_reduce_": _inplace(scatter_reduce, "scatter_reduce_"), "select_scatter": select_scatter,
         "slice_scatter": slice_scatter, "diagonal_scatter": diagonal_scatter, "put": put,
-        "put_": _inplace(put, "put_"), "fill_diagonal_": _fill_diagonal_, "random_": _random_,
-        "exponential_": _exponential_, "cauchy_": _cauchy_, "log_normal_": _log_normal_, "geometric_": _geometric_,
+        "put_": _inplace(put, "put_"), "index_reduce": index_reduce,
+        "index_reduce_": _inplace(index_reduce, "index_reduce_"), "fill_diagonal_": _fill_diagonal_,
+        "random_": _random_, "exponential_": _exponential_, "cauchy_": _cauchy_, "log_normal_": _log_normal_, "geometric_": _geometric_,
         "new": _new, "new_empty_strided": _new_empty_strided, "addr": addr,
         "addr_": _inplace(addr, "addr_"), "nextafter": nextafter, "nextafter_": _inplace(nextafter, "nextafter_"),
         "angle": angle, "histogram": histogram, "apply_": _apply_, "map_": _map_,

@@ -1065,3 +1065,35 @@ def test_gradient(rng):
     same(lambda lib: lib.gradient(T(lib, a), edge_order=3))
     same(lambda lib: lib.gradient(T(lib, a), dim=(0,), spacing=[2.0, 3.0]))
     same(lambda lib: lib.gradient(T(lib, a[:1])))
+
+
+@pytest.mark.filterwarnings(r"ignore:index_reduce\(\) is in beta")
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+def test_index_reduce(rng, reduce):
+    a = rng.standard_normal((4, 5, 3))
+    for dim in (0, 1, -1):
+        n = a.shape[dim]
+        index = rng.integers(0, n, size=6)
+        shape = list(a.shape)
+        shape[dim] = 6
+        src = rng.integers(-3, 4, size=shape).astype(np.float64)
+        for include_self in (True, False):
+            same(lambda lib: lib.index_reduce(T(lib, a, "transposed"), dim, T(lib, index), T(lib, src), reduce,
+                                              include_self=include_self))
+            same(lambda lib: T(lib, a).index_reduce(dim, T(lib, index.astype(np.int32)), T(lib, src, "transposed"),
+                                                    reduce, include_self=include_self))
+            same(lambda lib: inplace(lib, "index_reduce_", a, dim, T(lib, index), T(lib, src), reduce,
+                                     include_self=include_self))
+            ints = rng.integers(-5, 6, size=a.shape)
+            same(lambda lib: T(lib, ints).index_reduce(dim, T(lib, index), T(lib, src.astype(np.int64)), reduce,
+                                                       include_self=include_self))
+            g_src = src if reduce in ("amax", "amin") else rng.standard_normal(shape)
+            check_grad(rng, lambda lib, x, s: lib.index_reduce(x, dim, T(lib, index), s, reduce,
+                                                              include_self=include_self), a, g_src)
+    src = rng.standard_normal((2, 5, 3))
+    good = np.array([0, 2])
+    for idx, s in ((good.astype(np.float32), src), (good, src.astype(np.float32)), (np.array([0, 4]), src),
+                   (np.array([0, -1]), src), (good.reshape(2, 1), src), (good, src[:, :4]), (np.array([0, 1, 2]), src)):
+        same(lambda lib: lib.index_reduce(T(lib, a), 0, T(lib, idx), T(lib, s), reduce))
+    same(lambda lib: lib.index_reduce(T(lib, a), 0, T(lib, good), T(lib, src), "sum"))
+    same(lambda lib: lib.ones(3).index_reduce(0, lib.tensor(1), lib.tensor(5.0), reduce))
