@@ -32,7 +32,8 @@ __all__ = [
     "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
     "blackman_window", "kaiser_window", "index_copy", "masked_scatter", "scatter_reduce", "select_scatter",
     "slice_scatter", "diagonal_scatter", "put", "index_reduce", "addr", "rsub", "nextafter", "angle", "real", "imag",
-    "range", "typename", "is_storage", "cumulative_trapezoid", "unsafe_split_with_sizes", "histogram", "gradient",
+    "range", "bitwise_left_shift", "bitwise_right_shift", "typename", "is_storage", "cumulative_trapezoid",
+    "unsafe_split_with_sizes", "histogram", "gradient",
     # torch's functional forms of Tensor's in-place methods (torch.abs_(t) is t.abs_())
     "abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "cos_", "cosh_", "erf_", "erfc_",
     "exp_", "exp2_", "expm1_", "fill_", "floor_", "frac_", "log_", "log10_", "log1p_", "log2_", "neg_", "negative_",
@@ -1659,6 +1660,48 @@ def rsub(input, other, alpha=1):
 _FLOAT_BITS = {_C.float32: _C.int32, _C.float64: _C.int64, _C.bfloat16: _C.int16}
 
 
+def _shift(input, other, left):
+    """input shifted by other bits as PyTorch's CPU kernels shift: in the promoted integer dtype,
+    computed at C's width (64 bits for int64, 32 for the narrower types) with the count taken
+    modulo that width (x86's rule), then wrapped to the dtype; right shifts are arithmetic."""
+    fn = "bitwise_left_shift" if left else "bitwise_right_shift"
+    if not isinstance(input, Tensor) and not isinstance(other, Tensor):
+        raise TypeError(f"{fn}() received an invalid combination of arguments - got ({type(input).__name__}, "
+                        f"{type(other).__name__}), but expected a Tensor for input or other")
+    device = (input if isinstance(input, Tensor) else other).device
+    common = _C.result_type(input, other)
+    if common not in _INTS:
+        raise RuntimeError(f"\"{'lshift' if left else 'rshift'}_cpu\" not implemented for '{_type_name(common)}'")
+
+    def as_int64(x):
+        x = x.detach() if isinstance(x, Tensor) else _creation.tensor(x, device=device)
+        return x.to(common).to(_C.int64)
+
+    a, b = as_int64(input), as_int64(other)
+    width = 64 if common == _C.int64 else 32
+    count = (b & (width - 1)).to(_C.float64)
+    # 2 ** count as two factors, each exact in int64 (2 ** 63 itself is not)
+    low = _C.exp2((count / 2).floor()).to(_C.int64)
+    high = _C.exp2(count - (count / 2).floor()).to(_C.int64)
+    if left:
+        shifted = a * low * high                           # int64 multiplication wraps, as the shift does
+        if width == 32:
+            shifted = shifted.to(_C.int32)
+    else:
+        shifted = a.div(low, rounding_mode="floor").div(high, rounding_mode="floor")
+    return shifted.to(common)
+
+
+def bitwise_left_shift(input, other):
+    """input << other (integers; see _shift for counts outside the width)."""
+    return _shift(input, other, True)
+
+
+def bitwise_right_shift(input, other):
+    """input >> other, arithmetic (integers; see _shift for counts outside the width)."""
+    return _shift(input, other, False)
+
+
 def nextafter(input, other):
     """The next representable value after input towards other (other itself where they are equal)."""
     _check_tensor(input, "nextafter")
@@ -1907,7 +1950,7 @@ for _name in ("lgamma", "digamma", "polygamma", "mvlgamma", "i0", "fmax", "fmin"
               "logaddexp2", "isneginf", "isposinf", "nanmean", "logcumsumexp", "cummax", "cummin", "isin",
               "renorm", "inner", "kron", "logspace", "deg2rad", "rad2deg", "sgn", "signbit", "sinc", "logit",
               "narrow_copy", "index_copy", "scatter_reduce", "addr", "nextafter", "angle", "cumulative_trapezoid",
-              "histogram"):
+              "histogram", "bitwise_left_shift", "bitwise_right_shift"):
     globals()[_name] = _with_out(globals()[_name])
 
 deg2rad_ = _inplace(deg2rad, "deg2rad_")
@@ -1963,7 +2006,14 @@ def _install():
         "new": _new, "new_empty_strided": _new_empty_strided, "addr": addr,
         "addr_": _inplace(addr, "addr_"), "nextafter": nextafter, "nextafter_": _inplace(nextafter, "nextafter_"),
         "angle": angle, "histogram": histogram, "apply_": _apply_, "map_": _map_,
-        "unsafe_split_with_sizes": unsafe_split_with_sizes,
+        "unsafe_split_with_sizes": unsafe_split_with_sizes, "bitwise_left_shift": bitwise_left_shift,
+        "bitwise_left_shift_": _inplace(bitwise_left_shift, "bitwise_left_shift_"),
+        "bitwise_right_shift": bitwise_right_shift,
+        "bitwise_right_shift_": _inplace(bitwise_right_shift, "bitwise_right_shift_"),
+        "__lshift__": bitwise_left_shift, "__rlshift__": lambda self, other: bitwise_left_shift(other, self),
+        "__rshift__": bitwise_right_shift, "__rrshift__": lambda self, other: bitwise_right_shift(other, self),
+        "__ilshift__": _inplace(bitwise_left_shift, "__ilshift__"),
+        "__irshift__": _inplace(bitwise_right_shift, "__irshift__"),
     }
     for name, fn in methods.items():
         if not hasattr(Tensor, name):

@@ -1095,3 +1095,35 @@ def test_index_reduce(rng, reduce):
         same(lambda lib: lib.index_reduce(T(lib, a), 0, T(lib, idx), T(lib, s), reduce))
     same(lambda lib: lib.index_reduce(T(lib, a), 0, T(lib, good), T(lib, src), "sum"))
     same(lambda lib: lib.ones(3).index_reduce(0, lib.tensor(1), lib.tensor(5.0), reduce))
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_bitwise_shifts(rng, left):
+    name = "bitwise_left_shift" if left else "bitwise_right_shift"
+    op = (lambda a, b: a << b) if left else (lambda a, b: a >> b)
+    for dtype in ("int64", "int32", "int16", "int8", "uint8"):
+        a = data_of(rng, (3, 5), dtype, -100, 100)
+        counts = rng.integers(-70, 70, size=(5,))  # beyond the width too: PyTorch's CPU rule
+        for cdtype in (dtype, "int64", "int8"):
+            c = counts.astype(cdtype) if cdtype != "uint8" else np.abs(counts).astype(cdtype)
+            same(lambda lib: getattr(lib, name)(T(lib, a, "transposed"), T(lib, c)))
+            same(lambda lib: op(T(lib, a), T(lib, c)))
+        for k in (0, 1, 7, 31, 33, 63, 64, -1, 2 ** 40):
+            same(lambda lib: op(T(lib, a), k))
+            same(lambda lib: getattr(T(lib, a), name)(k))
+        same(lambda lib: op(3, T(lib, np.abs(counts) % 8)))
+        same(lambda lib: inplace(lib, name + "_", a, T(lib, np.abs(counts) % 8)))
+
+        def augmented(lib):
+            t = T(lib, a)
+            if left:
+                t <<= T(lib, np.abs(counts) % 4)
+            else:
+                t >>= 2
+            return t
+        same(augmented)
+    same(lambda lib: op(lib.ones(2), 1))
+    same(lambda lib: op(T(lib, np.arange(3)), 1.5))
+    same(lambda lib: op(T(lib, np.array([True, False])), 1))
+    same(lambda lib: op(T(lib, np.array([True, False])), T(lib, np.array([True, True]))))
+    same(lambda lib: getattr(lib, name)(2, 3))
