@@ -32,7 +32,8 @@ __all__ = [
     "cartesian_prod", "combinations", "logspace", "hann_window", "hamming_window", "bartlett_window",
     "blackman_window", "kaiser_window", "index_copy", "masked_scatter", "scatter_reduce", "select_scatter",
     "slice_scatter", "diagonal_scatter", "put", "index_reduce", "addr", "rsub", "nextafter", "angle", "real", "imag",
-    "range", "bitwise_left_shift", "bitwise_right_shift", "typename", "is_storage", "cumulative_trapezoid",
+    "range", "bitwise_left_shift", "bitwise_right_shift", "asarray", "fill", "get_device", "is_distributed",
+    "set_flush_denormal", "typename", "is_storage", "cumulative_trapezoid",
     "unsafe_split_with_sizes", "histogram", "gradient",
     # torch's functional forms of Tensor's in-place methods (torch.abs_(t) is t.abs_())
     "abs_", "acos_", "acosh_", "asin_", "asinh_", "atan_", "atanh_", "ceil_", "cos_", "cosh_", "erf_", "erfc_",
@@ -1759,6 +1760,68 @@ def range(start, end, step=1, *, dtype=None, layout=None, device=None, requires_
     return _creation._finish(values.to(dtype), requires_grad)
 
 
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """obj as a tensor, sharing its memory where it can: a tensor itself, a numpy array's memory,
+    an object with the buffer protocol read as dtype (the default float dtype unless given);
+    otherwise (numbers, sequences) a new tensor. copy=True always copies, copy=False refuses what
+    needs a copy (ValueError)."""
+    import numpy as np
+
+    device = _creation._device(device)
+    if isinstance(obj, (Tensor, np.ndarray)):
+        source = obj if isinstance(obj, Tensor) else None
+        if source is None:
+            try:
+                source = _C.from_numpy(obj)
+            except (TypeError, ValueError):  # a dtype or layout from_numpy cannot share
+                if copy is False:
+                    raise ValueError("can't alias this numpy array into a tensor") from None
+                source = _creation.tensor(obj, dtype=dtype, device=device)
+        converts = (dtype is not None and dtype != source.dtype) or (device is not None and device != source.device)
+        if converts and copy is False:
+            what = (f"dtype '{_type_name(source.dtype)}' into dtype '{_type_name(dtype)}'"
+                    if dtype is not None and dtype != source.dtype else f"device '{source.device}' into '{device}'")
+            raise ValueError(f"can't alias tensor with {what}.")
+        result = source.to(dtype=dtype or source.dtype, device=device or source.device)
+        if copy and result is source:
+            result = source.clone()
+    elif isinstance(obj, (bytes, bytearray, memoryview, np.generic)):
+        result = _creation.frombuffer(obj, dtype=dtype or _creation.get_default_dtype())
+        if copy:
+            result = result.clone()
+        if device is not None:
+            result = result.to(device)
+    else:
+        if copy is False:
+            raise ValueError("can't alias arbitrary sequence into a tensor.")
+        result = _creation.tensor(obj, dtype=dtype, device=device)
+    return result.requires_grad_() if requires_grad else result
+
+
+def fill(input, value):
+    """A new tensor of input's shape and dtype holding value."""
+    _check_tensor(input, "fill")
+    return _creation.full_like(input, value.item() if isinstance(value, Tensor) else value)
+
+
+def get_device(input):
+    """The CUDA index of input's device, -1 for the CPU."""
+    _check_tensor(input, "get_device")
+    return input.get_device()
+
+
+def is_distributed(input):
+    """False: plugflow has no distributed tensors."""
+    _check_tensor(input, "is_distributed")
+    return False
+
+
+def set_flush_denormal(mode):
+    """Whether the requested denormal mode holds: plugflow never flushes denormals to zero, so
+    mode=True is unsupported (False) and mode=False holds (True)."""
+    return not mode
+
+
 def typename(obj):
     """PyTorch's type name: "torch.FloatTensor" for a tensor, the qualified class name otherwise."""
     if isinstance(obj, Tensor):
@@ -2006,7 +2069,8 @@ def _install():
         "new": _new, "new_empty_strided": _new_empty_strided, "addr": addr,
         "addr_": _inplace(addr, "addr_"), "nextafter": nextafter, "nextafter_": _inplace(nextafter, "nextafter_"),
         "angle": angle, "histogram": histogram, "apply_": _apply_, "map_": _map_,
-        "unsafe_split_with_sizes": unsafe_split_with_sizes, "bitwise_left_shift": bitwise_left_shift,
+        "unsafe_split_with_sizes": unsafe_split_with_sizes, "is_distributed": is_distributed,
+        "bitwise_left_shift": bitwise_left_shift,
         "bitwise_left_shift_": _inplace(bitwise_left_shift, "bitwise_left_shift_"),
         "bitwise_right_shift": bitwise_right_shift,
         "bitwise_right_shift_": _inplace(bitwise_right_shift, "bitwise_right_shift_"),

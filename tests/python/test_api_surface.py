@@ -1127,3 +1127,44 @@ def test_bitwise_shifts(rng, left):
     same(lambda lib: op(T(lib, np.array([True, False])), 1))
     same(lambda lib: op(T(lib, np.array([True, False])), T(lib, np.array([True, True]))))
     same(lambda lib: getattr(lib, name)(2, 3))
+
+
+def data_ptr(x):
+    return x.data_ptr() if not isinstance(x, np.ndarray) else x.__array_interface__["data"][0]
+
+
+@pytest.mark.filterwarnings("ignore:The given buffer is not writable")
+def test_asarray(rng):
+    a = rng.standard_normal((2, 3))
+    for lib in (torch, pf):
+        arr = a.copy()
+        assert data_ptr(lib.asarray(arr)) == data_ptr(arr)
+        assert data_ptr(lib.asarray(arr, copy=True)) != data_ptr(arr)
+        assert data_ptr(lib.asarray(arr, dtype=lib.float32)) != data_ptr(arr)
+        t = T(lib, a)
+        assert lib.asarray(t) is t and lib.asarray(t, copy=True) is not t
+        assert data_ptr(lib.asarray(t, device="cpu", copy=False)) == data_ptr(t)
+        assert lib.asarray(t, requires_grad=True).requires_grad
+    same(lambda lib: lib.asarray(a))
+    same(lambda lib: lib.asarray(a[:, ::2]))
+    same(lambda lib: lib.asarray(a, dtype=lib.float32, copy=False))
+    same(lambda lib: lib.asarray(T(lib, a), dtype=lib.int64))
+    same(lambda lib: lib.asarray(T(lib, a), dtype=lib.int64, copy=False))
+    for data in ([1, 2], [1.0, 2], 3, True, 2.5, [[1, 2], [3, 4]], np.array(3.5)):
+        same(lambda lib: lib.asarray(data))
+        same(lambda lib: lib.asarray(data, dtype=lib.float64))
+    same(lambda lib: lib.asarray(2.5, copy=False))
+    same(lambda lib: lib.asarray([[1, 2], [3]]))
+    same(lambda lib: lib.asarray("x"))
+    same(lambda lib: lib.asarray(bytearray(b"abcd")))
+    same(lambda lib: lib.asarray(bytearray(b"abcd"), dtype=lib.int16))
+    same(lambda lib: lib.asarray(memoryview(b"ab")))
+
+
+def test_small_torch_functions(rng):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    same(lambda lib: lib.fill(T(lib, a, "transposed"), 2))
+    same(lambda lib: lib.fill(T(lib, a), lib.tensor(1.5)))
+    same(lambda lib: lib.fill(T(lib, a > 0), 1))
+    same(lambda lib: (lib.get_device(T(lib, a)), lib.is_distributed(T(lib, a)), T(lib, a).is_distributed()))
+    assert pf.set_flush_denormal(False) is True and pf.set_flush_denormal(True) is False
