@@ -42,7 +42,7 @@ def compare(rng, fn, *arrays, rtol=None, atol=None, grad=True):
     for p, t in pairs:
         if not (isinstance(t, torch.Tensor) and t.requires_grad):
             continue
-        if t.grad is None:  # (an input only compared, as a target: no gradient, or zeros)
+        if t.grad is None or t.grad.numel() == 0:  # (an input only compared, as a target; an empty one)
             assert p.grad is None or not p.grad.any()
         else:
             assert p.grad is not None
@@ -322,3 +322,267 @@ def test_ctc_loss_unbatched_and_errors():
         F(pf).ctc_loss(lp(pf), tg(pf) + 1, [5, 5], [2, 2])
     with pytest.raises(RuntimeError, match="non-negative"):
         F(pf).ctc_loss(lp(pf), tg(pf), [5, -1], [2, 2])
+
+
+# ---- layers -----------------------------------------------------------------------------------------
+
+def test_local_response_norms():
+    rng = seeded_rng()
+    size = int(rng.integers(1, 6))
+    alpha, beta, k = float(rng.uniform(1e-4, 1)), float(rng.uniform(0.5, 1)), float(rng.uniform(0.5, 2))
+    for shape in [(2, 5, 4), (2, 5, 3, 4), (1, 3, 2, 3, 2)]:
+        x = uniform(rng, shape)
+        compare(rng, lambda lib, a: lib.nn.functional.local_response_norm(a, size, alpha, beta, k), x)
+        compare(rng, lambda lib, a: lib.nn.LocalResponseNorm(size, alpha, beta, k)(a), x)
+    same_error(lambda lib: lib.nn.functional.local_response_norm(lib.randn(2, 3), 2))
+    for size in range(2, 8):  # (size 1 makes PyTorch's backward fail)
+        compare(rng, lambda lib, a: lib.nn.CrossMapLRN2d(size, alpha, beta, k)(a), uniform(rng, (2, 5, 3, 2)))
+    same_error(lambda lib: lib.nn.CrossMapLRN2d(3)(lib.randn(2, 3, 4)))
+
+
+def test_lp_pool():
+    rng = seeded_rng()
+    norm = float(rng.choice([1.0, 2.0, 3.0]))
+    kernel, stride, ceil = int(rng.integers(1, 4)), [None, 1, 2][int(rng.integers(0, 3))], bool(rng.random() < .5)
+    x1, x2 = uniform(rng, (2, 3, 7), 0.1, 2), uniform(rng, (2, 3, 7, 6), 0.1, 2)
+    compare(rng, lambda lib, a: lib.nn.functional.lp_pool1d(a, norm, kernel, stride, ceil), x1)
+    compare(rng, lambda lib, a: lib.nn.LPPool1d(norm, kernel, stride, ceil)(a), x1[0])
+    compare(rng, lambda lib, a: lib.nn.functional.lp_pool2d(a, norm, (kernel, 2), stride, ceil), x2)
+    compare(rng, lambda lib, a: lib.nn.LPPool2d(norm, kernel, stride, ceil)(a), x2[0])
+    same_error(lambda lib: lib.nn.functional.lp_pool2d(lib.randn(1, 2, 5, 5), 0, 2))
+
+
+def test_channel_shuffle_and_3d_pads():
+    rng = seeded_rng()
+    groups, per = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    x = uniform(rng, (2, groups * per, 3, 2))
+    # (PyTorch 1.13 has no derivative for channel_shuffle; plugflow's is the reshapes')
+    compare(rng, lambda lib, a: lib.nn.functional.channel_shuffle(a, groups), x, grad=False)
+    compare(rng, lambda lib, a: lib.nn.functional.native_channel_shuffle(a, groups), x, grad=False)
+    compare(rng, lambda lib, a: lib.nn.ChannelShuffle(groups)(a), x[..., 0], grad=False)
+    assert_same_outcome(lambda lib: lib.nn.ChannelShuffle(2)(lib.arange(24).reshape(2, 4, 3)))
+    for bad in [lambda lib: lib.nn.functional.channel_shuffle(lib.randn(2, 4), 2),
+                lambda lib: lib.nn.functional.channel_shuffle(lib.randn(2, 4, 3), 3),
+                lambda lib: lib.nn.functional.channel_shuffle(lib.randn(2, 4, 3), 0)]:
+        same_error(bad)
+    pads = tuple(int(v) for v in rng.integers(0, 3, size=6))
+    x = uniform(rng, (2, 2, 3, 4, 3))
+    compare(rng, lambda lib, a: lib.nn.ConstantPad3d(pads, 1.5)(a), x)
+    compare(rng, lambda lib, a: lib.nn.ConstantPad3d(1, -2.0)(a), x[0])
+    compare(rng, lambda lib, a: lib.nn.ReflectionPad3d(pads)(a), x)
+    compare(rng, lambda lib, a: lib.nn.ReplicationPad3d(pads)(a), x)
+    compare(rng, lambda lib, a: lib.nn.ReplicationPad3d(2)(a), x[0])
+    same_error(lambda lib: lib.nn.ReflectionPad3d(3)(lib.randn(1, 1, 3, 3, 3)))
+
+
+def test_instance_norm_3d():
+    rng = seeded_rng()
+    affine, track = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+    x = uniform(rng, (2, 3, 3, 4, 2))
+
+    def run(lib, a):
+        m = lib.nn.InstanceNorm3d(3, affine=affine, track_running_stats=track).double()
+        out = m(a)
+        return (out,) + ((m.running_mean, m.running_var) if track else ())
+
+    compare(rng, run, x)
+    compare(rng, run, x[0])
+    same_error(lambda lib: lib.nn.InstanceNorm3d(3)(lib.randn(2, 3, 4)))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(mode):
+    rng = seeded_rng()
+    rows, dim = int(rng.integers(2, 8)), int(rng.integers(1, 5))
+    weight = uniform(rng, (rows, dim))
+    length = int(rng.integers(0, 12))
+    indices = rng.integers(0, rows, size=length)
+    cuts = np.sort(rng.integers(0, length + 1, size=int(rng.integers(1, 5))))
+    cuts[0] = 0
+    padding_idx = [None, int(rng.integers(-rows, rows))][int(rng.integers(0, 2))]
+    include_last = bool(rng.random() < 0.5)
+    psw = uniform(rng, (length,)) if mode == "sum" else None
+    offsets = np.append(cuts, length) if include_last else cuts
+
+    def bag(lib, w, idx, off, *sample_weights):
+        return lib.nn.functional.embedding_bag(idx, w, off, mode=mode, padding_idx=padding_idx,
+                                               include_last_offset=include_last,
+                                               per_sample_weights=sample_weights[0] if sample_weights else None)
+
+    compare(rng, bag, weight, indices, offsets)
+    if psw is not None:
+        compare(rng, bag, weight, indices, offsets, psw)
+    # 2-d input: one bag per row; the module form
+    idx2 = rng.integers(0, rows, size=(int(rng.integers(1, 4)), int(rng.integers(1, 4))))
+    compare(rng, lambda lib, w, idx: lib.nn.EmbeddingBag.from_pretrained(w, freeze=False, mode=mode)(idx),
+            weight, idx2)
+    compare(rng, lambda lib, w, idx: lib.nn.functional.embedding_bag(idx.int(), w, mode=mode), weight, idx2)
+
+
+def test_embedding_bag_errors_and_module():
+    F = lambda lib: lib.nn.functional  # noqa: E731
+    w = lambda lib: lib.randn(5, 3)  # noqa: E731
+    idx = lambda lib: lib.tensor([1, 2, 3])  # noqa: E731
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([1, 2])))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 5]), mode="sum"))
+    same_error(lambda lib: F(lib).embedding_bag(lib.tensor([1., 2, 3]), w(lib), lib.tensor([0, 2])))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib).long(), lib.tensor([0, 1])))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 1]), padding_idx=7))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 1]), mode="avg"))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), None))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib).view(1, 3), w(lib), lib.tensor([0])))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 1]), mode="max",
+                                                scale_grad_by_freq=True))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 1]), mode="mean",
+                                                per_sample_weights=lib.ones(3)))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 1]), mode="sum",
+                                                per_sample_weights=lib.ones(2)))
+    same_error(lambda lib: F(lib).embedding_bag(idx(lib), w(lib), lib.tensor([0, 1]), mode="sum",
+                                                per_sample_weights=lib.ones(3).double()))
+    # (PyTorch fails these in a C++ enforce; plugflow raises IndexError as Embedding does)
+    with pytest.raises(IndexError):
+        F(pf).embedding_bag(pf.tensor([1, 2, 7]), w(pf), pf.tensor([0, 2]))
+    with pytest.raises(RuntimeError, match="non-decreasing"):
+        F(pf).embedding_bag(idx(pf), w(pf), pf.tensor([0, 2, 1]))
+    m = pf.nn.EmbeddingBag(10, 3, mode="sum", padding_idx=-1)
+    assert m.padding_idx == 9 and not m.weight[9].any() and tuple(m.weight.shape) == (10, 3)
+    assert repr(m) == repr(torch.nn.EmbeddingBag(10, 3, mode="sum", padding_idx=-1))
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_max_unpool(spatial):
+    rng = seeded_rng()
+    kernel = int(rng.integers(1, 4))
+    sizes = tuple(int(rng.integers(kernel, kernel * 3 + 1)) for _ in range(spatial))
+    x = uniform(rng, (2, 3) + sizes)
+    pool = f"max_pool{spatial}d"
+    unpool = f"max_unpool{spatial}d"
+
+    def run(lib, a):
+        out, idx = getattr(lib.nn.functional, pool)(a, kernel, return_indices=True)
+        return getattr(lib.nn.functional, unpool)(out, idx, kernel, output_size=a.shape)
+
+    compare(rng, run, x)
+    module = getattr(torch.nn, f"MaxUnpool{spatial}d")
+
+    def run_module(lib, a):
+        out, idx = getattr(lib.nn, f"MaxPool{spatial}d")(kernel, return_indices=True)(a)
+        return getattr(lib.nn, module.__name__)(kernel)(out, idx, a.shape[1:])
+
+    compare(rng, run_module, x[0])
+    for bad in [lambda lib: getattr(lib.nn.functional, unpool)(lib.randn((1, 1) + (2,) * spatial),
+                                                              lib.zeros((1, 1) + (2,) * spatial, dtype=lib.long),
+                                                              2, output_size=(9,) * spatial),
+                lambda lib: getattr(lib.nn.functional, unpool)(lib.randn((1, 1) + (2,) * spatial),
+                                                              lib.full((1, 1) + (2,) * spatial, 99), 2),
+                lambda lib: getattr(lib.nn.functional, unpool)(lib.randn((1, 1) + (2,) * spatial),
+                                                              lib.zeros((1, 1) + (3,) * spatial, dtype=lib.long),
+                                                              2)]:
+        same_error(bad)
+
+
+@pytest.mark.parametrize("spatial", [2, 3])
+def test_fractional_max_pool(spatial):
+    rng = seeded_rng(seed_plugflow=True)
+    kernel = tuple(int(rng.integers(1, 4)) for _ in range(spatial))
+    strict = spatial == 3  # (PyTorch's 3-d pooling asks for output + kernel - 1 < input, not <=)
+    sizes = tuple(k + strict + int(rng.integers(0, 6)) for k in kernel)
+    out_size = tuple(int(rng.integers(1, s - k + 2 - strict)) for s, k in zip(sizes, kernel))
+    x = uniform(rng, (2, 3) + sizes)
+    samples = rng.random((2, 3, spatial))
+    name = f"fractional_max_pool{spatial}d"
+    # with given samples the windows are PyTorch's, so values, indices and gradients match
+    compare(rng, lambda lib, a, u: getattr(lib.nn.functional, name)(a, kernel, out_size, return_indices=True,
+                                                                   _random_samples=u.detach()), x, samples)
+    compare(rng, lambda lib, a, u: getattr(lib.nn.functional, name)(a, kernel, out_size, _random_samples=u.detach()),
+            x[0], samples[:1])
+    # with plugflow's own samples: the output is the maximum over a window at each index, and the
+    # windows cover the input's ends
+    xp = pf.from_numpy(x)
+    fitting = tuple(max(1, min(k, s - int(s * 0.5) + 1 - strict)) for k, s in zip(kernel, sizes))
+    module = getattr(pf.nn, f"FractionalMaxPool{spatial}d")(fitting, output_ratio=0.5, return_indices=True)
+    out, idx = module(xp)
+    assert tuple(out.shape) == (2, 3) + tuple(int(s * 0.5) for s in sizes)
+    assert pf.equal(out, xp.reshape(2, 3, -1).gather(2, idx.reshape(2, 3, -1)).reshape(out.shape))
+    out, idx = getattr(pf.nn.functional, name)(xp, kernel, out_size, return_indices=True)
+    assert tuple(out.shape) == (2, 3) + out_size
+    flat = idx.reshape(2, 3, -1)
+    assert pf.equal(out.reshape(2, 3, -1), xp.reshape(2, 3, -1).gather(2, flat))
+    coords = np.unravel_index(flat.numpy(), sizes)
+    for d in range(spatial):  # the last window ends at the input's end: its maximum lies in it
+        last = np.take(coords[d].reshape((2, 3) + out_size), -1, axis=2 + d)
+        assert (last >= sizes[d] - kernel[d]).all()
+    draws = [getattr(pf.nn.functional, name)(xp, kernel, out_size) for _ in range(2)]
+    assert all(tuple(d.shape) == (2, 3) + out_size for d in draws)
+    same_error(lambda lib: getattr(lib.nn, f"FractionalMaxPool{spatial}d")(2))
+    same_error(lambda lib: getattr(lib.nn, f"FractionalMaxPool{spatial}d")(2, output_size=2, output_ratio=0.5))
+    same_error(lambda lib: getattr(lib.nn, f"FractionalMaxPool{spatial}d")(2, output_ratio=1.5))
+    same_error(lambda lib: getattr(lib.nn.functional, name)(lib.randn((1, 1) + (4,) * spatial), 3,
+                                                            output_size=3))
+    same_error(lambda lib: getattr(lib.nn.functional, name)(lib.randn((1, 1, 0) + (4,) * (spatial - 1)), 1,
+                                                            output_size=1))
+    assert_same_outcome(lambda lib: getattr(lib.nn.functional, name)(lib.randn((1, 1, 1) + (4,) * (spatial - 1)), 1,
+                                                                     output_ratio=0.5))
+
+
+def test_adaptive_log_softmax():
+    rng = seeded_rng()
+    in_features, n_classes = int(rng.integers(4, 10)), int(rng.integers(4, 12))
+    cutoffs = sorted(rng.choice(np.arange(1, n_classes), size=int(rng.integers(1, min(3, n_classes - 1) + 1)),
+                                replace=False).tolist())
+    head_bias = bool(rng.random() < 0.5)
+    m_t = torch.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=2.0,
+                                              head_bias=head_bias).double()
+    m_p = pf.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=2.0,
+                                           head_bias=head_bias).double()
+    m_p.load_state_dict({k: from_torch(v) for k, v in m_t.state_dict().items()})
+    x = uniform(rng, (int(rng.integers(1, 8)), in_features))
+    target = rng.integers(0, n_classes, size=x.shape[0])
+    modules = {torch: m_t, pf: m_p}
+    compare(rng, lambda lib, a, t: tuple(modules[lib](a, t)), x, target)
+    compare(rng, lambda lib, a, t: tuple(modules[lib](a, t))[::-1], x, target)  # the loss's gradients
+    for p_param, t_param in zip(m_p.parameters(), m_t.parameters()):
+        if t_param.grad is None:  # a cluster no target falls in
+            assert p_param.grad is None or not p_param.grad.any()
+        else:
+            assert_matches(p_param.grad, t_param.grad)
+    compare(rng, lambda lib, a, t: tuple(modules[lib](a, t)), x[0], target[0, ...])
+    compare(rng, lambda lib, a: modules[lib].log_prob(a), x)
+    compare(rng, lambda lib, a: modules[lib].predict(a), x, grad=False)
+    same_error(lambda lib: modules[lib](lib.zeros(2, in_features).double(), lib.tensor([0, n_classes])))
+    same_error(lambda lib: modules[lib](lib.zeros(2, in_features).double(), lib.tensor([0])))
+    same_error(lambda lib: lib.nn.AdaptiveLogSoftmaxWithLoss(8, 10, [3, 3]))
+    same_error(lambda lib: lib.nn.AdaptiveLogSoftmaxWithLoss(8, 10, [3, 10]))
+
+
+def test_gumbel_softmax_statistics():
+    rng = seeded_rng(seed_plugflow=True)
+    logits = pf.from_numpy(rng.normal(size=(4,))).requires_grad_()
+    tau = float(rng.uniform(0.5, 2))
+    soft = pf.nn.functional.gumbel_softmax(logits.expand(20000, 4), tau=tau)
+    assert tuple(soft.shape) == (20000, 4) and soft.dtype == pf.float64
+    assert np.allclose(soft.sum(-1).detach().numpy(), 1)
+    hard = pf.nn.functional.gumbel_softmax(logits.expand(20000, 4), tau=tau, hard=True)
+    assert set(np.unique(hard.detach().numpy())) <= {0.0, 1.0} and (hard.sum(-1) == 1).all()
+    # the hard sample's argmax is a draw from softmax(logits) (Gumbel-max), whatever tau
+    freq = hard.detach().numpy().mean(0)
+    probs = torch.from_numpy(logits.detach().numpy()).softmax(0).numpy()
+    assert np.abs(freq - probs).max() < 5 * np.sqrt(0.25 / 20000) + 1e-3, (freq, probs)
+    # straight-through: the hard sample's gradient is the soft one's
+    hard.sum().backward()
+    assert np.allclose(logits.grad.numpy(), 0, atol=1e-9)
+    with pytest.warns(UserWarning, match="eps"):
+        pf.nn.functional.gumbel_softmax(logits, eps=1e-3)
+
+
+def test_pdist():
+    rng = seeded_rng()
+    x = uniform(rng, (int(rng.integers(2, 7)), int(rng.integers(1, 5))))
+    for p in [0.5, 1.0, 2.0, 3.0, float("inf")]:
+        compare(rng, lambda lib, a: lib.nn.functional.pdist(a, p), x)
+        compare(rng, lambda lib, a: lib.pdist(a, p), x)
+    compare(rng, lambda lib, a: lib.pdist(a, 0), x, grad=False)
+    compare(rng, lambda lib, a: lib.pdist(a), x[:1])
+    for bad in [lambda lib: lib.pdist(lib.randn(3)), lambda lib: lib.pdist(lib.randn(3, 2), p=-1),
+                lambda lib: lib.pdist(lib.ones(3, 2, dtype=lib.long))]:
+        same_error(bad)
