@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import plugflow as pf
-from helpers import assert_matches, assert_same_outcome, from_torch, seeded_rng
+from helpers import assert_matches, assert_same_outcome, dtype_name, from_torch, seeded_rng
 
 REDUCTIONS = ["none", "mean", "sum"]
 
@@ -586,3 +586,92 @@ def test_pdist():
     for bad in [lambda lib: lib.pdist(lib.randn(3)), lambda lib: lib.pdist(lib.randn(3, 2), p=-1),
                 lambda lib: lib.pdist(lib.ones(3, 2, dtype=lib.long))]:
         same_error(bad)
+
+
+# ---- lazy modules -------------------------------------------------------------------------------------
+
+LAZY_CASES = [  # (constructor, its arguments, the input shape)
+    ("LazyLinear", (5,), (3, 7)),
+    ("LazyLinear", (4, False), (2, 3, 6)),
+    ("LazyConv1d", (4, 3), (2, 3, 8)),
+    ("LazyConv2d", (6, 3, 2, 1, 1, 2), (2, 4, 7, 6)),
+    ("LazyConv3d", (2, 2), (3, 4, 4, 3)),
+    ("LazyConvTranspose1d", (4, 3, 2), (2, 3, 5)),
+    ("LazyConvTranspose2d", (4, 3), (2, 2, 4, 5)),
+    ("LazyConvTranspose3d", (2, 2, 1, 0, 0, 1, False), (1, 3, 3, 3, 2)),
+    ("LazyBatchNorm1d", (), (4, 3)),
+    ("LazyBatchNorm2d", (1e-3, 0.3), (3, 4, 2, 3)),
+    ("LazyBatchNorm3d", (), (2, 3, 2, 2, 3)),
+    ("LazyInstanceNorm1d", (), (2, 3, 5)),
+    ("LazyInstanceNorm2d", (1e-5, 0.1, False, False), (2, 3, 4, 5)),
+    ("LazyInstanceNorm3d", (), (2, 3, 2, 3, 2)),
+]
+
+
+@pytest.mark.filterwarnings("ignore:Lazy modules")
+@pytest.mark.parametrize("name, args, shape", LAZY_CASES, ids=[c[0] + str(i) for i, c in enumerate(LAZY_CASES)])
+def test_lazy_modules(name, args, shape):
+    rng = seeded_rng(seed_plugflow=True)
+    m_t, m_p = getattr(torch.nn, name)(*args).double(), getattr(pf.nn, name)(*args).double()
+    assert m_p.has_uninitialized_params() == m_t.has_uninitialized_params() and repr(m_p) == repr(m_t)
+    assert all(isinstance(p, pf.nn.parameter.UninitializedParameter) for p in m_p.parameters())
+    x = uniform(rng, shape)
+    # the dry run materializes the parameters: same shapes, dtype, class and repr
+    m_t(torch.from_numpy(x))
+    m_p(pf.from_numpy(x))
+    assert type(m_p).__name__ == type(m_t).__name__ and repr(m_p) == repr(m_t)
+    assert not hasattr(m_p, "_initialize_hook") and not hasattr(m_p, "has_uninitialized_params")
+    state_t = m_t.state_dict()
+    state_p = m_p.state_dict()
+    assert list(state_p) == list(state_t)
+    for key, value in state_t.items():
+        assert type(state_p[key]) is pf.Tensor
+        assert tuple(state_p[key].shape) == tuple(value.shape) and dtype_name(state_p[key].dtype) == \
+            dtype_name(value.dtype), key
+    assert all(type(p) is pf.nn.Parameter for p in m_p.parameters())
+    # then it is the ordinary module: with torch's values it computes torch's outputs and gradients
+    m_p.load_state_dict({k: from_torch(v) for k, v in state_t.items()})
+    modules = {torch: m_t, pf: m_p}
+    compare(rng, lambda lib, a: modules[lib](a), x)
+    for (name_p, p), (name_t, t) in zip(m_p.named_parameters(), m_t.named_parameters()):
+        assert name_p == name_t
+        assert_matches(p.grad, t.grad)
+    # an optimizer made after the dry run steps the materialized parameters
+    if not list(m_t.parameters()):
+        return
+    opt_t, opt_p = torch.optim.SGD(m_t.parameters(), lr=0.1), pf.optim.SGD(m_p.parameters(), lr=0.1)
+    opt_t.step()
+    opt_p.step()
+    for p, t in zip(m_p.parameters(), m_t.parameters()):
+        assert_matches(p.detach(), t.detach())
+
+
+@pytest.mark.filterwarnings("ignore:Lazy modules")
+def test_lazy_load_state_dict_and_errors():
+    rng = seeded_rng()
+    m_t = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                              torch.nn.Linear(16, 5)).double()
+    m_p = pf.nn.Sequential(pf.nn.LazyConv2d(4, 3), pf.nn.LazyBatchNorm2d(), pf.nn.Flatten(), pf.nn.LazyLinear(5))
+    m_p.double()
+    # loading initialized values materializes the lazy entries (the module stays lazy until its first forward)
+    m_p.load_state_dict({k: from_torch(v) for k, v in m_t.state_dict().items()})
+    assert not m_p[0].has_uninitialized_params() and type(m_p[1].running_mean) is pf.Tensor
+    compare(rng, lambda lib, a: {torch: m_t, pf: m_p}[lib](a), uniform(rng, (2, 3, 4, 4)))
+    assert type(m_p[3]) is pf.nn.Linear
+    # an uninitialized module's state dict holds its uninitialized entries
+    lazy = pf.nn.LazyLinear(3)
+    state = lazy.state_dict()
+    assert all(pf.nn.parameter.is_lazy(v) for v in state.values())
+    assert repr(state["weight"]) == "<UninitializedParameter>"
+    same_error(lambda lib: lib.nn.LazyConv2d(4, 3, groups=2)(lib.randn(1, 3, 5, 5)))
+    same_error(lambda lib: lib.nn.LazyConv2d(4, 3)(lib.randn(3, 5)))
+    with pytest.warns(UserWarning, match="Lazy modules"):
+        pf.nn.LazyBatchNorm1d()
+    param = pf.nn.UninitializedParameter(dtype=pf.float64)
+    assert isinstance(param, pf.nn.Parameter) and param.requires_grad
+    param.materialize((2, 3))
+    assert type(param) is pf.nn.Parameter and tuple(param.shape) == (2, 3) and param.dtype == pf.float64
+    buffer = pf.nn.UninitializedBuffer()
+    assert not buffer.requires_grad and repr(buffer) == "<UninitializedBuffer>"
+    with pytest.raises(RuntimeError):
+        buffer.share_memory_()

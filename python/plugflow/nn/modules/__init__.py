@@ -2,7 +2,7 @@
 
 from . import (module, container, linear, activation, conv, pooling, normalization, batchnorm, dropout, sparse,
                flatten, upsampling, loss, transformer, padding, distance, pixelshuffle, instancenorm, rnn, fold,
-               loss_more, extra_layers)
+               loss_more, extra_layers, lazy)
 from .module import *  # noqa: F401,F403
 from .container import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
@@ -25,9 +25,10 @@ from .rnn import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
 from .extra_layers import *  # noqa: F401,F403
+from .lazy import *  # noqa: F401,F403
 
 # What `from plugflow.nn.modules import *` (and so plugflow.nn) exports: torch.nn's public names.
 __all__ = [name for m in (module, container, linear, activation, conv, pooling, normalization, batchnorm, dropout,
                           sparse, flatten, upsampling, loss, transformer, padding, distance, pixelshuffle,
-                          instancenorm, rnn, fold, loss_more, extra_layers) for name in m.__all__
-           if name not in ("RemovableHandle", "NonDynamicallyQuantizableLinear")]
+                          instancenorm, rnn, fold, loss_more, extra_layers, lazy) for name in m.__all__
+           if name not in ("RemovableHandle", "NonDynamicallyQuantizableLinear", "LazyModuleMixin")]
