@@ -96,6 +96,7 @@ def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="m
 def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """Per-class logistic losses of 0/1 targets, (optionally weighted and) averaged over the
     classes (the last dim): one loss per sample."""
+    from .functional import logsigmoid  # (functional imports this module)
     if size_average is not None or reduce is not None:
         reduction = _resolve_reduction(size_average, reduce, reduction)
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
@@ -105,11 +106,6 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     loss = loss.sum(dim=class_dim) / input.size(class_dim)
     _check_reduction_late(reduction)
     return _reduce(loss, reduction)
-
-
-def logsigmoid(input):
-    from .functional import logsigmoid as _logsigmoid  # (functional imports this module)
-    return _logsigmoid(input)
 
 
 def _margin_loss_frames(input, target, name):
