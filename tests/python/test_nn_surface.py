@@ -410,6 +410,23 @@ def test_embedding_bag(mode):
                                                per_sample_weights=sample_weights[0] if sample_weights else None)
 
     compare(rng, bag, weight, indices, offsets)
+    if mode != "max":
+        # (PyTorch 1.13's CPU embedding_bag divides some rows' gradients by another index's count:
+        # the reference is its F.embedding's scaling, each row's gradient over its frequency)
+        def scaled(lib, w, idx, off):
+            if lib is pf:
+                return pf.nn.functional.embedding_bag(idx, w, off, mode=mode, scale_grad_by_freq=True,
+                                                      padding_idx=padding_idx, include_last_offset=include_last)
+            rows = torch.nn.functional.embedding(idx, w, scale_grad_by_freq=True)
+            keep = [padding_idx is None or int(i) != padding_idx % w.shape[0] for i in idx]
+            bags = []
+            for a, b in zip(cuts.tolist(), cuts[1:].tolist() + [length]):
+                kept = [rows[j] for j in range(a, b) if keep[j]]
+                total = torch.stack(kept).sum(0) if kept else rows.new_zeros(w.shape[1]) + 0 * w.sum()
+                bags.append(total / max(len(kept), 1) if mode == "mean" else total)
+            return torch.stack(bags)
+
+        compare(rng, scaled, weight, indices, offsets)
     if psw is not None:
         compare(rng, bag, weight, indices, offsets, psw)
     # 2-d input: one bag per row; the module form

@@ -258,11 +258,10 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     place = [[a + j if a + j < b else -1 for j in range(longest)] for a, b in zip(starts, ends)]
     place = _creation.tensor(place, dtype=_C.int64, device=device).reshape(n_bags, longest)
     present = place >= 0
-    index = input[place.clamp(min=0)] if length else _creation.zeros((n_bags, longest), dtype=_C.int64,
-                                                                        device=device)
+    # (looked up once per index, so that scale_grad_by_freq counts the input's indices)
+    rows = embedding(input, weight, None, None, 2.0, scale_grad_by_freq, sparse)[place.clamp(min=0)]
     if padding_idx is not None:
-        present = present.logical_and(index != padding_idx)
-    rows = embedding(index, weight, None, None, 2.0, scale_grad_by_freq, sparse)
+        present = present.logical_and(input[place.clamp(min=0)] != padding_idx)
     mask = present.unsqueeze(2)
     if mode == "max":
         neg_inf = _creation.full((), float("-inf"), dtype=weight.dtype, device=device)
