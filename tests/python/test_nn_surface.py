@@ -692,3 +692,40 @@ def test_lazy_load_state_dict_and_errors():
     assert not buffer.requires_grad and repr(buffer) == "<UninitializedBuffer>"
     with pytest.raises(RuntimeError):
         buffer.share_memory_()
+
+
+def test_float32_results_keep_their_dtype():
+    """The float32 forms give float32 results with PyTorch's values (float32 rounding)."""
+    rng = seeded_rng()
+    n, c = int(rng.integers(1, 6)), int(rng.integers(2, 6))
+    x, y = uniform(rng, (n, c)).astype(np.float32), uniform(rng, (n, c)).astype(np.float32)
+    s, labels = signs(rng, (n,)).astype(np.float32), rng.integers(0, c, size=(n,))
+    F = lambda lib: lib.nn.functional  # noqa: E731
+    cases = [
+        (lambda lib, a, b, t: F(lib).margin_ranking_loss(a[:, 0], b[:, 0], t), (x, y, s)),
+        (lambda lib, a, t: F(lib).hinge_embedding_loss(a[:, 0], t), (x, s)),
+        (lambda lib, a, b, t: F(lib).cosine_embedding_loss(a, b, t), (x, y, s)),
+        (lambda lib, a, t: F(lib).soft_margin_loss(a[:, 0], t), (x, s)),
+        (lambda lib, a, b: F(lib).multilabel_soft_margin_loss(a, (b > 0).float()), (x, y)),
+        (lambda lib, a, t: F(lib).multi_margin_loss(a, t, p=2), (x, labels)),
+        (lambda lib, a, b: F(lib).triplet_margin_loss(a, b, b.flip(0), swap=True), (x, y)),
+        (lambda lib, a, b: F(lib).poisson_nll_loss(a, b.abs(), full=True), (x, y)),
+        (lambda lib, a, b: F(lib).gaussian_nll_loss(a, b, b.abs() + 0.1, full=True), (x, y)),
+        (lambda lib, a: F(lib).local_response_norm(a.unsqueeze(0), 3), (x,)),
+        (lambda lib, a: F(lib).pdist(a, 1.5), (x,)),
+    ]
+    for fn, arrays in cases:
+        compare(rng, fn, *arrays, rtol=1e-5, atol=1e-5, grad=False)
+
+
+@pytest.mark.filterwarnings("ignore:size_average and reduce")
+@pytest.mark.parametrize("size_average, reduce", [(False, None), (None, False), (True, True)])
+def test_legacy_reduction_arguments(size_average, reduce):
+    rng = seeded_rng()
+    x, y, s = uniform(rng, (4, 3)), uniform(rng, (4, 3)), signs(rng, (4,))
+    legacy = {"size_average": size_average, "reduce": reduce}
+    compare(rng, lambda lib, a, b, t: lib.nn.MarginRankingLoss(0.5, **legacy)(a[:, 0], b[:, 0], t), x, y, s)
+    compare(rng, lambda lib, a, t: lib.nn.MultiMarginLoss(**legacy)(a, t), x, rng.integers(0, 3, size=(4,)))
+    compare(rng, lambda lib, a, b: lib.nn.TripletMarginLoss(**legacy)(a, b, b.flip(0)), x, y)
+    compare(rng, lambda lib, a, b: lib.nn.functional.poisson_nll_loss(a, b.abs(), **legacy), x, y)
+    compare(rng, lambda lib, a, b: lib.nn.functional.multilabel_soft_margin_loss(a, (b > 0).double(), **legacy), x, y)
