@@ -2,6 +2,7 @@
 dtypes, float64 gradients, every reduction, module and functional forms, and the exception
 types of bad input, on fresh random inputs each run."""
 
+import copy
 import warnings
 
 import numpy as np
@@ -680,6 +681,13 @@ def test_lazy_load_state_dict_and_errors():
     state = lazy.state_dict()
     assert all(pf.nn.parameter.is_lazy(v) for v in state.values())
     assert repr(state["weight"]) == "<UninitializedParameter>"
+    # a copy initializes on its own first forward, leaving the original lazy
+    original = pf.nn.Sequential(pf.nn.LazyLinear(3), pf.nn.LazyBatchNorm1d())
+    copied = copy.deepcopy(original)
+    copied(pf.randn(4, 5))
+    assert type(copied[0]) is pf.nn.Linear and pf.nn.parameter.is_lazy(original[0].weight)
+    original(pf.randn(4, 7))
+    assert (original[0].in_features, copied[0].in_features) == (7, 5)
     same_error(lambda lib: lib.nn.LazyConv2d(4, 3, groups=2)(lib.randn(1, 3, 5, 5)))
     same_error(lambda lib: lib.nn.LazyConv2d(4, 3)(lib.randn(3, 5)))
     with pytest.warns(UserWarning, match="Lazy modules"):
