@@ -3,6 +3,7 @@ dtypes, float64 gradients, every reduction, module and functional forms, and the
 types of bad input, on fresh random inputs each run."""
 
 import copy
+import math
 import warnings
 
 import numpy as np
@@ -537,6 +538,8 @@ def test_fractional_max_pool(spatial):
     same_error(lambda lib: getattr(lib.nn, f"FractionalMaxPool{spatial}d")(2, output_ratio=1.5))
     same_error(lambda lib: getattr(lib.nn.functional, name)(lib.randn((1, 1) + (4,) * spatial), 3,
                                                             output_size=3))
+    with pytest.raises(RuntimeError, match="kernel_size"):  # (PyTorch returns -inf)
+        getattr(pf.nn.functional, name)(pf.randn((1, 1) + (4,) * spatial), 0, output_size=2)
     same_error(lambda lib: getattr(lib.nn.functional, name)(lib.randn((1, 1, 0) + (4,) * (spatial - 1)), 1,
                                                             output_size=1))
     assert_same_outcome(lambda lib: getattr(lib.nn.functional, name)(lib.randn((1, 1, 1) + (4,) * (spatial - 1)), 1,
@@ -602,7 +605,8 @@ def test_pdist():
     compare(rng, lambda lib, a: lib.pdist(a, 0), x, grad=False)
     compare(rng, lambda lib, a: lib.pdist(a), x[:1])
     for bad in [lambda lib: lib.pdist(lib.randn(3)), lambda lib: lib.pdist(lib.randn(3, 2), p=-1),
-                lambda lib: lib.pdist(lib.ones(3, 2, dtype=lib.long))]:
+                lambda lib: lib.pdist(lib.ones(3, 2, dtype=lib.long)),
+                lambda lib: lib.pdist(lib.randn(3, 2), math.nan)]:
         same_error(bad)
 
 

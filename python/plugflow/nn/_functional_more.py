@@ -138,7 +138,7 @@ def pdist(input, p=2):
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.dim()}D")
     if not input.dtype.is_floating_point:
         raise RuntimeError("pdist only supports floating-point dtypes")
-    if p < 0:
+    if not p >= 0:  # (NaN too)
         raise RuntimeError("pdist only supports non-negative p values")
     n = input.size(0)
     if n < 2:
@@ -377,6 +377,8 @@ def _fractional_max_pool(input, kernel_size, output_size, output_ratio, return_i
         raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
     ntuple = _pair if spatial == 2 else _triple
     kernel_size = ntuple(kernel_size)
+    if any(k <= 0 for k in kernel_size):  # (PyTorch pools empty windows into -inf)
+        raise RuntimeError(f"{name}(): kernel_size must be greater than zero, but got {list(kernel_size)}")
     if output_size is None:
         ratio = ntuple(output_ratio)
         output_size = [int(input.size(-spatial + d) * ratio[d]) for d in range(spatial)]
