@@ -515,6 +515,9 @@ def test_fractional_max_pool(spatial):
                                                                    _random_samples=u.detach()), x, samples)
     compare(rng, lambda lib, a, u: getattr(lib.nn.functional, name)(a, kernel, out_size, _random_samples=u.detach()),
             x[0], samples[:1])
+    compare(rng, lambda lib, a, u: getattr(lib.nn.functional, name)(a, kernel, out_size, return_indices=True,
+                                                                   _random_samples=u), x.astype(np.float32),
+            samples.astype(np.float32), grad=False)
     # with plugflow's own samples: the output is the maximum over a window at each index, and the
     # windows cover the input's ends
     xp = pf.from_numpy(x)
