@@ -66,6 +66,7 @@ from . import autograd  # noqa: E402
 from .autograd import (no_grad, enable_grad, set_grad_enabled, inference_mode, is_grad_enabled,  # noqa: E402
                        is_inference_mode_enabled)
 from . import nn  # noqa: E402  (nn.functional; bindings must exist first)
+from .nn.functional import pdist  # noqa: E402,F401  (torch.pdist is nn.functional.pdist)
 
 __version__ = _C.version()
 

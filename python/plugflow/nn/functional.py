@@ -177,3 +177,5 @@ from ._functional_norm import *  # noqa: F401,F403
 from ._functional_loss import *  # noqa: F401,F403,E402
 from ._functional_layers import *  # noqa: F401,F403,E402
 from ._functional_conv import *  # noqa: F401,F403
+from ._functional_loss_more import *  # noqa: F401,F403,E402
+from ._functional_more import *  # noqa: F401,F403,E402

@@ -65,6 +65,15 @@ class RemovableHandle:
         if hooks_dict is not None and self.id in hooks_dict:
             del hooks_dict[self.id]
 
+    # A copied handle (deepcopy, pickle) refers to the copied hooks dict, not the original's.
+    def __getstate__(self):
+        return (self.hooks_dict_ref(), self.id)
+
+    def __setstate__(self, state):
+        self.hooks_dict_ref = weakref.ref(state[0] if state[0] is not None else OrderedDict())
+        self.id = state[1]
+        RemovableHandle.next_id = max(RemovableHandle.next_id, self.id + 1)
+
     def __enter__(self):
         return self
 
