@@ -1,0 +1,200 @@
+"""The torch submodules training scripts import besides the core, against PyTorch 1.13 on fresh
+random inputs: nn.utils.rnn (and packed input to the recurrent layers), testing, optim.swa_utils,
+autograd.functional, nn.utils.parametrize / weight_norm / spectral_norm, nn.utils.fusion and
+utils.hooks. Values, shapes, float64 gradients and the exception classes of bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+import plugflow as pf
+from helpers import (assert_matches, assert_param_grads_match, assert_same_outcome, from_torch, load_from_torch,
+                     seeded_rng, to_torch)
+
+TOL = dict(rtol=1e-9, atol=1e-10)
+
+
+def leaf_pair(rng, shape, low=-1.0, high=1.0):
+    data = rng.uniform(low, high, size=shape)
+    return pf.from_numpy(data.copy()).requires_grad_(), torch.from_numpy(data.copy()).requires_grad_()
+
+
+def random_lengths(rng, batch, max_len, sorted_):
+    lengths = rng.integers(1, max_len + 1, size=batch)
+    lengths[rng.integers(0, batch)] = max_len  # the padded length is the longest sequence's
+    return sorted(lengths.tolist(), reverse=True) if sorted_ else lengths.tolist()
+
+
+# ---- nn.utils.rnn ---------------------------------------------------------------------------------
+
+def assert_packed_matches(p, t, **tol):
+    assert isinstance(p, pf.nn.utils.rnn.PackedSequence)
+    assert_matches(p.data, t.data.detach(), **tol)
+    assert_matches(p.batch_sizes, t.batch_sizes)
+    for a, b in ((p.sorted_indices, t.sorted_indices), (p.unsorted_indices, t.unsorted_indices)):
+        assert (a is None) == (b is None)
+        if b is not None:
+            assert_matches(a, b)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_pack_pad_round_trip_and_gradients(batch_first, enforce_sorted):
+    rng = seeded_rng()
+    batch, max_len = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    lengths = random_lengths(rng, batch, max_len, enforce_sorted)
+    shape = (batch, max_len, 3, 2) if batch_first else (max_len, batch, 3, 2)
+    x_p, x_t = leaf_pair(rng, shape)
+    use_tensor = bool(rng.integers(0, 2))
+    packed_t = torch.nn.utils.rnn.pack_padded_sequence(x_t, torch.tensor(lengths) if use_tensor else lengths,
+                                                       batch_first, enforce_sorted)
+    packed_p = pf.nn.utils.rnn.pack_padded_sequence(x_p, pf.tensor(lengths) if use_tensor else lengths,
+                                                    batch_first, enforce_sorted)
+    assert_packed_matches(packed_p, packed_t, **TOL)
+    total = max_len + int(rng.integers(0, 3))
+    out_t, len_t = torch.nn.utils.rnn.pad_packed_sequence(packed_t, batch_first, padding_value=-7.5,
+                                                          total_length=total)
+    out_p, len_p = pf.nn.utils.rnn.pad_packed_sequence(packed_p, batch_first, padding_value=-7.5,
+                                                       total_length=total)
+    assert_matches(out_p, out_t.detach(), **TOL)
+    assert_matches(len_p, len_t)
+    g = rng.uniform(-1, 1, size=tuple(out_t.shape))
+    out_t.backward(torch.from_numpy(g))
+    out_p.backward(pf.from_numpy(g))
+    assert_matches(x_p.grad, x_t.grad, **TOL)
+
+
+def test_pad_sequence_pack_sequence_unpack():
+    rng = seeded_rng()
+    count = int(rng.integers(1, 5))
+    data = [rng.uniform(-1, 1, size=(int(rng.integers(1, 5)), 2)) for _ in range(count)]
+    seqs_t = [torch.from_numpy(d.copy()).requires_grad_() for d in data]
+    seqs_p = [pf.from_numpy(d.copy()).requires_grad_() for d in data]
+    for batch_first in (False, True):
+        padded_t = torch.nn.utils.rnn.pad_sequence(seqs_t, batch_first, padding_value=3.0)
+        padded_p = pf.nn.utils.rnn.pad_sequence(seqs_p, batch_first, padding_value=3.0)
+        assert_matches(padded_p, padded_t.detach(), **TOL)
+    packed_t = torch.nn.utils.rnn.pack_sequence(seqs_t, enforce_sorted=False)
+    packed_p = pf.nn.utils.rnn.pack_sequence(seqs_p, enforce_sorted=False)
+    assert_packed_matches(packed_p, packed_t, **TOL)
+    for a, b in zip(pf.nn.utils.rnn.unpack_sequence(packed_p), torch.nn.utils.rnn.unpack_sequence(packed_t)):
+        assert_matches(a, b.detach(), **TOL)
+    g = rng.uniform(-1, 1, size=tuple(packed_t.data.shape))
+    packed_t.data.backward(torch.from_numpy(g))
+    packed_p.data.backward(pf.from_numpy(g))
+    for a, b in zip(seqs_p, seqs_t):
+        assert_matches(a.grad, b.grad, **TOL)
+    # pad_sequence keeps the first sequence's dtype; unpad_sequence cuts the padding off.
+    assert_same_outcome(lambda lib: lib.nn.utils.rnn.pad_sequence([lib.tensor([1, 2]), lib.tensor([1.5])]))
+    assert_same_outcome(lambda lib: tuple(lib.nn.utils.rnn.unpad_sequence(
+        lib.tensor([[1, 2], [3, 0], [4, 0]]), lib.tensor([3, 1]))))
+
+
+def test_packed_sequence_conversions():
+    for lib in (torch, pf):
+        packed = lib.nn.utils.rnn.pack_sequence([lib.tensor([1, 2, 3]), lib.tensor([4])])
+        assert packed._fields == ("data", "batch_sizes", "sorted_indices", "unsorted_indices")
+        assert packed.to(lib.int64) is packed
+        assert packed.float().data.dtype == lib.float32 and packed.double().data.dtype == lib.float64
+        assert packed.cpu() is packed and not packed.is_cuda
+        assert packed.batch_sizes.tolist() == [2, 1, 1]
+        data, batch_sizes, _, _ = packed
+        assert data.tolist() == [1, 4, 2, 3]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_pack_bad_input_raises_as_pytorch(case):
+    def run(lib):
+        rnn_utils = lib.nn.utils.rnn
+        x = lib.zeros(4, 3, 2)
+        if case == 0:
+            return rnn_utils.pack_padded_sequence(x, [4, 3, 5])          # not decreasing
+        if case == 1:
+            return rnn_utils.pack_padded_sequence(x, [4, 3])             # wrong count
+        if case == 2:
+            return rnn_utils.pack_padded_sequence(x, [4, 0, 0])          # a zero length
+        if case == 3:
+            return rnn_utils.pack_padded_sequence(lib.zeros(0, 3), [0, 0, 0])
+        if case == 4:
+            return rnn_utils.pack_padded_sequence(x, [[4, 3, 2]])        # 2-d lengths
+        if case == 5:
+            return rnn_utils.pad_sequence([])
+        if case == 6:
+            return rnn_utils.pad_sequence([lib.zeros(2, 3), lib.zeros(3, 2)])
+        if case == 7:
+            return rnn_utils.pad_sequence([lib.tensor(1.0)])
+        packed = rnn_utils.pack_sequence([lib.zeros(3), lib.zeros(1)])
+        return rnn_utils.pad_packed_sequence(packed, total_length=2)
+    assert_same_outcome(run)
+
+
+def packed_rnn_case(rng, name, batch_first):
+    """A random recurrent layer of a kind (float64) as a (plugflow, torch) pair, with its kwargs."""
+    kwargs = dict(num_layers=int(rng.integers(1, 3)), bidirectional=bool(rng.integers(0, 2)),
+                  bias=bool(rng.integers(0, 2)), batch_first=batch_first)
+    if name == "RNN":
+        kwargs["nonlinearity"] = ["tanh", "relu"][int(rng.integers(0, 2))]
+    if name == "LSTM" and rng.integers(0, 2):
+        kwargs["proj_size"] = 2
+    torch.manual_seed(int(rng.integers(0, 2**31)))
+    mod_t = getattr(torch.nn, name)(3, 4, dtype=torch.float64, **kwargs)
+    mod_p = getattr(pf.nn, name)(3, 4, dtype=pf.float64, **kwargs)
+    load_from_torch(mod_p, mod_t)
+    return mod_p, mod_t, kwargs
+
+
+@pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU"])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_recurrent_layers_take_packed_sequences(name, enforce_sorted, with_state):
+    rng = seeded_rng()
+    batch_first = bool(rng.integers(0, 2))
+    mod_p, mod_t, kwargs = packed_rnn_case(rng, name, batch_first)
+    batch, max_len = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    lengths = random_lengths(rng, batch, max_len, enforce_sorted)
+    x_p, x_t = leaf_pair(rng, (batch, max_len, 3) if batch_first else (max_len, batch, 3))
+    leaves_p, leaves_t = [x_p], [x_t]
+    state_p = state_t = None
+    if with_state:
+        num_states = kwargs["num_layers"] * (2 if kwargs["bidirectional"] else 1)
+        h_p, h_t = leaf_pair(rng, (num_states, batch, kwargs.get("proj_size") or 4))
+        leaves_p.append(h_p)
+        leaves_t.append(h_t)
+        state_p, state_t = h_p, h_t
+        if name == "LSTM":
+            c_p, c_t = leaf_pair(rng, (num_states, batch, 4))
+            leaves_p.append(c_p)
+            leaves_t.append(c_t)
+            state_p, state_t = (h_p, c_p), (h_t, c_t)
+    packed_t = torch.nn.utils.rnn.pack_padded_sequence(x_t, lengths, batch_first, enforce_sorted)
+    packed_p = pf.nn.utils.rnn.pack_padded_sequence(x_p, lengths, batch_first, enforce_sorted)
+    out_t, hidden_t = mod_t(packed_t, state_t)
+    out_p, hidden_p = mod_p(packed_p, state_p)
+    assert_packed_matches(out_p, out_t, **TOL)
+    results = [(out_p.data, out_t.data)]
+    results += list(zip(hidden_p, hidden_t)) if name == "LSTM" else [(hidden_p, hidden_t)]
+    loss_p, loss_t = 0, 0
+    for a, b in results:
+        assert_matches(a, b.detach(), **TOL)
+        g = rng.uniform(-1, 1, size=tuple(b.shape))
+        loss_t = loss_t + (b * torch.from_numpy(g)).sum()
+        loss_p = loss_p + (a * pf.from_numpy(g)).sum()
+    loss_t.backward()
+    loss_p.backward()
+    for a, b in zip(leaves_p, leaves_t):
+        assert_matches(a.grad, b.grad, **TOL)
+    assert_param_grads_match(mod_p, mod_t, **TOL)
+
+
+def test_packed_input_checks():
+    def run(lib, case):
+        lib.manual_seed(0)
+        lstm = lib.nn.LSTM(3, 4)
+        packed = lib.nn.utils.rnn.pack_sequence([lib.zeros(3, 3), lib.zeros(2, 3)])
+        if case == 0:
+            return lstm(packed, (lib.zeros(1, 3, 4), lib.zeros(1, 3, 4)))     # wrong batch in the states
+        if case == 1:
+            return lib.nn.GRU(2, 4)(packed)                                    # wrong input size
+        return lib.nn.RNN(3, 4)(packed, lib.zeros(1, 2, 5))                   # wrong hidden size
+    for case in range(3):
+        assert_same_outcome(lambda lib: run(lib, case))
