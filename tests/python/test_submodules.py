@@ -198,3 +198,204 @@ def test_packed_input_checks():
         return lib.nn.RNN(3, 4)(packed, lib.zeros(1, 2, 5))                   # wrong hidden size
     for case in range(3):
         assert_same_outcome(lambda lib: run(lib, case))
+
+
+# ---- testing -------------------------------------------------------------------------------------
+
+def outcome(fn):
+    """("ok", None) or (exception class name, message) of fn()."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the class is compared
+        return type(e).__name__, str(e)
+    return "ok", None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int64", "bool"])
+def test_assert_close_default_tolerances_and_messages(dtype):
+    rng = seeded_rng()
+    shape = tuple(int(s) for s in rng.integers(1, 4, size=int(rng.integers(0, 3))))
+    base = torch.from_numpy(rng.uniform(-2, 2, size=shape)).to(getattr(torch, dtype))
+    # Perturbations around each dtype's default tolerance, so both outcomes occur.
+    scale = {"float16": 1e-3, "bfloat16": 1.6e-2, "float32": 1.3e-6, "float64": 1e-7}.get(dtype, 1)
+    delta = torch.from_numpy(np.asarray(rng.uniform(-3, 3, size=shape) * scale * (rng.random(shape) < 0.3)))
+    other = (base.double() + delta * base.double().abs()).to(base.dtype)
+    if dtype == "bool":
+        other = base ^ torch.from_numpy(np.asarray(rng.random(shape) < 0.2))
+    for a, b in ((base, other), (other, base)):
+        expected = outcome(lambda: torch.testing.assert_close(a, b))
+        got = outcome(lambda: pf.testing.assert_close(from_torch(a), from_torch(b)))
+        assert got[0] == expected[0], (got, expected)
+        if expected[1] is not None:
+            assert got[1] == expected[1]
+
+
+def test_assert_close_options_and_containers():
+    def run(lib, case):
+        t = lib.tensor
+        cases = [
+            lambda: lib.testing.assert_close(t([1.0, float("nan")]), t([1.0, float("nan")])),
+            lambda: lib.testing.assert_close(t([1.0, float("nan")]), t([1.0, float("nan")]), equal_nan=True),
+            lambda: lib.testing.assert_close(t([1.0, 2.0]), t([1.0, 2.0], dtype=lib.float64)),
+            lambda: lib.testing.assert_close(t([1.0, 2.0]), t([1.0, 2.0], dtype=lib.float64), check_dtype=False),
+            lambda: lib.testing.assert_close(t([1.0, 2.0]), t([1.1, 2.0]), rtol=0.2, atol=0),
+            lambda: lib.testing.assert_close(t([1.0]), t([1.1]), rtol=0.2),
+            lambda: lib.testing.assert_close(t([1.0]), t([2.0]), msg="custom"),
+            lambda: lib.testing.assert_close(t([1.0]), t([2.0]), msg=lambda m: "prefix: " + m),
+            lambda: lib.testing.assert_close([t(1.0), {"a": t([2, 3])}], [t(1.0), {"a": t([2, 4])}]),
+            lambda: lib.testing.assert_close({"a": 1}, {"b": 1}),
+            lambda: lib.testing.assert_close([1, 2], [1, 2, 3]),
+            lambda: lib.testing.assert_close(1, 1.0),
+            lambda: lib.testing.assert_close(1.0, 1.0 + 1e-9),
+            lambda: lib.testing.assert_close(True, False),
+            lambda: lib.testing.assert_close(None, t(1.0)),
+            lambda: lib.testing.assert_close(t([1.0]), np.array([1.0])),
+            lambda: lib.testing.assert_close(np.array([1.0, 2.0]), np.array([1.0, 2.5])),
+            lambda: lib.testing.assert_close(t([[1.0, 2.0]]), t([1.0, 2.0])),
+            lambda: lib.testing.assert_close(t(1.0), t(1.5)),
+        ]
+        cases[case]()
+    for case in range(19):
+        expected = outcome(lambda: run(torch, case))
+        got = outcome(lambda: run(pf, case))
+        assert got[0] == expected[0], (case, got, expected)
+        # Messages name values the same way, but tensor reprs and class names differ by library.
+        if expected[1] is not None and "torch" not in expected[1]:
+            assert got[1] == expected[1], case
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32",
+                                   "float64"])
+def test_make_tensor(dtype):
+    rng = seeded_rng(seed_plugflow=True)
+    shape = tuple(int(s) for s in rng.integers(1, 5, size=int(rng.integers(1, 4))))
+    low, high = sorted(rng.uniform(0 if dtype == "uint8" else -20, 20, size=2))
+    kwargs = {} if dtype == "bool" else dict(low=float(low), high=float(high))
+    noncontiguous = bool(rng.integers(0, 2))
+    t = pf.testing.make_tensor(shape, dtype=getattr(pf, dtype), device="cpu", noncontiguous=noncontiguous,
+                               exclude_zero=True, **kwargs)
+    reference = torch.testing.make_tensor(shape, dtype=getattr(torch, dtype), device="cpu",
+                                          noncontiguous=noncontiguous, exclude_zero=True, **kwargs)
+    assert t.dtype is getattr(pf, dtype) and tuple(t.shape) == tuple(reference.shape)
+    assert t.is_contiguous() == reference.is_contiguous()
+    values = to_torch(t).double()
+    if dtype != "bool":
+        import math
+        lo, hi = (math.floor(low), math.ceil(high)) if "int" in dtype else (low, high)
+        lo, hi = max(lo, 0) if dtype == "uint8" else lo, hi
+        assert bool((values >= lo).all() and (values <= hi).all())
+    assert bool((values != 0).all())
+    for lib in (torch, pf):
+        with pytest.raises(ValueError):
+            lib.testing.make_tensor(2, dtype=lib.int64, device="cpu", requires_grad=True)
+        with pytest.raises(ValueError):
+            lib.testing.make_tensor(2, dtype=lib.float32, device="cpu", low=2, high=1)
+    assert pf.testing.make_tensor(2, 3, dtype=pf.float64, device="cpu", requires_grad=True).requires_grad
+
+
+# ---- autograd.functional -------------------------------------------------------------------------
+
+def assert_nested_matches(a, b, **tol):
+    if isinstance(b, tuple):
+        assert isinstance(a, tuple) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b):
+            assert_nested_matches(x, y, **tol)
+    else:
+        assert_matches(a, b.detach(), **tol)
+
+
+def one_output(lib, x, y):
+    return (x.tanh().unsqueeze(1) * y.exp()).sum() + (x * x * x).sum() * y.sum()
+
+
+def two_outputs(lib, x, y):
+    return x.sin() * y[:1], (x.unsqueeze(1) * y).exp()
+
+
+def leaf_pairs(rng, shapes):
+    pairs = [leaf_pair(rng, s) for s in shapes]
+    return tuple(p for p, _ in pairs), tuple(t for _, t in pairs)
+
+
+@pytest.mark.parametrize("fn", ["jacobian", "hessian"])
+@pytest.mark.parametrize("tuple_inputs", [False, True])
+def test_jacobian_hessian(fn, tuple_inputs):
+    rng = seeded_rng()
+    n, m = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    inputs_p, inputs_t = leaf_pairs(rng, [(n,), (m,)])
+    create_graph = bool(rng.integers(0, 2))
+    vectorize = bool(rng.integers(0, 2))
+    if fn == "jacobian":
+        f = two_outputs if tuple_inputs else (lambda lib, x: (x.unsqueeze(1) * x).tanh())
+    else:
+        f = one_output if tuple_inputs else (lambda lib, x: one_output(lib, x, x))
+    if not tuple_inputs:
+        inputs_p, inputs_t = inputs_p[0], inputs_t[0]
+    res_t = getattr(torch.autograd.functional, fn)(lambda *a: f(torch, *a), inputs_t, create_graph=create_graph,
+                                                   vectorize=vectorize)
+    res_p = getattr(pf.autograd.functional, fn)(lambda *a: f(pf, *a), inputs_p, create_graph=create_graph,
+                                                vectorize=vectorize)
+    assert_nested_matches(res_p, res_t, **TOL)
+    if create_graph:  # the result is differentiable in the inputs
+        flat_t = [t for t in torch.utils._pytree.tree_flatten(res_t)[0]]
+        flat_p = [t for t in flatten(res_p)]
+        loss_t = sum((t * t).sum() for t in flat_t if t.requires_grad)
+        loss_p = sum((t * t).sum() for t in flat_p if t.requires_grad)
+        loss_t.backward()
+        loss_p.backward()
+        for a, b in zip(flatten(inputs_p), flatten(inputs_t)):
+            assert (a.grad is None) == (b.grad is None)
+            if b.grad is not None:
+                assert_matches(a.grad, b.grad, **TOL)
+
+
+def flatten(x):
+    return [t for el in x for t in flatten(el)] if isinstance(x, tuple) else [x]
+
+
+@pytest.mark.parametrize("fn", ["vjp", "jvp", "vhp", "hvp"])
+def test_vector_products(fn):
+    rng = seeded_rng()
+    n, m = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    inputs_p, inputs_t = leaf_pairs(rng, [(n,), (m,)])
+    f = two_outputs if fn in ("vjp", "jvp") else one_output
+    v_shapes = {"vjp": [(n,), (n, m)], "jvp": [(n,), (m,)]}.get(fn, [(n,), (m,)])
+    v_p, v_t = leaf_pairs(rng, v_shapes)
+    create_graph = bool(rng.integers(0, 2))
+    out_t, res_t = getattr(torch.autograd.functional, fn)(lambda *a: f(torch, *a), inputs_t, v_t,
+                                                          create_graph=create_graph)
+    out_p, res_p = getattr(pf.autograd.functional, fn)(lambda *a: f(pf, *a), inputs_p, v_p,
+                                                       create_graph=create_graph)
+    assert_nested_matches(out_p, out_t, **TOL)
+    assert_nested_matches(res_p, res_t, **TOL)
+    for a, b in zip(flatten(res_p), flatten(res_t)):
+        assert a.requires_grad == b.requires_grad
+    if create_graph:
+        sum(t.sum() for t in flatten(res_t)).backward()
+        sum(t.sum() for t in flatten(res_p)).backward()
+        for a, b in zip(inputs_p + v_p, inputs_t + v_t):
+            assert (a.grad is None) == (b.grad is None)
+            if b.grad is not None:
+                assert_matches(a.grad, b.grad, **TOL)
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_autograd_functional_bad_input(case):
+    def run(lib):
+        F = lib.autograd.functional
+        x, y = lib.ones(3, dtype=lib.float64), lib.ones(2, dtype=lib.float64)
+        return [
+            lambda: F.jacobian(lambda a: a * 2, 3.0),
+            lambda: F.jacobian(lambda a, b: a * 2, (x, y), strict=True),           # independent of b
+            lambda: F.jacobian(lambda a: lib.ones(2, dtype=lib.float64), x, strict=True),
+            lambda: F.jacobian(lambda a: a * 2, x, strict=True, vectorize=True),
+            lambda: F.hessian(lambda a: a * 2, x),                                  # not one element
+            lambda: F.hessian(lambda a: (a * 2).sum(), x, strict=True),             # linear
+            lambda: F.vjp(lambda a: a * 2, x),                                      # v None, 3 outputs
+            lambda: F.vjp(lambda a: a * 2, x, y),                                   # v of the wrong size
+            lambda: F.jvp(lambda a, b: a * b.sum(), (x, y), (x,)),                  # v too short
+            lambda: F.hvp(lambda a: (a * a).sum(), x, (x, x)),
+            lambda: F.vhp(lambda a: (a, a), x, x),
+            lambda: F.jvp(lambda a: a, [x], x),                                     # a list is not a tuple
+        ][case]()
+    assert_same_outcome(lambda lib: run(lib) and None)
