@@ -399,3 +399,76 @@ def test_autograd_functional_bad_input(case):
             lambda: F.jvp(lambda a: a, [x], x),                                     # a list is not a tuple
         ][case]()
     assert_same_outcome(lambda lib: run(lib) and None)
+
+
+# ---- optim.swa_utils -----------------------------------------------------------------------------
+
+def swa_models(lib, seed):
+    lib.manual_seed(0)
+    return lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4), lib.nn.ReLU(), lib.nn.Linear(4, 2)).double()
+
+
+@pytest.mark.parametrize("avg", ["equal", "ema", "ema_buffers"])
+def test_averaged_model_and_update_bn(avg):
+    rng = seeded_rng()
+    model_t = swa_models(torch, 0)
+    model_p = swa_models(pf, 0)
+    load_from_torch(model_p, model_t)
+    kwargs = {}
+    if avg != "equal":
+        decay = float(rng.uniform(0.5, 0.99))
+        kwargs["avg_fn"] = lambda averaged, current, n: decay * averaged + (1 - decay) * current
+        kwargs["use_buffers"] = avg == "ema_buffers"
+    swa_t = torch.optim.swa_utils.AveragedModel(model_t, **kwargs)
+    swa_p = pf.optim.swa_utils.AveragedModel(model_p, **kwargs)
+    opt_t = torch.optim.SGD(model_t.parameters(), lr=0.1)
+    opt_p = pf.optim.SGD(model_p.parameters(), lr=0.1)
+    batches = [rng.uniform(-1, 1, size=(int(rng.integers(2, 6)), 3)) for _ in range(int(rng.integers(1, 5)))]
+    for data in batches:
+        for lib, model, opt, swa in ((torch, model_t, opt_t, swa_t), (pf, model_p, opt_p, swa_p)):
+            opt.zero_grad()
+            (model(lib.from_numpy(data.copy())) ** 2).sum().backward()
+            opt.step()
+            swa.update_parameters(model)
+    assert int(swa_p.n_averaged) == int(swa_t.n_averaged) == len(batches)
+    state_t = swa_t.state_dict()
+    for name, value in swa_p.state_dict().items():
+        assert_matches(value, state_t[name], **TOL)
+    loader = [(torch.from_numpy(d.copy()), 0) for d in batches]
+    torch.optim.swa_utils.update_bn(loader, swa_t)
+    pf.optim.swa_utils.update_bn([(pf.from_numpy(d.copy()), 0) for d in batches], swa_p)
+    assert swa_p.training and swa_p.module[1].momentum == 0.1
+    state_t = swa_t.state_dict()
+    for name, value in swa_p.state_dict().items():
+        assert_matches(value, state_t[name], **TOL)
+    x = rng.uniform(-1, 1, size=(3, 3))
+    swa_t.eval()
+    swa_p.eval()
+    assert_matches(swa_p(pf.from_numpy(x.copy())), swa_t(torch.from_numpy(x.copy())).detach(), **TOL)
+
+
+@pytest.mark.parametrize("strategy", ["cos", "linear"])
+def test_swalr_schedule(strategy):
+    rng = seeded_rng()
+    anneal_epochs = int(rng.integers(0, 6))
+    swa_lr = [float(rng.uniform(0.01, 0.1)), float(rng.uniform(0.01, 0.1))]
+    lrs = {}
+    for lib in (torch, pf):
+        params = [lib.nn.Parameter(lib.zeros(2)), lib.nn.Parameter(lib.zeros(2))]
+        opt = lib.optim.SGD([{"params": params[:1]}, {"params": params[1:], "lr": 0.3}], lr=0.5)
+        warmup = lib.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        for _ in range(2):
+            opt.step()
+            warmup.step()
+        sched = lib.optim.swa_utils.SWALR(opt, swa_lr, anneal_epochs=anneal_epochs, anneal_strategy=strategy)
+        lrs[lib] = [sched.get_last_lr()]
+        for _ in range(anneal_epochs + 3):
+            opt.step()
+            sched.step()
+            lrs[lib].append(sched.get_last_lr())
+    np.testing.assert_allclose(np.array(lrs[pf]), np.array(lrs[torch]), rtol=1e-15, atol=0)
+    for kwargs in (dict(anneal_strategy="exp"), dict(anneal_epochs=-1), dict(anneal_epochs=1.5), dict(swa_lr=[0.1])):
+        def make(lib):
+            opt = lib.optim.SGD([lib.nn.Parameter(lib.zeros(2))], lr=0.5)
+            return lib.optim.swa_utils.SWALR(opt, **{"swa_lr": 0.05, **kwargs}) and None
+        assert_same_outcome(make)
