@@ -472,3 +472,229 @@ def test_swalr_schedule(strategy):
             opt = lib.optim.SGD([lib.nn.Parameter(lib.zeros(2))], lr=0.5)
             return lib.optim.swa_utils.SWALR(opt, **{"swa_lr": 0.05, **kwargs}) and None
         assert_same_outcome(make)
+
+
+# ---- nn.utils: weight_norm, spectral_norm, parametrize, fusion; utils.hooks ------------------------
+
+def module_pair(rng, make):
+    """make(lib) built in both libraries (float64), plugflow's with torch's state."""
+    torch.manual_seed(int(rng.integers(0, 2**31)))
+    mod_t = make(torch).double()
+    mod_p = make(pf).double()
+    load_from_torch(mod_p, mod_t)
+    return mod_p, mod_t
+
+
+def forward_backward_compare(rng, mod_p, mod_t, x_shape, leaves=()):
+    """Runs both modules on the same input, backpropagates the same upstream gradient and compares
+    the output, the input's gradient and the gradients of every parameter."""
+    x_p, x_t = leaf_pair(rng, x_shape)
+    out_p, out_t = mod_p(x_p), mod_t(x_t)
+    assert_matches(out_p, out_t.detach(), **TOL)
+    g = rng.uniform(-1, 1, size=tuple(out_t.shape))
+    out_t.backward(torch.from_numpy(g))
+    out_p.backward(pf.from_numpy(g))
+    assert_matches(x_p.grad, x_t.grad, **TOL)
+    assert_param_grads_match(mod_p, mod_t, **TOL)
+
+
+CONV_OR_LINEAR = {
+    "linear": (lambda lib: lib.nn.Linear(3, 4), (2, 3)),
+    "conv2d": (lambda lib: lib.nn.Conv2d(2, 3, 3), (2, 2, 5, 4)),
+    "conv_transpose1d": (lambda lib: lib.nn.ConvTranspose1d(2, 3, 3), (2, 2, 5)),
+}
+
+
+@pytest.mark.parametrize("kind", list(CONV_OR_LINEAR))
+def test_weight_norm(kind):
+    rng = seeded_rng()
+    make, x_shape = CONV_OR_LINEAR[kind]
+    dim = [0, 1, -1, None][int(rng.integers(0, 4))]
+    mod_t = torch.nn.utils.weight_norm(make(torch).double(), dim=dim)
+    mod_p = pf.nn.utils.weight_norm(make(pf).double(), dim=dim)
+    assert sorted(mod_p.state_dict()) == sorted(mod_t.state_dict())
+    with torch.no_grad():  # g away from ||v||, so that the normalization shows
+        mod_t.weight_g.mul_(torch.from_numpy(rng.uniform(0.5, 2, size=tuple(mod_t.weight_g.shape))))
+    load_from_torch(mod_p, mod_t)
+    forward_backward_compare(rng, mod_p, mod_t, x_shape)
+    torch.nn.utils.remove_weight_norm(mod_t)
+    pf.nn.utils.remove_weight_norm(mod_p)
+    assert sorted(mod_p.state_dict()) == sorted(mod_t.state_dict())
+    assert_matches(mod_p.weight, mod_t.weight.detach(), **TOL)
+    for lib in (torch, pf):
+        mod = lib.nn.utils.weight_norm(make(lib))
+        with pytest.raises(RuntimeError):
+            lib.nn.utils.weight_norm(mod)
+        with pytest.raises(ValueError):
+            lib.nn.utils.remove_weight_norm(mod, "bias")
+
+
+@pytest.mark.parametrize("kind", list(CONV_OR_LINEAR))
+@pytest.mark.parametrize("flavour", ["hook", "parametrization"])
+def test_spectral_norm(kind, flavour):
+    rng = seeded_rng()
+    make, x_shape = CONV_OR_LINEAR[kind]
+    iterations = int(rng.integers(1, 3))
+    apply_t = torch.nn.utils.spectral_norm if flavour == "hook" else torch.nn.utils.parametrizations.spectral_norm
+    apply_p = pf.nn.utils.spectral_norm if flavour == "hook" else pf.nn.utils.parametrizations.spectral_norm
+    mod_t = apply_t(make(torch).double(), n_power_iterations=iterations)
+    mod_p = apply_p(make(pf).double(), n_power_iterations=iterations)
+    assert sorted(mod_p.state_dict()) == sorted(mod_t.state_dict())
+    load_from_torch(mod_p, mod_t)  # the weights and torch's random power-iteration vectors
+    for training in (True, True, False):  # each training forward iterates and updates u, v
+        mod_t.train(training)
+        mod_p.train(training)
+        for m in (mod_t, mod_p):
+            m.zero_grad()
+        forward_backward_compare(rng, mod_p, mod_t, x_shape)
+        state_t = mod_t.state_dict()
+        for name, value in mod_p.state_dict().items():
+            assert_matches(value, state_t[name], **TOL)
+    if flavour == "hook":
+        # A state dict round trip keeps the version metadata; removing leaves the normalized weight.
+        fresh = apply_p(make(pf).double())
+        fresh.load_state_dict(mod_p.state_dict())
+        torch.nn.utils.remove_spectral_norm(mod_t)
+        pf.nn.utils.remove_spectral_norm(mod_p)
+        assert sorted(mod_p.state_dict()) == sorted(mod_t.state_dict())
+        assert_matches(mod_p.weight, mod_t.weight.detach(), **TOL)
+        for lib in (torch, pf):
+            with pytest.raises(ValueError):
+                lib.nn.utils.remove_spectral_norm(make(lib))
+            with pytest.raises(ValueError):
+                lib.nn.utils.spectral_norm(make(lib), n_power_iterations=0)
+    else:
+        for lib in (torch, pf):
+            with pytest.raises(IndexError):
+                lib.nn.utils.parametrizations.spectral_norm(make(lib), dim=5)
+            with pytest.raises(ValueError):
+                lib.nn.utils.parametrizations.spectral_norm(make(lib), name="nothing")
+
+
+def symmetric(lib):
+    class Symmetric(lib.nn.Module):
+        def forward(self, X):
+            return X.triu() + X.triu(1).transpose(0, 1)
+
+        def right_inverse(self, A):
+            return A.triu()
+    return Symmetric()
+
+
+def scaled(lib, factor):
+    class Scaled(lib.nn.Module):
+        def forward(self, X):
+            return X * factor
+
+        def right_inverse(self, A):
+            return A / factor
+    return Scaled()
+
+
+def test_parametrize_register_chain_assign_remove():
+    rng = seeded_rng()
+    factor = float(rng.uniform(0.5, 2))
+    mod_p, mod_t = module_pair(rng, lambda lib: lib.nn.Linear(4, 4))
+    for lib, mod in ((torch, mod_t), (pf, mod_p)):
+        P = lib.nn.utils.parametrize
+        P.register_parametrization(mod, "weight", symmetric(lib))
+        P.register_parametrization(mod, "weight", scaled(lib, factor))
+        assert P.is_parametrized(mod) and P.is_parametrized(mod, "weight") and not P.is_parametrized(mod, "bias")
+        assert type(mod).__name__ == "ParametrizedLinear" and P.type_before_parametrizations(mod) is lib.nn.Linear
+    assert sorted(mod_p.state_dict()) == sorted(mod_t.state_dict())
+    state_t = mod_t.state_dict()
+    for name, value in mod_p.state_dict().items():
+        assert_matches(value, state_t[name], **TOL)
+    forward_backward_compare(rng, mod_p, mod_t, (3, 4))
+    with torch.nn.utils.parametrize.cached(), pf.nn.utils.parametrize.cached():
+        assert mod_p.weight is mod_p.weight and mod_t.weight is mod_t.weight
+        assert_matches(mod_p.weight, mod_t.weight.detach(), **TOL)
+    assert mod_p.weight is not mod_p.weight
+    # Assigning goes through the right inverses; the Parameter object stays the same.
+    value = rng.uniform(-1, 1, size=(4, 4))
+    original_p = mod_p.parametrizations.weight.original
+    mod_t.weight = torch.from_numpy(value.copy())
+    mod_p.weight = pf.from_numpy(value.copy())
+    assert mod_p.parametrizations.weight.original is original_p
+    assert_matches(mod_p.parametrizations.weight.original, mod_t.parametrizations.weight.original.detach(), **TOL)
+    assert_matches(mod_p.weight, mod_t.weight.detach(), **TOL)
+    leave = bool(rng.integers(0, 2))
+    torch.nn.utils.parametrize.remove_parametrizations(mod_t, "weight", leave_parametrized=leave)
+    pf.nn.utils.parametrize.remove_parametrizations(mod_p, "weight", leave_parametrized=leave)
+    assert type(mod_p) is pf.nn.Linear and isinstance(mod_p.weight, pf.nn.Parameter)
+    assert sorted(mod_p.state_dict()) == sorted(mod_t.state_dict())
+    assert_matches(mod_p.weight, mod_t.weight.detach(), **TOL)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_parametrize_bad_input(case):
+    def run(lib):
+        P = lib.nn.utils.parametrize
+        mod = lib.nn.Linear(3, 4)
+
+        class Shrink(lib.nn.Module):
+            def forward(self, X):
+                return X[:1]
+
+        class ToInt(lib.nn.Module):
+            def forward(self, X):
+                return X.long()
+        if case == 0:
+            return P.register_parametrization(mod, "weight", Shrink())       # changes the shape
+        if case == 1:
+            return P.register_parametrization(mod, "weight", ToInt())        # changes the dtype
+        if case == 2:
+            return P.register_parametrization(mod, "missing", symmetric(lib))
+        if case == 3:
+            return P.remove_parametrizations(mod, "weight")
+        if case == 4:
+            P.register_parametrization(mod, "weight", Shrink(), unsafe=True)
+            return tuple(mod.weight.shape)
+        P.register_parametrization(mod, "bias", Shrink(), unsafe=True)
+        mod.bias = lib.zeros(1)                                              # no right_inverse
+    assert_same_outcome(lambda lib: run(lib) and None)
+
+
+@pytest.mark.parametrize("kind", ["conv2d", "conv_transpose2d", "linear"])
+def test_fusion(kind):
+    rng = seeded_rng()
+    make_layer, bn_cls, x_shape, transpose = {
+        "conv2d": (lambda lib: lib.nn.Conv2d(2, 3, 3, bias=bool(rng.integers(0, 2))), "BatchNorm2d", (2, 2, 5, 5),
+                   False),
+        "conv_transpose2d": (lambda lib: lib.nn.ConvTranspose2d(2, 3, 3), "BatchNorm2d", (2, 2, 4, 4), True),
+        "linear": (lambda lib: lib.nn.Linear(4, 3), "BatchNorm1d", (5, 4), False),
+    }[kind]
+    layer_p, layer_t = module_pair(rng, make_layer)
+    bn_p, bn_t = module_pair(rng, lambda lib: getattr(lib.nn, bn_cls)(3))
+    with torch.no_grad():
+        for t in (bn_t.running_mean, bn_t.weight, bn_t.bias):
+            t.copy_(torch.from_numpy(rng.uniform(-1, 1, size=3)))
+        bn_t.running_var.copy_(torch.from_numpy(rng.uniform(0.5, 2, size=3)))
+    load_from_torch(bn_p, bn_t)
+    for m in (layer_p, layer_t, bn_p, bn_t):
+        m.eval()
+    if kind == "linear":
+        fused_t = torch.nn.utils.fusion.fuse_linear_bn_eval(layer_t, bn_t)
+        fused_p = pf.nn.utils.fusion.fuse_linear_bn_eval(layer_p, bn_p)
+    else:
+        fused_t = torch.nn.utils.fuse_conv_bn_eval(layer_t, bn_t, transpose=transpose)
+        fused_p = pf.nn.utils.fuse_conv_bn_eval(layer_p, bn_p, transpose=transpose)
+    assert isinstance(fused_p.weight, pf.nn.Parameter) and fused_p is not layer_p
+    x_p, x_t = leaf_pair(rng, x_shape)
+    assert_matches(fused_p(x_p), fused_t(x_t).detach(), **TOL)
+    assert_matches(fused_p(x_p), bn_t(layer_t(x_t)).detach(), rtol=1e-9, atol=1e-9)
+    layer_p.train()
+    with pytest.raises(AssertionError):
+        pf.nn.utils.fuse_conv_bn_eval(layer_p, bn_p)
+
+
+def test_utils_hooks_removable_handle():
+    for lib in (torch, pf):
+        calls = []
+        mod = lib.nn.Linear(2, 2)
+        handle = mod.register_forward_hook(lambda *args: calls.append(1))
+        assert isinstance(handle, lib.utils.hooks.RemovableHandle)
+        mod(lib.zeros(1, 2))
+        handle.remove()
+        mod(lib.zeros(1, 2))
+        assert calls == [1]
