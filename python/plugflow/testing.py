@@ -1,4 +1,5 @@
-"""plugflow.testing (torch.testing, PyTorch 1.13): assert_close and make_tensor.
+"""plugflow.testing (torch.testing, PyTorch 1.13): assert_close, make_tensor and the deprecated
+assert_allclose.
 
 assert_close compares tensors, numbers, booleans and None, also nested in sequences and mappings,
 with PyTorch's default tolerances per dtype, its attribute checks and its messages (an
@@ -10,8 +11,9 @@ arrays) are compared as tensors when both are of the same kind, as in PyTorch.
 import cmath
 import collections.abc
 import math
+import warnings
 
-__all__ = ["assert_close", "make_tensor"]
+__all__ = ["assert_close", "make_tensor", "assert_allclose"]
 
 
 def _pf():
@@ -278,3 +280,23 @@ def make_tensor(*shape, dtype, device, low=None, high=None, requires_grad=False,
     if dtype in floating:
         result.requires_grad = requires_grad
     return result
+
+
+def assert_allclose(actual, expected, rtol=None, atol=None, equal_nan=True, msg=""):
+    """The deprecated form (a FutureWarning, as in PyTorch 1.13): assert_close with the older
+    default tolerances (float16 1e-3/1e-3, float32 1e-4/1e-5, float64 1e-5/1e-8), NaNs equal and
+    dtypes not checked; non-tensors are converted (expected to actual's dtype)."""
+    pf = _pf()
+    if not isinstance(actual, pf.Tensor):
+        actual = pf.tensor(actual)
+    if not isinstance(expected, pf.Tensor):
+        expected = pf.tensor(expected, dtype=actual.dtype)
+    if rtol is None and atol is None:
+        legacy = {pf.float16: (1e-3, 1e-3), pf.float32: (1e-4, 1e-5), pf.float64: (1e-5, 1e-8)}
+        rtols, atols = zip(*(legacy.get(t.dtype, (0.0, 0.0)) for t in (actual, expected)))
+        rtol, atol = max(rtols), max(atols)
+    assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=equal_nan, check_device=True, check_dtype=False,
+                 check_stride=False, msg=msg or None)
+    warnings.warn("torch.testing.assert_allclose() is deprecated since 1.12 and will be removed in 1.14. Use "
+                  "torch.testing.assert_close() instead. For detailed upgrade instructions see "
+                  "https://github.com/pytorch/pytorch/issues/61844.", FutureWarning)
