@@ -67,7 +67,10 @@ def _mismatch_msg(kind, rtol, atol, abs_diff, rel_diff, abs_idx=None, rel_idx=No
     equality = rtol == 0 and atol == 0
 
     def diff_msg(name, diff, idx, tol):
-        msg = f"{name.title()} difference: {diff}" if idx is None else f"Greatest {name} difference: {diff} at index {idx}"
+        if idx is None:
+            msg = f"{name.title()} difference: {diff}"
+        else:
+            msg = f"Greatest {name} difference: {diff} at index {idx}"
         return msg + ("" if equality else f" (up to {tol} allowed)") + "\n"
 
     msg = f"{kind} are not {'equal' if equality else 'close'}!\n\n"

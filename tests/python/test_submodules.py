@@ -404,7 +404,7 @@ def test_vector_products(fn):
                 assert_matches(a.grad, b.grad, **TOL)
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(14))
 def test_autograd_functional_bad_input(case):
     def run(lib):
         F = lib.autograd.functional
@@ -422,6 +422,8 @@ def test_autograd_functional_bad_input(case):
             lambda: F.hvp(lambda a: (a * a).sum(), x, (x, x)),
             lambda: F.vhp(lambda a: (a, a), x, x),
             lambda: F.jvp(lambda a: a, [x], x),                                     # a list is not a tuple
+            lambda: F.jacobian(lambda a: a[:0], x),                                 # no output elements
+            lambda: F.jacobian(lambda a: a.sum(), lib.ones(0, dtype=lib.float64)),  # no input elements
         ][case]()
     assert_same_outcome(lambda lib: run(lib) and None)
 
@@ -723,3 +725,17 @@ def test_utils_hooks_removable_handle():
         handle.remove()
         mod(lib.zeros(1, 2))
         assert calls == [1]
+
+
+def test_spectral_norm_reads_version_0_state_dicts():
+    # Before version 1 the state dict held name_orig, name and name_u: name_v is solved for.
+    rng = seeded_rng()
+    mod_p, mod_t = (lib.nn.utils.spectral_norm(lib.nn.Linear(3, 4).double()) for lib in (pf, torch))
+    weight_orig = rng.uniform(-1, 1, size=(4, 3))
+    sigma = float(rng.uniform(0.5, 2))
+    u = rng.uniform(-1, 1, size=4)
+    u /= np.linalg.norm(u)
+    old = {"weight_orig": weight_orig, "weight": weight_orig / sigma, "weight_u": u, "bias": rng.uniform(-1, 1, 4)}
+    mod_t.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in old.items()})
+    mod_p.load_state_dict({k: pf.from_numpy(v.copy()) for k, v in old.items()})
+    assert_matches(mod_p.weight_v, mod_t.weight_v, rtol=1e-7, atol=1e-9)

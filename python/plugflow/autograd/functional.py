@@ -234,10 +234,9 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
                             raise RuntimeError(f"Output {i} of the user-provided function is independent of input "
                                                f"{j}. This is not allowed in strict mode.")
                         rows[j].append(pf.zeros_like(inp_el))
-            result.append(tuple(
-                (pf.stack(rows_j, 0) if rows_j else pf.zeros((0,) + tuple(inputs[j].shape), dtype=inputs[j].dtype,
-                                                             device=inputs[j].device)).view(out.size() + inputs[j].size())
-                for j, rows_j in enumerate(rows)))
+            # An output without elements raises here (stack of nothing), as in PyTorch.
+            result.append(tuple(pf.stack(rows_j, 0).view(out.size() + inputs[j].size())
+                                for j, rows_j in enumerate(rows)))
         result = _grad_postprocess(tuple(result), create_graph)
         return _tuple_postprocess(result, (is_outputs_tuple, is_inputs_tuple))
 

@@ -3,7 +3,6 @@ w = w_orig / sigma(w_orig), sigma estimated by power iteration on w_orig reshape
 (dim first), one or more iterations per training forward, with the vectors u and v kept as
 buffers name_u and name_v."""
 
-from ..._C import Tensor  # noqa: F401  (the type of the buffers)
 from ...autograd.grad_mode import no_grad
 from .. import functional as F
 from ..parameter import Parameter

@@ -2,7 +2,6 @@
 w = g * v / ||v||, with the norm over every dim but `dim` (over the whole tensor for dim=None),
 and the parameter replaced by name_g and name_v."""
 
-from ..modules.module import Module  # noqa: F401  (the type weight_norm takes)
 from ..parameter import Parameter
 
 __all__ = ["WeightNorm", "weight_norm", "remove_weight_norm"]
