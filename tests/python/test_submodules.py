@@ -130,10 +130,10 @@ def test_pack_bad_input_raises_as_pytorch(case):
     assert_same_outcome(run)
 
 
-def packed_rnn_case(rng, name, batch_first):
+def packed_rnn_case(rng, name, batch_first, bidirectional):
     """A random recurrent layer of a kind (float64) as a (plugflow, torch) pair, with its kwargs."""
-    kwargs = dict(num_layers=int(rng.integers(1, 3)), bidirectional=bool(rng.integers(0, 2)),
-                  bias=bool(rng.integers(0, 2)), batch_first=batch_first)
+    kwargs = dict(num_layers=int(rng.integers(1, 3)), bidirectional=bidirectional, bias=bool(rng.integers(0, 2)),
+                  batch_first=batch_first)
     if name == "RNN":
         kwargs["nonlinearity"] = ["tanh", "relu"][int(rng.integers(0, 2))]
     if name == "LSTM" and rng.integers(0, 2):
@@ -148,10 +148,11 @@ def packed_rnn_case(rng, name, batch_first):
 @pytest.mark.parametrize("name", ["RNN", "LSTM", "GRU"])
 @pytest.mark.parametrize("enforce_sorted", [True, False])
 @pytest.mark.parametrize("with_state", [False, True])
-def test_recurrent_layers_take_packed_sequences(name, enforce_sorted, with_state):
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_recurrent_layers_take_packed_sequences(name, enforce_sorted, with_state, bidirectional):
     rng = seeded_rng()
     batch_first = bool(rng.integers(0, 2))
-    mod_p, mod_t, kwargs = packed_rnn_case(rng, name, batch_first)
+    mod_p, mod_t, kwargs = packed_rnn_case(rng, name, batch_first, bidirectional)
     batch, max_len = int(rng.integers(1, 6)), int(rng.integers(1, 6))
     lengths = random_lengths(rng, batch, max_len, enforce_sorted)
     x_p, x_t = leaf_pair(rng, (batch, max_len, 3) if batch_first else (max_len, batch, 3))
