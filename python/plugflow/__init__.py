@@ -96,6 +96,7 @@ from . import amp, cpu  # noqa: E402,F401  (plugflow.amp, plugflow.cpu.amp; plug
 from .amp import autocast  # noqa: E402,F401
 from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
 from . import linalg, special, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.special.xlog1py, torch.version.cuda)
+from . import testing  # noqa: E402,F401  (torch.testing.assert_close after `import torch`)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)

@@ -290,14 +290,6 @@ def test_dropout_with_one_layer_warns():
         pf.nn.GRU(2, 3, dropout=0.3)
 
 
-def test_packed_sequence_not_supported():
-    from collections import namedtuple
-    PackedSequence = namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])
-    packed = PackedSequence(pf.zeros(3, 2), pf.tensor([2, 1]), None, None)
-    with pytest.raises(NotImplementedError):
-        pf.nn.LSTM(2, 3)(packed)
-
-
 def test_float32_default_dtype():
     rng = seeded_rng()
     torch.manual_seed(0)

@@ -44,3 +44,4 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     return _C._autograd_grad(outputs, inputs_list, grads, bool(retain_graph), bool(create_graph), bool(allow_unused))
 
 from . import profiler  # noqa: E402,F401  (torch.autograd.profiler)
+from . import functional  # noqa: E402,F401  (torch.autograd.functional)

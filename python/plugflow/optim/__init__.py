@@ -24,6 +24,7 @@ from .asgd import ASGD
 from .lbfgs import LBFGS
 from .sparse_adam import SparseAdam
 from . import lr_scheduler
+from . import swa_utils
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD",
-           "LBFGS", "SparseAdam", "lr_scheduler"]
+           "LBFGS", "SparseAdam", "lr_scheduler", "swa_utils"]

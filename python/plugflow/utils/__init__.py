@@ -1,3 +1,3 @@
-"""plugflow.utils (torch.utils): data loading."""
+"""plugflow.utils (torch.utils): data loading, hooks."""
 
-from . import data  # noqa: F401  (plugflow.utils.data after `import plugflow`)
+from . import data, hooks  # noqa: F401  (plugflow.utils.data, .hooks after `import plugflow`)

@@ -4,8 +4,8 @@ Written with plugflow's differentiable ops (linear, sigmoid, tanh, relu, stack, 
 gives the gradients. Each layer and direction projects the whole input sequence with one matmul
 (x @ W_ih^T + b_ih for every time step at once), then loops over time for the hidden part.
 
-Not supported: PackedSequence inputs (nn.utils.rnn.pack_padded_sequence and friends); passing one
-raises NotImplementedError.
+A PackedSequence input (nn.utils.rnn) runs the same loop on the shrinking batch of each time step
+and returns a PackedSequence, with each sequence's states at its last valid step.
 """
 
 import math
@@ -26,9 +26,9 @@ def _pf():
     return plugflow
 
 
-def _reject_packed(input):
-    if type(input).__name__ == "PackedSequence" or (isinstance(input, tuple) and not hasattr(input, "dim")):
-        raise NotImplementedError("plugflow's recurrent layers do not support PackedSequence inputs")
+def _is_packed(input):
+    from ..utils.rnn import PackedSequence  # here: nn.utils imports after nn.modules
+    return isinstance(input, PackedSequence)
 
 
 # ---- one time step of each kind of cell: gi is the input projection x W_ih^T + b_ih -------------
@@ -59,6 +59,31 @@ def _lstm_step(gi, h, c, w_hh, b_hh, w_hr):
     if w_hr is not None:
         h = F.linear(h, w_hr)
     return h, c
+
+
+def _run_direction(cell, gi_steps, states, reverse):
+    """Runs cell(gi_t, *states) -> states over the time steps (backwards when reverse); returns each
+    step's h and the final states. A packed batch shrinks over time (sequences sorted by decreasing
+    length, gi_steps[t] has batch_sizes[t] rows): going forwards, the rows of the sequences that end
+    are set aside as their final states; going backwards, a sequence joins with its initial state at
+    its last step. A padded batch (equal sizes) never does either."""
+    outs = [None] * len(gi_steps)
+    finished = []  # going forwards: the final states of the sequences that ended, by decreasing row
+    initial = states
+    if reverse:
+        states = tuple(s[:gi_steps[-1].size(0)] for s in initial) if gi_steps else states
+    for t in (range(len(gi_steps) - 1, -1, -1) if reverse else range(len(gi_steps))):
+        batch_size, current = gi_steps[t].size(0), states[0].size(0)
+        if batch_size < current:
+            finished.append(tuple(s[batch_size:] for s in states))
+            states = tuple(s[:batch_size] for s in states)
+        elif batch_size > current:
+            states = tuple(_pf().cat([s, s0[current:batch_size]], 0) for s, s0 in zip(states, initial))
+        states = cell(gi_steps[t], *states)
+        outs[t] = states[0]
+    if finished:
+        states = tuple(_pf().cat([s] + [f[i] for f in reversed(finished)], 0) for i, s in enumerate(states))
+    return outs, states
 
 
 class RNNBase(Module):
@@ -199,39 +224,35 @@ class RNNBase(Module):
         w_hr = get("weight_hr_l{}{}") if self.proj_size > 0 else None
         return w_ih, w_hh, b_ih, b_hh, w_hr
 
-    def _run(self, input, h0, c0=None):
-        """input (T, B, I) time-major; h0 (L*D, B, H_out) (c0 (L*D, B, H) for LSTM). Returns the output
-        (T, B, D*H_out) and the final states stacked like h0 (and c0)."""
+    def _run(self, input, h0, c0=None, batch_sizes=None):
+        """input (T, B, I) time-major, or a PackedSequence's data (N, I) with its batch_sizes (a list);
+        h0 (L*D, B, H_out) (c0 (L*D, B, H) for LSTM). Returns the output ((T, B, D*H_out), or packed
+        data (N, D*H_out)) and the final states stacked like h0 (and c0)."""
         pf = _pf()
         num_directions = 2 if self.bidirectional else 1
         step = {"RNN_TANH": _rnn_tanh_step, "RNN_RELU": _rnn_relu_step, "GRU": _gru_step}.get(self.mode)
         h_n, c_n = [], []
         layer_input = input
-        seq_len = input.size(0)
         for layer in range(self.num_layers):
             dir_outputs = []
             for direction in range(num_directions):
                 w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_weights(layer, direction)
                 idx = layer * num_directions + direction
-                gi_all = F.linear(layer_input, w_ih, b_ih).unbind(0)  # one matmul for all time steps
-                h = h0[idx]
-                c = c0[idx] if c0 is not None else None
-                steps = range(seq_len - 1, -1, -1) if direction == 1 else range(seq_len)
-                outs = [None] * seq_len
-                for t in steps:
-                    if c is not None:
-                        h, c = _lstm_step(gi_all[t], h, c, w_hh, b_hh, w_hr)
-                    else:
-                        h = step(gi_all[t], h, w_hh, b_hh)
-                    outs[t] = h
-                h_n.append(h)
-                if c is not None:
-                    c_n.append(c)
-                if seq_len == 0:
-                    dir_outputs.append(_creation.zeros((0,) + tuple(h.shape), dtype=h.dtype, device=h.device))
+                gi_all = F.linear(layer_input, w_ih, b_ih)  # one matmul for all time steps
+                gi_steps = gi_all.unbind(0) if batch_sizes is None else gi_all.split(batch_sizes, 0)
+                states = (h0[idx],) if c0 is None else (h0[idx], c0[idx])
+                cell = (lambda gi, h, c: _lstm_step(gi, h, c, w_hh, b_hh, w_hr)) if c0 is not None else \
+                    (lambda gi, h: (step(gi, h, w_hh, b_hh),))
+                outs, final = _run_direction(cell, gi_steps, states, reverse=direction == 1)
+                h_n.append(final[0])
+                if c0 is not None:
+                    c_n.append(final[1])
+                if not outs:
+                    dir_outputs.append(_creation.zeros((0,) + tuple(final[0].shape), dtype=final[0].dtype,
+                                                       device=final[0].device))
                 else:
-                    dir_outputs.append(pf.stack(outs, 0))
-            output = dir_outputs[0] if num_directions == 1 else pf.cat(dir_outputs, 2)
+                    dir_outputs.append(pf.stack(outs, 0) if batch_sizes is None else pf.cat(outs, 0))
+            output = dir_outputs[0] if num_directions == 1 else pf.cat(dir_outputs, -1)
             if self.dropout != 0 and self.training and layer < self.num_layers - 1:
                 output = F.dropout(output, self.dropout, True)
             layer_input = output
@@ -240,9 +261,38 @@ class RNNBase(Module):
             return layer_input, h_n, pf.stack(c_n, 0)
         return layer_input, h_n
 
+    def _packed_forward(self, input, hx):
+        """forward on a PackedSequence: the states (h0, c0 for LSTM; in the caller's batch order, zeros
+        when None) are permuted to the packed (sorted) order and the final ones back."""
+        from ..utils.rnn import PackedSequence
+        data, batch_sizes, sorted_indices, unsorted_indices = input
+        max_batch_size = int(batch_sizes[0])
+        num_directions = 2 if self.bidirectional else 1
+        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        is_lstm = self.mode == "LSTM"
+        if hx is None:
+            zeros = lambda size: _creation.zeros((self.num_layers * num_directions, max_batch_size, size),  # noqa: E731
+                                                 dtype=data.dtype, device=data.device)
+            hx = (zeros(real_hidden_size), zeros(self.hidden_size)) if is_lstm else zeros(real_hidden_size)
+        else:
+            hx = self.permute_hidden(hx, sorted_indices)
+        self.check_input(data, batch_sizes)
+        expected = (self.num_layers * num_directions, max_batch_size, real_hidden_size)
+        if is_lstm:
+            self.check_hidden_size(hx[0], expected, "Expected hidden[0] size {}, got {}")
+            self.check_hidden_size(hx[1], expected[:2] + (self.hidden_size,), "Expected hidden[1] size {}, got {}")
+            output, h_n, c_n = self._run(data, hx[0], hx[1], batch_sizes=batch_sizes.tolist())
+            hidden = (h_n, c_n)
+        else:
+            self.check_hidden_size(hx, expected)
+            output, hidden = self._run(data, hx, batch_sizes=batch_sizes.tolist())
+        output = PackedSequence(output, batch_sizes, sorted_indices, unsorted_indices)
+        return output, self.permute_hidden(hidden, unsorted_indices)
+
     def _forward_single_state(self, input, hx):
         """RNN and GRU's forward (one state tensor)."""
-        _reject_packed(input)
+        if _is_packed(input):
+            return self._packed_forward(input, hx)
         is_batched = input.dim() == 3
         batch_dim = 0 if self.batch_first else 1
         if not is_batched:
@@ -316,7 +366,8 @@ class LSTM(RNNBase):
         return hx[0].index_select(1, permutation), hx[1].index_select(1, permutation)
 
     def forward(self, input, hx=None):
-        _reject_packed(input)
+        if _is_packed(input):
+            return self._packed_forward(input, hx)
         is_batched = input.dim() == 3
         batch_dim = 0 if self.batch_first else 1
         if not is_batched:
