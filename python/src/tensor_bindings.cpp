@@ -800,7 +800,7 @@ py::object max_min(bool is_max, const Tensor& self, py::handle dim_or_other, py:
   const bool no_keepdim = keepdim.ptr() == Py_Ellipsis;
   if (dim_or_other.ptr() == Py_Ellipsis) {
     PF_CHECK_T(no_keepdim, TypeError, fn, "() received an invalid combination of arguments - got keepdim without dim");
-    return py::cast(ops::reduce(is_max ? kAmax : kAmin, self, {}, false));
+    return py::cast(ops::extreme(self, is_max));
   }
   PF_CHECK(!dim_or_other.is_none(), "Please look up dimensions by name, got: name = None.");
   if (const Tensor* other = as_tensor(dim_or_other)) {

@@ -661,3 +661,21 @@ def test_0d_reduction_dims_logsumexp_over_no_dims_and_0d_scans_match_torch(code)
     # Found by the fuzzer: a repeated dim of a 0-d tensor raises; logsumexp(dim=()) reduces
     # every dim; a 0-d scan fills its result with the value, converted with overflow checks.
     assert_same_outcome(lambda lib: eval(code))  # noqa: S307
+
+
+@pytest.mark.parametrize("fn", ["max", "min"])
+def test_full_max_min_share_the_gradient_as_torch(fn):
+    """torch.max(x) / torch.min(x): the gradient is shared by the elements equal to the result
+    (ties), a NaN result sharing it among the NaNs (MaxBackward1, not amax's NaN everywhere)."""
+    rng = np.random.default_rng()
+    for trial in range(20):
+        a = rng.integers(-3, 4, size=(int(rng.integers(1, 5)), int(rng.integers(1, 6)))).astype(np.float64)
+        if trial % 3 == 0:
+            a.flat[rng.integers(0, a.size, size=int(rng.integers(1, 3)))] = np.nan
+        x, tx = pf.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        y, ty = getattr(pf, fn)(x), getattr(torch, fn)(tx)
+        assert y.grad_fn.name() == ty.grad_fn.name()
+        (y * 3).backward()
+        (ty * 3).backward()
+        np.testing.assert_array_equal(y.detach().numpy(), ty.detach().numpy())
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-15, atol=0)

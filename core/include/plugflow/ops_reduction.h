@@ -33,6 +33,10 @@ PF_API std::pair<Tensor, Tensor> std_mean(const Tensor& a, const Shape& dims, do
 PF_API std::vector<Tensor> moments(const std::string& name, const Tensor& a, const Shape& dims,
                                    double correction = 1, bool keepdim = false);
 
+// torch.max(a) / torch.min(a): the extreme of all elements (NaN wins), amax/amin's value with
+// PyTorch's gradient (shared by the elements equal to it: MaxBackward1 / MinBackward1).
+PF_API Tensor extreme(const Tensor& a, bool is_max);
+
 // log(sum(exp(a))) over dims, computed stably (the max is subtracted first); integers
 // promote to float32. Over nothing: -inf.
 PF_API Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim = false);

@@ -451,6 +451,30 @@ Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim) {
   return composite("logsumexp", a, Attrs{{"dim", dims}, {"keepdim", keepdim}});
 }
 
+Tensor extreme(const Tensor& a, bool is_max) {
+  Tensor out;
+  {
+    autograd::GradModeGuard no_grad(false);  // recorded below as PyTorch's own node
+    out = reduce(is_max ? "amax" : "amin", a, {}, false);
+  }
+  if (autograd::any_requires_grad({&a})) {
+    // PyTorch's evenly_distribute_backward: the gradient shared by the elements equal to the
+    // result, a NaN result counting its NaNs (amax's backward gives NaN everywhere there).
+    auto node = autograd::make_node(is_max ? "MaxBackward1" : "MinBackward1", [](const Tensors& g,
+                                                                                 const Tensors& s) -> Tensors {
+      const Tensor& x = s[0];
+      const Tensor value = expand(s[1], x.sizes());
+      const Tensor chosen = where(unary("isnan", value), unary("isnan", x), binary("eq", x, value));
+      const Tensor share = binary("div", g[0], reduce("sum", chosen, {}, false));
+      return {mul(chosen, share)};
+    });
+    node->save(a);
+    node->save_output(out, 0);
+    autograd::record(node, {a}, {out});
+  }
+  return out;
+}
+
 // The composite ops of core/opdefs/composite.yaml (ops::composite applied the dtype rule and
 // autocast): logsumexp, floating here.
 Tensor composites::logsumexp(const Tensor& a, const Attrs& attrs) {
