@@ -76,7 +76,8 @@ class Binomial(Distribution):
     def sample(self, sample_shape=plugflow.Size()):
         shape = self._extended_shape(sample_shape)
         with plugflow.no_grad():
-            return _discrete.binomial(self.total_count.expand(shape).contiguous(), self.probs.expand(shape).contiguous())
+            return _discrete.binomial(self.total_count.expand(shape).contiguous(),
+                                      self.probs.expand(shape).contiguous())
 
     def log_prob(self, value):
         if self._validate_args:
