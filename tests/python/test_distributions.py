@@ -117,8 +117,9 @@ def _draw_values(d_t, shape=(6,)):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_scores_and_moments_match_torch(case):
-    """log_prob (and its gradient with respect to every parameter), entropy, cdf, icdf, mean,
-    variance, stddev and mode, shapes and support flags, on torch's draws."""
+    """log_prob (and its gradient with respect to every parameter and, for continuous
+    distributions, the value), entropy, cdf, icdf, mean, variance, stddev and mode (with their
+    gradients), shapes and support flags, on torch's draws."""
     rng = seeded_rng()
     torch.manual_seed(int(rng.integers(2**31)))
     params = CASES[case][0](rng)
@@ -135,10 +136,20 @@ def test_scores_and_moments_match_torch(case):
 
     value_t = _draw_values(d_t)
     value_p = from_torch(value_t)
+    continuous = not d_t.support.is_discrete
+    if continuous:  # the score d log p / d x too (Langevin dynamics, score matching)
+        value_p.requires_grad_()
+        value_t.requires_grad_()
     lp_p, lp_t = d_p.log_prob(value_p), d_t.log_prob(value_t)
     assert_matches(lp_p, lp_t, rtol=1e-7, atol=1e-9)
     backward_both(rng, lp_p, lp_t)
     _assert_grads(p_params, t_params)
+    if continuous:
+        if value_t.grad is None:  # Uniform's density is flat
+            assert value_p.grad is None
+        else:
+            assert_matches(value_p.grad, value_t.grad, rtol=1e-7, atol=1e-9)
+        value_p, value_t = value_p.detach(), value_t.detach()
 
     for name in ("mean", "variance", "stddev", "mode"):
         d_p, d_t = fresh()
@@ -354,6 +365,8 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.Binomial(3, lib.tensor(0.5)).log_prob(lib.tensor([4.0])),
     lambda lib, D: D.OneHotCategorical(lib.ones(3)).log_prob(lib.tensor([1.0, 1.0, 0.0])),
     lambda lib, D: D.MultivariateNormal(lib.zeros(2), scale_tril=lib.eye(2)).log_prob(lib.zeros(3)),
+    lambda lib, D: D.MultivariateNormal(lib.zeros(3), scale_tril=lib.eye(2)).log_prob(lib.zeros(3)),
+    lambda lib, D: D.MultivariateNormal(lib.zeros(3), scale_tril=lib.eye(2)).rsample(),
     lambda lib, D: D.MultivariateNormal(lib.zeros(2), scale_tril=lib.eye(2)).log_prob(lib.tensor([0.0, float("nan")])),
     lambda lib, D: D.LogNormal(0.0, 1.0).log_prob(lib.tensor([-1.0])),
     lambda lib, D: D.TransformedDistribution(D.Normal(0.0, 1.0), D.transforms.TanhTransform())

@@ -54,6 +54,9 @@ def solve_lower_triangular(L, B):
     """X with L X = B, L (..., n, n) lower-triangular with a non-zero diagonal and B (..., n, k)
     (batch dims broadcast), by forward substitution."""
     n = L.shape[-1]
+    if B.shape[-2] != n:  # e.g. a MultivariateNormal whose loc and scale_tril disagree
+        raise RuntimeError(f"triangular solve: the matrices are {n} by {n} but the right-hand side has "
+                           f"{B.shape[-2]} rows")
     rows = []  # the rows of X found so far, each (..., k)
     for i in range(n):
         rhs = B[..., i, :]
