@@ -3,6 +3,7 @@
 dims (its `event_dim` rightmost dims are reduced)."""
 
 import plugflow
+from ._linalg import cholesky_ex
 
 __all__ = [
     "Constraint", "boolean", "cat", "corr_cholesky", "dependent", "dependent_property", "greater_than",
@@ -330,7 +331,6 @@ class _PositiveDefinite(_Symmetric):
         sym_check = super().check(value)
         if not sym_check.all():
             return sym_check
-        from ._linalg import cholesky_ex
         return cholesky_ex(value)[1].eq(0)
 
 
