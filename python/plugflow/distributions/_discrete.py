@@ -1,8 +1,8 @@
-"""What Binomial and Poisson need beyond plugflow's ops: log-factorials and samplers (PyTorch's
-torch.binomial and torch.poisson), composed from plugflow's random draws so that
-plugflow.manual_seed replays them. The samplers are PyTorch's algorithms: inversion (Binomial) or
-multiplication of uniforms (Poisson) for small means, transformed rejection (BTRS, PTRS; Hormann
-1993) otherwise, run on all elements at once, each round redrawing the rejected ones."""
+"""Binomial's and Poisson's samplers (PyTorch's torch.binomial and torch.poisson), composed from
+plugflow's random draws so that plugflow.manual_seed replays them. The samplers are PyTorch's
+algorithms: inversion (Binomial) or multiplication of uniforms (Poisson) for small means,
+transformed rejection (BTRS, PTRS; Hormann 1993) otherwise, run on all elements at once, each round
+redrawing the rejected ones."""
 
 import math
 
@@ -10,18 +10,13 @@ import plugflow
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
-
-def _stirling_base(k):
-    """(k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2: Stirling's log k! without its tail."""
-    return (k + 0.5) * plugflow.log(k + 1) - (k + 1) + _HALF_LOG_2PI
-
-
-# log k! - _stirling_base(k) for k = 0..9, where the series below converges too slowly
+# Stirling's tail log k! - ((k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2) for k = 0..9, where the
+# series below converges too slowly
 _SMALL_TAILS = [math.lgamma(k + 1) - ((k + 0.5) * math.log(k + 1) - (k + 1) + _HALF_LOG_2PI) for k in range(10)]
 
 
 def _stirling_tail(k):
-    """log k! - _stirling_base(k) for non-negative integers k (a float tensor): a table below 10,
+    """Stirling's tail for non-negative integers k (a float tensor): a table below 10,
     the asymptotic series 1/12z - 1/360z^3 + 1/1260z^5 - 1/1680z^7 + 1/1188z^9 (z = k + 1,
     error < 1e-14) from 10 on."""
     z = k + 1
@@ -29,23 +24,6 @@ def _stirling_tail(k):
     series = (1 / 12 - (1 / 360 - (1 / 1260 - (1 / 1680 - 1 / 1188 / z2) / z2) / z2) / z2) / z
     table = plugflow.tensor(_SMALL_TAILS, dtype=k.dtype, device=k.device)[k.clamp(0, 9).long()]
     return plugflow.where(k < 10, table, series)
-
-
-def log_factorial(k):
-    """log k! for non-negative integers k (a float tensor)."""
-    return _stirling_base(k) + _stirling_tail(k)
-
-
-def lgamma(x):
-    """torch.lgamma where plugflow has it. Without it, log (x - 1)! for the integers x >= 1 that
-    Binomial's and Poisson's log_prob meet on their supports, and NotImplementedError otherwise
-    (a value off the support with validation off, a gradient with respect to total_count)."""
-    if hasattr(plugflow, "lgamma"):
-        return plugflow.lgamma(x)
-    if x.requires_grad or not ((x >= 1) & (x % 1 == 0)).all():
-        raise NotImplementedError("lgamma of a non-integer, or its gradient, needs torch.lgamma, which plugflow "
-                                  "does not have yet")
-    return log_factorial(x - 1)
 
 
 def _until_done(step, *state):
@@ -95,7 +73,7 @@ def _poisson_ptrs(lam):
         possible = (k >= 0) & ~((us < 0.013) & (v > us))
         k_safe = k.clamp(min=0)
         log_accept = (v.log() + inv_alpha.log() - (a / (us * us) + b).log()
-                      <= -lam + k_safe * loglam - log_factorial(k_safe))
+                      <= -lam + k_safe * loglam - plugflow.lgamma(k_safe + 1))
         return quick | (possible & log_accept), k, (lam, loglam, a, b, inv_alpha, vr)
 
     return _until_done(step, lam, loglam, a, b, inv_alpha, vr)

@@ -82,9 +82,9 @@ class Binomial(Distribution):
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
-        log_factorial_n = _discrete.lgamma(self.total_count + 1)
-        log_factorial_k = _discrete.lgamma(value + 1)
-        log_factorial_nmk = _discrete.lgamma(self.total_count - value + 1)
+        log_factorial_n = plugflow.lgamma(self.total_count + 1)
+        log_factorial_k = plugflow.lgamma(value + 1)
+        log_factorial_nmk = plugflow.lgamma(self.total_count - value + 1)
         # k log p + (n - k) log(1 - p) = k logit - n max(logit, 0) - n log1p(exp(-|logit|))
         normalize_term = (self.total_count * _clamp_by_zero(self.logits)
                           + self.total_count * plugflow.log1p(plugflow.exp(-plugflow.abs(self.logits)))

@@ -47,7 +47,7 @@ class Poisson(ExponentialFamily):
         if self._validate_args:
             self._validate_sample(value)
         rate, value = broadcast_all(self.rate, value)
-        return value.xlogy(rate) - rate - _discrete.lgamma(value + 1)
+        return value.xlogy(rate) - rate - plugflow.lgamma(value + 1)
 
     @property
     def _natural_params(self):
