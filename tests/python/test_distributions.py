@@ -72,6 +72,16 @@ CASES = {
                         lambda D, p: D.Binomial(7, logits=p["logits"])),
     "Poisson": (lambda r: {"rate": r.uniform(0.5, 40, size=(5,))},
                 lambda D, p: D.Poisson(p["rate"])),
+    "Gamma": (lambda r: {"concentration": r.uniform(0.3, 5, size=(2, 3)), "rate": r.uniform(0.5, 2, size=(2, 3))},
+              lambda D, p: D.Gamma(p["concentration"], p["rate"])),
+    "Chi2": (lambda r: {"df": r.uniform(0.5, 8, size=(4,))}, lambda D, p: D.Chi2(p["df"])),
+    "Beta": (lambda r: {"c1": r.uniform(0.5, 4, size=(4,)), "c0": r.uniform(0.5, 4, size=(4,))},
+             lambda D, p: D.Beta(p["c1"], p["c0"])),
+    "Dirichlet": (lambda r: {"concentration": r.uniform(0.5, 4, size=(2, 4))},
+                  lambda D, p: D.Dirichlet(p["concentration"])),
+    "StudentT": (lambda r: {"df": r.uniform(0.5, 10, size=(5,)), "loc": r.normal(size=(5,)),
+                            "scale": r.uniform(0.5, 2, size=(5,))},
+                 lambda D, p: D.StudentT(p["df"], p["loc"], p["scale"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -239,6 +249,11 @@ _SAMPLED = {
     "Poisson": lambda D: D.Poisson(_p(0.0, 0.7, 4.5, 9.99, 10.0, 37.0, 400.0)),
     "Binomial": lambda D: D.Binomial(_p(0, 5, 30, 40, 100, 1000, 60, 20), _p(0.3, 0.3, 0.2, 0.5, 0.95, 0.01, 1.0, 0.0)),
     "Tanh": lambda D: D.TransformedDistribution(D.Normal(_p(0.0), _p(2.0)), D.transforms.TanhTransform()),
+    "Gamma": lambda D: D.Gamma(_p(0.05, 0.6, 1.0, 3.0, 40.0), _p(1.0, 2.0, 0.5, 1.0, 4.0)),
+    "Chi2": lambda D: D.Chi2(_p(1.0, 7.0)),
+    "Beta": lambda D: D.Beta(_p(0.3, 2.0, 5.0), _p(0.7, 2.0, 1.5)),
+    "Dirichlet": lambda D: D.Dirichlet(pf.tensor([[0.4, 1.0, 3.0], [5.0, 5.0, 5.0]], dtype=pf.float64)),
+    "StudentT": lambda D: D.StudentT(_p(6.0, 30.0), _p(1.0, -1.0), _p(2.0, 0.5)),
 }
 
 
@@ -355,6 +370,22 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.MultivariateNormal(lib.zeros(2), precision_matrix=lib.tensor([[-1.0, 0.0], [0.0, 1.0]])),
     lambda lib, D: D.MultivariateNormal(lib.zeros(2), covariance_matrix=lib.ones(2)),
     lambda lib, D: D.TransformedDistribution(D.Normal(0.0, 1.0), "exp"),
+    lambda lib, D: D.Gamma(lib.tensor([-1.0]), 1.0),
+    lambda lib, D: D.Gamma(1.0, 0.0),
+    lambda lib, D: D.Chi2(lib.tensor([0.0])),
+    lambda lib, D: D.Beta(0.0, 1.0),
+    lambda lib, D: D.Beta(lib.tensor([1.0]), lib.tensor([-2.0])),
+    lambda lib, D: D.Dirichlet(lib.tensor(1.0)),
+    lambda lib, D: D.Dirichlet(lib.tensor([1.0, 0.0])),
+    lambda lib, D: D.StudentT(0.0),
+    lambda lib, D: D.StudentT(lib.tensor([3.0]), 0.0, -1.0),
+    lambda lib, D: D.Gamma(2.0, 1.0).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.Beta(2.0, 1.0).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.Dirichlet(lib.ones(3)).log_prob(lib.tensor([0.5, 0.5, 0.5])),
+    lambda lib, D: D.Dirichlet(lib.tensor([[0.5, 0.2, 0.3], [2.0, 3.0, 1.0]])).mode,
+    lambda lib, D: D.StudentT(lib.tensor([0.5, 1.5, 3.0])).variance,
+    lambda lib, D: D.StudentT(lib.tensor([0.5, 1.5, 3.0])).mean,
+    lambda lib, D: D.Beta(0.5, 0.5).mode,
     lambda lib, D: D.Normal(0.0, 1.0).log_prob(0.5),
     lambda lib, D: D.Normal(lib.zeros(3), 1.0).log_prob(lib.zeros(2)),
     lambda lib, D: D.Bernoulli(0.3).log_prob(lib.tensor([0.5])),
@@ -416,24 +447,51 @@ def test_validate_args_off():
         PD.Normal(0.0, -1.0)
 
 
-def test_lgamma_dependent_scores():
-    """Binomial's and Poisson's log_prob need lgamma: on their supports plugflow computes it (as
-    torch.lgamma where plugflow has it, else as log-factorials), and a value off the support scored
-    with validation off, or a gradient with respect to total_count, needs torch.lgamma: without it,
-    NotImplementedError rather than a wrong number."""
+def test_scores_off_the_support_and_count_gradients():
+    """With validation off, Binomial's and Poisson's log_prob take non-integer values (lgamma of
+    non-integers), and Binomial's is differentiable in total_count, as PyTorch's."""
+    def scores(lib):
+        D = LIBS[lib]
+        count = lib.tensor([3.0, 7.5], dtype=lib.float64, requires_grad=True)
+        values = lib.tensor([1.5, 2.0], dtype=lib.float64)
+        binomial = D.Binomial(count, lib.tensor([0.3, 0.6], dtype=lib.float64), validate_args=False).log_prob(values)
+        binomial.sum().backward()
+        poisson = D.Poisson(lib.tensor([2.0, 0.5], dtype=lib.float64), validate_args=False).log_prob(values)
+        return binomial, count.grad, poisson
+
+    assert_same_outcome(scores, rtol=1e-10, atol=1e-12)
     k = torch.arange(0.0, 400.0, dtype=torch.float64)
-    assert_matches(PD.Poisson(_p(150.0)).log_prob(from_torch(k)), TD.Poisson(torch.tensor(150.0,
-                   dtype=torch.float64)).log_prob(k), rtol=1e-12, atol=1e-12)
-    count = pf.tensor(3.0, requires_grad=True)
-    half = PD.Poisson(_p(2.0), validate_args=False)
-    if hasattr(pf, "lgamma"):
-        assert_same_outcome(lambda lib: LIBS[lib].Poisson(lib.tensor([2.0]), validate_args=False)
-                            .log_prob(lib.tensor([1.5])))
-    else:
-        with pytest.raises(NotImplementedError, match="lgamma"):
-            half.log_prob(_p(1.5))
-        with pytest.raises(NotImplementedError, match="lgamma"):
-            PD.Binomial(count, pf.tensor(0.5)).log_prob(pf.tensor(1.0))
+    assert_matches(PD.Poisson(_p(150.0)).log_prob(from_torch(k)),
+                   TD.Poisson(torch.tensor(150.0, dtype=torch.float64)).log_prob(k), rtol=1e-12, atol=1e-12)
+
+
+def test_gamma_family_rsample_gradients():
+    """Gamma's draws are differentiable in rate (x = standard draw / rate) and StudentT's in loc
+    and scale; a gradient with respect to a concentration (or df), which plugflow does not compute,
+    raises NotImplementedError when backpropagated rather than coming out as zero or None."""
+    pf.manual_seed(5)
+    rate = pf.tensor([0.5, 2.0], dtype=pf.float64, requires_grad=True)
+    x = PD.Gamma(pf.tensor([0.7, 3.0], dtype=pf.float64), rate).rsample((400,))
+    x.sum().backward()
+    assert_matches(rate.grad, to_torch(-(x / rate).sum(0).detach()))
+
+    loc = pf.tensor([0.5, -1.0], dtype=pf.float64, requires_grad=True)
+    scale = pf.tensor([2.0, 0.5], dtype=pf.float64, requires_grad=True)
+    y = PD.StudentT(pf.tensor([4.0, 9.0], dtype=pf.float64), loc, scale).rsample((300,))
+    y.sum().backward()
+    assert_matches(loc.grad, torch.tensor([300.0, 300.0], dtype=torch.float64))
+    assert_matches(scale.grad, to_torch(((y - loc) / scale).sum(0).detach()))
+
+    concentration = pf.tensor([0.7, 3.0], dtype=pf.float64, requires_grad=True)
+    for d in (PD.Gamma(concentration, 1.0), PD.Chi2(concentration), PD.Beta(concentration, 2.0),
+              PD.Dirichlet(concentration), PD.StudentT(concentration)):
+        draw = d.rsample((3,))
+        assert draw.requires_grad and bool(draw.isfinite().all())
+        with pytest.raises(NotImplementedError, match="concentration"):
+            draw.sum().backward()
+    # the score-function gradient is there
+    PD.Gamma(concentration, 1.0).log_prob(pf.tensor([0.5, 2.0], dtype=pf.float64)).sum().backward()
+    assert concentration.grad is not None
 
 
 KL_PAIRS = {
@@ -464,6 +522,21 @@ KL_PAIRS = {
     "Exponential_Uniform": lambda D, t: (D.Exponential(t(0.5, 2.0)), D.Uniform(t(0.0, -1.0), t(1.0, 1.0))),
     "Laplace_Exponential": lambda D, t: (D.Laplace(t(0.3, 1.0), t(1.0, 2.0)), D.Exponential(t(1.5, 0.2))),
     "Poisson_Binomial": lambda D, t: (D.Poisson(t(0.5, 20.0)), D.Binomial(5, t(0.5, 0.1))),
+    "Gamma": lambda D, t: (D.Gamma(t(0.5, 3.0), t(1.0, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Beta": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.Beta(t(2.0, 1.0), t(0.5, 1.5))),
+    "Dirichlet": lambda D, t: (D.Dirichlet(t(0.5, 3.0, 1.0)), D.Dirichlet(t(2.0, 1.0, 0.7))),
+    "Beta_Exponential": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.Exponential(t(1.5, 0.2))),
+    "Beta_Gamma": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Beta_Normal": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "Beta_Uniform": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.Uniform(t(-1.0, 0.5), t(1.0, 2.0))),
+    "Exponential_Gamma": lambda D, t: (D.Exponential(t(0.5, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Gamma_Exponential": lambda D, t: (D.Gamma(t(0.5, 3.0), t(1.0, 2.0)), D.Exponential(t(1.5, 0.2))),
+    "Gamma_Normal": lambda D, t: (D.Gamma(t(0.5, 3.0), t(1.0, 2.0)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gamma_Uniform": lambda D, t: (D.Gamma(t(0.5, 3.0), t(1.0, 2.0)), D.Uniform(t(0.0, -1.0), t(1.0, 1.0))),
+    "Normal_Gamma": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Uniform_Beta": lambda D, t: (D.Uniform(t(0.1, 0.0), t(0.9, 1.5)), D.Beta(t(2.0, 1.0), t(0.5, 1.5))),
+    "Uniform_Gamma": lambda D, t: (D.Uniform(t(0.5, -1.0), t(1.0, 1.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Chi2": lambda D, t: (D.Chi2(t(3.0, 0.5)), D.Chi2(t(1.0, 4.0))),
     "Tanh_Normal": lambda D, t: (D.TransformedDistribution(D.Normal(t(0.3), t(1.0)), D.transforms.TanhTransform()),
                                  D.TransformedDistribution(D.Normal(t(0.0), t(2.0)), D.transforms.TanhTransform())),
 }
@@ -670,7 +743,8 @@ def test_float32_parameters_keep_their_dtype():
     loc, scale = pf.zeros(3), pf.ones(3)
     for d in (PD.Normal(loc, scale), PD.Laplace(loc, scale), PD.Exponential(scale), PD.Uniform(loc, scale + 1),
               PD.LogNormal(loc, scale), PD.Poisson(scale), PD.Binomial(4, scale / 2), PD.Bernoulli(scale / 2),
-              PD.MultivariateNormal(loc, scale_tril=pf.eye(3))):
+              PD.MultivariateNormal(loc, scale_tril=pf.eye(3)), PD.Gamma(scale, scale), PD.Chi2(scale),
+              PD.Beta(scale, scale), PD.Dirichlet(scale + 1), PD.StudentT(scale + 2)):
         x = d.sample((2,))
         assert x.dtype == pf.float32 and d.log_prob(x).dtype == pf.float32, d
     assert PD.Categorical(logits=loc).sample().dtype == pf.int64
@@ -682,7 +756,8 @@ def test_package_layout():
     import importlib
     for module in ("distribution", "constraints", "kl", "utils", "transforms", "normal", "uniform", "bernoulli",
                    "categorical", "one_hot_categorical", "exponential", "laplace", "log_normal", "independent",
-                   "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family"):
+                   "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
+                   "chi2", "beta", "dirichlet", "studentT"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:
