@@ -97,6 +97,7 @@ from .amp import autocast  # noqa: E402,F401
 from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
 from . import linalg, special, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.special.xlog1py, torch.version.cuda)
 from . import testing  # noqa: E402,F401  (torch.testing.assert_close after `import torch`)
+from . import distributions  # noqa: E402,F401  (torch.distributions)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)

@@ -113,7 +113,7 @@ def test_missing_submodules_fail_without_loading_real_torch(tmp_path):
         import plugflow.mock_torch as mock_torch
 
         mock_torch.enable()
-        for name in ("torch.distributions", "torch.nn.no_such_module"):
+        for name in ("torch.fft", "torch.nn.no_such_module"):
             try:
                 __import__(name)
             except ModuleNotFoundError as e:
@@ -128,6 +128,30 @@ def test_missing_submodules_fail_without_loading_real_torch(tmp_path):
         else:
             raise AssertionError("attribute found")
         assert "torchvision" not in sys.modules
+        assert not any(getattr(m, "__file__", None) and "/torch/" in m.__file__ for m in list(sys.modules.values()))
+        print("ok")
+    ''', tmp_path)
+    assert out.strip() == "ok"
+
+
+def test_distributions_map_to_plugflow(tmp_path):
+    """torch.distributions (and `from torch.distributions import ...`) is plugflow.distributions, so
+    RL and VAE code that draws and scores actions runs on plugflow."""
+    out = run('''
+        import plugflow
+        import plugflow.mock_torch as mock_torch
+
+        mock_torch.enable()
+        import torch
+        import torch.distributions as D
+        from torch.distributions import Normal, kl_divergence
+        from torch.distributions.transforms import TanhTransform
+        assert D is plugflow.distributions and Normal is plugflow.distributions.Normal
+        loc = torch.zeros(3, requires_grad=True)
+        policy = D.TransformedDistribution(Normal(loc, torch.ones(3)), [TanhTransform(cache_size=1)])
+        action = policy.rsample()
+        (policy.log_prob(action).sum() + kl_divergence(Normal(loc, 1.0), Normal(0.0, 2.0)).sum()).backward()
+        assert isinstance(loc.grad, plugflow.Tensor)
         assert not any(getattr(m, "__file__", None) and "/torch/" in m.__file__ for m in list(sys.modules.values()))
         print("ok")
     ''', tmp_path)

@@ -25,7 +25,7 @@ and what it refuses). Attributes come along (torch.Tensor is plugflow.Tensor, to
 plugflow.float32, torch.save is plugflow.save). Real torch modules that were imported before
 enable() are set aside (code that already holds them keeps using them) and put back by disable().
 
-What is not mapped: a torch submodule plugflow does not have (torch.distributions, ...) raises
+What is not mapped: a torch submodule plugflow does not have (torch.fft, ...) raises
 ModuleNotFoundError naming it rather than loading real torch next to plugflow, and a function
 plugflow lacks raises AttributeError. Compiled PyTorch extensions cannot load:
 torch.ops.load_library raises OSError, except on torchvision's operator library, for which it

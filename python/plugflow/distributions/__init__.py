@@ -1,0 +1,42 @@
+"""plugflow.distributions: PyTorch 1.13's torch.distributions, composed from plugflow's ops so that
+rsample's reparameterized draws and log_prob differentiate with respect to the parameters, and
+drawn from plugflow's generators (plugflow.manual_seed replays them).
+
+Built: Bernoulli, Beta, Binomial, Categorical, Chi2, Dirichlet, Exponential, ExponentialFamily,
+Gamma, Independent, Laplace, LogNormal, MultivariateNormal, Normal, OneHotCategorical (and its
+StraightThrough form), Poisson, StudentT, TransformedDistribution, Uniform; the transforms listed in
+transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2,
+Beta, Dirichlet, StudentT) are not differentiable with respect to the concentration (_gamma.py).
+The other distributions of torch.distributions are not here yet."""
+
+from . import constraints, transforms
+from .bernoulli import Bernoulli
+from .beta import Beta
+from .binomial import Binomial
+from .categorical import Categorical
+from .chi2 import Chi2
+from .dirichlet import Dirichlet
+from .distribution import Distribution
+from .exp_family import ExponentialFamily
+from .exponential import Exponential
+from .gamma import Gamma
+from .independent import Independent
+from .kl import kl_divergence, register_kl
+from .laplace import Laplace
+from .log_normal import LogNormal
+from .multivariate_normal import MultivariateNormal
+from .normal import Normal
+from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
+from .poisson import Poisson
+from .studentT import StudentT
+from .transformed_distribution import TransformedDistribution
+from .transforms import *  # noqa: F401,F403
+from .uniform import Uniform
+
+__all__ = [
+    "Bernoulli", "Beta", "Binomial", "Categorical", "Chi2", "Dirichlet", "Distribution", "Exponential",
+    "ExponentialFamily", "Gamma", "Independent", "Laplace", "LogNormal", "MultivariateNormal", "Normal",
+    "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson", "StudentT", "TransformedDistribution",
+    "Uniform", "constraints", "kl_divergence", "register_kl", "transforms",
+]
+__all__.extend(transforms.__all__)

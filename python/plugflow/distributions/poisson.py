@@ -1,0 +1,57 @@
+from numbers import Number
+
+import plugflow
+from . import _discrete, constraints
+from .exp_family import ExponentialFamily
+from .utils import broadcast_all
+
+__all__ = ["Poisson"]
+
+
+class Poisson(ExponentialFamily):
+    """The number of events at rate `rate`: P(k) = rate^k exp(-rate) / k!."""
+    arg_constraints = {"rate": constraints.nonnegative}
+    support = constraints.nonnegative_integer
+
+    @property
+    def mean(self):
+        return self.rate
+
+    @property
+    def mode(self):
+        return self.rate.floor()
+
+    @property
+    def variance(self):
+        return self.rate
+
+    def __init__(self, rate, validate_args=None):
+        self.rate, = broadcast_all(rate)
+        batch_shape = plugflow.Size() if isinstance(rate, Number) else self.rate.size()
+        super().__init__(batch_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Poisson, _instance)
+        batch_shape = plugflow.Size(batch_shape)
+        new.rate = self.rate.expand(batch_shape)
+        super(Poisson, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def sample(self, sample_shape=plugflow.Size()):
+        shape = self._extended_shape(sample_shape)
+        with plugflow.no_grad():
+            return _discrete.poisson(self.rate.expand(shape).contiguous())
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        rate, value = broadcast_all(self.rate, value)
+        return value.xlogy(rate) - rate - plugflow.lgamma(value + 1)
+
+    @property
+    def _natural_params(self):
+        return (plugflow.log(self.rate),)
+
+    def _log_normalizer(self, x):
+        return plugflow.exp(x)
