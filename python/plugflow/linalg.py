@@ -1,12 +1,22 @@
-"""plugflow.linalg (torch.linalg): the solvers plugflow has so far: lstsq, and LinAlgError."""
+"""plugflow.linalg (torch.linalg): norms and products composed from plugflow's ops, the LAPACK
+solvers and decompositions (CPU kernels), and LinAlgError."""
+
+import builtins
+import math
 
 from . import _C, return_types
+from ._C import Tensor
+from ._composite import _wrap_dim, broadcast_shapes as _broadcast_shapes, cross as _cross, diagonal as _diagonal, eye as _eye
+from .nn._functional_loss import _type_name
 
-__all__ = ["lstsq", "LinAlgError"]
+__all__ = ["lstsq", "LinAlgError", "vector_norm", "matrix_norm", "norm", "diagonal", "matmul", "multi_dot", "cross",
+           "vecdot", "matrix_power"]
 
 # PyTorch's torch.linalg.LinAlgError (a RuntimeError): raised where an input matrix is singular
 # or the algorithm does not converge (lstsq's 'gels' on a rank-deficient matrix, ...).
 LinAlgError = _C._LinAlgError
+
+_FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
 
 
 def lstsq(A, B, rcond=None, *, driver=None):
@@ -25,3 +35,231 @@ def lstsq(A, B, rcond=None, *, driver=None):
     if rcond is not None:
         rcond = float(rcond)
     return return_types.linalg_lstsq(_C._linalg_lstsq(A, B, rcond, driver))
+
+
+# ---------------------------------------------------------------- norms
+
+def _write_out(result, out):
+    if out is None:
+        return result
+    if tuple(out.shape) != tuple(result.shape):
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
+def _check_floating(x, fn):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
+    if x.dtype not in _FLOATS:
+        raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. Got {_type_name(x.dtype)}")
+
+
+def _norm_dtype(x, dtype, fn):
+    """x cast to dtype= (floating, and not narrower than x: PyTorch's rule)."""
+    if dtype is None:
+        return x
+    if dtype not in _FLOATS:
+        raise RuntimeError(f"{fn}: dtype should be floating point or complex, but got {_type_name(dtype)}")
+    if _C.promote_types(x.dtype, dtype) != dtype:
+        raise RuntimeError(f"{fn}: the dtype of the input ({_type_name(x.dtype)}) should be convertible without "
+                           f"narrowing to the specified dtype ({_type_name(dtype)})")
+    return x.to(dtype)
+
+
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    """The ord-norm of x over dim (all of x flattened when None): ord = inf / -inf: max / min |x|,
+    0: the count of non-zeros, other p: (sum |x|^p)^(1/p), negative p included."""
+    _check_floating(x, "linalg.vector_norm")
+    if isinstance(ord, (bool, str)) or not isinstance(ord, (int, float)):
+        raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not {type(ord).__name__}")
+    x = _norm_dtype(x, dtype, "linalg.vector_norm")
+    ord = float(ord)
+    if dim is None:
+        dims = list(range(x.dim()))
+    else:
+        dims = [_wrap_dim(d, x.dim()) for d in ((dim,) if isinstance(dim, int) else dim)]
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"dim {dims[0]} appears multiple times in the list of dims")
+    if x.numel() == 0 and (ord < 0 or ord == math.inf):
+        if not dims or builtins.any(x.shape[d] == 0 for d in dims) or x.dim() == 0:
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {ord:g} norm on an empty tensor because the "
+                               "operation does not have an identity")
+    if x.dim() == 0:  # a scalar: |x| (its one element), keepdim or not
+        return _write_out(x.abs() if ord != 0 else (x != 0).to(x.dtype), out)
+    return _write_out(x.norm(ord, dim=dims, keepdim=keepdim), out)
+
+
+def _matrix_dims(A, dim, fn):
+    if A.dim() < 2:
+        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
+    dim = tuple(dim) if not isinstance(dim, int) else (dim,)
+    if len(dim) != 2:
+        raise RuntimeError(f"{fn}: dim must be a 2-tuple. Got {' '.join(str(d) for d in dim)}")
+    d0, d1 = _wrap_dim(dim[0], A.dim()), _wrap_dim(dim[1], A.dim())
+    if d0 == d1:
+        raise RuntimeError(f"{fn}: dims must be different. Got ({dim[0]}, {dim[1]})")
+    return d0, d1
+
+
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
+    """The matrix ord-norm over the two dims: 'fro', 'nuc' (sum of singular values), inf / -inf
+    (max / min absolute row sum), 1 / -1 (column sums), 2 / -2 (largest / smallest singular value)."""
+    _check_floating(A, "linalg.matrix_norm")
+    d0, d1 = _matrix_dims(A, dim, "linalg.matrix_norm")
+    A = _norm_dtype(A, dtype, "linalg.matrix_norm")
+    if isinstance(ord, str):
+        if ord not in ("fro", "nuc"):
+            raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
+    elif ord not in (1, -1, 2, -2, math.inf, -math.inf):
+        raise RuntimeError(f"linalg.matrix_norm: Order {ord:g} not supported.")
+    if ord == "fro":
+        return _write_out(vector_norm(A, 2, (d0, d1), keepdim), out)
+    if ord in ("nuc", 2, -2):  # from the singular values, the two dims moved last
+        s = svdvals(A.movedim((d0, d1), (-2, -1)))
+        r = s.sum(-1) if ord == "nuc" else s.amax(-1) if ord == 2 else s.amin(-1)
+        if keepdim:
+            r = r.unsqueeze(-1).unsqueeze(-1).movedim((-2, -1), (d0, d1))
+        return _write_out(r, out)
+    # inf: the largest (-inf: smallest) absolute row sum; 1 / -1: the same over columns
+    summed, reduced = (d1, d0) if ord in (math.inf, -math.inf) else (d0, d1)
+    sums = A.abs().sum(summed, keepdim=True)
+    r = sums.amax(reduced, keepdim=True) if ord > 0 else sums.amin(reduced, keepdim=True)
+    if not keepdim:
+        r = r.squeeze(builtins.max(d0, d1)).squeeze(builtins.min(d0, d1))
+    return _write_out(r, out)
+
+
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    """torch.linalg.norm: a vector norm (a 1-D input or one dim; all of A flattened when ord and dim
+    are None) or a matrix norm (a 2-D input or two dims), as PyTorch dispatches them."""
+    _check_floating(A, "linalg.vector_norm" if not isinstance(ord, str) else "linalg.matrix_norm")
+    if dim is not None:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        if len(dims) not in (1, 2):
+            raise RuntimeError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. Got {list(dims)}")
+    if isinstance(ord, str):
+        if dim is None:
+            if A.dim() != 2:
+                if A.dim() < 2:
+                    raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+                raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 2D. "
+                                   f"Got {A.dim()}D.")
+            dims = (-2, -1)
+        return matrix_norm(A, ord, dims, keepdim, dtype=dtype, out=out)
+    if ord is None:
+        return vector_norm(A, 2, dim, keepdim, dtype=dtype, out=out)
+    if dim is None:
+        if A.dim() not in (1, 2):
+            raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. "
+                               f"Got {A.dim()}D.")
+        dims = tuple(range(A.dim()))
+    if len(dims) == 2:
+        return matrix_norm(A, ord, dims, keepdim, dtype=dtype, out=out)
+    return vector_norm(A, ord, dims, keepdim, dtype=dtype, out=out)
+
+
+# ---------------------------------------------------------------- products and views
+
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    """torch.linalg.diagonal: torch.diagonal with the last two dims by default."""
+    return _diagonal(A, offset, dim1, dim2)
+
+
+def matmul(input, other, *, out=None):
+    """torch.linalg.matmul: an alias of torch.matmul."""
+    return _C.matmul(input, other, out=out) if out is not None else _C.matmul(input, other)
+
+
+def cross(input, other, *, dim=-1, out=None):
+    """torch.linalg.cross: the cross product of 3-vectors along dim (default the last); inputs of
+    one rank, broadcast."""
+    if input.dim() != other.dim():
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    shape = _broadcast_shapes(input.shape, other.shape)
+    return _write_out(_cross(input.expand(shape), other.expand(shape), dim), out)
+
+
+def vecdot(x, y, *, dim=-1, out=None):
+    """The dot product of x and y along dim, broadcast (real tensors: sum(x * y, dim))."""
+    if x.dtype != y.dtype:
+        raise RuntimeError(f"linalg.vecdot: Expected x and y to have the same dtype, but found x of type "
+                           f"{_type_name(x.dtype)} and y of type {_type_name(y.dtype)} instead")
+    return _write_out((x * y).sum(dim), out)
+
+
+def _c_type_name(dtype):
+    """The C type name PyTorch's multi_dot message uses: float, double, long int, ..."""
+    names = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+             "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+             "uint8": "unsigned char", "bool": "bool"}
+    return names[repr(dtype).rpartition(".")[2]]
+
+
+def multi_dot(tensors, *, out=None):
+    """The product of a chain of matrices; the first may be a row vector, the last a column vector
+    (1-D), whose dims the result drops. Multiplied in the order with fewest flops (PyTorch's
+    choice for three matrices; left to right beyond)."""
+    n = len(tensors)
+    if n < 2:
+        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {n}")
+    first, last = tensors[0], tensors[-1]
+    if first.dim() not in (1, 2):
+        raise RuntimeError(f"multi_dot(): the first tensor must be 1D or 2D but got {first.dim()}D")
+    if last.dim() not in (1, 2):
+        raise RuntimeError(f"multi_dot(): the last tensor must be 1D or 2D but got {last.dim()}D")
+    for i in range(1, n - 1):
+        if tensors[i].dim() != 2:
+            raise RuntimeError(f"multi_dot(): tensor {i} must be 2D but got {tensors[i].dim()}D")
+    for i in range(1, n):
+        if tensors[i].dtype != first.dtype:
+            raise RuntimeError(f"multi_dot(): all tensors must have be the same dtype but tensor 0 is "
+                               f"{_c_type_name(first.dtype)} and tensor {i} {_c_type_name(tensors[i].dtype)}")
+    mats = [first.unsqueeze(0) if first.dim() == 1 else first] + list(tensors[1:-1]) + \
+           [last.unsqueeze(1) if last.dim() == 1 else last]
+    for i in range(n - 1):
+        if mats[i].shape[1] != mats[i + 1].shape[0]:
+            raise RuntimeError(f"multi_dot(): tensors {i} and {i + 1} with shapes {list(mats[i].shape)} and "
+                               f"{list(mats[i + 1].shape)} cannot be multiplied")
+    if n == 3:
+        a, b = mats[0].shape
+        c, d = mats[2].shape
+        # (AB)C costs a*b*c + a*c*d, A(BC) costs b*c*d + a*b*d
+        result = (mats[0] @ mats[1]) @ mats[2] if a * c * (b + d) <= b * d * (a + c) else mats[0] @ (mats[1] @ mats[2])
+    else:
+        result = mats[0]
+        for m in mats[1:]:
+            result = result @ m
+    if first.dim() == 1:
+        result = result.squeeze(0)
+    if last.dim() == 1:
+        result = result.squeeze(-1)
+    return _write_out(result, out)
+
+
+def _check_square(A, fn):
+    if A.dim() < 2:
+        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
+    if A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are {A.shape[-2]} by {A.shape[-1]} "
+                           "matrices")
+
+
+def matrix_power(A, n, *, out=None):
+    """A to the integer power n by repeated squaring (n = 0: the identity; n < 0: inv(A)^-n)."""
+    _check_square(A, "linalg.matrix_power")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"linalg_matrix_power(): argument 'n' (position 2) must be int, not {type(n).__name__}")
+    if n == 0:
+        eye = _eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        return _write_out(eye.expand(A.shape).clone(), out)
+    if n < 0:
+        A, n = inv(A), -n
+    result, square = None, A
+    while True:
+        if n & 1:
+            result = square if result is None else result @ square
+        n >>= 1
+        if not n:
+            break
+        square = square @ square
+    return _write_out(result if result is not A else A.clone(), out)
