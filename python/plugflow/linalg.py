@@ -4,13 +4,14 @@ solvers and decompositions (CPU kernels), and LinAlgError."""
 import builtins
 import math
 
-from . import _C, return_types
+from . import _C, _creation, return_types
 from ._C import Tensor
 from ._composite import _wrap_dim, broadcast_shapes as _broadcast_shapes, cross as _cross, diagonal as _diagonal, eye as _eye
 from .nn._functional_loss import _type_name
 
 __all__ = ["lstsq", "LinAlgError", "vector_norm", "matrix_norm", "norm", "diagonal", "matmul", "multi_dot", "cross",
-           "vecdot", "matrix_power"]
+           "vecdot", "matrix_power", "solve", "solve_ex", "inv", "inv_ex", "cholesky", "cholesky_ex", "det", "slogdet",
+           "qr", "svd", "svdvals", "eigh", "eigvalsh", "pinv", "matrix_rank"]
 
 # PyTorch's torch.linalg.LinAlgError (a RuntimeError): raised where an input matrix is singular
 # or the algorithm does not converge (lstsq's 'gels' on a rank-deficient matrix, ...).
@@ -263,3 +264,196 @@ def matrix_power(A, n, *, out=None):
             break
         square = square @ square
     return _write_out(result if result is not A else A.clone(), out)
+
+
+# ---------------------------------------------------------------- LAPACK solvers and decompositions
+# (CPU kernels, float32 and float64; on CUDA the dispatcher's "no kernel" error)
+
+def solve_ex(A, B, *, left=True, check_errors=False, out=None):
+    """(result, info): X with A X = B (left) or X A = B; info is LAPACK's code per matrix (0: solved)."""
+    return return_types.linalg_solve_ex(_C._linalg_solve_ex(A, B, left, check_errors))
+
+
+def solve(A, B, *, left=True, out=None):
+    """X with A X = B (or X A = B when not left) for square A (*, n, n) and B (*, n, k) or a vector
+    (*, n); batch dims broadcast. A singular A raises LinAlgError."""
+    return _write_out(_C._linalg_solve_ex(A, B, left, True)[0], out)
+
+
+def inv_ex(A, *, check_errors=False, out=None):
+    """(inverse, info): the inverse of each square matrix; info > 0 marks a singular one."""
+    return return_types.linalg_inv_ex(_C._linalg_inv_ex(A, check_errors))
+
+
+def inv(A, *, out=None):
+    """The inverse of each square matrix of A (*, n, n); a singular one raises LinAlgError."""
+    return _write_out(_C._linalg_inv_ex(A, True)[0], out)
+
+
+def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
+    """(L, info): the Cholesky factor; info > 0 is the order of a leading minor that is not positive-definite."""
+    return return_types.linalg_cholesky_ex(_C._linalg_cholesky_ex(A, upper, check_errors))
+
+
+def cholesky(A, *, upper=False, out=None):
+    """L (lower) with A = L L^T, or U (upper) with A = U^T U, of symmetric positive-definite
+    matrices (read from the lower, or upper, triangle); otherwise LinAlgError."""
+    return _write_out(_C._linalg_cholesky_ex(A, upper, True)[0], out)
+
+
+def slogdet(A, *, out=None):
+    """(sign, logabsdet): the sign of det(A) (0 when singular) and log|det(A)|, from an LU factorization."""
+    return return_types.linalg_slogdet(_C._linalg_slogdet(A))
+
+
+def det(A, *, out=None):
+    """The determinant of each square matrix, sign * exp(log|det|) from an LU factorization (its
+    gradient det(A) A^-T; at a singular A that raises LinAlgError)."""
+    sign, logabsdet = _C._linalg_slogdet(A)
+    return _write_out(sign * logabsdet.exp(), out)
+
+
+def qr(A, mode="reduced", *, out=None):
+    """(Q, R) with A = Q R: mode 'reduced' (k = min(m, n) columns of Q), 'complete' (Q square) or
+    'r' (R only, Q empty)."""
+    if not isinstance(mode, str):
+        raise TypeError(f"linalg_qr(): argument 'mode' (position 2) must be str, not {type(mode).__name__}")
+    return return_types.linalg_qr(_C._linalg_qr(A, mode))
+
+
+def svd(A, full_matrices=True, *, driver=None, out=None):
+    """(U, S, Vh) with A = U diag(S) Vh, S descending (LAPACK's ?gesdd); full_matrices: square U and Vh."""
+    if driver is not None:
+        raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
+                           "cuSOLVER backend.")
+    return return_types.linalg_svd(_C._linalg_svd(A, full_matrices, True))
+
+
+def svdvals(A, *, driver=None, out=None):
+    """The singular values of A, descending."""
+    if driver is not None:
+        raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
+                           "cuSOLVER backend.")
+    return _write_out(_C._linalg_svd(A, False, False)[1], out)
+
+
+def eigh(A, UPLO="L", *, out=None):
+    """(eigenvalues, eigenvectors) of symmetric matrices read from their lower (UPLO='L') or upper
+    triangle: eigenvalues ascending, eigenvectors in the columns (LAPACK's ?syevd)."""
+    return return_types.linalg_eigh(_C._linalg_eigh(A, UPLO, True))
+
+
+def eigvalsh(A, UPLO="L", *, out=None):
+    """The eigenvalues of symmetric matrices, ascending."""
+    return _write_out(_C._linalg_eigh(A, UPLO, False)[0], out)
+
+
+def _singular_value_cutoff(A, s, atol, rtol):
+    """max(atol, rtol * largest singular value), per matrix (*, 1); rtol defaults to
+    eps * max(m, n) when atol and rtol are both None, to 0 when only atol is given."""
+    from ._composite import finfo
+    if rtol is None:
+        rtol = finfo(A.dtype).eps * builtins.max(A.shape[-2], A.shape[-1]) if atol is None or _is_zero(atol) else 0.0
+    atol = 0.0 if atol is None else atol
+    largest = s.amax(-1, keepdim=True) if s.shape[-1] else _creation.zeros(tuple(s.shape[:-1]) + (1,), dtype=s.dtype)
+    return _maximum(atol, largest * rtol)
+
+
+def _is_zero(value):
+    return not isinstance(value, Tensor) and value == 0
+
+
+def _maximum(a, b):
+    if isinstance(a, Tensor):
+        a = a.unsqueeze(-1) if a.dim() else a
+        return _C.maximum(a.to(b.dtype), b)
+    return b.clamp(min=float(a))
+
+
+def _kept_reciprocal(values, kept):
+    """1 / values where kept, else 0 (no division by the dropped, possibly zero, values)."""
+    return (1 / values.masked_fill(~kept, 1.0)).masked_fill(~kept, 0.0)
+
+
+def pinv(A, *, atol=None, rtol=None, hermitian=False, out=None):
+    """The Moore-Penrose pseudo-inverse, V diag(1/s) U^T over the singular values above
+    max(atol, rtol * the largest) (rtol default eps * max(m, n)); from eigh when hermitian."""
+    if not isinstance(A, Tensor) or A.dim() < 2 or A.dtype not in (_C.float32, _C.float64):
+        shape = list(A.shape) if isinstance(A, Tensor) else None
+        raise RuntimeError(f"linalg.pinv({_type_name(A.dtype)}{{{shape}}}): expected a tensor with 2 or more dimensions "
+                           "of float, double, cfloat or cdouble types")
+    if hermitian:
+        L, V = eigh(A)
+        cutoff = _singular_value_cutoff(A, L.abs(), atol, rtol)
+        kept = L.abs() > cutoff
+        inverse = _kept_reciprocal(L, kept)
+        return _write_out((V * inverse.unsqueeze(-2)) @ V.transpose(-2, -1), out)
+    U, S, Vh = svd(A, full_matrices=False)
+    cutoff = _singular_value_cutoff(A, S, atol, rtol)
+    kept = S > cutoff
+    inverse = _kept_reciprocal(S, kept)
+    return _write_out((Vh.transpose(-2, -1) * inverse.unsqueeze(-2)) @ U.transpose(-2, -1), out)
+
+
+def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None, out=None):
+    """The number of singular values (absolute eigenvalues when hermitian) above
+    max(atol, rtol * the largest), int64; tol is the old name of atol."""
+    if A.dim() < 2:
+        raise RuntimeError("torch.linalg.matrix_rank: The input tensor input must have at least 2 dimensions.")
+    if tol is not None:
+        atol, rtol = tol, 0.0
+    s = eigvalsh(A).abs() if hermitian else svdvals(A)
+    return _write_out((s > _singular_value_cutoff(A, s, atol, rtol)).sum(-1), out)
+
+
+# ---------------------------------------------------------------- torch.X forms and Tensor methods
+
+def inverse(input, *, out=None):
+    """torch.inverse: linalg.inv."""
+    return _write_out(_C._linalg_inv_ex(input, True)[0], out)
+
+
+def _slogdet_function(input):
+    """torch.slogdet: linalg.slogdet under torch.return_types.slogdet."""
+    return return_types.slogdet(_C._linalg_slogdet(input))
+
+
+def logdet(input):
+    """log(det(A)): NaN for a negative determinant, -inf for a singular A."""
+    sign, logabsdet = _C._linalg_slogdet(input)
+    return logabsdet + sign.log()
+
+
+def cholesky_solve(input, input2, upper=False, *, out=None):
+    """X with A X = B for A = L L^T given its Cholesky factor input2 (upper: A = U^T U), B = input."""
+    if input.dim() < 2 or input2.dim() < 2:
+        raise RuntimeError(f"b should have at least 2 dimensions, but has {input.dim()} dimensions instead"
+                           if input.dim() < 2 else
+                           f"u should have at least 2 dimensions, but has {input2.dim()} dimensions instead")
+    lower = input2.transpose(-2, -1) if upper else input2
+    y = solve(lower, input)
+    return _write_out(solve(lower.transpose(-2, -1), y), out)
+
+
+def cholesky_inverse(input, upper=False, *, out=None):
+    """inv(A) for A = L L^T given its Cholesky factor input (upper: A = U^T U)."""
+    lower = input.transpose(-2, -1) if upper else input
+    lower_inverse = inv(lower)
+    return _write_out(lower_inverse.transpose(-2, -1) @ lower_inverse, out)
+
+
+def pinverse(input, rcond=1e-15):
+    """torch.pinverse: linalg.pinv with rtol = rcond."""
+    return pinv(input, rtol=rcond)
+
+
+def _install():
+    methods = {"inverse": inverse, "det": det, "logdet": logdet, "slogdet": _slogdet_function,
+               "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse, "pinverse": pinverse,
+               "matrix_power": matrix_power}
+    for name, fn in methods.items():
+        if not hasattr(Tensor, name):
+            setattr(Tensor, name, fn)
+
+
+_install()
