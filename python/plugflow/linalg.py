@@ -41,11 +41,24 @@ def lstsq(A, B, rcond=None, *, driver=None):
 # ---------------------------------------------------------------- norms
 
 def _write_out(result, out):
+    """result, or out resized to it and filled with it (out= must have result's dtype, as PyTorch's)."""
     if out is None:
         return result
+    if out.dtype != result.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {_c_type_name(result.dtype)}, but got "
+                           f"{_c_type_name(out.dtype)} instead")
     if tuple(out.shape) != tuple(result.shape):
         out.resize_(result.shape)
     return out.copy_(result)
+
+
+def _write_outs(results, out, result_type):
+    """The named tuple of results, or of the tensors of out (a tuple) filled with them."""
+    if out is None:
+        return result_type(results)
+    if len(out) != len(results):
+        raise TypeError(f"{result_type.__name__}(): argument 'out' must be a tuple of {len(results)} Tensors")
+    return result_type(_write_out(r, o) for r, o in zip(results, out))
 
 
 def _check_floating(x, fn):
@@ -271,7 +284,7 @@ def matrix_power(A, n, *, out=None):
 
 def solve_ex(A, B, *, left=True, check_errors=False, out=None):
     """(result, info): X with A X = B (left) or X A = B; info is LAPACK's code per matrix (0: solved)."""
-    return return_types.linalg_solve_ex(_C._linalg_solve_ex(A, B, left, check_errors))
+    return _write_outs(_C._linalg_solve_ex(A, B, left, check_errors), out, return_types.linalg_solve_ex)
 
 
 def solve(A, B, *, left=True, out=None):
@@ -282,7 +295,7 @@ def solve(A, B, *, left=True, out=None):
 
 def inv_ex(A, *, check_errors=False, out=None):
     """(inverse, info): the inverse of each square matrix; info > 0 marks a singular one."""
-    return return_types.linalg_inv_ex(_C._linalg_inv_ex(A, check_errors))
+    return _write_outs(_C._linalg_inv_ex(A, check_errors), out, return_types.linalg_inv_ex)
 
 
 def inv(A, *, out=None):
@@ -292,7 +305,7 @@ def inv(A, *, out=None):
 
 def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
     """(L, info): the Cholesky factor; info > 0 is the order of a leading minor that is not positive-definite."""
-    return return_types.linalg_cholesky_ex(_C._linalg_cholesky_ex(A, upper, check_errors))
+    return _write_outs(_C._linalg_cholesky_ex(A, upper, check_errors), out, return_types.linalg_cholesky_ex)
 
 
 def cholesky(A, *, upper=False, out=None):
@@ -303,7 +316,7 @@ def cholesky(A, *, upper=False, out=None):
 
 def slogdet(A, *, out=None):
     """(sign, logabsdet): the sign of det(A) (0 when singular) and log|det(A)|, from an LU factorization."""
-    return return_types.linalg_slogdet(_C._linalg_slogdet(A))
+    return _write_outs(_C._linalg_slogdet(A), out, return_types.linalg_slogdet)
 
 
 def det(A, *, out=None):
@@ -318,7 +331,7 @@ def qr(A, mode="reduced", *, out=None):
     'r' (R only, Q empty)."""
     if not isinstance(mode, str):
         raise TypeError(f"linalg_qr(): argument 'mode' (position 2) must be str, not {type(mode).__name__}")
-    return return_types.linalg_qr(_C._linalg_qr(A, mode))
+    return _write_outs(_C._linalg_qr(A, mode), out, return_types.linalg_qr)
 
 
 def svd(A, full_matrices=True, *, driver=None, out=None):
@@ -326,7 +339,7 @@ def svd(A, full_matrices=True, *, driver=None, out=None):
     if driver is not None:
         raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
                            "cuSOLVER backend.")
-    return return_types.linalg_svd(_C._linalg_svd(A, full_matrices, True))
+    return _write_outs(_C._linalg_svd(A, full_matrices, True), out, return_types.linalg_svd)
 
 
 def svdvals(A, *, driver=None, out=None):
@@ -340,7 +353,7 @@ def svdvals(A, *, driver=None, out=None):
 def eigh(A, UPLO="L", *, out=None):
     """(eigenvalues, eigenvectors) of symmetric matrices read from their lower (UPLO='L') or upper
     triangle: eigenvalues ascending, eigenvectors in the columns (LAPACK's ?syevd)."""
-    return return_types.linalg_eigh(_C._linalg_eigh(A, UPLO, True))
+    return _write_outs(_C._linalg_eigh(A, UPLO, True), out, return_types.linalg_eigh)
 
 
 def eigvalsh(A, UPLO="L", *, out=None):
@@ -375,9 +388,12 @@ def _kept_reciprocal(values, kept):
     return (1 / values.masked_fill(~kept, 1.0)).masked_fill(~kept, 0.0)
 
 
-def pinv(A, *, atol=None, rtol=None, hermitian=False, out=None):
+def pinv(A, rcond=None, hermitian=False, *, atol=None, rtol=None, out=None):
     """The Moore-Penrose pseudo-inverse, V diag(1/s) U^T over the singular values above
-    max(atol, rtol * the largest) (rtol default eps * max(m, n)); from eigh when hermitian."""
+    max(atol, rtol * the largest) (rtol default eps * max(m, n)); from eigh when hermitian.
+    rcond is the older overload's rtol (with atol 0)."""
+    if rcond is not None:
+        atol, rtol = 0.0, rcond
     if not isinstance(A, Tensor) or A.dim() < 2 or A.dtype not in (_C.float32, _C.float64):
         shape = list(A.shape) if isinstance(A, Tensor) else None
         raise RuntimeError(f"linalg.pinv({_type_name(A.dtype)}{{{shape}}}): expected a tensor with 2 or more dimensions "
@@ -444,7 +460,7 @@ def cholesky_inverse(input, upper=False, *, out=None):
 
 def pinverse(input, rcond=1e-15):
     """torch.pinverse: linalg.pinv with rtol = rcond."""
-    return pinv(input, rtol=rcond)
+    return pinv(input, rcond)
 
 
 def _install():

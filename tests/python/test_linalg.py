@@ -443,3 +443,22 @@ def test_rank_deficient(rng):
     assert_matches(pf.linalg.matrix_rank(low, atol=1.0, rtol=0.5), torch.linalg.matrix_rank(tlow, atol=1.0, rtol=0.5))
     assert_matches(pf.linalg.pinv(low), torch.linalg.pinv(tlow), rtol=1e-7, atol=1e-7)
     assert_matches(pf.linalg.slogdet(pf.zeros(2, 3, 3)).logabsdet, torch.linalg.slogdet(torch.zeros(2, 3, 3)).logabsdet)
+
+
+def test_out_and_overloads(rng):
+    a, ta = conditioned(rng, (2, 4, 3))
+    out = (pf.empty(0, dtype=pf.float64), pf.empty(0, dtype=pf.float64))
+    q, r = pf.linalg.qr(a, out=out)
+    assert q is out[0] and r is out[1]
+    assert_matches(q @ r, ta)
+    square, tsquare = conditioned(rng, (3, 3))
+    result = pf.empty(0, dtype=pf.float64)
+    assert pf.linalg.inv(square, out=result) is result
+    assert_matches(result, torch.linalg.inv(tsquare))
+    assert_same_outcome(lambda L: L.linalg.inv(L.eye(3), out=L.empty(0, dtype=L.float64)))
+    assert_matches(pf.linalg.pinv(a, 0.4), torch.linalg.pinv(ta, 0.4))
+    assert_matches(pf.pinverse(a), torch.pinverse(ta))
+    for ord in ("nuc", 2, -2):
+        assert_matches(pf.linalg.matrix_norm(a, ord, dim=(0, 2), keepdim=True),
+                       torch.linalg.matrix_norm(ta, ord, dim=(0, 2), keepdim=True))
+        assert_matches(pf.linalg.matrix_norm(a, ord, dim=(2, 1)), torch.linalg.matrix_norm(ta, ord, dim=(2, 1)))
