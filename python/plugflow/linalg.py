@@ -6,7 +6,8 @@ import math
 
 from . import _C, _creation, return_types
 from ._C import Tensor
-from ._composite import _wrap_dim, broadcast_shapes as _broadcast_shapes, cross as _cross, diagonal as _diagonal, eye as _eye
+from ._composite import _wrap_dim, broadcast_shapes as _broadcast_shapes, cross as _cross, diagonal as _diagonal
+from ._composite import eye as _eye, finfo as _finfo
 from .nn._functional_loss import _type_name
 
 __all__ = ["lstsq", "LinAlgError", "vector_norm", "matrix_norm", "norm", "diagonal", "matmul", "multi_dot", "cross",
@@ -364,9 +365,8 @@ def eigvalsh(A, UPLO="L", *, out=None):
 def _singular_value_cutoff(A, s, atol, rtol):
     """max(atol, rtol * largest singular value), per matrix (*, 1); rtol defaults to
     eps * max(m, n) when atol and rtol are both None, to 0 when only atol is given."""
-    from ._composite import finfo
     if rtol is None:
-        rtol = finfo(A.dtype).eps * builtins.max(A.shape[-2], A.shape[-1]) if atol is None or _is_zero(atol) else 0.0
+        rtol = _finfo(A.dtype).eps * builtins.max(A.shape[-2], A.shape[-1]) if atol is None or _is_zero(atol) else 0.0
     atol = 0.0 if atol is None else atol
     largest = s.amax(-1, keepdim=True) if s.shape[-1] else _creation.zeros(tuple(s.shape[:-1]) + (1,), dtype=s.dtype)
     return _maximum(atol, largest * rtol)
@@ -394,10 +394,12 @@ def pinv(A, rcond=None, hermitian=False, *, atol=None, rtol=None, out=None):
     rcond is the older overload's rtol (with atol 0)."""
     if rcond is not None:
         atol, rtol = 0.0, rcond
-    if not isinstance(A, Tensor) or A.dim() < 2 or A.dtype not in (_C.float32, _C.float64):
-        shape = list(A.shape) if isinstance(A, Tensor) else None
-        raise RuntimeError(f"linalg.pinv({_type_name(A.dtype)}{{{shape}}}): expected a tensor with 2 or more dimensions "
-                           "of float, double, cfloat or cdouble types")
+    if not isinstance(A, Tensor):
+        raise TypeError(f"linalg_pinv(): argument 'input' (position 1) must be Tensor, not {type(A).__name__}")
+    if A.dim() < 2 or A.dtype not in (_C.float32, _C.float64):
+        shape = list(A.shape)
+        raise RuntimeError(f"linalg.pinv({_type_name(A.dtype)}{{{shape}}}): expected a tensor with 2 or more "
+                           "dimensions of float, double, cfloat or cdouble types")
     if hermitian:
         L, V = eigh(A)
         cutoff = _singular_value_cutoff(A, L.abs(), atol, rtol)

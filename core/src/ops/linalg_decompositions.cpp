@@ -6,6 +6,7 @@
 //
 // Kernels (docs/kernels.md, "Linear algebra") see contiguous (batch, rows, cols) operands of
 // float32 or float64 with rows, cols >= 1.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -206,7 +207,7 @@ SolveResult linalg_solve_ex(const Tensor& a, const Tensor& b, bool left, bool ch
   PF_CHECK(a.device() == b.device(), "linalg.solve: Expected A and B to be on the same device");
   // B is a vector (or a batch of them) when it is 1-D or has A's shape without the last dim
   const bool vector = b.dim() == 1 ||
-                      (b.dim() == a.dim() - 1 && Shape(b.sizes().begin(), b.sizes().end()) == Shape(a.sizes().begin(), a.sizes().end() - 1));
+                      (b.dim() == a.dim() - 1 && std::equal(b.sizes().begin(), b.sizes().end(), a.sizes().begin()));
   const Tensor b2 = vector ? unsqueeze(b, -1) : b;
   PF_CHECK(b2.dim() >= 2, "linalg.solve: The input tensor B must have at least 2 dimensions.");
   const int64_t n = rows_of(a);
@@ -219,7 +220,8 @@ SolveResult linalg_solve_ex(const Tensor& a, const Tensor& b, bool left, bool ch
   const Tensor b_full = expand(left ? b2 : mT(b2), with(batch, {n, k}));
   SolveResult r = solve_matrices(a_full, b_full);
   if (check_errors)
-    check_info(r.info, batch, "torch.linalg.solve", [](int) { return "The solver failed because the input matrix is singular."; });
+    check_info(r.info, batch, "torch.linalg.solve",
+               [](int) { return "The solver failed because the input matrix is singular."; });
   if (!left) r.result = mT(r.result);
   if (vector) r.result = squeeze(r.result, -1);
   return r;
@@ -279,7 +281,7 @@ CholeskyResult linalg_cholesky_ex(const Tensor& a, bool upper, bool check_errors
   // PyTorch's cholesky_backward for L (upper: U = L^T):
   //   gA = sym(L^-T Φ(L^T gL) L^-1), Φ(X) = tril(X) with its diagonal halved, sym(X) = (X + X^T) / 2
   if (autograd::is_grad_enabled() && autograd::any_requires_grad({&a})) {
-    auto node = autograd::make_node("LinalgCholeskyExBackward0", [upper](const Tensors& g, const Tensors& s) -> Tensors {
+    auto backward = [upper](const Tensors& g, const Tensors& s) -> Tensors {
       if (!g[0].defined()) return {Tensor()};
       const Tensor L = upper ? mT(s[0]) : s[0], gL = upper ? mT(g[0]) : g[0];
       const Tensor L_inverse = linalg_inv(L);
@@ -289,7 +291,8 @@ CholeskyResult linalg_cholesky_ex(const Tensor& a, bool upper, bool check_errors
       const Tensor phi = autograd::mul(ops::tril(matmul(mT(L), gL)), halve_diagonal);
       const Tensor gA = matmul(matmul(mT(L_inverse), phi), L_inverse);
       return {autograd::mul(add(gA, mT(gA)), Scalar(0.5))};
-    });
+    };
+    auto node = autograd::make_node("LinalgCholeskyExBackward0", backward);
     node->save_output(r.L, 0);
     autograd::record(node, {a}, {r.L, r.info});
   }
@@ -407,8 +410,12 @@ SvdResult linalg_svd(const Tensor& a, bool full_matrices, bool compute_uv) {
     autograd::GradModeGuard no_grad(false);
     if (shape_numel(batch) == 0 || k == 0) {
       // full: the identity; reduced: k = 0 vectors
-      r.U = full_matrices ? contiguous(expand(eye(m, a), with(batch, {m, m}))) : zeros(with(batch, {m, k}), a.dtype(), a.device());
-      r.Vh = full_matrices ? contiguous(expand(eye(n, a), with(batch, {n, n}))) : zeros(with(batch, {k, n}), a.dtype(), a.device());
+      auto basis = [&](int64_t size, const Shape& reduced) {
+        return full_matrices ? contiguous(expand(eye(size, a), with(batch, {size, size})))
+                             : zeros(reduced, a.dtype(), a.device());
+      };
+      r.U = basis(m, with(batch, {m, k}));
+      r.Vh = basis(n, with(batch, {k, n}));
       Shape s = batch;
       s.push_back(k);
       r.S = zeros(s, a.dtype(), a.device());

@@ -18,15 +18,16 @@
 
 extern "C" {
 // Fortran LAPACK; a character argument comes with gfortran's hidden length.
-void sgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* lda, const int* ipiv, float* b,
-             const int* ldb, int* info, size_t trans_len);
+void sgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* lda, const int* ipiv,
+             float* b, const int* ldb, int* info, size_t trans_len);
 void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* lda, const int* ipiv,
              double* b, const int* ldb, int* info, size_t trans_len);
 void sgetrf_(const int* m, const int* n, float* a, const int* lda, int* ipiv, int* info);
 void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
 void spotrf_(const char* uplo, const int* n, float* a, const int* lda, int* info, size_t uplo_len);
 void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
-void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork, int* info);
+void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork,
+             int* info);
 void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work, const int* lwork,
              int* info);
 void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda, const float* tau, float* work,
@@ -251,8 +252,9 @@ void svd_kernel(KernelContext& ctx) {
                      iwork.data(), &info, 1);
     check_argument("linalg.svd", info);
     // (the core drops the batch element from the message of a single matrix, as PyTorch's)
-    PF_CHECK_T(info == 0, LinAlgError, "linalg.svd: (Batch element ", i, "): The algorithm failed to converge because "
-               "the input matrix is ill-conditioned or has too many repeated singular values (error code: ", info, ").");
+    PF_CHECK_T(info == 0, LinAlgError, "linalg.svd: (Batch element ", i, "): The algorithm failed to converge "
+               "because the input matrix is ill-conditioned or has too many repeated singular values (error code: ",
+               info, ").");
     if (!compute_uv) continue;
     from_column_major(u.data(), m, m, u_cols, u_t.data<T>() + i * m * u_cols);
     from_column_major(vt.data(), vh_rows, vh_rows, n, vh_t.data<T>() + i * vh_rows * n);
