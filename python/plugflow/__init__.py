@@ -95,7 +95,9 @@ from . import backends  # noqa: E402,F401  (plugflow.backends.cudnn, .mkldnn, .c
 from . import amp, cpu  # noqa: E402,F401  (plugflow.amp, plugflow.cpu.amp; plugflow.cuda.amp loads on first use)
 from .amp import autocast  # noqa: E402,F401
 from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
-from . import linalg, special, version  # noqa: E402,F401  (torch.linalg.lstsq, torch.special.xlog1py, torch.version.cuda)
+from . import linalg, special, version  # noqa: E402,F401  (torch.linalg, torch.special.xlog1py, torch.version.cuda)
+from .linalg import (inverse, det, logdet, cholesky_solve, cholesky_inverse, pinverse,  # noqa: E402,F401
+                     matrix_power, _slogdet_function as slogdet)
 from . import testing  # noqa: E402,F401  (torch.testing.assert_close after `import torch`)
 from . import distributions  # noqa: E402,F401  (torch.distributions)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402

@@ -1,12 +1,24 @@
-"""plugflow.linalg (torch.linalg): the solvers plugflow has so far: lstsq, and LinAlgError."""
+"""plugflow.linalg (torch.linalg): norms and products composed from plugflow's ops, the LAPACK
+solvers and decompositions (CPU kernels), and LinAlgError."""
 
-from . import _C, return_types
+import builtins
+import math
 
-__all__ = ["lstsq", "LinAlgError"]
+from . import _C, _creation, return_types
+from ._C import Tensor
+from ._composite import _wrap_dim, broadcast_shapes as _broadcast_shapes, cross as _cross, diagonal as _diagonal
+from ._composite import eye as _eye, finfo as _finfo
+from .nn._functional_loss import _type_name
+
+__all__ = ["lstsq", "LinAlgError", "vector_norm", "matrix_norm", "norm", "diagonal", "matmul", "multi_dot", "cross",
+           "vecdot", "matrix_power", "solve", "solve_ex", "inv", "inv_ex", "cholesky", "cholesky_ex", "det", "slogdet",
+           "qr", "svd", "svdvals", "eigh", "eigvalsh", "pinv", "matrix_rank"]
 
 # PyTorch's torch.linalg.LinAlgError (a RuntimeError): raised where an input matrix is singular
 # or the algorithm does not converge (lstsq's 'gels' on a rank-deficient matrix, ...).
 LinAlgError = _C._LinAlgError
+
+_FLOATS = (_C.float16, _C.bfloat16, _C.float32, _C.float64)
 
 
 def lstsq(A, B, rcond=None, *, driver=None):
@@ -25,3 +37,441 @@ def lstsq(A, B, rcond=None, *, driver=None):
     if rcond is not None:
         rcond = float(rcond)
     return return_types.linalg_lstsq(_C._linalg_lstsq(A, B, rcond, driver))
+
+
+# ---------------------------------------------------------------- norms
+
+def _write_out(result, out):
+    """result, or out resized to it and filled with it (out= must have result's dtype, as PyTorch's)."""
+    if out is None:
+        return result
+    if out.dtype != result.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {_c_type_name(result.dtype)}, but got "
+                           f"{_c_type_name(out.dtype)} instead")
+    if tuple(out.shape) != tuple(result.shape):
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
+def _write_outs(results, out, result_type):
+    """The named tuple of results, or of the tensors of out (a tuple) filled with them."""
+    if out is None:
+        return result_type(results)
+    if len(out) != len(results):
+        raise TypeError(f"{result_type.__name__}(): argument 'out' must be a tuple of {len(results)} Tensors")
+    return result_type(_write_out(r, o) for r, o in zip(results, out))
+
+
+def _check_floating(x, fn):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{fn}(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
+    if x.dtype not in _FLOATS:
+        raise RuntimeError(f"{fn}: Expected a floating point or complex tensor as input. Got {_type_name(x.dtype)}")
+
+
+def _norm_dtype(x, dtype, fn):
+    """x cast to dtype= (floating, and not narrower than x: PyTorch's rule)."""
+    if dtype is None:
+        return x
+    if dtype not in _FLOATS:
+        raise RuntimeError(f"{fn}: dtype should be floating point or complex, but got {_type_name(dtype)}")
+    if _C.promote_types(x.dtype, dtype) != dtype:
+        raise RuntimeError(f"{fn}: the dtype of the input ({_type_name(x.dtype)}) should be convertible without "
+                           f"narrowing to the specified dtype ({_type_name(dtype)})")
+    return x.to(dtype)
+
+
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
+    """The ord-norm of x over dim (all of x flattened when None): ord = inf / -inf: max / min |x|,
+    0: the count of non-zeros, other p: (sum |x|^p)^(1/p), negative p included."""
+    _check_floating(x, "linalg.vector_norm")
+    if isinstance(ord, (bool, str)) or not isinstance(ord, (int, float)):
+        raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not {type(ord).__name__}")
+    x = _norm_dtype(x, dtype, "linalg.vector_norm")
+    ord = float(ord)
+    if dim is None:
+        dims = list(range(x.dim()))
+    else:
+        dims = [_wrap_dim(d, x.dim()) for d in ((dim,) if isinstance(dim, int) else dim)]
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"dim {dims[0]} appears multiple times in the list of dims")
+    if x.numel() == 0 and (ord < 0 or ord == math.inf):
+        if not dims or builtins.any(x.shape[d] == 0 for d in dims) or x.dim() == 0:
+            raise RuntimeError(f"linalg.vector_norm cannot compute the {ord:g} norm on an empty tensor because the "
+                               "operation does not have an identity")
+    if x.dim() == 0:  # a scalar: |x| (its one element), keepdim or not
+        return _write_out(x.abs() if ord != 0 else (x != 0).to(x.dtype), out)
+    return _write_out(x.norm(ord, dim=dims, keepdim=keepdim), out)
+
+
+def _matrix_dims(A, dim, fn):
+    if A.dim() < 2:
+        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
+    dim = tuple(dim) if not isinstance(dim, int) else (dim,)
+    if len(dim) != 2:
+        raise RuntimeError(f"{fn}: dim must be a 2-tuple. Got {' '.join(str(d) for d in dim)}")
+    d0, d1 = _wrap_dim(dim[0], A.dim()), _wrap_dim(dim[1], A.dim())
+    if d0 == d1:
+        raise RuntimeError(f"{fn}: dims must be different. Got ({dim[0]}, {dim[1]})")
+    return d0, d1
+
+
+def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
+    """The matrix ord-norm over the two dims: 'fro', 'nuc' (sum of singular values), inf / -inf
+    (max / min absolute row sum), 1 / -1 (column sums), 2 / -2 (largest / smallest singular value)."""
+    _check_floating(A, "linalg.matrix_norm")
+    d0, d1 = _matrix_dims(A, dim, "linalg.matrix_norm")
+    A = _norm_dtype(A, dtype, "linalg.matrix_norm")
+    if isinstance(ord, str):
+        if ord not in ("fro", "nuc"):
+            raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
+    elif ord not in (1, -1, 2, -2, math.inf, -math.inf):
+        raise RuntimeError(f"linalg.matrix_norm: Order {ord:g} not supported.")
+    if ord == "fro":
+        return _write_out(vector_norm(A, 2, (d0, d1), keepdim), out)
+    if ord in ("nuc", 2, -2):  # from the singular values, the two dims moved last
+        s = svdvals(A.movedim((d0, d1), (-2, -1)))
+        r = s.sum(-1) if ord == "nuc" else s.amax(-1) if ord == 2 else s.amin(-1)
+        if keepdim:
+            r = r.unsqueeze(-1).unsqueeze(-1).movedim((-2, -1), (d0, d1))
+        return _write_out(r, out)
+    # inf: the largest (-inf: smallest) absolute row sum; 1 / -1: the same over columns
+    summed, reduced = (d1, d0) if ord in (math.inf, -math.inf) else (d0, d1)
+    sums = A.abs().sum(summed, keepdim=True)
+    r = sums.amax(reduced, keepdim=True) if ord > 0 else sums.amin(reduced, keepdim=True)
+    if not keepdim:
+        r = r.squeeze(builtins.max(d0, d1)).squeeze(builtins.min(d0, d1))
+    return _write_out(r, out)
+
+
+def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    """torch.linalg.norm: a vector norm (a 1-D input or one dim; all of A flattened when ord and dim
+    are None) or a matrix norm (a 2-D input or two dims), as PyTorch dispatches them."""
+    _check_floating(A, "linalg.vector_norm" if not isinstance(ord, str) else "linalg.matrix_norm")
+    if dim is not None:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        if len(dims) not in (1, 2):
+            raise RuntimeError(f"linalg.norm: If dim is specified, it must be of length 1 or 2. Got {list(dims)}")
+    if isinstance(ord, str):
+        if dim is None:
+            if A.dim() != 2:
+                if A.dim() < 2:
+                    raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+                raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 2D. "
+                                   f"Got {A.dim()}D.")
+            dims = (-2, -1)
+        return matrix_norm(A, ord, dims, keepdim, dtype=dtype, out=out)
+    if ord is None:
+        return vector_norm(A, 2, dim, keepdim, dtype=dtype, out=out)
+    if dim is None:
+        if A.dim() not in (1, 2):
+            raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. "
+                               f"Got {A.dim()}D.")
+        dims = tuple(range(A.dim()))
+    if len(dims) == 2:
+        return matrix_norm(A, ord, dims, keepdim, dtype=dtype, out=out)
+    return vector_norm(A, ord, dims, keepdim, dtype=dtype, out=out)
+
+
+# ---------------------------------------------------------------- products and views
+
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    """torch.linalg.diagonal: torch.diagonal with the last two dims by default."""
+    return _diagonal(A, offset, dim1, dim2)
+
+
+def matmul(input, other, *, out=None):
+    """torch.linalg.matmul: an alias of torch.matmul."""
+    return _C.matmul(input, other, out=out) if out is not None else _C.matmul(input, other)
+
+
+def cross(input, other, *, dim=-1, out=None):
+    """torch.linalg.cross: the cross product of 3-vectors along dim (default the last); inputs of
+    one rank, broadcast."""
+    if input.dim() != other.dim():
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    shape = _broadcast_shapes(input.shape, other.shape)
+    return _write_out(_cross(input.expand(shape), other.expand(shape), dim), out)
+
+
+def vecdot(x, y, *, dim=-1, out=None):
+    """The dot product of x and y along dim, broadcast (real tensors: sum(x * y, dim))."""
+    if x.dtype != y.dtype:
+        raise RuntimeError(f"linalg.vecdot: Expected x and y to have the same dtype, but found x of type "
+                           f"{_type_name(x.dtype)} and y of type {_type_name(y.dtype)} instead")
+    return _write_out((x * y).sum(dim), out)
+
+
+def _c_type_name(dtype):
+    """The C type name PyTorch's multi_dot message uses: float, double, long int, ..."""
+    names = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+             "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+             "uint8": "unsigned char", "bool": "bool"}
+    return names[repr(dtype).rpartition(".")[2]]
+
+
+def multi_dot(tensors, *, out=None):
+    """The product of a chain of matrices; the first may be a row vector, the last a column vector
+    (1-D), whose dims the result drops. Multiplied in the order with fewest flops (PyTorch's
+    choice for three matrices; left to right beyond)."""
+    n = len(tensors)
+    if n < 2:
+        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {n}")
+    first, last = tensors[0], tensors[-1]
+    if first.dim() not in (1, 2):
+        raise RuntimeError(f"multi_dot(): the first tensor must be 1D or 2D but got {first.dim()}D")
+    if last.dim() not in (1, 2):
+        raise RuntimeError(f"multi_dot(): the last tensor must be 1D or 2D but got {last.dim()}D")
+    for i in range(1, n - 1):
+        if tensors[i].dim() != 2:
+            raise RuntimeError(f"multi_dot(): tensor {i} must be 2D but got {tensors[i].dim()}D")
+    for i in range(1, n):
+        if tensors[i].dtype != first.dtype:
+            raise RuntimeError(f"multi_dot(): all tensors must have be the same dtype but tensor 0 is "
+                               f"{_c_type_name(first.dtype)} and tensor {i} {_c_type_name(tensors[i].dtype)}")
+    mats = [first.unsqueeze(0) if first.dim() == 1 else first] + list(tensors[1:-1]) + \
+           [last.unsqueeze(1) if last.dim() == 1 else last]
+    for i in range(n - 1):
+        if mats[i].shape[1] != mats[i + 1].shape[0]:
+            raise RuntimeError(f"multi_dot(): tensors {i} and {i + 1} with shapes {list(mats[i].shape)} and "
+                               f"{list(mats[i + 1].shape)} cannot be multiplied")
+    if n == 3:
+        a, b = mats[0].shape
+        c, d = mats[2].shape
+        # (AB)C costs a*b*c + a*c*d, A(BC) costs b*c*d + a*b*d
+        result = (mats[0] @ mats[1]) @ mats[2] if a * c * (b + d) <= b * d * (a + c) else mats[0] @ (mats[1] @ mats[2])
+    else:
+        result = mats[0]
+        for m in mats[1:]:
+            result = result @ m
+    if first.dim() == 1:
+        result = result.squeeze(0)
+    if last.dim() == 1:
+        result = result.squeeze(-1)
+    return _write_out(result, out)
+
+
+def _check_square(A, fn):
+    if A.dim() < 2:
+        raise RuntimeError(f"{fn}: The input tensor A must have at least 2 dimensions.")
+    if A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"{fn}: A must be batches of square matrices, but they are {A.shape[-2]} by {A.shape[-1]} "
+                           "matrices")
+
+
+def matrix_power(A, n, *, out=None):
+    """A to the integer power n by repeated squaring (n = 0: the identity; n < 0: inv(A)^-n)."""
+    _check_square(A, "linalg.matrix_power")
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"linalg_matrix_power(): argument 'n' (position 2) must be int, not {type(n).__name__}")
+    if n == 0:
+        eye = _eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        return _write_out(eye.expand(A.shape).clone(), out)
+    if n < 0:
+        A, n = inv(A), -n
+    result, square = None, A
+    while True:
+        if n & 1:
+            result = square if result is None else result @ square
+        n >>= 1
+        if not n:
+            break
+        square = square @ square
+    return _write_out(result if result is not A else A.clone(), out)
+
+
+# ---------------------------------------------------------------- LAPACK solvers and decompositions
+# (CPU kernels, float32 and float64; on CUDA the dispatcher's "no kernel" error)
+
+def solve_ex(A, B, *, left=True, check_errors=False, out=None):
+    """(result, info): X with A X = B (left) or X A = B; info is LAPACK's code per matrix (0: solved)."""
+    return _write_outs(_C._linalg_solve_ex(A, B, left, check_errors), out, return_types.linalg_solve_ex)
+
+
+def solve(A, B, *, left=True, out=None):
+    """X with A X = B (or X A = B when not left) for square A (*, n, n) and B (*, n, k) or a vector
+    (*, n); batch dims broadcast. A singular A raises LinAlgError."""
+    return _write_out(_C._linalg_solve_ex(A, B, left, True)[0], out)
+
+
+def inv_ex(A, *, check_errors=False, out=None):
+    """(inverse, info): the inverse of each square matrix; info > 0 marks a singular one."""
+    return _write_outs(_C._linalg_inv_ex(A, check_errors), out, return_types.linalg_inv_ex)
+
+
+def inv(A, *, out=None):
+    """The inverse of each square matrix of A (*, n, n); a singular one raises LinAlgError."""
+    return _write_out(_C._linalg_inv_ex(A, True)[0], out)
+
+
+def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
+    """(L, info): the Cholesky factor; info > 0 is the order of a leading minor that is not positive-definite."""
+    return _write_outs(_C._linalg_cholesky_ex(A, upper, check_errors), out, return_types.linalg_cholesky_ex)
+
+
+def cholesky(A, *, upper=False, out=None):
+    """L (lower) with A = L L^T, or U (upper) with A = U^T U, of symmetric positive-definite
+    matrices (read from the lower, or upper, triangle); otherwise LinAlgError."""
+    return _write_out(_C._linalg_cholesky_ex(A, upper, True)[0], out)
+
+
+def slogdet(A, *, out=None):
+    """(sign, logabsdet): the sign of det(A) (0 when singular) and log|det(A)|, from an LU factorization."""
+    return _write_outs(_C._linalg_slogdet(A), out, return_types.linalg_slogdet)
+
+
+def det(A, *, out=None):
+    """The determinant of each square matrix, sign * exp(log|det|) from an LU factorization (its
+    gradient det(A) A^-T; at a singular A that raises LinAlgError)."""
+    sign, logabsdet = _C._linalg_slogdet(A)
+    return _write_out(sign * logabsdet.exp(), out)
+
+
+def qr(A, mode="reduced", *, out=None):
+    """(Q, R) with A = Q R: mode 'reduced' (k = min(m, n) columns of Q), 'complete' (Q square) or
+    'r' (R only, Q empty)."""
+    if not isinstance(mode, str):
+        raise TypeError(f"linalg_qr(): argument 'mode' (position 2) must be str, not {type(mode).__name__}")
+    return _write_outs(_C._linalg_qr(A, mode), out, return_types.linalg_qr)
+
+
+def svd(A, full_matrices=True, *, driver=None, out=None):
+    """(U, S, Vh) with A = U diag(S) Vh, S descending (LAPACK's ?gesdd); full_matrices: square U and Vh."""
+    if driver is not None:
+        raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
+                           "cuSOLVER backend.")
+    return _write_outs(_C._linalg_svd(A, full_matrices, True), out, return_types.linalg_svd)
+
+
+def svdvals(A, *, driver=None, out=None):
+    """The singular values of A, descending."""
+    if driver is not None:
+        raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
+                           "cuSOLVER backend.")
+    return _write_out(_C._linalg_svd(A, False, False)[1], out)
+
+
+def eigh(A, UPLO="L", *, out=None):
+    """(eigenvalues, eigenvectors) of symmetric matrices read from their lower (UPLO='L') or upper
+    triangle: eigenvalues ascending, eigenvectors in the columns (LAPACK's ?syevd)."""
+    return _write_outs(_C._linalg_eigh(A, UPLO, True), out, return_types.linalg_eigh)
+
+
+def eigvalsh(A, UPLO="L", *, out=None):
+    """The eigenvalues of symmetric matrices, ascending."""
+    return _write_out(_C._linalg_eigh(A, UPLO, False)[0], out)
+
+
+def _singular_value_cutoff(A, s, atol, rtol):
+    """max(atol, rtol * largest singular value), per matrix (*, 1); rtol defaults to
+    eps * max(m, n) when atol and rtol are both None, to 0 when only atol is given."""
+    if rtol is None:
+        rtol = _finfo(A.dtype).eps * builtins.max(A.shape[-2], A.shape[-1]) if atol is None or _is_zero(atol) else 0.0
+    atol = 0.0 if atol is None else atol
+    largest = s.amax(-1, keepdim=True) if s.shape[-1] else _creation.zeros(tuple(s.shape[:-1]) + (1,), dtype=s.dtype)
+    return _maximum(atol, largest * rtol)
+
+
+def _is_zero(value):
+    return not isinstance(value, Tensor) and value == 0
+
+
+def _maximum(a, b):
+    if isinstance(a, Tensor):
+        a = a.unsqueeze(-1) if a.dim() else a
+        return _C.maximum(a.to(b.dtype), b)
+    return b.clamp(min=float(a))
+
+
+def _kept_reciprocal(values, kept):
+    """1 / values where kept, else 0 (no division by the dropped, possibly zero, values)."""
+    return (1 / values.masked_fill(~kept, 1.0)).masked_fill(~kept, 0.0)
+
+
+def pinv(A, rcond=None, hermitian=False, *, atol=None, rtol=None, out=None):
+    """The Moore-Penrose pseudo-inverse, V diag(1/s) U^T over the singular values above
+    max(atol, rtol * the largest) (rtol default eps * max(m, n)); from eigh when hermitian.
+    rcond is the older overload's rtol (with atol 0)."""
+    if rcond is not None:
+        atol, rtol = 0.0, rcond
+    if not isinstance(A, Tensor):
+        raise TypeError(f"linalg_pinv(): argument 'input' (position 1) must be Tensor, not {type(A).__name__}")
+    if A.dim() < 2 or A.dtype not in (_C.float32, _C.float64):
+        shape = list(A.shape)
+        raise RuntimeError(f"linalg.pinv({_type_name(A.dtype)}{{{shape}}}): expected a tensor with 2 or more "
+                           "dimensions of float, double, cfloat or cdouble types")
+    if hermitian:
+        L, V = eigh(A)
+        cutoff = _singular_value_cutoff(A, L.abs(), atol, rtol)
+        kept = L.abs() > cutoff
+        inverse = _kept_reciprocal(L, kept)
+        return _write_out((V * inverse.unsqueeze(-2)) @ V.transpose(-2, -1), out)
+    U, S, Vh = svd(A, full_matrices=False)
+    cutoff = _singular_value_cutoff(A, S, atol, rtol)
+    kept = S > cutoff
+    inverse = _kept_reciprocal(S, kept)
+    return _write_out((Vh.transpose(-2, -1) * inverse.unsqueeze(-2)) @ U.transpose(-2, -1), out)
+
+
+def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None, out=None):
+    """The number of singular values (absolute eigenvalues when hermitian) above
+    max(atol, rtol * the largest), int64; tol is the old name of atol."""
+    if A.dim() < 2:
+        raise RuntimeError("torch.linalg.matrix_rank: The input tensor input must have at least 2 dimensions.")
+    if tol is not None:
+        atol, rtol = tol, 0.0
+    s = eigvalsh(A).abs() if hermitian else svdvals(A)
+    return _write_out((s > _singular_value_cutoff(A, s, atol, rtol)).sum(-1), out)
+
+
+# ---------------------------------------------------------------- torch.X forms and Tensor methods
+
+def inverse(input, *, out=None):
+    """torch.inverse: linalg.inv."""
+    return _write_out(_C._linalg_inv_ex(input, True)[0], out)
+
+
+def _slogdet_function(input):
+    """torch.slogdet: linalg.slogdet under torch.return_types.slogdet."""
+    return return_types.slogdet(_C._linalg_slogdet(input))
+
+
+def logdet(input):
+    """log(det(A)): NaN for a negative determinant, -inf for a singular A."""
+    sign, logabsdet = _C._linalg_slogdet(input)
+    return logabsdet + sign.log()
+
+
+def cholesky_solve(input, input2, upper=False, *, out=None):
+    """X with A X = B for A = L L^T given its Cholesky factor input2 (upper: A = U^T U), B = input."""
+    if input.dim() < 2 or input2.dim() < 2:
+        raise RuntimeError(f"b should have at least 2 dimensions, but has {input.dim()} dimensions instead"
+                           if input.dim() < 2 else
+                           f"u should have at least 2 dimensions, but has {input2.dim()} dimensions instead")
+    lower = input2.transpose(-2, -1) if upper else input2
+    y = solve(lower, input)
+    return _write_out(solve(lower.transpose(-2, -1), y), out)
+
+
+def cholesky_inverse(input, upper=False, *, out=None):
+    """inv(A) for A = L L^T given its Cholesky factor input (upper: A = U^T U)."""
+    lower = input.transpose(-2, -1) if upper else input
+    lower_inverse = inv(lower)
+    return _write_out(lower_inverse.transpose(-2, -1) @ lower_inverse, out)
+
+
+def pinverse(input, rcond=1e-15):
+    """torch.pinverse: linalg.pinv with rtol = rcond."""
+    return pinv(input, rcond)
+
+
+def _install():
+    methods = {"inverse": inverse, "det": det, "logdet": logdet, "slogdet": _slogdet_function,
+               "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse, "pinverse": pinverse,
+               "matrix_power": matrix_power}
+    for name, fn in methods.items():
+        if not hasattr(Tensor, name):
+            setattr(Tensor, name, fn)
+
+
+_install()

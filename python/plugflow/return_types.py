@@ -1,6 +1,7 @@
 """Named tuples returned by reductions with indices and by linalg solvers (torch.return_types)."""
 
-__all__ = ["max", "min", "sort", "topk", "linalg_lstsq"]
+__all__ = ["max", "min", "sort", "topk", "linalg_lstsq", "linalg_inv_ex", "linalg_solve_ex", "linalg_cholesky_ex",
+           "linalg_slogdet", "slogdet", "linalg_qr", "linalg_svd", "linalg_eigh"]
 
 
 def _structseq(name, fields):
@@ -33,3 +34,11 @@ min = _structseq("min", ("values", "indices"))
 sort = _structseq("sort", ("values", "indices"))
 topk = _structseq("topk", ("values", "indices"))
 linalg_lstsq = _structseq("linalg_lstsq", ("solution", "residuals", "rank", "singular_values"))
+linalg_inv_ex = _structseq("linalg_inv_ex", ("inverse", "info"))
+linalg_solve_ex = _structseq("linalg_solve_ex", ("result", "info"))
+linalg_cholesky_ex = _structseq("linalg_cholesky_ex", ("L", "info"))
+linalg_slogdet = _structseq("linalg_slogdet", ("sign", "logabsdet"))
+slogdet = _structseq("slogdet", ("sign", "logabsdet"))
+linalg_qr = _structseq("linalg_qr", ("Q", "R"))
+linalg_svd = _structseq("linalg_svd", ("U", "S", "Vh"))
+linalg_eigh = _structseq("linalg_eigh", ("eigenvalues", "eigenvectors"))

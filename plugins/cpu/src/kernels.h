@@ -22,6 +22,7 @@ void register_pool_kernels(Registrar& reg);       // max/avg/adaptive pooling (2
 void register_grid_sample_kernels(Registrar& reg);  // grid_sampler_2d/3d and their backwards
 void register_vision_kernels(Registrar& reg);       // torchvision's nms, roi_align, roi_pool (+ backwards)
 void register_linalg_kernels(Registrar& reg);       // linalg_lstsq (LAPACK)
+void register_linalg_decomposition_kernels(Registrar& reg);  // linalg_solve, _cholesky, _slogdet, _qr, _svd, _eigh (LAPACK)
 void register_optim_kernels(Registrar& reg);      // sgd_step_, adam_step_ (fused optimizer updates)
 void register_shape_kernels(Registrar& reg);      // sort, topk, tril/triu, flip, pad, unique, gather/scatter-add along a dim
 void register_fused_kernels(Registrar& reg);       // conv2d_fused, mm_fused, fold_conv_bn (nn.Graph's fusion passes)

@@ -31,6 +31,7 @@ PLUGFLOW_PLUGIN("cpu", "0.1.0") {
   register_grid_sample_kernels(reg);
   register_vision_kernels(reg);
   register_linalg_kernels(reg);
+  register_linalg_decomposition_kernels(reg);
   register_optim_kernels(reg);
   reg.on_set_num_threads([](int n) { set_num_threads(n); });
   install_fork_handler();

@@ -36,6 +36,17 @@ const std::vector<std::string> kFamilyOps = {
 #undef PF_X
 };
 
+// The family ops the CUDA plugin lacks by definition (`cuda: []` in their entries: linalg.yaml's
+// LAPACK decompositions), left out of the comparisons of the two plugins.
+const std::set<std::string> kCpuOnlyOps = [] {
+  std::set<std::string> names;
+#define PF_X(name, cpu_dtypes, cuda_dtypes) \
+  if (std::set<DType>{PF_OPDEFS_UNPAREN cuda_dtypes}.empty()) names.insert(name);
+  PF_OPDEFS_KERNEL_DTYPES(PF_X)
+#undef PF_X
+  return names;
+}();
+
 const Tol kExact{0, 0};
 
 // An int64 index tensor with values in [lo, hi] on both devices (contiguous, or transposed
@@ -87,6 +98,7 @@ TEST_F(CudaPlugin, RegistersTheFamilyKernelsOfTheCpuPlugin) {
   const auto cpu = kernels_of("cpu", DeviceType::CPU);
   const auto cuda = kernels_of("cuda", DeviceType::CUDA);
   for (const std::string& op : kFamilyOps) {
+    if (kCpuOnlyOps.count(op) > 0) continue;
     for (DType t : kAllDTypes) {
       const bool c = cpu.count({op, t}) > 0, g = cuda.count({op, t}) > 0;
       EXPECT_EQ(c, g) << "op '" << op << "' dtype " << dtype_name(t) << ": cpu " << (c ? "has" : "lacks")
