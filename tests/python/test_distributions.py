@@ -611,7 +611,7 @@ def test_exponential_family_entropy_and_kl():
 
 @pytest.mark.parametrize("name", ["real", "positive", "nonnegative", "unit_interval", "boolean", "simplex",
                                   "nonnegative_integer", "positive_integer", "real_vector", "lower_triangular",
-                                  "lower_cholesky", "corr_cholesky", "square", "symmetric", "positive_definite",
+                                  "lower_cholesky", "corr_cholesky", "square", "symmetric", "positive_definite", "positive_semidefinite",
                                   "one_hot", "greater_than", "greater_than_eq", "less_than", "interval",
                                   "half_open_interval", "integer_interval", "multinomial", "cat", "stack"])
 def test_constraints_match_torch(name):

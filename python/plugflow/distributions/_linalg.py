@@ -1,7 +1,8 @@
 """The small dense linear algebra MultivariateNormal needs (Cholesky factorization, triangular
 solves), composed from plugflow's elementwise ops and reductions one column / row at a time, so that
-autograd differentiates them. plugflow.linalg has neither yet; the loops cost O(n) Python steps for
-n x n matrices, which suits the event sizes distributions see."""
+autograd differentiates them on every device: plugflow.linalg's LAPACK kernels are the CPU
+plugin's only, and it has no triangular solve. The loops cost O(n) Python steps for n x n
+matrices, which suits the event sizes distributions see."""
 
 import plugflow
 
