@@ -833,6 +833,23 @@ def kron(input, other):
 
 # ---------------------------------------------------------------- statistics
 
+def _cov_weights(weights, name, n, dtypes, kind):
+    """cov()'s fweights / aweights, checked as PyTorch checks them: one dim at most, of `kind`,
+    one per observation, none negative."""
+    if weights.dim() > 1:
+        raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} with "
+                           f"{weights.dim()} dimensions")
+    if weights.dtype not in dtypes:
+        raise RuntimeError(f"cov(): expected {name} to have {kind} dtype but got {name} with "
+                           f"{_type_name(weights.dtype)} dtype")
+    if weights.numel() != n:
+        raise RuntimeError(f"cov(): expected {name} to have the same numel as there are observations in the "
+                           f"input but got {weights.numel()} != {n}")
+    if n and not builtins.bool((weights.min() >= 0).item()):
+        raise RuntimeError(f"cov(): {name} cannot be negative")
+    return weights
+
+
 def cov(input, *, correction=1, fweights=None, aweights=None):
     """The covariance of the rows of input (variables) over its columns (observations), with
     optional integer frequency and float observation weights (PyTorch's formula)."""
@@ -846,30 +863,9 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     n = x.shape[1]
     w = None
     if fweights is not None:
-        if fweights.dim() > 1:
-            raise RuntimeError(f"cov(): expected fweights to have one or fewer dimensions but got fweights with "
-                               f"{fweights.dim()} dimensions")
-        if fweights.dtype not in _INTS:
-            raise RuntimeError(f"cov(): expected fweights to have integral dtype but got fweights with "
-                               f"{_type_name(fweights.dtype)} dtype")
-        if fweights.numel() != n:
-            raise RuntimeError(f"cov(): expected fweights to have the same numel as there are observations in the "
-                               f"input but got {fweights.numel()} != {n}")
-        if n and not builtins.bool((fweights.min() >= 0).item()):
-            raise RuntimeError("cov(): fweights cannot be negative")
-        w = fweights
+        w = _cov_weights(fweights, "fweights", n, _INTS, "integral")
     if aweights is not None:
-        if aweights.dim() > 1:
-            raise RuntimeError(f"cov(): expected aweights to have one or fewer dimensions but got aweights with "
-                               f"{aweights.dim()} dimensions")
-        if aweights.dtype not in _FLOATS:
-            raise RuntimeError(f"cov(): expected aweights to have floating point dtype but got aweights with "
-                               f"{_type_name(aweights.dtype)} dtype")
-        if aweights.numel() != n:
-            raise RuntimeError(f"cov(): expected aweights to have the same numel as there are observations in the "
-                               f"input but got {aweights.numel()} != {n}")
-        if n and not builtins.bool((aweights.min() >= 0).item()):
-            raise RuntimeError("cov(): aweights cannot be negative")
+        aweights = _cov_weights(aweights, "aweights", n, _FLOATS, "floating point")
         w = aweights if w is None else w * aweights
     if w is None:
         w_sum = _creation.full((), n, dtype=_C.int64, device=x.device)

@@ -194,47 +194,39 @@ class EmbeddingBag(Module):
 
 
 class _MaxUnpoolNd(Module):
+    """The inverse of MaxPool{n}d given its indices: maxima put back, zeros elsewhere."""
+    _ntuple = None  # _single / _pair / _triple
+    _unpool = None  # F.max_unpool{n}d
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = type(self)._ntuple(kernel_size)
+        self.stride = type(self)._ntuple(stride if stride is not None else kernel_size)
+        self.padding = type(self)._ntuple(padding)
+
+    def forward(self, input, indices, output_size=None):
+        return type(self)._unpool(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
 class MaxUnpool1d(_MaxUnpoolNd):
     """The inverse of MaxPool1d given its indices: maxima put back, zeros elsewhere."""
-
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
-        self.kernel_size = _single(kernel_size)
-        self.stride = _single(stride if stride is not None else kernel_size)
-        self.padding = _single(padding)
-
-    def forward(self, input, indices, output_size=None):
-        return F.max_unpool1d(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+    _ntuple = staticmethod(_single)
+    _unpool = staticmethod(F.max_unpool1d)
 
 
 class MaxUnpool2d(_MaxUnpoolNd):
     """The inverse of MaxPool2d given its indices: maxima put back, zeros elsewhere."""
-
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
-        self.kernel_size = _pair(kernel_size)
-        self.stride = _pair(stride if stride is not None else kernel_size)
-        self.padding = _pair(padding)
-
-    def forward(self, input, indices, output_size=None):
-        return F.max_unpool2d(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+    _ntuple = staticmethod(_pair)
+    _unpool = staticmethod(F.max_unpool2d)
 
 
 class MaxUnpool3d(_MaxUnpoolNd):
     """The inverse of MaxPool3d given its indices: maxima put back, zeros elsewhere."""
-
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
-        self.kernel_size = _triple(kernel_size)
-        self.stride = _triple(stride if stride is not None else kernel_size)
-        self.padding = _triple(padding)
-
-    def forward(self, input, indices, output_size=None):
-        return F.max_unpool3d(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+    _ntuple = staticmethod(_triple)
+    _unpool = staticmethod(F.max_unpool3d)
 
 
 class _FractionalMaxPoolNd(Module):
