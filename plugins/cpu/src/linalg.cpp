@@ -14,68 +14,11 @@
 #include <vector>
 
 #include "kernels.h"
+#include "lapack.h"
 #include "plugflow/linalg_error.h"
-
-extern "C" {
-// Fortran LAPACK; a character argument comes with gfortran's hidden length.
-void sgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* lda, const int* ipiv,
-             float* b, const int* ldb, int* info, size_t trans_len);
-void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* lda, const int* ipiv,
-             double* b, const int* ldb, int* info, size_t trans_len);
-void sgetrf_(const int* m, const int* n, float* a, const int* lda, int* ipiv, int* info);
-void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
-void spotrf_(const char* uplo, const int* n, float* a, const int* lda, int* info, size_t uplo_len);
-void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, size_t uplo_len);
-void sgeqrf_(const int* m, const int* n, float* a, const int* lda, float* tau, float* work, const int* lwork,
-             int* info);
-void dgeqrf_(const int* m, const int* n, double* a, const int* lda, double* tau, double* work, const int* lwork,
-             int* info);
-void sorgqr_(const int* m, const int* n, const int* k, float* a, const int* lda, const float* tau, float* work,
-             const int* lwork, int* info);
-void dorgqr_(const int* m, const int* n, const int* k, double* a, const int* lda, const double* tau, double* work,
-             const int* lwork, int* info);
-void sgesdd_(const char* jobz, const int* m, const int* n, float* a, const int* lda, float* s, float* u, const int* ldu,
-             float* vt, const int* ldvt, float* work, const int* lwork, int* iwork, int* info, size_t jobz_len);
-void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int* lda, double* s, double* u,
-             const int* ldu, double* vt, const int* ldvt, double* work, const int* lwork, int* iwork, int* info,
-             size_t jobz_len);
-void ssyevd_(const char* jobz, const char* uplo, const int* n, float* a, const int* lda, float* w, float* work,
-             const int* lwork, int* iwork, const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
-void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w, double* work,
-             const int* lwork, int* iwork, const int* liwork, int* info, size_t jobz_len, size_t uplo_len);
-}
 
 namespace plugflow::cpu {
 namespace {
-
-// One precision's LAPACK entry points.
-template <typename T>
-struct Lapack;
-template <>
-struct Lapack<float> {
-  static constexpr auto getrs = sgetrs_;
-  static constexpr auto getrf = sgetrf_;
-  static constexpr auto potrf = spotrf_;
-  static constexpr auto geqrf = sgeqrf_;
-  static constexpr auto orgqr = sorgqr_;
-  static constexpr auto gesdd = sgesdd_;
-  static constexpr auto syevd = ssyevd_;
-};
-template <>
-struct Lapack<double> {
-  static constexpr auto getrs = dgetrs_;
-  static constexpr auto getrf = dgetrf_;
-  static constexpr auto potrf = dpotrf_;
-  static constexpr auto geqrf = dgeqrf_;
-  static constexpr auto orgqr = dorgqr_;
-  static constexpr auto gesdd = dgesdd_;
-  static constexpr auto syevd = dsyevd_;
-};
-
-int lapack_int(const char* op, int64_t v) {
-  PF_CHECK(v <= INT32_MAX, op, ": a dimension of ", v, " exceeds LAPACK's 32-bit sizes");
-  return static_cast<int>(v);
-}
 
 void check_operands(KernelContext& ctx, const char* op) {
   for (const Tensor& t : ctx.inputs) PF_CHECK(t.is_contiguous(), "cpu '", op, "' reads contiguous inputs");

@@ -8,56 +8,14 @@
 #include <vector>
 
 #include "kernels.h"
+#include "lapack.h"
 #include "loops.h"
 #include "plugflow/linalg_error.h"
-
-extern "C" {
-// Fortran LAPACK; ?gels takes a character argument, hence gfortran's hidden length.
-void sgels_(const char* trans, const int* m, const int* n, const int* nrhs, float* a, const int* lda, float* b,
-            const int* ldb, float* work, const int* lwork, int* info, size_t trans_len);
-void dgels_(const char* trans, const int* m, const int* n, const int* nrhs, double* a, const int* lda, double* b,
-            const int* ldb, double* work, const int* lwork, int* info, size_t trans_len);
-void sgelsy_(const int* m, const int* n, const int* nrhs, float* a, const int* lda, float* b, const int* ldb,
-             int* jpvt, const float* rcond, int* rank, float* work, const int* lwork, int* info);
-void dgelsy_(const int* m, const int* n, const int* nrhs, double* a, const int* lda, double* b, const int* ldb,
-             int* jpvt, const double* rcond, int* rank, double* work, const int* lwork, int* info);
-void sgelsd_(const int* m, const int* n, const int* nrhs, float* a, const int* lda, float* b, const int* ldb, float* s,
-             const float* rcond, int* rank, float* work, const int* lwork, int* iwork, int* info);
-void dgelsd_(const int* m, const int* n, const int* nrhs, double* a, const int* lda, double* b, const int* ldb,
-             double* s, const double* rcond, int* rank, double* work, const int* lwork, int* iwork, int* info);
-void sgelss_(const int* m, const int* n, const int* nrhs, float* a, const int* lda, float* b, const int* ldb, float* s,
-             const float* rcond, int* rank, float* work, const int* lwork, int* info);
-void dgelss_(const int* m, const int* n, const int* nrhs, double* a, const int* lda, double* b, const int* ldb,
-             double* s, const double* rcond, int* rank, double* work, const int* lwork, int* info);
-}
 
 namespace plugflow::cpu {
 namespace {
 
 enum class Driver { Gels, Gelsy, Gelsd, Gelss };
-
-// One precision's LAPACK entry points.
-template <typename T>
-struct Lapack;
-template <>
-struct Lapack<float> {
-  static constexpr auto gels = sgels_;
-  static constexpr auto gelsy = sgelsy_;
-  static constexpr auto gelsd = sgelsd_;
-  static constexpr auto gelss = sgelss_;
-};
-template <>
-struct Lapack<double> {
-  static constexpr auto gels = dgels_;
-  static constexpr auto gelsy = dgelsy_;
-  static constexpr auto gelsd = dgelsd_;
-  static constexpr auto gelss = dgelss_;
-};
-
-int checked_int(int64_t v) {
-  PF_CHECK(v <= INT32_MAX, "linalg.lstsq: a dimension of ", v, " exceeds LAPACK's 32-bit sizes");
-  return static_cast<int>(v);
-}
 
 // Solves one column-major system in place: a (lda = m) is overwritten, b (ldb) holds B on entry
 // and X (plus residual rows) on exit. Returns LAPACK's info.
@@ -99,7 +57,7 @@ void lstsq_kernel(KernelContext& ctx) {
   const Tensor &a_t = ctx.input(0), &b_t = ctx.input(1);
   const int64_t batch = a_t.sizes()[0], m = a_t.sizes()[1], n = a_t.sizes()[2], k = b_t.sizes()[2];
   const int64_t rows = std::max(m, n), diag = std::min(m, n);
-  const int mi = checked_int(m), ni = checked_int(n), ki = checked_int(k), ldb = checked_int(std::max<int64_t>(rows, 1));
+  const int mi = lapack_int("linalg.lstsq", m), ni = lapack_int("linalg.lstsq", n), ki = lapack_int("linalg.lstsq", k), ldb = lapack_int("linalg.lstsq", std::max<int64_t>(rows, 1));
   const T rcond = static_cast<T>(ctx.attr<double>("rcond"));
   const T* a = a_t.data<T>();
   const T* b = b_t.data<T>();
