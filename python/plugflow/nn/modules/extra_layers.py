@@ -10,6 +10,7 @@ from ..parameter import Parameter
 from .instancenorm import _InstanceNorm
 from .module import Module
 from .padding import _ConstantPadNd, _ntuple, _PadNd
+from .sparse import _padding_index
 from .utils import _pair, _single, _triple
 
 __all__ = ["LocalResponseNorm", "CrossMapLRN2d", "LPPool1d", "LPPool2d", "ConstantPad3d", "ReflectionPad3d",
@@ -138,13 +139,7 @@ class EmbeddingBag(Module):
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
-        if padding_idx is not None:
-            if padding_idx > 0:
-                assert padding_idx < self.num_embeddings, "padding_idx must be within num_embeddings"
-            elif padding_idx < 0:
-                assert padding_idx >= -self.num_embeddings, "padding_idx must be within num_embeddings"
-                padding_idx = self.num_embeddings + padding_idx
-        self.padding_idx = padding_idx
+        self.padding_idx = _padding_index(padding_idx, num_embeddings, "padding_idx")
         if _weight is None:
             self.weight = Parameter(_creation.empty((num_embeddings, embedding_dim), **factory_kwargs))
             self.reset_parameters()

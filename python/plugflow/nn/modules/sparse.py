@@ -10,6 +10,20 @@ from .module import Module
 __all__ = ["Embedding"]
 
 
+def _padding_index(padding_idx, num_embeddings, name):
+    """padding_idx within [-num_embeddings, num_embeddings), a negative one counted from the end
+    (PyTorch's assertion; its message says `name`: Embedding's "Padding_idx", EmbeddingBag's
+    "padding_idx")."""
+    if padding_idx is None:
+        return None
+    if padding_idx > 0:
+        assert padding_idx < num_embeddings, f"{name} must be within num_embeddings"
+    elif padding_idx < 0:
+        assert padding_idx >= -num_embeddings, f"{name} must be within num_embeddings"
+        padding_idx = num_embeddings + padding_idx
+    return padding_idx
+
+
 class Embedding(Module):
     r"""Maps indices to rows of a (num_embeddings, embedding_dim) weight, initialised N(0, 1).
 
@@ -26,13 +40,7 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        if padding_idx is not None:
-            if padding_idx > 0:
-                assert padding_idx < self.num_embeddings, "Padding_idx must be within num_embeddings"
-            elif padding_idx < 0:
-                assert padding_idx >= -self.num_embeddings, "Padding_idx must be within num_embeddings"
-                padding_idx = self.num_embeddings + padding_idx
-        self.padding_idx = padding_idx
+        self.padding_idx = _padding_index(padding_idx, num_embeddings, "Padding_idx")
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
