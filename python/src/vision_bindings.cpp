@@ -2,7 +2,7 @@
 // _C._roi_align, _C._roi_pool, _C._ps_roi_align, _C._ps_roi_pool and _C._deform_conv2d, which
 // plugflow's torch.ops.torchvision namespace
 // (python/plugflow/_ops.py) exposes under torchvision's signatures, and torch.linalg's solvers
-// and decompositions as _C._linalg_lstsq, _linalg_solve_ex, _linalg_inv_ex, _linalg_cholesky_ex,
+// and decompositions as _C._linalg_lstsq, _linalg_solve_ex, _linalg_solve_triangular, _linalg_inv_ex, _linalg_cholesky_ex,
 // _linalg_slogdet, _linalg_qr, _linalg_svd and _linalg_eigh (tuples; python/plugflow/linalg.py
 // wraps them in torch.linalg's signatures and return types).
 #include <pybind11/pybind11.h>
@@ -66,6 +66,8 @@ void bind_linalg(py::module_& m) {
     }
     return pair(r.result, r.info);
   });
+  m.def("_linalg_solve_triangular", &ops::linalg_solve_triangular, arg("A"), arg("B"), arg("upper"), arg("left"),
+        arg("unitriangular"), py::call_guard<py::gil_scoped_release>());
   m.def("_linalg_inv_ex", [=](const Tensor& a, bool check_errors) {
     ops::InvResult r;
     {

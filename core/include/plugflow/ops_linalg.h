@@ -58,6 +58,11 @@ struct EighResult {
 // its last dim); batch dims broadcast.
 PF_API SolveResult linalg_solve_ex(const Tensor& a, const Tensor& b, bool left = true, bool check_errors = false);
 PF_API Tensor linalg_solve(const Tensor& a, const Tensor& b, bool left = true);
+// X with A X = B (left) or X A = B for A (*, n, n) triangular (its upper or lower triangle read;
+// the diagonal taken as ones when unitriangular) and B (*, n, k) or (*, k, n); batch dims
+// broadcast, dtypes promote. No singularity check (a zero diagonal gives inf / NaN, as PyTorch's).
+PF_API Tensor linalg_solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool left = true,
+                                      bool unitriangular = false);
 PF_API InvResult linalg_inv_ex(const Tensor& a, bool check_errors = false);
 PF_API Tensor linalg_inv(const Tensor& a);
 // L (lower, A = L L^T) read from A's lower triangle, or U (upper, A = U^T U) from its upper one.

@@ -116,6 +116,19 @@ std::vector<TensorMeta> internal::linalg_solve_meta(std::span<const Tensor> in, 
   return {{b.sizes(), a.dtype(), a.device()}, {{a.sizes()[0]}, DType::Int32, a.device()}};
 }
 
+std::vector<TensorMeta> internal::linalg_solve_triangular_meta(std::span<const Tensor> in, const Attrs& attrs) {
+  attrs.get<bool>("upper");
+  attrs.get<bool>("unitriangular");
+  const Tensor &a = in[0], &b = in[1];
+  check_kernel_square(a, "linalg_solve_triangular");
+  check_kernel_operand(b, "linalg_solve_triangular");
+  PF_CHECK(b.sizes()[0] == a.sizes()[0] && b.sizes()[1] == a.sizes()[1] && b.dtype() == a.dtype() &&
+               b.device() == a.device(),
+           "linalg_solve_triangular: expected B (batch, n, k) like A ", shape_str(a.sizes()), ", got ",
+           shape_str(b.sizes()));
+  return {{b.sizes(), a.dtype(), a.device()}};
+}
+
 std::vector<TensorMeta> internal::linalg_cholesky_meta(std::span<const Tensor> in, const Attrs& attrs) {
   attrs.get<bool>("upper");
   check_kernel_square(in[0], "linalg_cholesky");
@@ -252,6 +265,58 @@ InvResult linalg_inv_ex(const Tensor& a, bool check_errors) {
 }
 
 Tensor linalg_inv(const Tensor& a) { return linalg_inv_ex(a, true).inverse; }
+
+// ---- triangular solve -------------------------------------------------------------------------------
+
+Tensor linalg_solve_triangular(const Tensor& a, const Tensor& b, bool upper, bool left, bool unitriangular) {
+  static const OpDef& op = find_op("linalg_solve_triangular");
+  PF_CHECK(a.dim() >= 2, "linalg.solve_triangular: The input tensor A must have at least 2 dimensions.");
+  PF_CHECK(b.dim() >= 2, "linalg.solve_triangular: The input tensor B must have at least 2 dimensions.");
+  PF_CHECK(rows_of(a) == cols_of(a), "linalg.solve_triangular: A must be batches of square matrices, but they are ",
+           rows_of(a), " by ", cols_of(a), " matrices");
+  PF_CHECK(a.device() == b.device(), "linalg.solve_triangular: Expected A and B to be on the same device");
+  const int64_t n = rows_of(a);
+  PF_CHECK((left ? rows_of(b) : cols_of(b)) == n, "linalg.solve_triangular: Incompatible shapes of A and B for the "
+           "equation ", left ? "AX = B" : "XA = B", " (", n, "x", n, " and ", rows_of(b), "x", cols_of(b), ")");
+  // mixed dtypes promote, as PyTorch's (float32 with float64 solves in float64)
+  const DType dtype = promote_types(a.dtype(), b.dtype());
+  PF_CHECK(dtype == DType::Float32 || dtype == DType::Float64, "\"triangular_solve_cpu\" not implemented for '",
+           scalar_type_name(dtype), "'");
+  const Tensor a2 = to(a, std::nullopt, dtype), b2 = to(b, std::nullopt, dtype);
+  // X A = B is A^T X^T = B^T, A^T's triangle the other one
+  const Shape batch = broadcast_shapes(batch_of(a2), batch_of(b2));
+  const int64_t k = left ? cols_of(b2) : rows_of(b2);
+  const Tensor a_full = expand(left ? a2 : mT(a2), with(batch, {n, n}));
+  const Tensor b_full = expand(left ? b2 : mT(b2), with(batch, {n, k}));
+  const bool solved_upper = left ? upper : !upper;
+  Tensor x;
+  {
+    autograd::GradModeGuard no_grad(false);
+    if (shape_numel(batch) == 0 || n == 0 || k == 0) {
+      x = zeros(with(batch, {n, k}), dtype, a.device());
+    } else {
+      const Tensor in[] = {flat(a_full), flat(b_full)};
+      x = reshape(call_op(op, in, Attrs{{"upper", solved_upper}, {"unitriangular", unitriangular}})[0],
+                  with(batch, {n, k}));
+    }
+  }
+  // PyTorch's linalg_solve_triangular backward: gB = A^-T G (A^T's triangle the other one),
+  // gA = -gB X^T restricted to A's triangle (its strict part when unitriangular)
+  if (autograd::is_grad_enabled() && autograd::any_requires_grad({&a_full, &b_full})) {
+    auto backward = [solved_upper, unitriangular](const Tensors& g, const Tensors& s) -> Tensors {
+      if (!g[0].defined()) return {Tensor(), Tensor()};
+      const Tensor gB = linalg_solve_triangular(mT(s[0]), g[0], !solved_upper, true, unitriangular);
+      const Tensor gA = autograd::neg(matmul(gB, mT(s[1])));
+      const int64_t skip = unitriangular ? 1 : 0;
+      return {solved_upper ? triu(gA, skip) : tril(gA, -skip), gB};
+    };
+    auto node = autograd::make_node("LinalgSolveTriangularBackward0", backward);
+    node->save(a_full);
+    node->save_output(x, 0);
+    autograd::record(node, {a_full, b_full}, {x});
+  }
+  return left ? x : mT(x);
+}
 
 // ---- cholesky ----------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ std::vector<TensorMeta> lstsq_meta(std::span<const Tensor> in, const Attrs& attr
 std::vector<TensorMeta> norm_meta(std::span<const Tensor> in, const Attrs& attrs);
 // linalg_decompositions.cpp
 std::vector<TensorMeta> linalg_solve_meta(std::span<const Tensor> in, const Attrs& attrs);
+std::vector<TensorMeta> linalg_solve_triangular_meta(std::span<const Tensor> in, const Attrs& attrs);
 std::vector<TensorMeta> linalg_cholesky_meta(std::span<const Tensor> in, const Attrs& attrs);
 std::vector<TensorMeta> linalg_slogdet_meta(std::span<const Tensor> in, const Attrs& attrs);
 std::vector<TensorMeta> linalg_qr_meta(std::span<const Tensor> in, const Attrs& attrs);

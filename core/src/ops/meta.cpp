@@ -108,7 +108,8 @@ const bool kCatalogRegistered = [] {
   // their ops, linalg_meta.h).
   using internal::lstsq_meta;
   using internal::norm_meta;
-  using internal::linalg_solve_meta, internal::linalg_cholesky_meta, internal::linalg_slogdet_meta,
+  using internal::linalg_solve_meta, internal::linalg_solve_triangular_meta, internal::linalg_cholesky_meta,
+      internal::linalg_slogdet_meta,
       internal::linalg_qr_meta, internal::linalg_svd_meta, internal::linalg_eigh_meta;
 #define PF_X(name, signature, meta, mutated) register_op(name, signature, meta, {PF_OPDEFS_UNPAREN mutated});
   PF_OPDEFS_CREATION(PF_X)

@@ -1,4 +1,4 @@
-// The LAPACK routines the CPU plugin calls (OpenBLAS's LAPACK): their Fortran entry points and
+// The LAPACK routines the CPU plugin calls (OpenBLAS's LAPACK, and BLAS's ?trsm): their Fortran entry points and
 // one precision's set of them, for the kernels templated on the element type (lstsq.cpp,
 // linalg.cpp). A character argument comes with gfortran's hidden length.
 #pragma once
@@ -24,6 +24,13 @@ void sgelss_(const int* m, const int* n, const int* nrhs, float* a, const int* l
              const float* rcond, int* rank, float* work, const int* lwork, int* info);
 void dgelss_(const int* m, const int* n, const int* nrhs, double* a, const int* lda, double* b, const int* ldb,
              double* s, const double* rcond, int* rank, double* work, const int* lwork, int* info);
+// BLAS's triangular solve with several right-hand sides (linalg_solve_triangular)
+void strsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
+            const float* alpha, const float* a, const int* lda, float* b, const int* ldb, size_t side_len,
+            size_t uplo_len, size_t transa_len, size_t diag_len);
+void dtrsm_(const char* side, const char* uplo, const char* transa, const char* diag, const int* m, const int* n,
+            const double* alpha, const double* a, const int* lda, double* b, const int* ldb, size_t side_len,
+            size_t uplo_len, size_t transa_len, size_t diag_len);
 void sgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* lda, const int* ipiv,
              float* b, const int* ldb, int* info, size_t trans_len);
 void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* lda, const int* ipiv,
@@ -61,6 +68,7 @@ struct Lapack<float> {
   static constexpr auto gelsy = sgelsy_;
   static constexpr auto gelsd = sgelsd_;
   static constexpr auto gelss = sgelss_;
+  static constexpr auto trsm = strsm_;
   static constexpr auto getrs = sgetrs_;
   static constexpr auto getrf = sgetrf_;
   static constexpr auto potrf = spotrf_;
@@ -75,6 +83,7 @@ struct Lapack<double> {
   static constexpr auto gelsy = dgelsy_;
   static constexpr auto gelsd = dgelsd_;
   static constexpr auto gelss = dgelss_;
+  static constexpr auto trsm = dtrsm_;
   static constexpr auto getrs = dgetrs_;
   static constexpr auto getrf = dgetrf_;
   static constexpr auto potrf = dpotrf_;

@@ -75,6 +75,24 @@ void solve_kernel(KernelContext& ctx) {
   }
 }
 
+// No copies: the row-major A is A^T column-major and the row-major B (n, k) is B^T (k, n), so
+// A X = B is solved as X^T A^T = B^T in place in the output (A^T's triangle the other one).
+// As PyTorch's, no singularity check: a zero on the diagonal gives inf / NaN.
+template <typename T>
+void solve_triangular_kernel(KernelContext& ctx) {
+  check_operands(ctx, "linalg_solve_triangular");
+  const Tensor &a_t = ctx.input(0), &b_t = ctx.input(1);
+  const bool upper = ctx.attr<bool>("upper"), unitriangular = ctx.attr<bool>("unitriangular");
+  const int64_t batch = a_t.sizes()[0], n = a_t.sizes()[1], k = b_t.sizes()[2];
+  const int ni = lapack_int("linalg.solve_triangular", n), ki = lapack_int("linalg.solve_triangular", k);
+  const T one = 1;
+  T* x = ctx.output(0).data<T>();
+  std::copy(b_t.data<T>(), b_t.data<T>() + batch * n * k, x);
+  for (int64_t i = 0; i < batch; ++i)
+    Lapack<T>::trsm("R", upper ? "L" : "U", "N", unitriangular ? "U" : "N", &ki, &ni, &one, a_t.data<T>() + i * n * n,
+                    &ni, x + i * n * k, &ki, 1, 1, 1, 1);
+}
+
 template <typename T>
 void cholesky_kernel(KernelContext& ctx) {
   check_operands(ctx, "linalg_cholesky");
@@ -239,6 +257,8 @@ void eigh_kernel(KernelContext& ctx) {
 void register_linalg_decomposition_kernels(Registrar& reg) {
   reg.kernel("linalg_solve", DeviceType::CPU, {DType::Float32}, solve_kernel<float>);
   reg.kernel("linalg_solve", DeviceType::CPU, {DType::Float64}, solve_kernel<double>);
+  reg.kernel("linalg_solve_triangular", DeviceType::CPU, {DType::Float32}, solve_triangular_kernel<float>);
+  reg.kernel("linalg_solve_triangular", DeviceType::CPU, {DType::Float64}, solve_triangular_kernel<double>);
   reg.kernel("linalg_cholesky", DeviceType::CPU, {DType::Float32}, cholesky_kernel<float>);
   reg.kernel("linalg_cholesky", DeviceType::CPU, {DType::Float64}, cholesky_kernel<double>);
   reg.kernel("linalg_slogdet", DeviceType::CPU, {DType::Float32}, slogdet_kernel<float>);
