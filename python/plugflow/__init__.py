@@ -97,7 +97,8 @@ from .amp import autocast  # noqa: E402,F401
 from ._ops import ops  # noqa: E402,F401  (torch.ops: C++ operator namespaces, torchvision's on plugflow's kernels)
 from . import linalg, special, version  # noqa: E402,F401  (torch.linalg, torch.special.xlog1py, torch.version.cuda)
 from .linalg import (inverse, det, logdet, cholesky_solve, cholesky_inverse, pinverse,  # noqa: E402,F401
-                     matrix_power, _slogdet_function as slogdet)
+                     matrix_power, _slogdet_function as slogdet, triangular_solve, matrix_exp,
+                     _svd_function as svd, _qr_function as qr, symeig, orgqr)
 from . import testing  # noqa: E402,F401  (torch.testing.assert_close after `import torch`)
 from . import distributions  # noqa: E402,F401  (torch.distributions)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402

@@ -5,14 +5,16 @@ import builtins
 import math
 
 from . import _C, _creation, return_types
-from ._C import Tensor
+from ._C import Tensor, where as _where
 from ._composite import _wrap_dim, broadcast_shapes as _broadcast_shapes, cross as _cross, diagonal as _diagonal
 from ._composite import eye as _eye, finfo as _finfo
+from .autograd import Function, no_grad as _no_grad
 from .nn._functional_loss import _type_name
 
 __all__ = ["lstsq", "LinAlgError", "vector_norm", "matrix_norm", "norm", "diagonal", "matmul", "multi_dot", "cross",
            "vecdot", "matrix_power", "solve", "solve_ex", "inv", "inv_ex", "cholesky", "cholesky_ex", "det", "slogdet",
-           "qr", "svd", "svdvals", "eigh", "eigvalsh", "pinv", "matrix_rank"]
+           "qr", "svd", "svdvals", "eigh", "eigvalsh", "pinv", "matrix_rank", "solve_triangular", "matrix_exp", "cond",
+           "tensorinv", "tensorsolve", "householder_product"]
 
 # PyTorch's torch.linalg.LinAlgError (a RuntimeError): raised where an input matrix is singular
 # or the algorithm does not converge (lstsq's 'gels' on a rank-deficient matrix, ...).
@@ -294,6 +296,14 @@ def solve(A, B, *, left=True, out=None):
     return _write_out(_C._linalg_solve_ex(A, B, left, True)[0], out)
 
 
+def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
+    """X with A X = B (left) or X A = B for triangular A (*, n, n), its upper or lower triangle read
+    (the diagonal taken as ones when unitriangular), and B (*, n, k) (left) or (*, k, n); batch
+    dims broadcast, dtypes promote. BLAS's ?trsm: no singularity check (a zero diagonal entry gives
+    inf / NaN, as PyTorch's)."""
+    return _write_out(_C._linalg_solve_triangular(A, B, upper, left, unitriangular), out)
+
+
 def inv_ex(A, *, check_errors=False, out=None):
     """(inverse, info): the inverse of each square matrix; info > 0 marks a singular one."""
     return _write_outs(_C._linalg_inv_ex(A, check_errors), out, return_types.linalg_inv_ex)
@@ -424,7 +434,165 @@ def matrix_rank(A, tol=None, hermitian=False, *, atol=None, rtol=None, out=None)
     return _write_out((s > _singular_value_cutoff(A, s, atol, rtol)).sum(-1), out)
 
 
+# ---------------------------------------------------------------- composites of the decompositions
+
+# Higham's (2005) scaling and squaring with the [13/13] Padé approximant: its coefficients and the
+# largest 1-norm for which it is accurate to double precision without scaling.
+_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
+           10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_THETA13 = 5.371920351148152
+
+
+def matrix_exp(A):
+    """The matrix exponential of each square matrix of A (*, n, n): scaling and squaring with a
+    Padé approximant of degree 13 (each matrix scaled by 2^-s to a 1-norm below 5.37, then squared
+    s times), composed of differentiable ops so that autograd differentiates it."""
+    _check_square(A, "linalg.matrix_exp")
+    if A.dtype not in _FLOATS:
+        raise RuntimeError(f"matrix_exp: Expected a floating point or complex tensor as input. Got "
+                           f"{_type_name(A.dtype)}")
+    if A.dtype not in (_C.float32, _C.float64):
+        raise RuntimeError(f"\"log2_vml_cpu\" not implemented for '{_type_name(A.dtype)}'")
+    n = A.shape[-1]
+    if A.numel() == 0:
+        return A.clone()
+    with _no_grad():
+        norm1 = A.abs().sum(-2).amax(-1)
+        squarings = (norm1 / _THETA13).log2().ceil().clamp(min=0).nan_to_num(0.0)
+        most = int(squarings.max().item())
+    A = A / (2.0 ** squarings).unsqueeze(-1).unsqueeze(-1)
+    b = _PADE13
+    eye = _eye(n, dtype=A.dtype, device=A.device)
+    A2 = A @ A
+    A4 = A2 @ A2
+    A6 = A4 @ A2
+    U = A @ (A6 @ (b[13] * A6 + b[11] * A4 + b[9] * A2) + b[7] * A6 + b[5] * A4 + b[3] * A2 + b[1] * eye)
+    V = A6 @ (b[12] * A6 + b[10] * A4 + b[8] * A2) + b[6] * A6 + b[4] * A4 + b[2] * A2 + b[0] * eye
+    result = solve(V - U, V + U)
+    for i in range(most):  # each matrix squared as often as it was halved
+        squared = (squarings > i).unsqueeze(-1).unsqueeze(-1)
+        result = _where(squared, result @ result, result)
+    return result
+
+
+def cond(A, p=None, *, out=None):
+    """The condition number of each matrix in the p-norm: p None / 2 / -2 from the singular values
+    (largest over smallest, or the reverse; any shape), 'nuc' from them as well (square A), 'fro',
+    inf, -inf, 1, -1 as norm(A) * norm(inv(A)) (square A; inf for a singular one). Empty matrices
+    give 0."""
+    if A.dim() < 2:
+        raise RuntimeError("linalg.cond: The input tensor must have at least 2 dimensions.")
+    if p is not None and p not in ("fro", "nuc", 2, -2, 1, -1, math.inf, -math.inf):
+        raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
+    if A.numel() == 0:
+        return _write_out(_creation.zeros(tuple(A.shape[:-2]), dtype=A.dtype), out)
+    if p is None or p in (2, -2):
+        s = svdvals(A)
+        largest, smallest = s[..., 0], s[..., -1]
+        return _write_out(smallest / largest if p == -2 else largest / smallest, out)
+    _check_square(A, f"linalg.cond(ord={p if isinstance(p, str) else format(p, 'g')})")
+    if p == "nuc":  # from the singular values, as PyTorch's (no inverse: a singular A gives a large or NaN value)
+        s = svdvals(A)
+        return _write_out(s.sum(-1) * s.reciprocal().sum(-1), out)
+    inverse, info = inv_ex(A)
+    singular = info > 0  # inf; their inverses (NaN) replaced so that no norm sees NaN
+    inverse = inverse.masked_fill(singular.unsqueeze(-1).unsqueeze(-1), 0.0)
+    return _write_out((matrix_norm(A, p) * matrix_norm(inverse, p)).masked_fill(singular, math.inf), out)
+
+
+def householder_product(A, tau, *, out=None):
+    """The first n columns of the product H_1 ... H_k of Householder reflectors H_i = I - tau_i v_i v_i^T,
+    v_i column i of A (*, m, n) below the diagonal with a 1 on it, k = tau.shape[-1] (LAPACK's
+    ?orgqr layout, from geqrf). Composed: each reflector applied to the columns in turn, O(m n)
+    apiece, differentiable through its ops."""
+    fn = "torch.linalg.householder_product"
+    if A.dim() < 2:
+        raise RuntimeError(f"{fn}: input must have at least 2 dimensions.")
+    m, n = A.shape[-2:]
+    if m < n:
+        raise RuntimeError(f"{fn}: input.shape[-2] must be greater than or equal to input.shape[-1]")
+    if tau.dim() and n < tau.shape[-1]:
+        raise RuntimeError(f"{fn}: input.shape[-1] must be greater than or equal to tau.shape[-1]")
+    if tau.dim() != A.dim() - 1:
+        raise RuntimeError(f"{fn}: Expected tau to have one dimension less than input, but got tau.ndim equal to "
+                           f"{tau.dim()} and input.ndim is equal to {A.dim()}")
+    if tuple(tau.shape[:-1]) != tuple(A.shape[:-2]):
+        raise RuntimeError(f"{fn}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got "
+                           f"{list(tau.shape[:-1])}")
+    if tau.dtype != A.dtype:
+        raise RuntimeError(f"{fn}: tau dtype {_type_name(tau.dtype)} does not match input dtype {_type_name(A.dtype)}")
+    if A.dtype not in (_C.float32, _C.float64):
+        raise RuntimeError(f"\"orgqr_cpu\" not implemented for '{_type_name(A.dtype)}'")
+    rows = _creation.arange(m, device=A.device).unsqueeze(-1)
+    result = _eye(m, n, dtype=A.dtype, device=A.device).expand(A.shape).clone()
+    for i in reversed(range(tau.shape[-1])):  # H_1 (H_2 (... (H_k E)))
+        v = A[..., :, i:i + 1].masked_fill(rows < i, 0.0).masked_fill(rows == i, 1.0)  # (*, m, 1)
+        result = result - (tau[..., i:i + 1].unsqueeze(-1) * v) @ (v.transpose(-2, -1) @ result)
+    return _write_out(result, out)
+
+
+def _product(sizes):
+    result = 1
+    for size in sizes:
+        result *= size
+    return result
+
+
+def tensorinv(A, ind=2, *, out=None):
+    """The inverse of A under tensordot over ind dims: A reshaped to a square
+    (prod(shape[:ind]), prod(shape[ind:])) matrix, inverted, reshaped to shape[ind:] + shape[:ind]."""
+    if ind <= 0:
+        raise RuntimeError(f"Expected a strictly positive integer for 'ind', but got {ind}")
+    rows, cols = tuple(A.shape[:ind]), tuple(A.shape[ind:])
+    if _product(rows) != _product(cols):
+        raise RuntimeError(f"Expected self to satisfy the requirement prod(self.shape[ind:]) == "
+                           f"prod(self.shape[:ind]), but got {_product(cols)} != {_product(rows)}")
+    try:
+        inverse = inv(A.reshape(_product(rows), _product(cols)))
+    except LinAlgError as e:  # PyTorch's message names inv, not linalg.inv, here
+        raise LinAlgError(str(e).replace("linalg.inv", "inv", 1)) from None
+    return _write_out(inverse.reshape(cols + rows), out)
+
+
+def tensorsolve(A, B, dims=None, *, out=None):
+    """X with tensordot(A, X, X.dim()) = B: A's dims (moved last first when given) split into B's
+    shape and X's, solved as one square system."""
+    if dims is not None:
+        dims = [_wrap_dim(d, A.dim()) for d in dims]
+        A = A.movedim(dims, list(range(A.dim() - len(dims), A.dim())))
+    result_shape = tuple(A.shape[B.dim():])
+    rows, cols = _product(A.shape[:B.dim()]), _product(result_shape)
+    if rows != cols:
+        raise RuntimeError(f"Expected self to satisfy the requirement prod(self.shape[other.ndim:]) == "
+                           f"prod(self.shape[:other.ndim]), but got {cols} != {rows}")
+    return _write_out(solve(A.reshape(rows, cols), B.reshape(-1)).reshape(result_shape), out)
+
+
 # ---------------------------------------------------------------- torch.X forms and Tensor methods
+
+def triangular_solve(input, A, upper=True, transpose=False, unitriangular=False, *, out=None):
+    """torch.triangular_solve (deprecated): (solution, cloned_coefficient) with A X = input (A^T X
+    = input when transpose) for triangular A; cloned_coefficient is A broadcast to the batch shape
+    and copied."""
+    if input.dim() < 2:
+        raise RuntimeError(f"torch.triangular_solve: Expected b to have at least 2 dimensions, but it has "
+                           f"{input.dim()} dimensions instead")
+    if A.dim() < 2:
+        raise RuntimeError(f"torch.triangular_solve: Expected A to have at least 2 dimensions, but it has "
+                           f"{A.dim()} dimensions instead")
+    if input.dtype != A.dtype:
+        raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type {_type_name(input.dtype)} "
+                           f"and A of type {_type_name(A.dtype)} instead.")
+    _check_square(A, "triangular_solve")
+    if A.shape[-1] != input.shape[-2]:
+        raise RuntimeError(f"Incompatible matrix sizes for triangular_solve: each A matrix is {A.shape[-2]} by "
+                           f"{A.shape[-1]} but each b matrix is {input.shape[-2]} by {input.shape[-1]}")
+    batch = tuple(_broadcast_shapes(A.shape[:-2], input.shape[:-2]))
+    A = A.expand(batch + tuple(A.shape[-2:]))
+    solution = solve_triangular(A.transpose(-2, -1) if transpose else A, input, upper=upper != transpose,
+                                unitriangular=unitriangular)
+    return _write_outs((solution, A.clone()), out, return_types.triangular_solve)
+
 
 def inverse(input, *, out=None):
     """torch.inverse: linalg.inv."""
@@ -465,10 +633,58 @@ def pinverse(input, rcond=1e-15):
     return pinv(input, rcond)
 
 
+def _svd_function(input, some=True, compute_uv=True, *, out=None):
+    """torch.svd (deprecated): (U, S, V) with input = U diag(S) V^T, V not transposed; some: the
+    reduced vectors. Without compute_uv, U and V are zeros of shapes (*, m, m) and (*, n, n)."""
+    if compute_uv:
+        U, S, Vh = svd(input, full_matrices=not some)
+        return _write_outs((U, S, Vh.transpose(-2, -1)), out, return_types.svd)
+    S = svdvals(input)
+    batch, (m, n) = tuple(input.shape[:-2]), input.shape[-2:]
+    U = _creation.zeros(batch + (m, m), dtype=input.dtype, device=input.device)
+    V = _creation.zeros(batch + (n, n), dtype=input.dtype, device=input.device)
+    return _write_outs((U, S, V), out, return_types.svd)
+
+
+def _qr_function(input, some=True, *, out=None):
+    """torch.qr (deprecated): linalg.qr in mode 'reduced' (some) or 'complete'."""
+    return _write_outs(_C._linalg_qr(input, "reduced" if some else "complete"), out, return_types.qr)
+
+
+class _EigenvaluesOnly(Function):
+    """symeig's eigenvalues without eigenvectors: PyTorch does not differentiate them."""
+
+    @staticmethod
+    def forward(ctx, A, uplo):
+        return eigvalsh(A, uplo)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("linalg_eig_backward: torch.symeig(A, eigenvectors=False) is not differentiable. Use "
+                           "torch.linalg.eigvalsh(A) instead.")
+
+
+def symeig(input, eigenvectors=False, upper=True, *, out=None):
+    """torch.symeig (deprecated): (eigenvalues, eigenvectors) of symmetric matrices read from their
+    upper (default) or lower triangle; without eigenvectors an empty tensor in their place (and
+    the eigenvalues are not differentiable, as PyTorch's)."""
+    _check_square(input, "linalg.symeig")
+    uplo = "U" if upper else "L"
+    if eigenvectors:
+        return _write_outs(_C._linalg_eigh(input, uplo, True), out, return_types.symeig)
+    values = _EigenvaluesOnly.apply(input, uplo)
+    return _write_outs((values, _creation.empty(0, dtype=input.dtype, device=input.device)), out,
+                       return_types.symeig)
+
+
+orgqr = householder_product  # torch.orgqr
+
+
 def _install():
     methods = {"inverse": inverse, "det": det, "logdet": logdet, "slogdet": _slogdet_function,
                "cholesky_solve": cholesky_solve, "cholesky_inverse": cholesky_inverse, "pinverse": pinverse,
-               "matrix_power": matrix_power}
+               "matrix_power": matrix_power, "triangular_solve": triangular_solve, "matrix_exp": matrix_exp,
+               "svd": _svd_function, "qr": _qr_function, "symeig": symeig, "orgqr": householder_product}
     for name, fn in methods.items():
         if not hasattr(Tensor, name):
             setattr(Tensor, name, fn)

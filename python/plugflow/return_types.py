@@ -1,7 +1,8 @@
 """Named tuples returned by reductions with indices and by linalg solvers (torch.return_types)."""
 
 __all__ = ["max", "min", "sort", "topk", "linalg_lstsq", "linalg_inv_ex", "linalg_solve_ex", "linalg_cholesky_ex",
-           "linalg_slogdet", "slogdet", "linalg_qr", "linalg_svd", "linalg_eigh"]
+           "linalg_slogdet", "slogdet", "linalg_qr", "linalg_svd", "linalg_eigh",
+           "triangular_solve", "svd", "qr", "symeig"]
 
 
 def _structseq(name, fields):
@@ -42,3 +43,7 @@ slogdet = _structseq("slogdet", ("sign", "logabsdet"))
 linalg_qr = _structseq("linalg_qr", ("Q", "R"))
 linalg_svd = _structseq("linalg_svd", ("U", "S", "Vh"))
 linalg_eigh = _structseq("linalg_eigh", ("eigenvalues", "eigenvectors"))
+triangular_solve = _structseq("triangular_solve", ("solution", "cloned_coefficient"))
+svd = _structseq("svd", ("U", "S", "V"))
+qr = _structseq("qr", ("Q", "R"))
+symeig = _structseq("symeig", ("eigenvalues", "eigenvectors"))

@@ -462,3 +462,224 @@ def test_out_and_overloads(rng):
         assert_matches(pf.linalg.matrix_norm(a, ord, dim=(0, 2), keepdim=True),
                        torch.linalg.matrix_norm(ta, ord, dim=(0, 2), keepdim=True))
         assert_matches(pf.linalg.matrix_norm(a, ord, dim=(2, 1)), torch.linalg.matrix_norm(ta, ord, dim=(2, 1)))
+
+
+# ---------------------------------------------------------------- triangular solves
+
+def triangular_operand(rng, shape, dtype="float64"):
+    """Random (*, n, n) matrices whose triangles are both well conditioned (diagonal ±[1, 2],
+    off-diagonal entries small): the solvers read one of them, the test checks the other is ignored."""
+    n = shape[-1]
+    data = rng.uniform(-1, 1, size=shape) / max(n, 1) ** 0.5
+    diagonal = rng.uniform(1, 2, size=shape[:-1]) * rng.choice([-1, 1], size=shape[:-1])
+    data[..., np.arange(n), np.arange(n)] = diagonal
+    t = torch.from_numpy(data).to(getattr(torch, dtype))
+    return from_torch(t), t
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("unitriangular", [False, True])
+def test_solve_triangular(rng, dtype, upper, left, unitriangular):
+    a, ta = triangular_operand(rng, (2, 1, 5, 5), dtype)
+    b, tb = pair(rng, (3, 5, 4) if left else (3, 4, 5), dtype)  # batch dims broadcast
+    kwargs = {"upper": upper, "left": left, "unitriangular": unitriangular}
+    tol = tolerance(dtype)
+    assert_matches(pf.linalg.solve_triangular(a, b, **kwargs), torch.linalg.solve_triangular(ta, tb, **kwargs), **tol)
+    # non-contiguous operands
+    assert_matches(pf.linalg.solve_triangular(a.transpose(-2, -1), b[..., ::2] if left else b[..., ::2, :], **kwargs),
+                   torch.linalg.solve_triangular(ta.mT, tb[..., ::2] if left else tb[..., ::2, :], **kwargs), **tol)
+    solution, coefficient = pf.triangular_solve(b if left else b.transpose(-2, -1), a, upper, not left, unitriangular)
+    expected = torch.triangular_solve(tb if left else tb.mT, ta, upper, not left, unitriangular)
+    assert_matches(solution, expected.solution, **tol)
+    assert_matches(coefficient, expected.cloned_coefficient)
+
+
+def test_solve_triangular_large(rng):
+    a, ta = triangular_operand(rng, (300, 300))
+    b, tb = pair(rng, (300, 20))
+    assert_matches(pf.linalg.solve_triangular(a, b, upper=True), torch.linalg.solve_triangular(ta, tb, upper=True),
+                   rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("upper,left,unitriangular", [(False, True, False), (True, False, False), (True, True, True),
+                                                      (False, False, True)])
+def test_solve_triangular_gradients(rng, upper, left, unitriangular):
+    a, ta = triangular_operand(rng, (2, 3, 3))
+    b, tb = pair(rng, (2, 3, 2) if left else (2, 2, 3))
+    kwargs = {"upper": upper, "left": left, "unitriangular": unitriangular}
+    fn = lambda L, x, y: L.linalg.solve_triangular(x, y, **kwargs) * y  # noqa: E731
+    assert_matches(*gradients(fn, a, ta, (b, tb)))
+    assert_matches(*gradients(lambda L, y, x: L.linalg.solve_triangular(x, y, **kwargs) * y, b, tb, (a, ta)))
+    c, tc = pair(rng, (3, 2))  # triangular_solve's transpose in place of left
+    assert_matches(*gradients(lambda L, x, y: L.triangular_solve(y, x, upper, not left, unitriangular)[0] * y +
+                              L.triangular_solve(y, x, upper)[1].sum(), a, ta, (c, tc)))
+
+
+def test_solve_triangular_errors_and_empty():
+    for fn in (lambda L: L.linalg.solve_triangular(L.ones(3, 3), L.ones(4, 2), upper=True),
+               lambda L: L.linalg.solve_triangular(L.ones(3, 3), L.ones(2, 4), upper=True, left=False),
+               lambda L: L.linalg.solve_triangular(L.ones(3, 4), L.ones(3, 2), upper=True),
+               lambda L: L.linalg.solve_triangular(L.ones(3), L.ones(3, 2), upper=True),
+               lambda L: L.linalg.solve_triangular(L.eye(3), L.ones(3), upper=True),
+               lambda L: L.linalg.solve_triangular(L.eye(3, dtype=L.int64), L.ones(3, 2, dtype=L.int64), upper=True),
+               lambda L: L.linalg.solve_triangular(L.eye(3, dtype=L.float16), L.ones(3, 2, dtype=L.float16),
+                                                   upper=True),
+               lambda L: L.linalg.solve_triangular(L.eye(3, dtype=L.float64), L.ones(3, 2), upper=True),  # promotes
+               lambda L: L.linalg.solve_triangular(L.zeros(3, 3), L.ones(3, 2), upper=True),  # inf / NaN, no error
+               lambda L: L.linalg.solve_triangular(L.ones(2, 3, 3), L.ones(3, 3, 2), upper=False),
+               lambda L: L.linalg.solve_triangular(L.ones(0, 3, 3), L.ones(3, 2), upper=True),
+               lambda L: L.linalg.solve_triangular(L.ones(0, 0), L.ones(0, 2), upper=True),
+               lambda L: L.linalg.solve_triangular(L.ones(3, 3), L.ones(3, 0), upper=True),
+               lambda L: L.triangular_solve(L.ones(3), L.eye(3)),
+               lambda L: L.triangular_solve(L.ones(3, 2), L.ones(3)),
+               lambda L: L.triangular_solve(L.ones(4, 2), L.eye(3)),
+               lambda L: L.triangular_solve(L.ones(3, 2), L.ones(3, 4)),
+               lambda L: L.triangular_solve(L.ones(3, 2), L.eye(3, dtype=L.float64)),
+               lambda L: L.triangular_solve(L.ones(2, 3, 2), L.eye(3))):
+        assert_same_outcome(fn)
+
+
+# ---------------------------------------------------------------- composites: matrix_exp, cond, tensorinv, tensorsolve
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("scale", [0.01, 1, 6, 40])
+def test_matrix_exp(rng, dtype, scale):
+    # 1-norms from far below the Padé approximant's bound to several squarings above it
+    a, ta = pair(rng, (3, 5, 5), dtype)
+    a, ta = a * (scale / 5), ta * (scale / 5)
+    expected = torch.linalg.matrix_exp(ta)
+    bound = expected.abs().amax().item()
+    rtol = 2e-5 if dtype == "float32" else 1e-12
+    assert_matches(pf.linalg.matrix_exp(a), expected, rtol=rtol * 10, atol=rtol * bound)
+    assert_matches(pf.matrix_exp(a.transpose(-2, -1)), torch.matrix_exp(ta.mT), rtol=rtol * 10, atol=rtol * bound)
+    assert_matches(a[0].matrix_exp(), ta[0].matrix_exp(), rtol=rtol * 10, atol=rtol * bound)
+
+
+def test_matrix_exp_gradients_and_errors(rng):
+    for scale in (0.1, 2, 20):
+        a, ta = pair(rng, (2, 4, 4))
+        a, ta = a * (scale / 4), ta * (scale / 4)
+        grad, expected = gradients(lambda L, x: L.linalg.matrix_exp(x) * x, a, ta)
+        assert_matches(grad, expected, rtol=1e-8, atol=1e-10 * expected.abs().amax().item())
+    for fn in (lambda L: L.linalg.matrix_exp(L.ones(3)),
+               lambda L: L.linalg.matrix_exp(L.ones(3, 4)),
+               lambda L: L.linalg.matrix_exp(L.ones(3, 3, dtype=L.int64)),
+               lambda L: L.linalg.matrix_exp(L.ones(3, 3, dtype=L.float16)),
+               lambda L: L.linalg.matrix_exp(L.ones(0, 0)),
+               lambda L: L.linalg.matrix_exp(L.ones(0, 3, 3)),
+               lambda L: L.linalg.matrix_exp(L.zeros(2, 3, 3))):
+        assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("p", [None, 2, -2, "fro", "nuc", INF, -INF, 1, -1])
+def test_cond(rng, p):
+    a, ta = pair(rng, (2, 4, 4))
+    assert_matches(pf.linalg.cond(a, p), torch.linalg.cond(ta, p), rtol=1e-9, atol=1e-9)
+    assert_matches(pf.linalg.cond(a.transpose(-2, -1), p), torch.linalg.cond(ta.mT, p), rtol=1e-9, atol=1e-9)
+    if p in (None, 2, -2):  # (torch's other norms fill inv's output in place and cannot differentiate it)
+        assert_matches(*gradients(lambda L, x: L.linalg.cond(x, p), a, ta), rtol=1e-7, atol=1e-9)
+    for fn in (lambda L: L.linalg.cond(L.ones(3, 4, dtype=L.float64), p),  # only the 2-norms take any shape
+               lambda L: L.linalg.cond(L.zeros(3, 3, dtype=L.float64), p),  # singular: inf (NaN for the 2-norms)
+               lambda L: L.linalg.cond(L.ones(0, 0), p),
+               lambda L: L.linalg.cond(L.ones(2, 0, 0), p),
+               lambda L: L.linalg.cond(L.ones(3), p)):
+        assert_same_outcome(fn)
+
+
+def test_cond_bad_order():
+    assert_same_outcome(lambda L: L.linalg.cond(L.eye(3), 3))
+    assert_same_outcome(lambda L: L.linalg.cond(L.eye(3), "abc"))
+
+
+def test_tensorinv_tensorsolve(rng):
+    a, ta = conditioned(rng, (24, 24))
+    a4, ta4 = a.reshape(4, 6, 8, 3), ta.reshape(4, 6, 8, 3)
+    assert_matches(pf.linalg.tensorinv(a4), torch.linalg.tensorinv(ta4), rtol=1e-9, atol=1e-9)
+    assert_matches(pf.linalg.tensorinv(a.reshape(24, 2, 3, 4), ind=1), torch.linalg.tensorinv(ta.reshape(24, 2, 3, 4),
+                                                                                               ind=1), rtol=1e-9,
+                   atol=1e-9)
+    b, tb = pair(rng, (4, 6))
+    assert_matches(pf.linalg.tensorsolve(a4, b), torch.linalg.tensorsolve(ta4, tb), rtol=1e-9, atol=1e-9)
+    moved, tmoved = a4.permute(2, 0, 1, 3), ta4.permute(2, 0, 1, 3)
+    assert_matches(pf.linalg.tensorsolve(moved, b, dims=(0,)), torch.linalg.tensorsolve(tmoved, tb, dims=(0,)),
+                   rtol=1e-9, atol=1e-9)
+    assert_matches(*gradients(lambda L, x, y: L.linalg.tensorsolve(x, y) * x[0, 0], a4, ta4, (b, tb)), rtol=1e-8,
+                   atol=1e-9)
+    assert_matches(*gradients(lambda L, x: L.linalg.tensorinv(x), a4, ta4), rtol=1e-8, atol=1e-9)
+    for fn in (lambda L: L.linalg.tensorinv(L.ones(4, 6, 8, 3), ind=0),
+               lambda L: L.linalg.tensorinv(L.ones(4, 6, 8, 2)),
+               lambda L: L.linalg.tensorinv(L.zeros(2, 2, 2, 2)),
+               lambda L: L.linalg.tensorsolve(L.ones(2, 3, 6), L.ones(2, 4)),
+               lambda L: L.linalg.tensorsolve(L.ones(6, 4), L.ones(6)),
+               lambda L: L.linalg.tensorsolve(L.zeros(2, 3, 6), L.ones(2, 3))):
+        same_outcome(fn)
+
+
+# ---------------------------------------------------------------- deprecated torch.svd, torch.qr, torch.symeig
+
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 4)])
+def test_legacy_svd_qr_symeig(rng, shape):
+    a, ta = conditioned(rng, shape)
+    for some in (True, False):
+        U, S, V = pf.svd(a, some=some)
+        tU, tS, tV = torch.svd(ta, some=some)
+        assert_matches(S, tS, rtol=1e-9, atol=1e-9)
+        k = S.shape[-1]
+        assert_matches((U[..., :k] * S.unsqueeze(-2)) @ V[..., :k].transpose(-2, -1), ta, rtol=1e-9, atol=1e-9)
+        assert tuple(V.shape) == tuple(tV.shape) and tuple(U.shape) == tuple(tU.shape)
+        assert_same_outcome(lambda L: L.svd(L.ones(shape), some=some, compute_uv=False))
+        Q, R = pf.qr(a, some=some)
+        tQ, tR = torch.qr(ta, some=some)
+        assert tuple(Q.shape) == tuple(tQ.shape) and tuple(R.shape) == tuple(tR.shape)
+        assert_matches(Q @ R, ta, rtol=1e-9, atol=1e-9)
+        assert_matches(R.abs(), tR.abs(), rtol=1e-9, atol=1e-9)
+    assert_matches(*gradients(lambda L, x: L.svd(x)[1], a, ta), rtol=1e-9, atol=1e-9)
+    assert_matches(*gradients(lambda L, x: L.svd(x, compute_uv=False)[1], a, ta), rtol=1e-9, atol=1e-9)
+    s, ts = conditioned(rng, shape[:-1] + (shape[-2],), symmetric=True)
+    for upper in (True, False):
+        assert_matches(pf.symeig(s, upper=upper).eigenvalues, torch.symeig(ts, upper=upper).eigenvalues,
+                       rtol=1e-9, atol=1e-9)
+        values, vectors = pf.symeig(s, eigenvectors=True, upper=upper)
+        assert_matches((vectors * values.unsqueeze(-2)) @ vectors.transpose(-2, -1), ts, rtol=1e-9, atol=1e-9)
+    assert_matches(pf.symeig(s).eigenvectors, torch.symeig(ts).eigenvectors)
+    assert_matches(*gradients(lambda L, x: L.symeig(x, True)[0], s, ts), rtol=1e-9, atol=1e-9)
+    x = s.detach().requires_grad_(True)
+    with pytest.raises(RuntimeError, match="symeig.*not differentiable"):
+        pf.symeig(x)[0].sum().backward()
+    for fn in (lambda L: L.svd(L.ones(3)), lambda L: L.qr(L.ones(3)), lambda L: L.symeig(L.ones(3, 4)),
+               lambda L: L.svd(L.ones(0, 3, 2)), lambda L: L.qr(L.ones(0, 3, 2), some=False)):
+        assert_same_outcome(fn)
+
+
+@pytest.mark.parametrize("shape,k", [((5, 3), 3), ((2, 6, 4), 2), ((4, 4), 4), ((3, 1), 1)])
+def test_householder_product(rng, shape, k):
+    a, ta = pair(rng, shape)
+    tau, ttau = pair(rng, shape[:-2] + (k,))
+    tau, ttau = tau.abs(), ttau.abs()
+    assert_matches(pf.linalg.householder_product(a, tau), torch.linalg.householder_product(ta, ttau),
+                   rtol=1e-9, atol=1e-9)
+    assert_matches(pf.orgqr(a.transpose(-2, -1).transpose(-2, -1), tau), torch.orgqr(ta, ttau), rtol=1e-9, atol=1e-9)
+    assert_matches(*gradients(lambda L, x, t: L.linalg.householder_product(x, t), a, ta, (tau, ttau)),
+                   rtol=1e-9, atol=1e-9)
+    assert_matches(*gradients(lambda L, t, x: L.linalg.householder_product(x, t), tau, ttau, (a, ta)),
+                   rtol=1e-9, atol=1e-9)
+    # geqrf's reflectors give linalg.qr's Q
+    f, tf = pair(rng, shape, "float32")
+    assert_matches(pf.linalg.householder_product(*[from_torch(x) for x in torch.geqrf(tf)]),
+                   torch.linalg.qr(tf).Q, rtol=1e-4, atol=1e-4)
+
+
+def test_householder_product_errors():
+    for fn in (lambda L: L.linalg.householder_product(L.ones(3), L.ones(1)),
+               lambda L: L.linalg.householder_product(L.ones(3, 4), L.ones(2)),
+               lambda L: L.linalg.householder_product(L.ones(4, 3), L.ones(4)),
+               lambda L: L.linalg.householder_product(L.ones(2, 4, 3), L.ones(2)),
+               lambda L: L.linalg.householder_product(L.ones(2, 4, 3), L.ones(3, 2)),
+               lambda L: L.linalg.householder_product(L.ones(4, 3), L.ones(2, dtype=L.float64)),
+               lambda L: L.linalg.householder_product(L.ones(4, 3, dtype=L.int32), L.ones(2, dtype=L.int32)),
+               lambda L: L.linalg.householder_product(L.ones(4, 3), L.ones(0)),
+               lambda L: L.linalg.householder_product(L.ones(0, 4, 3), L.ones(0, 2)),
+               lambda L: L.linalg.householder_product(L.ones(4, 0), L.ones(0))):
+        assert_same_outcome(fn)
