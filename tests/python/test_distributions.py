@@ -82,6 +82,13 @@ CASES = {
     "StudentT": (lambda r: {"df": r.uniform(0.5, 10, size=(5,)), "loc": r.normal(size=(5,)),
                             "scale": r.uniform(0.5, 2, size=(5,))},
                  lambda D, p: D.StudentT(p["df"], p["loc"], p["scale"])),
+    "Cauchy": (lambda r: {"loc": r.normal(size=(2, 3)), "scale": r.uniform(0.5, 2, size=(2, 3))},
+               lambda D, p: D.Cauchy(p["loc"], p["scale"])),
+    "HalfNormal": (lambda r: {"scale": r.uniform(0.5, 2, size=(4,))}, lambda D, p: D.HalfNormal(p["scale"])),
+    "Gumbel": (lambda r: {"loc": r.normal(size=(4,)), "scale": r.uniform(0.5, 2, size=(4,))},
+               lambda D, p: D.Gumbel(p["loc"], p["scale"])),
+    "Geometric_probs": (lambda r: {"probs": r.uniform(0.1, 1, size=(5,))}, lambda D, p: D.Geometric(probs=p["probs"])),
+    "Geometric_logits": (lambda r: {"logits": r.normal(size=(2, 3))}, lambda D, p: D.Geometric(logits=p["logits"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -254,6 +261,9 @@ _SAMPLED = {
     "Beta": lambda D: D.Beta(_p(0.3, 2.0, 5.0), _p(0.7, 2.0, 1.5)),
     "Dirichlet": lambda D: D.Dirichlet(pf.tensor([[0.4, 1.0, 3.0], [5.0, 5.0, 5.0]], dtype=pf.float64)),
     "StudentT": lambda D: D.StudentT(_p(6.0, 30.0), _p(1.0, -1.0), _p(2.0, 0.5)),
+    "HalfNormal": lambda D: D.HalfNormal(_p(0.5, 3.0)),
+    "Gumbel": lambda D: D.Gumbel(_p(1.0, -2.0), _p(0.5, 2.0)),
+    "Geometric": lambda D: D.Geometric(_p(0.05, 0.5, 1.0)),
 }
 
 
@@ -537,6 +547,16 @@ KL_PAIRS = {
     "Uniform_Beta": lambda D, t: (D.Uniform(t(0.1, 0.0), t(0.9, 1.5)), D.Beta(t(2.0, 1.0), t(0.5, 1.5))),
     "Uniform_Gamma": lambda D, t: (D.Uniform(t(0.5, -1.0), t(1.0, 1.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
     "Chi2": lambda D, t: (D.Chi2(t(3.0, 0.5)), D.Chi2(t(1.0, 4.0))),
+    "Cauchy": lambda D, t: (D.Cauchy(t(0.3, 1.0), t(1.0, 2.0)), D.Cauchy(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gumbel": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Geometric": lambda D, t: (D.Geometric(t(0.3, 0.9)), D.Geometric(logits=t(0.2, -1.0))),
+    "HalfNormal": lambda D, t: (D.HalfNormal(t(0.3, 1.0)), D.HalfNormal(t(0.5, 1.5))),
+    "Exponential_Gumbel": lambda D, t: (D.Exponential(t(0.5, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gamma_Gumbel": lambda D, t: (D.Gamma(t(0.5, 3.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gumbel_Normal": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "Normal_Gumbel": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Uniform_Gumbel": lambda D, t: (D.Uniform(t(0.0, -1.0), t(1.0, 1.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gumbel_Gamma": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
     "Tanh_Normal": lambda D, t: (D.TransformedDistribution(D.Normal(t(0.3), t(1.0)), D.transforms.TanhTransform()),
                                  D.TransformedDistribution(D.Normal(t(0.0), t(2.0)), D.transforms.TanhTransform())),
 }
@@ -757,7 +777,7 @@ def test_package_layout():
     for module in ("distribution", "constraints", "kl", "utils", "transforms", "normal", "uniform", "bernoulli",
                    "categorical", "one_hot_categorical", "exponential", "laplace", "log_normal", "independent",
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
-                   "chi2", "beta", "dirichlet", "studentT"):
+                   "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

@@ -2,9 +2,9 @@
 rsample's reparameterized draws and log_prob differentiate with respect to the parameters, and
 drawn from plugflow's generators (plugflow.manual_seed replays them).
 
-Built: Bernoulli, Beta, Binomial, Categorical, Chi2, Dirichlet, Exponential, ExponentialFamily,
-Gamma, Independent, Laplace, LogNormal, MultivariateNormal, Normal, OneHotCategorical (and its
-StraightThrough form), Poisson, StudentT, TransformedDistribution, Uniform; the transforms listed in
+Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, Dirichlet, Exponential,
+ExponentialFamily, Gamma, Geometric, Gumbel, HalfNormal, Independent, Laplace, LogNormal,
+MultivariateNormal, Normal, OneHotCategorical (and its StraightThrough form), Poisson, StudentT, TransformedDistribution, Uniform; the transforms listed in
 transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2,
 Beta, Dirichlet, StudentT) are not differentiable with respect to the concentration (_gamma.py).
 The other distributions of torch.distributions are not here yet."""
@@ -14,12 +14,16 @@ from .bernoulli import Bernoulli
 from .beta import Beta
 from .binomial import Binomial
 from .categorical import Categorical
+from .cauchy import Cauchy
 from .chi2 import Chi2
 from .dirichlet import Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
 from .gamma import Gamma
+from .geometric import Geometric
+from .gumbel import Gumbel
+from .half_normal import HalfNormal
 from .independent import Independent
 from .kl import kl_divergence, register_kl
 from .laplace import Laplace
@@ -34,9 +38,10 @@ from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
 
 __all__ = [
-    "Bernoulli", "Beta", "Binomial", "Categorical", "Chi2", "Dirichlet", "Distribution", "Exponential",
-    "ExponentialFamily", "Gamma", "Independent", "Laplace", "LogNormal", "MultivariateNormal", "Normal",
-    "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson", "StudentT", "TransformedDistribution",
-    "Uniform", "constraints", "kl_divergence", "register_kl", "transforms",
+    "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
+    "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
+    "Laplace", "LogNormal", "MultivariateNormal", "Normal", "OneHotCategorical",
+    "OneHotCategoricalStraightThrough", "Poisson", "StudentT", "TransformedDistribution", "Uniform",
+    "constraints", "kl_divergence", "register_kl", "transforms",
 ]
 __all__.extend(transforms.__all__)
