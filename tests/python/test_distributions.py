@@ -89,6 +89,17 @@ CASES = {
                lambda D, p: D.Gumbel(p["loc"], p["scale"])),
     "Geometric_probs": (lambda r: {"probs": r.uniform(0.1, 1, size=(5,))}, lambda D, p: D.Geometric(probs=p["probs"])),
     "Geometric_logits": (lambda r: {"logits": r.normal(size=(2, 3))}, lambda D, p: D.Geometric(logits=p["logits"])),
+    "Multinomial_probs": (lambda r: {"probs": r.uniform(0.1, 1, size=(2, 4))},
+                          lambda D, p: D.Multinomial(9, probs=p["probs"])),
+    "Multinomial_logits": (lambda r: {"logits": r.normal(size=(3,))}, lambda D, p: D.Multinomial(4, logits=p["logits"])),
+    "Mixture_Normal": (lambda r: {"logits": r.normal(size=(2, 3)), "loc": r.normal(size=(2, 3)) * 2,
+                                  "scale": r.uniform(0.5, 2, size=(2, 3))},
+                       lambda D, p: D.MixtureSameFamily(D.Categorical(logits=p["logits"]),
+                                                        D.Normal(p["loc"], p["scale"]))),
+    "Mixture_Independent": (lambda r: {"probs": r.uniform(0.1, 1, size=(4,)), "loc": r.normal(size=(4, 2)),
+                                       "scale": r.uniform(0.5, 2, size=(4, 2))},
+                            lambda D, p: D.MixtureSameFamily(D.Categorical(p["probs"]),
+                                                             D.Independent(D.Normal(p["loc"], p["scale"]), 1))),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -264,6 +275,10 @@ _SAMPLED = {
     "HalfNormal": lambda D: D.HalfNormal(_p(0.5, 3.0)),
     "Gumbel": lambda D: D.Gumbel(_p(1.0, -2.0), _p(0.5, 2.0)),
     "Geometric": lambda D: D.Geometric(_p(0.05, 0.5, 1.0)),
+    "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
+    "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
+                                             D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
+                                                      _p(0.5, 1.5))),
 }
 
 
@@ -424,6 +439,31 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.Binomial(lib.tensor([3.0, 4.0]), lib.tensor(0.5)).enumerate_support(),
     lambda lib, D: D.Binomial(lib.tensor([3.0, 4.0]), lib.tensor(0.5)).entropy(),
     lambda lib, D: D.Independent(D.Normal(lib.zeros(2), 1.0), 1).enumerate_support(),
+    lambda lib, D: D.Cauchy(0.0, -1.0),
+    lambda lib, D: D.Cauchy(lib.zeros(2), 1.0).mean,
+    lambda lib, D: D.HalfNormal(lib.tensor([0.0])),
+    lambda lib, D: D.HalfNormal(1.0).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.HalfNormal(lib.ones(2)).expand((3, 2)).batch_shape,
+    lambda lib, D: D.Gumbel(0.0, lib.tensor([-1.0])),
+    lambda lib, D: D.Gumbel(lib.zeros(2), 1.0).expand((3, 2)).log_prob(lib.zeros(3, 2)),
+    lambda lib, D: D.Geometric(lib.tensor([0.0, 0.5])),
+    lambda lib, D: D.Geometric(lib.tensor([1.5])),
+    lambda lib, D: D.Geometric(),
+    lambda lib, D: D.Geometric(lib.tensor([0.5])).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.Geometric(lib.tensor([1.0, 0.5])).log_prob(lib.tensor([0.0, 2.0])),
+    lambda lib, D: D.Multinomial(lib.tensor(3), lib.ones(2)),
+    lambda lib, D: D.Multinomial(3, lib.tensor([0.5, -0.5])),
+    lambda lib, D: D.Multinomial(3, lib.ones(2)).log_prob(lib.tensor([1.0, 1.0])),
+    lambda lib, D: D.Multinomial(3, lib.tensor([0.0, 1.0])).log_prob(lib.tensor([0.0, 3.0])),
+    lambda lib, D: D.Multinomial(3, lib.ones(2, 3)).expand((4, 2)).log_prob(lib.tensor([1.0, 1.0, 1.0])),
+    lambda lib, D: D.MixtureSameFamily(D.Normal(0.0, 1.0), D.Normal(lib.zeros(2), 1.0)),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(3)), D.Normal(lib.zeros(2), 1.0)),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(2, 2)), D.Normal(lib.zeros(3, 2), 1.0)),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(2)), "normal"),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(2)), D.Gamma(lib.ones(2), 1.0))
+    .log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(3, 2)), D.Normal(lib.zeros(3, 2), 1.0))
+    .expand((4, 3)).log_prob(lib.zeros(4, 3)),
 ])
 def test_validation_errors_and_edge_results(fn):
     """Out-of-support parameters and values raise ValueError (validation is on by default), as do
@@ -777,7 +817,8 @@ def test_package_layout():
     for module in ("distribution", "constraints", "kl", "utils", "transforms", "normal", "uniform", "bernoulli",
                    "categorical", "one_hot_categorical", "exponential", "laplace", "log_normal", "independent",
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
-                   "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric"):
+                   "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
+                   "multinomial", "mixture_same_family"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

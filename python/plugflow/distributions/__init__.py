@@ -4,10 +4,11 @@ drawn from plugflow's generators (plugflow.manual_seed replays them).
 
 Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, Dirichlet, Exponential,
 ExponentialFamily, Gamma, Geometric, Gumbel, HalfNormal, Independent, Laplace, LogNormal,
-MultivariateNormal, Normal, OneHotCategorical (and its StraightThrough form), Poisson, StudentT, TransformedDistribution, Uniform; the transforms listed in
-transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2,
-Beta, Dirichlet, StudentT) are not differentiable with respect to the concentration (_gamma.py).
-The other distributions of torch.distributions are not here yet."""
+MixtureSameFamily, Multinomial, MultivariateNormal, Normal, OneHotCategorical (and its
+StraightThrough form), Poisson, StudentT, TransformedDistribution, Uniform; the transforms listed in
+transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta,
+Dirichlet, StudentT) are not differentiable with respect to the concentration (_gamma.py). The other
+distributions of torch.distributions are not here yet."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
@@ -28,6 +29,8 @@ from .independent import Independent
 from .kl import kl_divergence, register_kl
 from .laplace import Laplace
 from .log_normal import LogNormal
+from .mixture_same_family import MixtureSameFamily
+from .multinomial import Multinomial
 from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
@@ -40,7 +43,7 @@ from .uniform import Uniform
 __all__ = [
     "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
     "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
-    "Laplace", "LogNormal", "MultivariateNormal", "Normal", "OneHotCategorical",
+    "Laplace", "LogNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "Normal", "OneHotCategorical",
     "OneHotCategoricalStraightThrough", "Poisson", "StudentT", "TransformedDistribution", "Uniform",
     "constraints", "kl_divergence", "register_kl", "transforms",
 ]
