@@ -100,6 +100,16 @@ CASES = {
                                        "scale": r.uniform(0.5, 2, size=(4, 2))},
                             lambda D, p: D.MixtureSameFamily(D.Categorical(p["probs"]),
                                                              D.Independent(D.Normal(p["loc"], p["scale"]), 1))),
+    "RelaxedBernoulli": (lambda r: {"temperature": r.uniform(0.3, 2), "logits": r.normal(size=(2, 3))},
+                         lambda D, p: D.RelaxedBernoulli(p["temperature"], logits=p["logits"])),
+    "LogitRelaxedBernoulli": (lambda r: {"temperature": r.uniform(0.3, 2, size=(3,)),
+                                         "probs": r.uniform(0.1, 0.9, size=(3,))},
+                              lambda D, p: D.relaxed_bernoulli.LogitRelaxedBernoulli(p["temperature"], p["probs"])),
+    "RelaxedOneHotCategorical": (lambda r: {"temperature": r.uniform(0.5, 2), "probs": r.uniform(0.1, 1, size=(2, 4))},
+                                 lambda D, p: D.RelaxedOneHotCategorical(p["temperature"], p["probs"])),
+    "ExpRelaxedCategorical": (lambda r: {"temperature": r.uniform(0.3, 2), "logits": r.normal(size=(2, 3))},
+                              lambda D, p: D.relaxed_categorical.ExpRelaxedCategorical(p["temperature"],
+                                                                                       logits=p["logits"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -275,10 +285,24 @@ _SAMPLED = {
     "HalfNormal": lambda D: D.HalfNormal(_p(0.5, 3.0)),
     "Gumbel": lambda D: D.Gumbel(_p(1.0, -2.0), _p(0.5, 2.0)),
     "Geometric": lambda D: D.Geometric(_p(0.05, 0.5, 1.0)),
+    "RelaxedBernoulli": lambda D: D.RelaxedBernoulli(_p(0.5), _p(0.1, 0.5, 0.9)),
+    "RelaxedOneHotCategorical": lambda D: D.RelaxedOneHotCategorical(_p(0.7), _p(0.2, 0.3, 0.5)),
     "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
     "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
                                              D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
                                                       _p(0.5, 1.5))),
+}
+
+
+def _t(*values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+# torch's twins of the _SAMPLED distributions without closed-form moments.
+_TORCH_REFERENCE = {
+    "Tanh": lambda: TD.TransformedDistribution(TD.Normal(_t(0.0), _t(2.0)), TD.transforms.TanhTransform()),
+    "RelaxedBernoulli": lambda: TD.RelaxedBernoulli(_t(0.5), _t(0.1, 0.5, 0.9)),
+    "RelaxedOneHotCategorical": lambda: TD.RelaxedOneHotCategorical(_t(0.7), _t(0.2, 0.3, 0.5)),
 }
 
 
@@ -294,12 +318,11 @@ def test_sample_statistics(name):
     assert x.dtype == pf.float64 and tuple(x.shape) == (n,) + tuple(d.batch_shape + d.event_shape)
     assert bool(d.support.check(x).all())
     x = to_torch(x)
-    if name == "Tanh":
+    if name in _TORCH_REFERENCE:
         # no closed-form moments: compare with as many of torch's draws, whose estimates carry an
         # error too (the difference has sqrt(2) standard errors)
         torch.manual_seed(int(rng.integers(2**31)))
-        base = TD.Normal(torch.zeros(1, dtype=torch.float64), 2.0)
-        reference = TD.TransformedDistribution(base, TD.transforms.TanhTransform()).sample((n,))
+        reference = _TORCH_REFERENCE[name]().sample((n,))
         exact_mean, exact_var, spread = reference.mean(0), reference.var(0), math.sqrt(2)
     else:
         exact_mean, exact_var, spread = to_torch(d.mean), to_torch(d.variance), 1.0
@@ -464,6 +487,13 @@ def test_shapes_expand_and_enumerate_support():
     .log_prob(lib.tensor([-1.0])),
     lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(3, 2)), D.Normal(lib.zeros(3, 2), 1.0))
     .expand((4, 3)).log_prob(lib.zeros(4, 3)),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5), lib.tensor([1.5])),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5)),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5), lib.tensor([0.3])).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5), logits=lib.zeros(2)).expand((3, 2)).log_prob(lib.ones(3, 2) / 3),
+    lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.tensor([0.5, -0.5])),
+    lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.ones(2)).log_prob(lib.tensor([0.5, 0.6])),
+    lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.ones(2, 3)).expand((4, 2)).batch_shape,
 ])
 def test_validation_errors_and_edge_results(fn):
     """Out-of-support parameters and values raise ValueError (validation is on by default), as do
@@ -818,7 +848,7 @@ def test_package_layout():
                    "categorical", "one_hot_categorical", "exponential", "laplace", "log_normal", "independent",
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
                    "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
-                   "multinomial", "mixture_same_family"):
+                   "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

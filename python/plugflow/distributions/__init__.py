@@ -5,10 +5,11 @@ drawn from plugflow's generators (plugflow.manual_seed replays them).
 Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, Dirichlet, Exponential,
 ExponentialFamily, Gamma, Geometric, Gumbel, HalfNormal, Independent, Laplace, LogNormal,
 MixtureSameFamily, Multinomial, MultivariateNormal, Normal, OneHotCategorical (and its
-StraightThrough form), Poisson, StudentT, TransformedDistribution, Uniform; the transforms listed in
-transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta,
-Dirichlet, StudentT) are not differentiable with respect to the concentration (_gamma.py). The other
-distributions of torch.distributions are not here yet."""
+StraightThrough form), Poisson, RelaxedBernoulli (and LogitRelaxedBernoulli),
+RelaxedOneHotCategorical (and ExpRelaxedCategorical), StudentT, TransformedDistribution, Uniform;
+the transforms listed in transforms.py; constraints; kl_divergence / register_kl. The gamma-based
+samples (Gamma, Chi2, Beta, Dirichlet, StudentT) are not differentiable with respect to the
+concentration (_gamma.py). The other distributions of torch.distributions are not here yet."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
@@ -35,6 +36,8 @@ from .multivariate_normal import MultivariateNormal
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
 from .poisson import Poisson
+from .relaxed_bernoulli import RelaxedBernoulli
+from .relaxed_categorical import RelaxedOneHotCategorical
 from .studentT import StudentT
 from .transformed_distribution import TransformedDistribution
 from .transforms import *  # noqa: F401,F403
@@ -43,8 +46,9 @@ from .uniform import Uniform
 __all__ = [
     "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
     "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
-    "Laplace", "LogNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "Normal", "OneHotCategorical",
-    "OneHotCategoricalStraightThrough", "Poisson", "StudentT", "TransformedDistribution", "Uniform",
-    "constraints", "kl_divergence", "register_kl", "transforms",
+    "Laplace", "LogNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "Normal",
+    "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson", "RelaxedBernoulli",
+    "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "constraints",
+    "kl_divergence", "register_kl", "transforms",
 ]
 __all__.extend(transforms.__all__)
