@@ -110,6 +110,9 @@ CASES = {
     "ExpRelaxedCategorical": (lambda r: {"temperature": r.uniform(0.3, 2), "logits": r.normal(size=(2, 3))},
                               lambda D, p: D.relaxed_categorical.ExpRelaxedCategorical(p["temperature"],
                                                                                        logits=p["logits"])),
+    "LowRankMVN": (lambda r: {"loc": r.normal(size=(2, 4)), "cov_factor": r.normal(size=(4, 2)),
+                              "cov_diag": r.uniform(0.5, 2, size=(2, 4))},
+                   lambda D, p: D.LowRankMultivariateNormal(p["loc"], p["cov_factor"], p["cov_diag"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -249,6 +252,20 @@ def test_rsample_is_reparameterized():
     assert x.requires_grad and bool(((x > -1) & (x < 1)).all())
 
 
+def test_lowrank_mvn_matrices_match_torch():
+    """LowRankMultivariateNormal's scale_tril, covariance_matrix and precision_matrix (composed
+    Cholesky factorization and triangular solve) and their float64 gradients."""
+    rng = seeded_rng()
+    loc, W, D = rng.normal(size=(2, 3)), rng.normal(size=(3, 2)), rng.uniform(0.5, 2, size=(2, 3))
+    for name in ("scale_tril", "covariance_matrix", "precision_matrix"):
+        leaves = {lib: [_tensor(lib, a, grad=True) for a in (loc, W, D)] for lib in (pf, torch)}
+        results = {lib: getattr(LIBS[lib].LowRankMultivariateNormal(*leaves[lib]), name) for lib in (pf, torch)}
+        assert_matches(results[pf], results[torch], rtol=1e-7, atol=1e-9)
+        backward_both(rng, results[pf], results[torch])
+        for a, b in zip(leaves[pf][1:], leaves[torch][1:]):
+            assert_matches(a.grad, b.grad, rtol=1e-7, atol=1e-9)
+
+
 def test_samples_reproduce_under_manual_seed():
     """Every sampler draws from plugflow's default generator: the same seed, the same draws."""
     dists = [case_build(PD) for case_build in _SAMPLED.values()]
@@ -287,6 +304,8 @@ _SAMPLED = {
     "Geometric": lambda D: D.Geometric(_p(0.05, 0.5, 1.0)),
     "RelaxedBernoulli": lambda D: D.RelaxedBernoulli(_p(0.5), _p(0.1, 0.5, 0.9)),
     "RelaxedOneHotCategorical": lambda D: D.RelaxedOneHotCategorical(_p(0.7), _p(0.2, 0.3, 0.5)),
+    "LowRankMVN": lambda D: D.LowRankMultivariateNormal(_p(1.0, -1.0, 0.0), _p(1.0, 0.5, -2.0).view(3, 1),
+                                                        _p(0.5, 1.0, 0.1)),
     "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
     "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
                                              D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
@@ -494,6 +513,17 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.tensor([0.5, -0.5])),
     lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.ones(2)).log_prob(lib.tensor([0.5, 0.6])),
     lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.ones(2, 3)).expand((4, 2)).batch_shape,
+    lambda lib, D: D.LowRankMultivariateNormal(lib.tensor(0.0), lib.ones(1, 1), lib.ones(1)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2), lib.ones(2)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(3, 1), lib.ones(2)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(3)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(3, 2), lib.ones(2, 2, 1), lib.ones(2)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.tensor([1.0, 0.0])),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)).log_prob(lib.zeros(3)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)).expand((3,))
+    .log_prob(lib.zeros(3, 2)),
+    lambda lib, D: D.kl_divergence(D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)),
+                                   D.LowRankMultivariateNormal(lib.zeros(3), lib.ones(3, 1), lib.ones(3))),
 ])
 def test_validation_errors_and_edge_results(fn):
     """Out-of-support parameters and values raise ValueError (validation is on by default), as do
@@ -627,6 +657,14 @@ KL_PAIRS = {
     "Normal_Gumbel": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
     "Uniform_Gumbel": lambda D, t: (D.Uniform(t(0.0, -1.0), t(1.0, 1.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
     "Gumbel_Gamma": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "LowRankMVN": lambda D, t: (D.LowRankMultivariateNormal(t(0.3, -1.0, 0.5), t(1.0, 0.2, -0.5, 0.4, 2.0, 0.1)
+                                                            .view(3, 2), t(1.0, 0.5, 2.0)),
+                                D.LowRankMultivariateNormal(t(0.0, 1.0, 0.2), t(0.3, -1.0, 0.8).view(3, 1),
+                                                            t(0.7, 1.5, 1.0))),
+    "MVN_LowRankMVN": lambda D, t: (D.MultivariateNormal(t(0.3, -1.0), scale_tril=t(1.0, 0.0, 0.4, 2.0).view(2, 2)),
+                                    D.LowRankMultivariateNormal(t(0.0, 1.0), t(0.3, -1.0).view(2, 1), t(0.7, 1.5))),
+    "LowRankMVN_MVN": lambda D, t: (D.LowRankMultivariateNormal(t(0.0, 1.0), t(0.3, -1.0).view(2, 1), t(0.7, 1.5)),
+                                    D.MultivariateNormal(t(0.3, -1.0), scale_tril=t(1.0, 0.0, 0.4, 2.0).view(2, 2))),
     "Tanh_Normal": lambda D, t: (D.TransformedDistribution(D.Normal(t(0.3), t(1.0)), D.transforms.TanhTransform()),
                                  D.TransformedDistribution(D.Normal(t(0.0), t(2.0)), D.transforms.TanhTransform())),
 }
@@ -848,7 +886,8 @@ def test_package_layout():
                    "categorical", "one_hot_categorical", "exponential", "laplace", "log_normal", "independent",
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
                    "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
-                   "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical"):
+                   "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical",
+                   "lowrank_multivariate_normal"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:
