@@ -113,6 +113,15 @@ CASES = {
     "LowRankMVN": (lambda r: {"loc": r.normal(size=(2, 4)), "cov_factor": r.normal(size=(4, 2)),
                               "cov_diag": r.uniform(0.5, 2, size=(2, 4))},
                    lambda D, p: D.LowRankMultivariateNormal(p["loc"], p["cov_factor"], p["cov_diag"])),
+    "Pareto": (lambda r: {"scale": r.uniform(0.5, 2, size=(4,)), "alpha": r.uniform(0.5, 4, size=(4,))},
+               lambda D, p: D.Pareto(p["scale"], p["alpha"])),
+    "Weibull": (lambda r: {"scale": r.uniform(0.5, 2, size=(2, 3)), "concentration": r.uniform(0.5, 3, size=(2, 3))},
+                lambda D, p: D.Weibull(p["scale"], p["concentration"])),
+    "NegativeBinomial_probs": (lambda r: {"total_count": r.uniform(0.5, 10, size=(4,)),
+                                          "probs": r.uniform(0.05, 0.9, size=(4,))},
+                               lambda D, p: D.NegativeBinomial(p["total_count"], probs=p["probs"])),
+    "NegativeBinomial_logits": (lambda r: {"logits": r.normal(size=(2, 3))},
+                                lambda D, p: D.NegativeBinomial(5.0, logits=p["logits"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -306,6 +315,9 @@ _SAMPLED = {
     "RelaxedOneHotCategorical": lambda D: D.RelaxedOneHotCategorical(_p(0.7), _p(0.2, 0.3, 0.5)),
     "LowRankMVN": lambda D: D.LowRankMultivariateNormal(_p(1.0, -1.0, 0.0), _p(1.0, 0.5, -2.0).view(3, 1),
                                                         _p(0.5, 1.0, 0.1)),
+    "Pareto": lambda D: D.Pareto(_p(1.0, 0.5), _p(5.0, 9.0)),
+    "Weibull": lambda D: D.Weibull(_p(1.0, 2.0), _p(0.7, 3.0)),
+    "NegativeBinomial": lambda D: D.NegativeBinomial(_p(0.5, 3.0, 20.0), _p(0.3, 0.5, 0.1)),
     "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
     "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
                                              D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
@@ -522,6 +534,19 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)).log_prob(lib.zeros(3)),
     lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)).expand((3,))
     .log_prob(lib.zeros(3, 2)),
+    lambda lib, D: D.Pareto(lib.tensor([1.0]), lib.tensor([0.0])),
+    lambda lib, D: D.Pareto(lib.tensor([1.0]), lib.tensor([2.0])).log_prob(lib.tensor([0.5])),
+    lambda lib, D: D.Pareto(lib.tensor([1.0]), lib.tensor([0.5, 1.5, 3.0])).mean,
+    lambda lib, D: D.Pareto(lib.ones(2), 2.0).expand((3, 2)).log_prob(lib.full((3, 2), 2.0)),
+    lambda lib, D: D.Weibull(lib.tensor([-1.0]), lib.tensor([1.0])),
+    lambda lib, D: D.Weibull(lib.tensor([1.0]), lib.tensor([2.0])).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.Weibull(lib.ones(2), 2.0).expand((3, 2)).log_prob(lib.ones(3, 2)),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([-1.0]), lib.tensor([0.5])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([2.0]), lib.tensor([1.0])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([2.0])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([2.0]), lib.tensor([0.5])).log_prob(lib.tensor([0.5])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([0.0, 2.0]), lib.tensor([0.5])).log_prob(lib.tensor([0.0, 0.0])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([3.0, 2.0]), logits=lib.zeros(2)).mode,
     lambda lib, D: D.kl_divergence(D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)),
                                    D.LowRankMultivariateNormal(lib.zeros(3), lib.ones(3, 1), lib.ones(3))),
 ])
@@ -665,6 +690,13 @@ KL_PAIRS = {
                                     D.LowRankMultivariateNormal(t(0.0, 1.0), t(0.3, -1.0).view(2, 1), t(0.7, 1.5))),
     "LowRankMVN_MVN": lambda D, t: (D.LowRankMultivariateNormal(t(0.0, 1.0), t(0.3, -1.0).view(2, 1), t(0.7, 1.5)),
                                     D.MultivariateNormal(t(0.3, -1.0), scale_tril=t(1.0, 0.0, 0.4, 2.0).view(2, 2))),
+    "Pareto": lambda D, t: (D.Pareto(t(1.0, 0.5), t(2.0, 3.0)), D.Pareto(t(0.7, 1.0), t(1.5, 0.5))),
+    "Pareto_Exponential": lambda D, t: (D.Pareto(t(1.0, 0.5), t(0.5, 3.0)), D.Exponential(t(1.5, 0.2))),
+    "Pareto_Gamma": lambda D, t: (D.Pareto(t(1.0, 0.5), t(0.5, 3.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Pareto_Normal": lambda D, t: (D.Pareto(t(1.0, 0.5), t(1.5, 3.0)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "Pareto_Uniform": lambda D, t: (D.Pareto(t(1.0, 0.5), t(1.5, 3.0)), D.Uniform(t(0.0, -1.0), t(1.0, 1.0))),
+    "Uniform_Pareto": lambda D, t: (D.Uniform(t(1.5, 0.2), t(2.0, 1.0)), D.Pareto(t(1.0, 0.5), t(2.0, 3.0))),
+    "Normal_Pareto": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Pareto(t(1.0, 0.5), t(2.0, 3.0))),
     "Tanh_Normal": lambda D, t: (D.TransformedDistribution(D.Normal(t(0.3), t(1.0)), D.transforms.TanhTransform()),
                                  D.TransformedDistribution(D.Normal(t(0.0), t(2.0)), D.transforms.TanhTransform())),
 }
@@ -887,7 +919,7 @@ def test_package_layout():
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
                    "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
                    "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical",
-                   "lowrank_multivariate_normal"):
+                   "lowrank_multivariate_normal", "pareto", "weibull", "negative_binomial"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

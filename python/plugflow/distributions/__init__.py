@@ -4,12 +4,12 @@ drawn from plugflow's generators (plugflow.manual_seed replays them).
 
 Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, Dirichlet, Exponential,
 ExponentialFamily, Gamma, Geometric, Gumbel, HalfNormal, Independent, Laplace, LogNormal,
-MixtureSameFamily, Multinomial, MultivariateNormal, Normal, OneHotCategorical (and its
-StraightThrough form), Poisson, RelaxedBernoulli (and LogitRelaxedBernoulli),
-RelaxedOneHotCategorical (and ExpRelaxedCategorical), StudentT, TransformedDistribution, Uniform;
-the transforms listed in transforms.py; constraints; kl_divergence / register_kl. The gamma-based
-samples (Gamma, Chi2, Beta, Dirichlet, StudentT) are not differentiable with respect to the
-concentration (_gamma.py). The other distributions of torch.distributions are not here yet."""
+MixtureSameFamily, Multinomial, MultivariateNormal, NegativeBinomial, Normal, OneHotCategorical (and
+its StraightThrough form), Pareto, Poisson, RelaxedBernoulli (and LogitRelaxedBernoulli),
+RelaxedOneHotCategorical (and ExpRelaxedCategorical), StudentT, TransformedDistribution, Uniform,
+Weibull; the transforms listed in transforms.py; constraints; kl_divergence / register_kl. The
+gamma-based samples (Gamma, Chi2, Beta, Dirichlet, StudentT) are not differentiable with respect to
+the concentration (_gamma.py). The other distributions of torch.distributions are not here yet."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
@@ -34,8 +34,10 @@ from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
 from .multinomial import Multinomial
 from .multivariate_normal import MultivariateNormal
+from .negative_binomial import NegativeBinomial
 from .normal import Normal
 from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
+from .pareto import Pareto
 from .poisson import Poisson
 from .relaxed_bernoulli import RelaxedBernoulli
 from .relaxed_categorical import RelaxedOneHotCategorical
@@ -43,13 +45,15 @@ from .studentT import StudentT
 from .transformed_distribution import TransformedDistribution
 from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
+from .weibull import Weibull
 
 __all__ = [
     "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
     "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
     "Laplace", "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial",
-    "MultivariateNormal", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson",
-    "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
-    "constraints", "kl_divergence", "register_kl", "transforms",
+    "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
+    "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli", "RelaxedOneHotCategorical",
+    "StudentT", "TransformedDistribution", "Uniform", "Weibull", "constraints", "kl_divergence",
+    "register_kl", "transforms",
 ]
 __all__.extend(transforms.__all__)

@@ -27,6 +27,7 @@ from .lowrank_multivariate_normal import (LowRankMultivariateNormal, _batch_lowr
                                           _batch_lowrank_mahalanobis)
 from .multivariate_normal import MultivariateNormal, _batch_mahalanobis
 from .normal import Normal
+from .pareto import Pareto
 from .one_hot_categorical import OneHotCategorical
 from .poisson import Poisson
 from .transformed_distribution import TransformedDistribution
@@ -384,6 +385,7 @@ def _kl_beta_uniform(p, q):
 
 @register_kl(Exponential, Beta)
 @register_kl(Exponential, Uniform)
+@register_kl(Exponential, Pareto)
 def _kl_exponential_infinity(p, q):
     return _infinite_like(p.rate)
 
@@ -408,6 +410,7 @@ def _kl_exponential_normal(p, q):
 
 @register_kl(Gamma, Beta)
 @register_kl(Gamma, Uniform)
+@register_kl(Gamma, Pareto)
 def _kl_gamma_infinity(p, q):
     return _infinite_like(p.concentration)
 
@@ -432,6 +435,7 @@ def _kl_gamma_normal(p, q):
 @register_kl(Laplace, Exponential)
 @register_kl(Laplace, Gamma)
 @register_kl(Laplace, Uniform)
+@register_kl(Laplace, Pareto)
 def _kl_laplace_infinity(p, q):
     return _infinite_like(p.loc)
 
@@ -451,6 +455,7 @@ def _kl_laplace_normal(p, q):
 @register_kl(Normal, Exponential)
 @register_kl(Normal, Gamma)
 @register_kl(Normal, Uniform)
+@register_kl(Normal, Pareto)
 def _kl_normal_infinity(p, q):
     return _infinite_like(p.loc)
 
@@ -533,6 +538,7 @@ def _kl_gamma_gumbel(p, q):
 @register_kl(Gumbel, Exponential)
 @register_kl(Gumbel, Gamma)
 @register_kl(Gumbel, Uniform)
+@register_kl(Gumbel, Pareto)
 def _kl_gumbel_infinity(p, q):
     return _infinite_like(p.loc)
 
@@ -573,3 +579,66 @@ def _kl_cauchy_cauchy(p, q):
     t1 = ((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
     t2 = (4 * p.scale * q.scale).log()
     return t1 - t2
+
+
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    scale_ratio = p.scale / q.scale
+    alpha_ratio = q.alpha / p.alpha
+    t1 = q.alpha * scale_ratio.log()
+    t2 = -alpha_ratio.log()
+    result = t1 + t2 + alpha_ratio - 1
+    return result.masked_fill(p.support.lower_bound < q.support.lower_bound, math.inf)
+
+
+@register_kl(Beta, Pareto)
+def _kl_beta_infinity(p, q):
+    return _infinite_like(p.concentration1)
+
+
+@register_kl(Pareto, Beta)
+@register_kl(Pareto, Uniform)
+def _kl_pareto_infinity(p, q):
+    return _infinite_like(p.scale)
+
+
+@register_kl(Pareto, Exponential)
+def _kl_pareto_exponential(p, q):
+    scale_rate_prod = p.scale * q.rate
+    t1 = (p.alpha / scale_rate_prod).log()
+    t2 = p.alpha.reciprocal()
+    t3 = p.alpha * scale_rate_prod / (p.alpha - 1)
+    result = t1 - t2 + t3 - 1
+    return result.masked_fill(p.alpha <= 1, math.inf)
+
+
+@register_kl(Pareto, Gamma)
+def _kl_pareto_gamma(p, q):
+    common_term = p.scale.log() + p.alpha.reciprocal()
+    t1 = p.alpha.log() - common_term
+    t2 = q.concentration.lgamma() - q.concentration * q.rate.log()
+    t3 = (1 - q.concentration) * common_term
+    t4 = q.rate * p.alpha * p.scale / (p.alpha - 1)
+    result = t1 + t2 + t3 + t4 - 1
+    return result.masked_fill(p.alpha <= 1, math.inf)
+
+
+@register_kl(Pareto, Normal)
+def _kl_pareto_normal(p, q):
+    var_normal = 2 * q.scale.pow(2)
+    common_term = p.scale / (p.alpha - 1)
+    t1 = (math.sqrt(2 * math.pi) * q.scale * p.alpha / p.scale).log()
+    t2 = p.alpha.reciprocal()
+    t3 = p.alpha * common_term.pow(2) / (p.alpha - 2)
+    t4 = (p.alpha * common_term - q.loc).pow(2)
+    result = t1 - t2 + (t3 + t4) / var_normal - 1
+    return result.masked_fill(p.alpha <= 2, math.inf)
+
+
+@register_kl(Uniform, Pareto)
+def _kl_uniform_pareto(p, q):
+    support_uniform = p.high - p.low
+    t1 = (q.alpha * q.scale.pow(q.alpha) * support_uniform).log()
+    t2 = (_x_log_x(p.high) - _x_log_x(p.low) - support_uniform) / support_uniform
+    result = t2 * (q.alpha + 1) - t1
+    return result.masked_fill(p.low < q.support.lower_bound, math.inf)
