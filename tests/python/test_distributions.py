@@ -122,6 +122,12 @@ CASES = {
                                lambda D, p: D.NegativeBinomial(p["total_count"], probs=p["probs"])),
     "NegativeBinomial_logits": (lambda r: {"logits": r.normal(size=(2, 3))},
                                 lambda D, p: D.NegativeBinomial(5.0, logits=p["logits"])),
+    "LogisticNormal": (lambda r: {"loc": r.normal(size=(2, 3)), "scale": r.uniform(0.5, 2, size=(2, 3))},
+                       lambda D, p: D.LogisticNormal(p["loc"], p["scale"])),
+    "Kumaraswamy": (lambda r: {"c1": r.uniform(0.5, 4, size=(4,)), "c0": r.uniform(0.5, 4, size=(4,))},
+                    lambda D, p: D.Kumaraswamy(p["c1"], p["c0"])),
+    "FisherSnedecor": (lambda r: {"df1": r.uniform(0.5, 10, size=(5,)), "df2": r.uniform(0.5, 10, size=(5,))},
+                       lambda D, p: D.FisherSnedecor(p["df1"], p["df2"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -318,6 +324,9 @@ _SAMPLED = {
     "Pareto": lambda D: D.Pareto(_p(1.0, 0.5), _p(5.0, 9.0)),
     "Weibull": lambda D: D.Weibull(_p(1.0, 2.0), _p(0.7, 3.0)),
     "NegativeBinomial": lambda D: D.NegativeBinomial(_p(0.5, 3.0, 20.0), _p(0.3, 0.5, 0.1)),
+    "Kumaraswamy": lambda D: D.Kumaraswamy(_p(0.5, 2.0, 5.0), _p(0.7, 2.0, 1.5)),
+    "FisherSnedecor": lambda D: D.FisherSnedecor(_p(3.0, 10.0), _p(30.0, 50.0)),
+    "LogisticNormal": lambda D: D.LogisticNormal(_p(0.0, 1.0), _p(0.5, 1.5)),
     "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
     "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
                                              D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
@@ -334,6 +343,7 @@ _TORCH_REFERENCE = {
     "Tanh": lambda: TD.TransformedDistribution(TD.Normal(_t(0.0), _t(2.0)), TD.transforms.TanhTransform()),
     "RelaxedBernoulli": lambda: TD.RelaxedBernoulli(_t(0.5), _t(0.1, 0.5, 0.9)),
     "RelaxedOneHotCategorical": lambda: TD.RelaxedOneHotCategorical(_t(0.7), _t(0.2, 0.3, 0.5)),
+    "LogisticNormal": lambda: TD.LogisticNormal(_t(0.0, 1.0), _t(0.5, 1.5)),
 }
 
 
@@ -547,6 +557,15 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.NegativeBinomial(lib.tensor([2.0]), lib.tensor([0.5])).log_prob(lib.tensor([0.5])),
     lambda lib, D: D.NegativeBinomial(lib.tensor([0.0, 2.0]), lib.tensor([0.5])).log_prob(lib.tensor([0.0, 0.0])),
     lambda lib, D: D.NegativeBinomial(lib.tensor([3.0, 2.0]), logits=lib.zeros(2)).mode,
+    lambda lib, D: D.LogisticNormal(0.0, -1.0),
+    lambda lib, D: D.LogisticNormal(lib.zeros(2), 1.0).log_prob(lib.tensor([0.5, 0.6, 0.1])),
+    lambda lib, D: D.LogisticNormal(0.0, 1.0).batch_shape,
+    lambda lib, D: D.Kumaraswamy(lib.tensor([0.0]), 1.0),
+    lambda lib, D: D.Kumaraswamy(lib.tensor([2.0]), 1.0).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.Kumaraswamy(lib.tensor([2.0, 0.5, 3.0]), lib.tensor([3.0, 2.0, 0.7])).mode,
+    lambda lib, D: D.FisherSnedecor(lib.tensor([0.0]), 1.0),
+    lambda lib, D: D.FisherSnedecor(lib.tensor([2.0]), 3.0).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.FisherSnedecor(lib.tensor([1.0, 3.0]), lib.tensor([2.0, 5.0])).expand((3, 2)).variance,
     lambda lib, D: D.kl_divergence(D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)),
                                    D.LowRankMultivariateNormal(lib.zeros(3), lib.ones(3, 1), lib.ones(3))),
 ])
@@ -919,7 +938,8 @@ def test_package_layout():
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
                    "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
                    "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical",
-                   "lowrank_multivariate_normal", "pareto", "weibull", "negative_binomial"):
+                   "lowrank_multivariate_normal", "pareto", "weibull", "negative_binomial",
+                   "logistic_normal", "kumaraswamy", "fishersnedecor"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

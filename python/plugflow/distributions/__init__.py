@@ -3,13 +3,14 @@ rsample's reparameterized draws and log_prob differentiate with respect to the p
 drawn from plugflow's generators (plugflow.manual_seed replays them).
 
 Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, Dirichlet, Exponential,
-ExponentialFamily, Gamma, Geometric, Gumbel, HalfNormal, Independent, Laplace, LogNormal,
-MixtureSameFamily, Multinomial, MultivariateNormal, NegativeBinomial, Normal, OneHotCategorical (and
-its StraightThrough form), Pareto, Poisson, RelaxedBernoulli (and LogitRelaxedBernoulli),
-RelaxedOneHotCategorical (and ExpRelaxedCategorical), StudentT, TransformedDistribution, Uniform,
-Weibull; the transforms listed in transforms.py; constraints; kl_divergence / register_kl. The
-gamma-based samples (Gamma, Chi2, Beta, Dirichlet, StudentT) are not differentiable with respect to
-the concentration (_gamma.py). The other distributions of torch.distributions are not here yet."""
+ExponentialFamily, FisherSnedecor, Gamma, Geometric, Gumbel, HalfNormal, Independent, Kumaraswamy,
+Laplace, LogNormal, LogisticNormal, MixtureSameFamily, Multinomial, MultivariateNormal,
+NegativeBinomial, Normal, OneHotCategorical (and its StraightThrough form), Pareto, Poisson,
+RelaxedBernoulli (and LogitRelaxedBernoulli), RelaxedOneHotCategorical (and ExpRelaxedCategorical),
+StudentT, TransformedDistribution, Uniform, Weibull; the transforms listed in transforms.py;
+constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta, Dirichlet,
+StudentT, FisherSnedecor) are not differentiable with respect to the concentration (_gamma.py). The other
+distributions of torch.distributions are not here yet."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
@@ -22,14 +23,17 @@ from .dirichlet import Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
+from .fishersnedecor import FisherSnedecor
 from .gamma import Gamma
 from .geometric import Geometric
 from .gumbel import Gumbel
 from .half_normal import HalfNormal
 from .independent import Independent
 from .kl import kl_divergence, register_kl
+from .kumaraswamy import Kumaraswamy
 from .laplace import Laplace
 from .log_normal import LogNormal
+from .logistic_normal import LogisticNormal
 from .lowrank_multivariate_normal import LowRankMultivariateNormal
 from .mixture_same_family import MixtureSameFamily
 from .multinomial import Multinomial
@@ -49,11 +53,11 @@ from .weibull import Weibull
 
 __all__ = [
     "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
-    "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfNormal", "Independent",
-    "Laplace", "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial",
-    "MultivariateNormal", "NegativeBinomial", "Normal", "OneHotCategorical",
-    "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli", "RelaxedOneHotCategorical",
-    "StudentT", "TransformedDistribution", "Uniform", "Weibull", "constraints", "kl_divergence",
-    "register_kl", "transforms",
+    "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfNormal",
+    "Independent", "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LowRankMultivariateNormal",
+    "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
+    "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
+    "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "Weibull", "constraints",
+    "kl_divergence", "register_kl", "transforms",
 ]
 __all__.extend(transforms.__all__)
