@@ -872,6 +872,52 @@ def test_transforms_match_torch(name):
     assert_same_outcome(run, rtol=1e-7, atol=1e-9)
 
 
+# Transforms over parts of x: each with the shape of x it takes.
+SHAPED_TRANSFORMS = {
+    "Reshape": (lambda T, t: T.ReshapeTransform((2, 3), (3, 2)), (4, 2, 3)),
+    "Reshape_flatten": (lambda T, t: T.ReshapeTransform((3,), (1, 3, 1)), (4, 3)),
+    "Cat": (lambda T, t: T.CatTransform([T.ExpTransform(), T.AffineTransform(t(1.0), t(-2.0)), T.SigmoidTransform()],
+                                        dim=1, lengths=[1, 2, 1]), (3, 4)),
+    "Cat_event": (lambda T, t: T.CatTransform([T.StickBreakingTransform(), T.IndependentTransform(T.ExpTransform(), 1)],
+                                              dim=-1, lengths=[2, 3]), (3, 5)),
+    "Cat_batch": (lambda T, t: T.CatTransform([T.StickBreakingTransform(), T.StickBreakingTransform()],
+                                              dim=0, lengths=[1, 2]), (3, 4)),
+    "Stack": (lambda T, t: T.StackTransform([T.ExpTransform(), T.TanhTransform(), T.AffineTransform(0.5, 2.0)],
+                                            dim=-1), (4, 3)),
+    "CumulativeDistribution": (None, (4, 3)),  # built in the test (it takes a distribution)
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPED_TRANSFORMS))
+def test_shaped_transforms_match_torch(name):
+    """Forward, inverse, log |det J| and its gradient, domains and shapes of the transforms that
+    reshape, split or take a distribution; their malformed inputs raise as PyTorch's."""
+    rng = seeded_rng()
+    build, shape = SHAPED_TRANSFORMS[name]
+    data = rng.uniform(0.1, 2.0, size=shape) * rng.choice([-1, 1], size=shape)
+
+    def run(lib):
+        D = LIBS[lib]
+        if build is None:
+            t = D.transforms.CumulativeDistributionTransform(D.Normal(lib.tensor(0.5, dtype=lib.float64), 2.0))
+        else:
+            t = build(D.transforms, lambda *v: lib.tensor(v if len(v) > 1 else v[0], dtype=lib.float64))
+        x = _tensor(lib, data, grad=True)
+        y = t(x)
+        ladj = t.log_abs_det_jacobian(x, y)
+        ladj.sum().backward()
+        results = [y, t.inv(y), ladj, x.grad, repr(t.domain), repr(t.codomain), t.bijective, t.domain.event_dim,
+                   t.codomain.event_dim, tuple(t.forward_shape(lib.Size(shape)))]
+        for bad in (x[:1, :1], x.sum(-1)):
+            try:
+                results.append(t(bad).shape)
+            except Exception as e:  # noqa: BLE001 - the same exception class is expected
+                results.append(type(e).__name__)
+        return tuple(results)
+
+    assert_same_outcome(run, rtol=1e-7, atol=1e-9)
+
+
 def test_transform_cache_and_inverse_identity():
     t = PD.transforms.TanhTransform(cache_size=1)
     x = pf.tensor([30.0, -0.5], dtype=pf.float64)
