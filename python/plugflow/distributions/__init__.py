@@ -9,8 +9,8 @@ NegativeBinomial, Normal, OneHotCategorical (and its StraightThrough form), Pare
 RelaxedBernoulli (and LogitRelaxedBernoulli), RelaxedOneHotCategorical (and ExpRelaxedCategorical),
 StudentT, TransformedDistribution, Uniform, Weibull; the transforms listed in transforms.py;
 constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta, Dirichlet,
-StudentT, FisherSnedecor) are not differentiable with respect to the concentration (_gamma.py). The other
-distributions of torch.distributions are not here yet."""
+StudentT, FisherSnedecor) are not differentiable with respect to the concentration (_gamma.py). Not
+here yet: ContinuousBernoulli, VonMises, Wishart, LKJCholesky and CorrCholeskyTransform."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
