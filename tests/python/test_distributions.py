@@ -128,6 +128,8 @@ CASES = {
                     lambda D, p: D.Kumaraswamy(p["c1"], p["c0"])),
     "FisherSnedecor": (lambda r: {"df1": r.uniform(0.5, 10, size=(5,)), "df2": r.uniform(0.5, 10, size=(5,))},
                        lambda D, p: D.FisherSnedecor(p["df1"], p["df2"])),
+    "VonMises": (lambda r: {"loc": r.normal(size=(2, 3)) * 2, "concentration": r.uniform(0.2, 8, size=(2, 3))},
+                 lambda D, p: D.VonMises(p["loc"], p["concentration"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -327,6 +329,7 @@ _SAMPLED = {
     "Kumaraswamy": lambda D: D.Kumaraswamy(_p(0.5, 2.0, 5.0), _p(0.7, 2.0, 1.5)),
     "FisherSnedecor": lambda D: D.FisherSnedecor(_p(3.0, 10.0), _p(30.0, 50.0)),
     "LogisticNormal": lambda D: D.LogisticNormal(_p(0.0, 1.0), _p(0.5, 1.5)),
+    "VonMises": lambda D: D.VonMises(_p(0.0, 1.0, -3.0), _p(0.05, 2.0, 20.0)),
     "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
     "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
                                              D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
@@ -344,6 +347,7 @@ _TORCH_REFERENCE = {
     "RelaxedBernoulli": lambda: TD.RelaxedBernoulli(_t(0.5), _t(0.1, 0.5, 0.9)),
     "RelaxedOneHotCategorical": lambda: TD.RelaxedOneHotCategorical(_t(0.7), _t(0.2, 0.3, 0.5)),
     "LogisticNormal": lambda: TD.LogisticNormal(_t(0.0, 1.0), _t(0.5, 1.5)),
+    "VonMises": lambda: TD.VonMises(_t(0.0, 1.0, -3.0), _t(0.05, 2.0, 20.0)),  # its moments are circular
 }
 
 
@@ -566,6 +570,10 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.FisherSnedecor(lib.tensor([0.0]), 1.0),
     lambda lib, D: D.FisherSnedecor(lib.tensor([2.0]), 3.0).log_prob(lib.tensor([-1.0])),
     lambda lib, D: D.FisherSnedecor(lib.tensor([1.0, 3.0]), lib.tensor([2.0, 5.0])).expand((3, 2)).variance,
+    lambda lib, D: D.VonMises(0.0, lib.tensor([0.0])),
+    lambda lib, D: D.VonMises(lib.zeros(2), 1.0).expand((3, 2)).log_prob(lib.ones(3, 2)),
+    lambda lib, D: D.VonMises(lib.zeros(2), lib.tensor([0.5, 5.0])).variance,
+    lambda lib, D: D.VonMises(lib.zeros(2), 1.0).cdf(lib.zeros(2)),
     lambda lib, D: D.kl_divergence(D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)),
                                    D.LowRankMultivariateNormal(lib.zeros(3), lib.ones(3, 1), lib.ones(3))),
 ])
@@ -985,7 +993,7 @@ def test_package_layout():
                    "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
                    "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical",
                    "lowrank_multivariate_normal", "pareto", "weibull", "negative_binomial",
-                   "logistic_normal", "kumaraswamy", "fishersnedecor"):
+                   "logistic_normal", "kumaraswamy", "fishersnedecor", "von_mises"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

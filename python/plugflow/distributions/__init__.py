@@ -7,10 +7,10 @@ ExponentialFamily, FisherSnedecor, Gamma, Geometric, Gumbel, HalfNormal, Indepen
 Laplace, LogNormal, LogisticNormal, MixtureSameFamily, Multinomial, MultivariateNormal,
 NegativeBinomial, Normal, OneHotCategorical (and its StraightThrough form), Pareto, Poisson,
 RelaxedBernoulli (and LogitRelaxedBernoulli), RelaxedOneHotCategorical (and ExpRelaxedCategorical),
-StudentT, TransformedDistribution, Uniform, Weibull; the transforms listed in transforms.py;
-constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta, Dirichlet,
-StudentT, FisherSnedecor) are not differentiable with respect to the concentration (_gamma.py). Not
-here yet: ContinuousBernoulli, VonMises, Wishart, LKJCholesky and CorrCholeskyTransform."""
+StudentT, TransformedDistribution, Uniform, VonMises, Weibull; the transforms listed in
+transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta,
+Dirichlet, StudentT, FisherSnedecor) are not differentiable with respect to the concentration
+(_gamma.py). Not here yet: ContinuousBernoulli, Wishart, LKJCholesky and CorrCholeskyTransform."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
@@ -49,6 +49,7 @@ from .studentT import StudentT
 from .transformed_distribution import TransformedDistribution
 from .transforms import *  # noqa: F401,F403
 from .uniform import Uniform
+from .von_mises import VonMises
 from .weibull import Weibull
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
     "Independent", "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LowRankMultivariateNormal",
     "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
     "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
-    "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "Weibull", "constraints",
-    "kl_divergence", "register_kl", "transforms",
+    "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "VonMises", "Weibull",
+    "constraints", "kl_divergence", "register_kl", "transforms",
 ]
 __all__.extend(transforms.__all__)
