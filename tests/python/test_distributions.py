@@ -130,6 +130,11 @@ CASES = {
                        lambda D, p: D.FisherSnedecor(p["df1"], p["df2"])),
     "VonMises": (lambda r: {"loc": r.normal(size=(2, 3)) * 2, "concentration": r.uniform(0.2, 8, size=(2, 3))},
                  lambda D, p: D.VonMises(p["loc"], p["concentration"])),
+    "ContinuousBernoulli_probs": (lambda r: {"probs": np.concatenate([r.uniform(0.02, 0.98, size=(4,)),
+                                                                      r.uniform(0.4995, 0.5005, size=(2,))])},
+                                 lambda D, p: D.ContinuousBernoulli(probs=p["probs"])),
+    "ContinuousBernoulli_logits": (lambda r: {"logits": r.normal(size=(2, 3)) * 2},
+                                   lambda D, p: D.ContinuousBernoulli(logits=p["logits"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -330,6 +335,7 @@ _SAMPLED = {
     "FisherSnedecor": lambda D: D.FisherSnedecor(_p(3.0, 10.0), _p(30.0, 50.0)),
     "LogisticNormal": lambda D: D.LogisticNormal(_p(0.0, 1.0), _p(0.5, 1.5)),
     "VonMises": lambda D: D.VonMises(_p(0.0, 1.0, -3.0), _p(0.05, 2.0, 20.0)),
+    "ContinuousBernoulli": lambda D: D.ContinuousBernoulli(_p(0.05, 0.3, 0.5, 0.9)),
     "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
     "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
                                              D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
@@ -574,6 +580,12 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.VonMises(lib.zeros(2), 1.0).expand((3, 2)).log_prob(lib.ones(3, 2)),
     lambda lib, D: D.VonMises(lib.zeros(2), lib.tensor([0.5, 5.0])).variance,
     lambda lib, D: D.VonMises(lib.zeros(2), 1.0).cdf(lib.zeros(2)),
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([1.5])).probs,
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([1.5]), validate_args=True),
+    lambda lib, D: D.ContinuousBernoulli(),
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([0.3])).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([0.3, 0.5])).cdf(lib.tensor([0.0, 1.0])),
+    lambda lib, D: D.ContinuousBernoulli(logits=lib.zeros(2)).expand((3, 2)).log_prob(lib.ones(3, 2) / 3),
     lambda lib, D: D.kl_divergence(D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)),
                                    D.LowRankMultivariateNormal(lib.zeros(3), lib.ones(3, 1), lib.ones(3))),
 ])
@@ -724,6 +736,13 @@ KL_PAIRS = {
     "Pareto_Uniform": lambda D, t: (D.Pareto(t(1.0, 0.5), t(1.5, 3.0)), D.Uniform(t(0.0, -1.0), t(1.0, 1.0))),
     "Uniform_Pareto": lambda D, t: (D.Uniform(t(1.5, 0.2), t(2.0, 1.0)), D.Pareto(t(1.0, 0.5), t(2.0, 3.0))),
     "Normal_Pareto": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Pareto(t(1.0, 0.5), t(2.0, 3.0))),
+    "ContinuousBernoulli": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8, 0.5)), D.ContinuousBernoulli(t(0.6, 0.1, 0.2))),
+    "Beta_ContinuousBernoulli": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.ContinuousBernoulli(t(0.6, 0.1))),
+    "ContinuousBernoulli_Exponential": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8)), D.Exponential(t(1.5, 0.2))),
+    "ContinuousBernoulli_Normal": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "ContinuousBernoulli_Uniform": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8)), D.Uniform(t(-0.5, 0.2), t(1.5, 1.0))),
+    "Uniform_ContinuousBernoulli": lambda D, t: (D.Uniform(t(0.1, 0.0), t(0.9, 0.5)), D.ContinuousBernoulli(t(0.3, 0.8))),
+    "Normal_ContinuousBernoulli": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.ContinuousBernoulli(t(0.3, 0.8))),
     "Tanh_Normal": lambda D, t: (D.TransformedDistribution(D.Normal(t(0.3), t(1.0)), D.transforms.TanhTransform()),
                                  D.TransformedDistribution(D.Normal(t(0.0), t(2.0)), D.transforms.TanhTransform())),
 }
@@ -993,7 +1012,8 @@ def test_package_layout():
                    "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
                    "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical",
                    "lowrank_multivariate_normal", "pareto", "weibull", "negative_binomial",
-                   "logistic_normal", "kumaraswamy", "fishersnedecor", "von_mises"):
+                   "logistic_normal", "kumaraswamy", "fishersnedecor", "von_mises",
+                   "continuous_bernoulli"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

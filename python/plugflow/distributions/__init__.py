@@ -2,15 +2,15 @@
 rsample's reparameterized draws and log_prob differentiate with respect to the parameters, and
 drawn from plugflow's generators (plugflow.manual_seed replays them).
 
-Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, Dirichlet, Exponential,
-ExponentialFamily, FisherSnedecor, Gamma, Geometric, Gumbel, HalfNormal, Independent, Kumaraswamy,
-Laplace, LogNormal, LogisticNormal, MixtureSameFamily, Multinomial, MultivariateNormal,
+Built: Bernoulli, Beta, Binomial, Categorical, Cauchy, Chi2, ContinuousBernoulli, Dirichlet,
+Exponential, ExponentialFamily, FisherSnedecor, Gamma, Geometric, Gumbel, HalfNormal, Independent,
+Kumaraswamy, Laplace, LogNormal, LogisticNormal, MixtureSameFamily, Multinomial, MultivariateNormal,
 NegativeBinomial, Normal, OneHotCategorical (and its StraightThrough form), Pareto, Poisson,
 RelaxedBernoulli (and LogitRelaxedBernoulli), RelaxedOneHotCategorical (and ExpRelaxedCategorical),
 StudentT, TransformedDistribution, Uniform, VonMises, Weibull; the transforms listed in
 transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta,
 Dirichlet, StudentT, FisherSnedecor) are not differentiable with respect to the concentration
-(_gamma.py). Not here yet: ContinuousBernoulli, Wishart, LKJCholesky and CorrCholeskyTransform."""
+(_gamma.py). Not here yet: Wishart, LKJCholesky and CorrCholeskyTransform."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli
@@ -19,6 +19,7 @@ from .binomial import Binomial
 from .categorical import Categorical
 from .cauchy import Cauchy
 from .chi2 import Chi2
+from .continuous_bernoulli import ContinuousBernoulli
 from .dirichlet import Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
@@ -53,12 +54,12 @@ from .von_mises import VonMises
 from .weibull import Weibull
 
 __all__ = [
-    "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
-    "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric", "Gumbel", "HalfNormal",
-    "Independent", "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal", "LowRankMultivariateNormal",
-    "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial", "Normal",
-    "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson", "RelaxedBernoulli",
-    "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform", "VonMises", "Weibull",
-    "constraints", "kl_divergence", "register_kl", "transforms",
+    "Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "ContinuousBernoulli", "Dirichlet",
+    "Distribution", "Exponential", "ExponentialFamily", "FisherSnedecor", "Gamma", "Geometric", "Gumbel",
+    "HalfNormal", "Independent", "Kumaraswamy", "Laplace", "LogNormal", "LogisticNormal",
+    "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial", "MultivariateNormal", "NegativeBinomial",
+    "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Pareto", "Poisson",
+    "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
+    "VonMises", "Weibull", "constraints", "kl_divergence", "register_kl", "transforms",
 ]
 __all__.extend(transforms.__all__)

@@ -13,6 +13,7 @@ from .beta import Beta
 from .binomial import Binomial
 from .cauchy import Cauchy
 from .categorical import Categorical
+from .continuous_bernoulli import ContinuousBernoulli
 from .dirichlet import Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
@@ -386,6 +387,7 @@ def _kl_beta_uniform(p, q):
 @register_kl(Exponential, Beta)
 @register_kl(Exponential, Uniform)
 @register_kl(Exponential, Pareto)
+@register_kl(Exponential, ContinuousBernoulli)
 def _kl_exponential_infinity(p, q):
     return _infinite_like(p.rate)
 
@@ -411,6 +413,7 @@ def _kl_exponential_normal(p, q):
 @register_kl(Gamma, Beta)
 @register_kl(Gamma, Uniform)
 @register_kl(Gamma, Pareto)
+@register_kl(Gamma, ContinuousBernoulli)
 def _kl_gamma_infinity(p, q):
     return _infinite_like(p.concentration)
 
@@ -436,6 +439,7 @@ def _kl_gamma_normal(p, q):
 @register_kl(Laplace, Gamma)
 @register_kl(Laplace, Uniform)
 @register_kl(Laplace, Pareto)
+@register_kl(Laplace, ContinuousBernoulli)
 def _kl_laplace_infinity(p, q):
     return _infinite_like(p.loc)
 
@@ -456,6 +460,7 @@ def _kl_laplace_normal(p, q):
 @register_kl(Normal, Gamma)
 @register_kl(Normal, Uniform)
 @register_kl(Normal, Pareto)
+@register_kl(Normal, ContinuousBernoulli)
 def _kl_normal_infinity(p, q):
     return _infinite_like(p.loc)
 
@@ -539,6 +544,7 @@ def _kl_gamma_gumbel(p, q):
 @register_kl(Gumbel, Gamma)
 @register_kl(Gumbel, Uniform)
 @register_kl(Gumbel, Pareto)
+@register_kl(Gumbel, ContinuousBernoulli)
 def _kl_gumbel_infinity(p, q):
     return _infinite_like(p.loc)
 
@@ -598,6 +604,7 @@ def _kl_beta_infinity(p, q):
 
 @register_kl(Pareto, Beta)
 @register_kl(Pareto, Uniform)
+@register_kl(Pareto, ContinuousBernoulli)
 def _kl_pareto_infinity(p, q):
     return _infinite_like(p.scale)
 
@@ -642,3 +649,51 @@ def _kl_uniform_pareto(p, q):
     t2 = (_x_log_x(p.high) - _x_log_x(p.low) - support_uniform) / support_uniform
     result = t2 * (q.alpha + 1) - t1
     return result.masked_fill(p.low < q.support.lower_bound, math.inf)
+
+
+@register_kl(ContinuousBernoulli, ContinuousBernoulli)
+def _kl_continuous_bernoulli_continuous_bernoulli(p, q):
+    t1 = p.mean * (p.logits - q.logits)
+    t2 = p._cont_bern_log_norm() + plugflow.log1p(-p.probs)
+    t3 = -q._cont_bern_log_norm() - plugflow.log1p(-q.probs)
+    return t1 + t2 + t3
+
+
+@register_kl(Beta, ContinuousBernoulli)
+def _kl_beta_continuous_bernoulli(p, q):
+    return -p.entropy() - p.mean * q.logits - plugflow.log1p(-q.probs) - q._cont_bern_log_norm()
+
+
+@register_kl(ContinuousBernoulli, Pareto)
+def _kl_continuous_bernoulli_infinity(p, q):
+    return _infinite_like(p.probs)
+
+
+@register_kl(ContinuousBernoulli, Exponential)
+def _kl_continuous_bernoulli_exponential(p, q):
+    return -p.entropy() - plugflow.log(q.rate) + q.rate * p.mean
+
+
+@register_kl(ContinuousBernoulli, Normal)
+def _kl_continuous_bernoulli_normal(p, q):
+    t1 = -p.entropy()
+    t2 = 0.5 * (math.log(2. * math.pi) + plugflow.square(q.loc / q.scale)) + plugflow.log(q.scale)
+    t3 = (p.variance + plugflow.square(p.mean) - 2. * q.loc * p.mean) / (2.0 * plugflow.square(q.scale))
+    return t1 + t2 + t3
+
+
+@register_kl(ContinuousBernoulli, Uniform)
+def _kl_continuous_bernoulli_uniform(p, q):
+    result = -p.entropy() + (q.high - q.low).log()
+    # PyTorch 1.13's condition, kept as it is: inf unless the uniform's support reaches past [0, 1]
+    # on both sides
+    return plugflow.where((q.low >= p.support.lower_bound) | (q.high <= p.support.upper_bound),
+                          plugflow.ones_like(result) * math.inf, result)
+
+
+@register_kl(Uniform, ContinuousBernoulli)
+def _kl_uniform_continuous_bernoulli(p, q):
+    result = -p.entropy() - p.mean * q.logits - plugflow.log1p(-q.probs) - q._cont_bern_log_norm()
+    # PyTorch 1.13's condition, kept as it is: inf when either end touches or leaves [0, 1]
+    return plugflow.where((p.high >= q.support.upper_bound) | (p.low <= q.support.lower_bound),
+                          plugflow.ones_like(result) * math.inf, result)
