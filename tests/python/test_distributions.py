@@ -911,6 +911,7 @@ SHAPED_TRANSFORMS = {
                                               dim=0, lengths=[1, 2]), (3, 4)),
     "Stack": (lambda T, t: T.StackTransform([T.ExpTransform(), T.TanhTransform(), T.AffineTransform(0.5, 2.0)],
                                             dim=-1), (4, 3)),
+    "CorrCholesky": (lambda T, t: T.CorrCholeskyTransform(), (4, 6)),
     "CumulativeDistribution": (None, (4, 3)),  # built in the test (it takes a distribution)
 }
 

@@ -10,7 +10,7 @@ RelaxedBernoulli (and LogitRelaxedBernoulli), RelaxedOneHotCategorical (and ExpR
 StudentT, TransformedDistribution, Uniform, VonMises, Weibull; the transforms listed in
 transforms.py; constraints; kl_divergence / register_kl. The gamma-based samples (Gamma, Chi2, Beta,
 Dirichlet, StudentT, FisherSnedecor) are not differentiable with respect to the concentration
-(_gamma.py). Not here yet: Wishart, LKJCholesky and CorrCholeskyTransform."""
+(_gamma.py). Not here yet: Wishart and LKJCholesky."""
 
 from . import constraints, transforms
 from .bernoulli import Bernoulli

@@ -2,7 +2,7 @@
 (torch.distributions.transforms). Those built: ComposeTransform, IndependentTransform,
 ExpTransform, PowerTransform, SigmoidTransform, SoftplusTransform, TanhTransform, AbsTransform,
 AffineTransform, SoftmaxTransform, StickBreakingTransform, LowerCholeskyTransform, ReshapeTransform,
-CatTransform, StackTransform and CumulativeDistributionTransform."""
+CatTransform, StackTransform, CumulativeDistributionTransform and CorrCholeskyTransform."""
 
 import functools
 import math
@@ -13,10 +13,11 @@ import weakref
 import plugflow
 from plugflow.nn.functional import logsigmoid, pad, softplus
 from . import constraints
-from .utils import _sum_rightmost, broadcast_all, lazy_property
+from .utils import _sum_rightmost, broadcast_all, lazy_property, tril_matrix_to_vec, vec_to_tril_matrix
 
 __all__ = [
-    "AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform", "CumulativeDistributionTransform",
+    "AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform", "CorrCholeskyTransform",
+    "CumulativeDistributionTransform",
     "ExpTransform", "IndependentTransform", "LowerCholeskyTransform", "PowerTransform", "ReshapeTransform",
     "SigmoidTransform", "SoftplusTransform", "StackTransform", "TanhTransform", "SoftmaxTransform",
     "StickBreakingTransform", "Transform", "identity_transform",
@@ -809,3 +810,56 @@ class CumulativeDistributionTransform(Transform):
         if self._cache_size == cache_size:
             return self
         return CumulativeDistributionTransform(self.distribution, cache_size=cache_size)
+
+
+class CorrCholeskyTransform(Transform):
+    """Maps a vector of D (D - 1) / 2 reals to the Cholesky factor of a D x D correlation matrix:
+    tanh to (-1, 1), then stick-breaking along each row so that its squares sum to 1 (Stan's
+    transform). log_abs_det_jacobian is taken with respect to the factor's strict lower triangle."""
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+    bijective = True
+
+    def _call(self, x):
+        x = plugflow.tanh(x)
+        eps = plugflow.finfo(x.dtype).eps
+        x = x.clamp(min=-1 + eps, max=1 - eps)
+        r = vec_to_tril_matrix(x, diag=-1)
+        # stick-breaking on the squares: y = sign(r) sqrt(z * cumprod(1 - z)) = r * sqrt(cumprod(1 - z))
+        z = r ** 2
+        z1m_cumprod_sqrt = (1 - z).sqrt().cumprod(-1)
+        r = r + plugflow.eye(r.shape[-1], dtype=r.dtype, device=r.device)  # the diagonal is 1
+        return r * pad(z1m_cumprod_sqrt[..., :-1], [1, 0], value=1)
+
+    def _inverse(self, y):
+        y_cumsum = 1 - plugflow.cumsum(y * y, dim=-1)
+        y_cumsum_shifted = pad(y_cumsum[..., :-1], [1, 0], value=1)
+        y_vec = tril_matrix_to_vec(y, diag=-1)
+        y_cumsum_vec = tril_matrix_to_vec(y_cumsum_shifted, diag=-1)
+        t = y_vec / y_cumsum_vec.sqrt()
+        return ((1 + t) / (1 - t)).log() / 2  # atanh
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        y1m_cumsum = 1 - (y * y).cumsum(dim=-1)
+        # diag=-2 takes the cumulative sums already shifted by one column
+        y1m_cumsum_tril = tril_matrix_to_vec(y1m_cumsum, diag=-2)
+        stick_breaking_logdet = 0.5 * y1m_cumsum_tril.log().sum(-1)
+        tanh_logdet = -2 * (x + softplus(-2 * x) - math.log(2.)).sum(dim=-1)
+        return stick_breaking_logdet + tanh_logdet
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        N = shape[-1]
+        D = round((0.25 + 2 * N) ** 0.5 + 0.5)
+        if D * (D - 1) // 2 != N:
+            raise ValueError("Input is not a flattend lower-diagonal number")
+        return shape[:-1] + (D, D)
+
+    def inverse_shape(self, shape):
+        if len(shape) < 2:
+            raise ValueError("Too few dimensions on input")
+        if shape[-2] != shape[-1]:
+            raise ValueError("Input is not square")
+        D = shape[-1]
+        return shape[:-2] + (D * (D - 1) // 2,)
