@@ -56,7 +56,8 @@ class ContinuousBernoulli(ExponentialFamily):
         return (self.probs <= self._lims[0]) | (self.probs > self._lims[1])
 
     def _cut_probs(self):
-        return plugflow.where(self._outside_unstable_region(), self.probs, self._lims[0] * plugflow.ones_like(self.probs))
+        return plugflow.where(self._outside_unstable_region(), self.probs,
+                              self._lims[0] * plugflow.ones_like(self.probs))
 
     def _cont_bern_log_norm(self):
         """The log normalizing constant, as a function of probs."""
@@ -64,7 +65,8 @@ class ContinuousBernoulli(ExponentialFamily):
         cut_probs_below_half = plugflow.where(cut_probs <= 0.5, cut_probs, plugflow.zeros_like(cut_probs))
         cut_probs_above_half = plugflow.where(cut_probs >= 0.5, cut_probs, plugflow.ones_like(cut_probs))
         log_norm = plugflow.log(plugflow.abs(plugflow.log1p(-cut_probs) - plugflow.log(cut_probs))) - plugflow.where(
-            cut_probs <= 0.5, plugflow.log1p(-2.0 * cut_probs_below_half), plugflow.log(2.0 * cut_probs_above_half - 1.0))
+            cut_probs <= 0.5, plugflow.log1p(-2.0 * cut_probs_below_half),
+            plugflow.log(2.0 * cut_probs_above_half - 1.0))
         x = plugflow.pow(self.probs - 0.5, 2)
         taylor = math.log(2.0) + (4.0 / 3.0 + 104.0 / 45.0 * x) * x
         return plugflow.where(self._outside_unstable_region(), log_norm, taylor)

@@ -1,4 +1,3 @@
-import plugflow
 from . import constraints
 from .exponential import Exponential
 from .transformed_distribution import TransformedDistribution
