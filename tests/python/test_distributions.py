@@ -997,7 +997,13 @@ def test_float32_parameters_keep_their_dtype():
     for d in (PD.Normal(loc, scale), PD.Laplace(loc, scale), PD.Exponential(scale), PD.Uniform(loc, scale + 1),
               PD.LogNormal(loc, scale), PD.Poisson(scale), PD.Binomial(4, scale / 2), PD.Bernoulli(scale / 2),
               PD.MultivariateNormal(loc, scale_tril=pf.eye(3)), PD.Gamma(scale, scale), PD.Chi2(scale),
-              PD.Beta(scale, scale), PD.Dirichlet(scale + 1), PD.StudentT(scale + 2)):
+              PD.Beta(scale, scale), PD.Dirichlet(scale + 1), PD.StudentT(scale + 2), PD.Cauchy(loc, scale),
+              PD.HalfNormal(scale), PD.Gumbel(loc, scale), PD.Geometric(scale / 2), PD.Pareto(scale, scale + 2),
+              PD.Weibull(scale, scale), PD.Kumaraswamy(scale, scale), PD.VonMises(loc, scale),
+              PD.ContinuousBernoulli(scale / 3), PD.FisherSnedecor(scale, scale), PD.NegativeBinomial(scale, scale / 2),
+              PD.LowRankMultivariateNormal(loc, pf.ones(3, 1), scale), PD.LogisticNormal(loc, scale),
+              PD.RelaxedBernoulli(scale[0], scale / 2), PD.RelaxedOneHotCategorical(scale[0], scale),
+              PD.Multinomial(5, scale), PD.MixtureSameFamily(PD.Categorical(scale), PD.Normal(loc, scale))):
         x = d.sample((2,))
         assert x.dtype == pf.float32 and d.log_prob(x).dtype == pf.float32, d
     assert PD.Categorical(logits=loc).sample().dtype == pf.int64
