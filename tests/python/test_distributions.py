@@ -82,6 +82,59 @@ CASES = {
     "StudentT": (lambda r: {"df": r.uniform(0.5, 10, size=(5,)), "loc": r.normal(size=(5,)),
                             "scale": r.uniform(0.5, 2, size=(5,))},
                  lambda D, p: D.StudentT(p["df"], p["loc"], p["scale"])),
+    "Cauchy": (lambda r: {"loc": r.normal(size=(2, 3)), "scale": r.uniform(0.5, 2, size=(2, 3))},
+               lambda D, p: D.Cauchy(p["loc"], p["scale"])),
+    "HalfNormal": (lambda r: {"scale": r.uniform(0.5, 2, size=(4,))}, lambda D, p: D.HalfNormal(p["scale"])),
+    "Gumbel": (lambda r: {"loc": r.normal(size=(4,)), "scale": r.uniform(0.5, 2, size=(4,))},
+               lambda D, p: D.Gumbel(p["loc"], p["scale"])),
+    "Geometric_probs": (lambda r: {"probs": r.uniform(0.1, 1, size=(5,))}, lambda D, p: D.Geometric(probs=p["probs"])),
+    "Geometric_logits": (lambda r: {"logits": r.normal(size=(2, 3))}, lambda D, p: D.Geometric(logits=p["logits"])),
+    "Multinomial_probs": (lambda r: {"probs": r.uniform(0.1, 1, size=(2, 4))},
+                          lambda D, p: D.Multinomial(9, probs=p["probs"])),
+    "Multinomial_logits": (lambda r: {"logits": r.normal(size=(3,))}, lambda D, p: D.Multinomial(4, logits=p["logits"])),
+    "Mixture_Normal": (lambda r: {"logits": r.normal(size=(2, 3)), "loc": r.normal(size=(2, 3)) * 2,
+                                  "scale": r.uniform(0.5, 2, size=(2, 3))},
+                       lambda D, p: D.MixtureSameFamily(D.Categorical(logits=p["logits"]),
+                                                        D.Normal(p["loc"], p["scale"]))),
+    "Mixture_Independent": (lambda r: {"probs": r.uniform(0.1, 1, size=(4,)), "loc": r.normal(size=(4, 2)),
+                                       "scale": r.uniform(0.5, 2, size=(4, 2))},
+                            lambda D, p: D.MixtureSameFamily(D.Categorical(p["probs"]),
+                                                             D.Independent(D.Normal(p["loc"], p["scale"]), 1))),
+    "RelaxedBernoulli": (lambda r: {"temperature": r.uniform(0.3, 2), "logits": r.normal(size=(2, 3))},
+                         lambda D, p: D.RelaxedBernoulli(p["temperature"], logits=p["logits"])),
+    "LogitRelaxedBernoulli": (lambda r: {"temperature": r.uniform(0.3, 2, size=(3,)),
+                                         "probs": r.uniform(0.1, 0.9, size=(3,))},
+                              lambda D, p: D.relaxed_bernoulli.LogitRelaxedBernoulli(p["temperature"], p["probs"])),
+    "RelaxedOneHotCategorical": (lambda r: {"temperature": r.uniform(0.5, 2), "probs": r.uniform(0.1, 1, size=(2, 4))},
+                                 lambda D, p: D.RelaxedOneHotCategorical(p["temperature"], p["probs"])),
+    "ExpRelaxedCategorical": (lambda r: {"temperature": r.uniform(0.3, 2), "logits": r.normal(size=(2, 3))},
+                              lambda D, p: D.relaxed_categorical.ExpRelaxedCategorical(p["temperature"],
+                                                                                       logits=p["logits"])),
+    "LowRankMVN": (lambda r: {"loc": r.normal(size=(2, 4)), "cov_factor": r.normal(size=(4, 2)),
+                              "cov_diag": r.uniform(0.5, 2, size=(2, 4))},
+                   lambda D, p: D.LowRankMultivariateNormal(p["loc"], p["cov_factor"], p["cov_diag"])),
+    "Pareto": (lambda r: {"scale": r.uniform(0.5, 2, size=(4,)), "alpha": r.uniform(0.5, 4, size=(4,))},
+               lambda D, p: D.Pareto(p["scale"], p["alpha"])),
+    "Weibull": (lambda r: {"scale": r.uniform(0.5, 2, size=(2, 3)), "concentration": r.uniform(0.5, 3, size=(2, 3))},
+                lambda D, p: D.Weibull(p["scale"], p["concentration"])),
+    "NegativeBinomial_probs": (lambda r: {"total_count": r.uniform(0.5, 10, size=(4,)),
+                                          "probs": r.uniform(0.05, 0.9, size=(4,))},
+                               lambda D, p: D.NegativeBinomial(p["total_count"], probs=p["probs"])),
+    "NegativeBinomial_logits": (lambda r: {"logits": r.normal(size=(2, 3))},
+                                lambda D, p: D.NegativeBinomial(5.0, logits=p["logits"])),
+    "LogisticNormal": (lambda r: {"loc": r.normal(size=(2, 3)), "scale": r.uniform(0.5, 2, size=(2, 3))},
+                       lambda D, p: D.LogisticNormal(p["loc"], p["scale"])),
+    "Kumaraswamy": (lambda r: {"c1": r.uniform(0.5, 4, size=(4,)), "c0": r.uniform(0.5, 4, size=(4,))},
+                    lambda D, p: D.Kumaraswamy(p["c1"], p["c0"])),
+    "FisherSnedecor": (lambda r: {"df1": r.uniform(0.5, 10, size=(5,)), "df2": r.uniform(0.5, 10, size=(5,))},
+                       lambda D, p: D.FisherSnedecor(p["df1"], p["df2"])),
+    "VonMises": (lambda r: {"loc": r.normal(size=(2, 3)) * 2, "concentration": r.uniform(0.2, 8, size=(2, 3))},
+                 lambda D, p: D.VonMises(p["loc"], p["concentration"])),
+    "ContinuousBernoulli_probs": (lambda r: {"probs": np.concatenate([r.uniform(0.02, 0.98, size=(4,)),
+                                                                      r.uniform(0.4995, 0.5005, size=(2,))])},
+                                 lambda D, p: D.ContinuousBernoulli(probs=p["probs"])),
+    "ContinuousBernoulli_logits": (lambda r: {"logits": r.normal(size=(2, 3)) * 2},
+                                   lambda D, p: D.ContinuousBernoulli(logits=p["logits"])),
     "Tanh_Normal": (lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.2, 1, size=(2, 3))},
                     lambda D, p: D.TransformedDistribution(D.Normal(p["loc"], p["scale"]), [
                         D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)])),
@@ -221,6 +274,20 @@ def test_rsample_is_reparameterized():
     assert x.requires_grad and bool(((x > -1) & (x < 1)).all())
 
 
+def test_lowrank_mvn_matrices_match_torch():
+    """LowRankMultivariateNormal's scale_tril, covariance_matrix and precision_matrix (composed
+    Cholesky factorization and triangular solve) and their float64 gradients."""
+    rng = seeded_rng()
+    loc, W, D = rng.normal(size=(2, 3)), rng.normal(size=(3, 2)), rng.uniform(0.5, 2, size=(2, 3))
+    for name in ("scale_tril", "covariance_matrix", "precision_matrix"):
+        leaves = {lib: [_tensor(lib, a, grad=True) for a in (loc, W, D)] for lib in (pf, torch)}
+        results = {lib: getattr(LIBS[lib].LowRankMultivariateNormal(*leaves[lib]), name) for lib in (pf, torch)}
+        assert_matches(results[pf], results[torch], rtol=1e-7, atol=1e-9)
+        backward_both(rng, results[pf], results[torch])
+        for a, b in zip(leaves[pf][1:], leaves[torch][1:]):
+            assert_matches(a.grad, b.grad, rtol=1e-7, atol=1e-9)
+
+
 def test_samples_reproduce_under_manual_seed():
     """Every sampler draws from plugflow's default generator: the same seed, the same draws."""
     dists = [case_build(PD) for case_build in _SAMPLED.values()]
@@ -254,6 +321,39 @@ _SAMPLED = {
     "Beta": lambda D: D.Beta(_p(0.3, 2.0, 5.0), _p(0.7, 2.0, 1.5)),
     "Dirichlet": lambda D: D.Dirichlet(pf.tensor([[0.4, 1.0, 3.0], [5.0, 5.0, 5.0]], dtype=pf.float64)),
     "StudentT": lambda D: D.StudentT(_p(6.0, 30.0), _p(1.0, -1.0), _p(2.0, 0.5)),
+    "HalfNormal": lambda D: D.HalfNormal(_p(0.5, 3.0)),
+    "Gumbel": lambda D: D.Gumbel(_p(1.0, -2.0), _p(0.5, 2.0)),
+    "Geometric": lambda D: D.Geometric(_p(0.05, 0.5, 1.0)),
+    "RelaxedBernoulli": lambda D: D.RelaxedBernoulli(_p(0.5), _p(0.1, 0.5, 0.9)),
+    "RelaxedOneHotCategorical": lambda D: D.RelaxedOneHotCategorical(_p(0.7), _p(0.2, 0.3, 0.5)),
+    "LowRankMVN": lambda D: D.LowRankMultivariateNormal(_p(1.0, -1.0, 0.0), _p(1.0, 0.5, -2.0).view(3, 1),
+                                                        _p(0.5, 1.0, 0.1)),
+    "Pareto": lambda D: D.Pareto(_p(1.0, 0.5), _p(5.0, 9.0)),
+    "Weibull": lambda D: D.Weibull(_p(1.0, 2.0), _p(0.7, 3.0)),
+    "NegativeBinomial": lambda D: D.NegativeBinomial(_p(0.5, 3.0, 20.0), _p(0.3, 0.5, 0.1)),
+    "Kumaraswamy": lambda D: D.Kumaraswamy(_p(0.5, 2.0, 5.0), _p(0.7, 2.0, 1.5)),
+    "FisherSnedecor": lambda D: D.FisherSnedecor(_p(3.0, 10.0), _p(30.0, 50.0)),
+    "LogisticNormal": lambda D: D.LogisticNormal(_p(0.0, 1.0), _p(0.5, 1.5)),
+    "VonMises": lambda D: D.VonMises(_p(0.0, 1.0, -3.0), _p(0.05, 2.0, 20.0)),
+    "ContinuousBernoulli": lambda D: D.ContinuousBernoulli(_p(0.05, 0.3, 0.5, 0.9)),
+    "Multinomial": lambda D: D.Multinomial(10, pf.tensor([[0.1, 0.6, 0.3], [0.0, 0.5, 0.5]], dtype=pf.float64)),
+    "Mixture": lambda D: D.MixtureSameFamily(D.Categorical(pf.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=pf.float64)),
+                                             D.Normal(pf.tensor([[-3.0, 1.0], [0.0, 5.0]], dtype=pf.float64),
+                                                      _p(0.5, 1.5))),
+}
+
+
+def _t(*values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+# torch's twins of the _SAMPLED distributions without closed-form moments.
+_TORCH_REFERENCE = {
+    "Tanh": lambda: TD.TransformedDistribution(TD.Normal(_t(0.0), _t(2.0)), TD.transforms.TanhTransform()),
+    "RelaxedBernoulli": lambda: TD.RelaxedBernoulli(_t(0.5), _t(0.1, 0.5, 0.9)),
+    "RelaxedOneHotCategorical": lambda: TD.RelaxedOneHotCategorical(_t(0.7), _t(0.2, 0.3, 0.5)),
+    "LogisticNormal": lambda: TD.LogisticNormal(_t(0.0, 1.0), _t(0.5, 1.5)),
+    "VonMises": lambda: TD.VonMises(_t(0.0, 1.0, -3.0), _t(0.05, 2.0, 20.0)),  # its moments are circular
 }
 
 
@@ -269,12 +369,11 @@ def test_sample_statistics(name):
     assert x.dtype == pf.float64 and tuple(x.shape) == (n,) + tuple(d.batch_shape + d.event_shape)
     assert bool(d.support.check(x).all())
     x = to_torch(x)
-    if name == "Tanh":
+    if name in _TORCH_REFERENCE:
         # no closed-form moments: compare with as many of torch's draws, whose estimates carry an
         # error too (the difference has sqrt(2) standard errors)
         torch.manual_seed(int(rng.integers(2**31)))
-        base = TD.Normal(torch.zeros(1, dtype=torch.float64), 2.0)
-        reference = TD.TransformedDistribution(base, TD.transforms.TanhTransform()).sample((n,))
+        reference = _TORCH_REFERENCE[name]().sample((n,))
         exact_mean, exact_var, spread = reference.mean(0), reference.var(0), math.sqrt(2)
     else:
         exact_mean, exact_var, spread = to_torch(d.mean), to_torch(d.variance), 1.0
@@ -414,6 +513,81 @@ def test_shapes_expand_and_enumerate_support():
     lambda lib, D: D.Binomial(lib.tensor([3.0, 4.0]), lib.tensor(0.5)).enumerate_support(),
     lambda lib, D: D.Binomial(lib.tensor([3.0, 4.0]), lib.tensor(0.5)).entropy(),
     lambda lib, D: D.Independent(D.Normal(lib.zeros(2), 1.0), 1).enumerate_support(),
+    lambda lib, D: D.Cauchy(0.0, -1.0),
+    lambda lib, D: D.Cauchy(lib.zeros(2), 1.0).mean,
+    lambda lib, D: D.HalfNormal(lib.tensor([0.0])),
+    lambda lib, D: D.HalfNormal(1.0).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.HalfNormal(lib.ones(2)).expand((3, 2)).batch_shape,
+    lambda lib, D: D.Gumbel(0.0, lib.tensor([-1.0])),
+    lambda lib, D: D.Gumbel(lib.zeros(2), 1.0).expand((3, 2)).log_prob(lib.zeros(3, 2)),
+    lambda lib, D: D.Geometric(lib.tensor([0.0, 0.5])),
+    lambda lib, D: D.Geometric(lib.tensor([1.5])),
+    lambda lib, D: D.Geometric(),
+    lambda lib, D: D.Geometric(lib.tensor([0.5])).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.Geometric(lib.tensor([1.0, 0.5])).log_prob(lib.tensor([0.0, 2.0])),
+    lambda lib, D: D.Multinomial(lib.tensor(3), lib.ones(2)),
+    lambda lib, D: D.Multinomial(3, lib.tensor([0.5, -0.5])),
+    lambda lib, D: D.Multinomial(3, lib.ones(2)).log_prob(lib.tensor([1.0, 1.0])),
+    lambda lib, D: D.Multinomial(3, lib.tensor([0.0, 1.0])).log_prob(lib.tensor([0.0, 3.0])),
+    lambda lib, D: D.Multinomial(3, lib.ones(2, 3)).expand((4, 2)).log_prob(lib.tensor([1.0, 1.0, 1.0])),
+    lambda lib, D: D.MixtureSameFamily(D.Normal(0.0, 1.0), D.Normal(lib.zeros(2), 1.0)),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(3)), D.Normal(lib.zeros(2), 1.0)),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(2, 2)), D.Normal(lib.zeros(3, 2), 1.0)),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(2)), "normal"),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(2)), D.Gamma(lib.ones(2), 1.0))
+    .log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.MixtureSameFamily(D.Categorical(lib.ones(3, 2)), D.Normal(lib.zeros(3, 2), 1.0))
+    .expand((4, 3)).log_prob(lib.zeros(4, 3)),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5), lib.tensor([1.5])),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5)),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5), lib.tensor([0.3])).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.RelaxedBernoulli(lib.tensor(0.5), logits=lib.zeros(2)).expand((3, 2)).log_prob(lib.ones(3, 2) / 3),
+    lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.tensor([0.5, -0.5])),
+    lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.ones(2)).log_prob(lib.tensor([0.5, 0.6])),
+    lambda lib, D: D.RelaxedOneHotCategorical(lib.tensor(0.5), lib.ones(2, 3)).expand((4, 2)).batch_shape,
+    lambda lib, D: D.LowRankMultivariateNormal(lib.tensor(0.0), lib.ones(1, 1), lib.ones(1)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2), lib.ones(2)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(3, 1), lib.ones(2)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(3)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(3, 2), lib.ones(2, 2, 1), lib.ones(2)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.tensor([1.0, 0.0])),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)).log_prob(lib.zeros(3)),
+    lambda lib, D: D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)).expand((3,))
+    .log_prob(lib.zeros(3, 2)),
+    lambda lib, D: D.Pareto(lib.tensor([1.0]), lib.tensor([0.0])),
+    lambda lib, D: D.Pareto(lib.tensor([1.0]), lib.tensor([2.0])).log_prob(lib.tensor([0.5])),
+    lambda lib, D: D.Pareto(lib.tensor([1.0]), lib.tensor([0.5, 1.5, 3.0])).mean,
+    lambda lib, D: D.Pareto(lib.ones(2), 2.0).expand((3, 2)).log_prob(lib.full((3, 2), 2.0)),
+    lambda lib, D: D.Weibull(lib.tensor([-1.0]), lib.tensor([1.0])),
+    lambda lib, D: D.Weibull(lib.tensor([1.0]), lib.tensor([2.0])).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.Weibull(lib.ones(2), 2.0).expand((3, 2)).log_prob(lib.ones(3, 2)),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([-1.0]), lib.tensor([0.5])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([2.0]), lib.tensor([1.0])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([2.0])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([2.0]), lib.tensor([0.5])).log_prob(lib.tensor([0.5])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([0.0, 2.0]), lib.tensor([0.5])).log_prob(lib.tensor([0.0, 0.0])),
+    lambda lib, D: D.NegativeBinomial(lib.tensor([3.0, 2.0]), logits=lib.zeros(2)).mode,
+    lambda lib, D: D.LogisticNormal(0.0, -1.0),
+    lambda lib, D: D.LogisticNormal(lib.zeros(2), 1.0).log_prob(lib.tensor([0.5, 0.6, 0.1])),
+    lambda lib, D: D.LogisticNormal(0.0, 1.0).batch_shape,
+    lambda lib, D: D.Kumaraswamy(lib.tensor([0.0]), 1.0),
+    lambda lib, D: D.Kumaraswamy(lib.tensor([2.0]), 1.0).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.Kumaraswamy(lib.tensor([2.0, 0.5, 3.0]), lib.tensor([3.0, 2.0, 0.7])).mode,
+    lambda lib, D: D.FisherSnedecor(lib.tensor([0.0]), 1.0),
+    lambda lib, D: D.FisherSnedecor(lib.tensor([2.0]), 3.0).log_prob(lib.tensor([-1.0])),
+    lambda lib, D: D.FisherSnedecor(lib.tensor([1.0, 3.0]), lib.tensor([2.0, 5.0])).expand((3, 2)).variance,
+    lambda lib, D: D.VonMises(0.0, lib.tensor([0.0])),
+    lambda lib, D: D.VonMises(lib.zeros(2), 1.0).expand((3, 2)).log_prob(lib.ones(3, 2)),
+    lambda lib, D: D.VonMises(lib.zeros(2), lib.tensor([0.5, 5.0])).variance,
+    lambda lib, D: D.VonMises(lib.zeros(2), 1.0).cdf(lib.zeros(2)),
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([1.5])).probs,
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([1.5]), validate_args=True),
+    lambda lib, D: D.ContinuousBernoulli(),
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([0.3])).log_prob(lib.tensor([1.5])),
+    lambda lib, D: D.ContinuousBernoulli(lib.tensor([0.3, 0.5])).cdf(lib.tensor([0.0, 1.0])),
+    lambda lib, D: D.ContinuousBernoulli(logits=lib.zeros(2)).expand((3, 2)).log_prob(lib.ones(3, 2) / 3),
+    lambda lib, D: D.kl_divergence(D.LowRankMultivariateNormal(lib.zeros(2), lib.ones(2, 1), lib.ones(2)),
+                                   D.LowRankMultivariateNormal(lib.zeros(3), lib.ones(3, 1), lib.ones(3))),
 ])
 def test_validation_errors_and_edge_results(fn):
     """Out-of-support parameters and values raise ValueError (validation is on by default), as do
@@ -537,6 +711,38 @@ KL_PAIRS = {
     "Uniform_Beta": lambda D, t: (D.Uniform(t(0.1, 0.0), t(0.9, 1.5)), D.Beta(t(2.0, 1.0), t(0.5, 1.5))),
     "Uniform_Gamma": lambda D, t: (D.Uniform(t(0.5, -1.0), t(1.0, 1.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
     "Chi2": lambda D, t: (D.Chi2(t(3.0, 0.5)), D.Chi2(t(1.0, 4.0))),
+    "Cauchy": lambda D, t: (D.Cauchy(t(0.3, 1.0), t(1.0, 2.0)), D.Cauchy(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gumbel": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Geometric": lambda D, t: (D.Geometric(t(0.3, 0.9)), D.Geometric(logits=t(0.2, -1.0))),
+    "HalfNormal": lambda D, t: (D.HalfNormal(t(0.3, 1.0)), D.HalfNormal(t(0.5, 1.5))),
+    "Exponential_Gumbel": lambda D, t: (D.Exponential(t(0.5, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gamma_Gumbel": lambda D, t: (D.Gamma(t(0.5, 3.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gumbel_Normal": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "Normal_Gumbel": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Uniform_Gumbel": lambda D, t: (D.Uniform(t(0.0, -1.0), t(1.0, 1.0)), D.Gumbel(t(0.0, 1.0), t(0.5, 1.5))),
+    "Gumbel_Gamma": lambda D, t: (D.Gumbel(t(0.3, 1.0), t(1.0, 2.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "LowRankMVN": lambda D, t: (D.LowRankMultivariateNormal(t(0.3, -1.0, 0.5), t(1.0, 0.2, -0.5, 0.4, 2.0, 0.1)
+                                                            .view(3, 2), t(1.0, 0.5, 2.0)),
+                                D.LowRankMultivariateNormal(t(0.0, 1.0, 0.2), t(0.3, -1.0, 0.8).view(3, 1),
+                                                            t(0.7, 1.5, 1.0))),
+    "MVN_LowRankMVN": lambda D, t: (D.MultivariateNormal(t(0.3, -1.0), scale_tril=t(1.0, 0.0, 0.4, 2.0).view(2, 2)),
+                                    D.LowRankMultivariateNormal(t(0.0, 1.0), t(0.3, -1.0).view(2, 1), t(0.7, 1.5))),
+    "LowRankMVN_MVN": lambda D, t: (D.LowRankMultivariateNormal(t(0.0, 1.0), t(0.3, -1.0).view(2, 1), t(0.7, 1.5)),
+                                    D.MultivariateNormal(t(0.3, -1.0), scale_tril=t(1.0, 0.0, 0.4, 2.0).view(2, 2))),
+    "Pareto": lambda D, t: (D.Pareto(t(1.0, 0.5), t(2.0, 3.0)), D.Pareto(t(0.7, 1.0), t(1.5, 0.5))),
+    "Pareto_Exponential": lambda D, t: (D.Pareto(t(1.0, 0.5), t(0.5, 3.0)), D.Exponential(t(1.5, 0.2))),
+    "Pareto_Gamma": lambda D, t: (D.Pareto(t(1.0, 0.5), t(0.5, 3.0)), D.Gamma(t(2.0, 1.0), t(0.5, 1.5))),
+    "Pareto_Normal": lambda D, t: (D.Pareto(t(1.0, 0.5), t(1.5, 3.0)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "Pareto_Uniform": lambda D, t: (D.Pareto(t(1.0, 0.5), t(1.5, 3.0)), D.Uniform(t(0.0, -1.0), t(1.0, 1.0))),
+    "Uniform_Pareto": lambda D, t: (D.Uniform(t(1.5, 0.2), t(2.0, 1.0)), D.Pareto(t(1.0, 0.5), t(2.0, 3.0))),
+    "Normal_Pareto": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.Pareto(t(1.0, 0.5), t(2.0, 3.0))),
+    "ContinuousBernoulli": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8, 0.5)), D.ContinuousBernoulli(t(0.6, 0.1, 0.2))),
+    "Beta_ContinuousBernoulli": lambda D, t: (D.Beta(t(0.5, 3.0), t(1.0, 2.0)), D.ContinuousBernoulli(t(0.6, 0.1))),
+    "ContinuousBernoulli_Exponential": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8)), D.Exponential(t(1.5, 0.2))),
+    "ContinuousBernoulli_Normal": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8)), D.Normal(t(0.0, 1.0), t(0.5, 1.5))),
+    "ContinuousBernoulli_Uniform": lambda D, t: (D.ContinuousBernoulli(t(0.3, 0.8)), D.Uniform(t(-0.5, 0.2), t(1.5, 1.0))),
+    "Uniform_ContinuousBernoulli": lambda D, t: (D.Uniform(t(0.1, 0.0), t(0.9, 0.5)), D.ContinuousBernoulli(t(0.3, 0.8))),
+    "Normal_ContinuousBernoulli": lambda D, t: (D.Normal(t(0.3, 1.0), t(1.0, 2.0)), D.ContinuousBernoulli(t(0.3, 0.8))),
     "Tanh_Normal": lambda D, t: (D.TransformedDistribution(D.Normal(t(0.3), t(1.0)), D.transforms.TanhTransform()),
                                  D.TransformedDistribution(D.Normal(t(0.0), t(2.0)), D.transforms.TanhTransform())),
 }
@@ -693,6 +899,53 @@ def test_transforms_match_torch(name):
     assert_same_outcome(run, rtol=1e-7, atol=1e-9)
 
 
+# Transforms over parts of x: each with the shape of x it takes.
+SHAPED_TRANSFORMS = {
+    "Reshape": (lambda T, t: T.ReshapeTransform((2, 3), (3, 2)), (4, 2, 3)),
+    "Reshape_flatten": (lambda T, t: T.ReshapeTransform((3,), (1, 3, 1)), (4, 3)),
+    "Cat": (lambda T, t: T.CatTransform([T.ExpTransform(), T.AffineTransform(t(1.0), t(-2.0)), T.SigmoidTransform()],
+                                        dim=1, lengths=[1, 2, 1]), (3, 4)),
+    "Cat_event": (lambda T, t: T.CatTransform([T.StickBreakingTransform(), T.IndependentTransform(T.ExpTransform(), 1)],
+                                              dim=-1, lengths=[2, 3]), (3, 5)),
+    "Cat_batch": (lambda T, t: T.CatTransform([T.StickBreakingTransform(), T.StickBreakingTransform()],
+                                              dim=0, lengths=[1, 2]), (3, 4)),
+    "Stack": (lambda T, t: T.StackTransform([T.ExpTransform(), T.TanhTransform(), T.AffineTransform(0.5, 2.0)],
+                                            dim=-1), (4, 3)),
+    "CorrCholesky": (lambda T, t: T.CorrCholeskyTransform(), (4, 6)),
+    "CumulativeDistribution": (None, (4, 3)),  # built in the test (it takes a distribution)
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPED_TRANSFORMS))
+def test_shaped_transforms_match_torch(name):
+    """Forward, inverse, log |det J| and its gradient, domains and shapes of the transforms that
+    reshape, split or take a distribution; their malformed inputs raise as PyTorch's."""
+    rng = seeded_rng()
+    build, shape = SHAPED_TRANSFORMS[name]
+    data = rng.uniform(0.1, 2.0, size=shape) * rng.choice([-1, 1], size=shape)
+
+    def run(lib):
+        D = LIBS[lib]
+        if build is None:
+            t = D.transforms.CumulativeDistributionTransform(D.Normal(lib.tensor(0.5, dtype=lib.float64), 2.0))
+        else:
+            t = build(D.transforms, lambda *v: lib.tensor(v if len(v) > 1 else v[0], dtype=lib.float64))
+        x = _tensor(lib, data, grad=True)
+        y = t(x)
+        ladj = t.log_abs_det_jacobian(x, y)
+        ladj.sum().backward()
+        results = [y, t.inv(y), ladj, x.grad, repr(t.domain), repr(t.codomain), t.bijective, t.domain.event_dim,
+                   t.codomain.event_dim, tuple(t.forward_shape(lib.Size(shape)))]
+        for bad in (x[:1, :1], x.sum(-1)):
+            try:
+                results.append(t(bad).shape)
+            except Exception as e:  # noqa: BLE001 - the same exception class is expected
+                results.append(type(e).__name__)
+        return tuple(results)
+
+    assert_same_outcome(run, rtol=1e-7, atol=1e-9)
+
+
 def test_transform_cache_and_inverse_identity():
     t = PD.transforms.TanhTransform(cache_size=1)
     x = pf.tensor([30.0, -0.5], dtype=pf.float64)
@@ -744,7 +997,13 @@ def test_float32_parameters_keep_their_dtype():
     for d in (PD.Normal(loc, scale), PD.Laplace(loc, scale), PD.Exponential(scale), PD.Uniform(loc, scale + 1),
               PD.LogNormal(loc, scale), PD.Poisson(scale), PD.Binomial(4, scale / 2), PD.Bernoulli(scale / 2),
               PD.MultivariateNormal(loc, scale_tril=pf.eye(3)), PD.Gamma(scale, scale), PD.Chi2(scale),
-              PD.Beta(scale, scale), PD.Dirichlet(scale + 1), PD.StudentT(scale + 2)):
+              PD.Beta(scale, scale), PD.Dirichlet(scale + 1), PD.StudentT(scale + 2), PD.Cauchy(loc, scale),
+              PD.HalfNormal(scale), PD.Gumbel(loc, scale), PD.Geometric(scale / 2), PD.Pareto(scale, scale + 2),
+              PD.Weibull(scale, scale), PD.Kumaraswamy(scale, scale), PD.VonMises(loc, scale),
+              PD.ContinuousBernoulli(scale / 3), PD.FisherSnedecor(scale, scale), PD.NegativeBinomial(scale, scale / 2),
+              PD.LowRankMultivariateNormal(loc, pf.ones(3, 1), scale), PD.LogisticNormal(loc, scale),
+              PD.RelaxedBernoulli(scale[0], scale / 2), PD.RelaxedOneHotCategorical(scale[0], scale),
+              PD.Multinomial(5, scale), PD.MixtureSameFamily(PD.Categorical(scale), PD.Normal(loc, scale))):
         x = d.sample((2,))
         assert x.dtype == pf.float32 and d.log_prob(x).dtype == pf.float32, d
     assert PD.Categorical(logits=loc).sample().dtype == pf.int64
@@ -757,7 +1016,11 @@ def test_package_layout():
     for module in ("distribution", "constraints", "kl", "utils", "transforms", "normal", "uniform", "bernoulli",
                    "categorical", "one_hot_categorical", "exponential", "laplace", "log_normal", "independent",
                    "multivariate_normal", "binomial", "poisson", "transformed_distribution", "exp_family", "gamma",
-                   "chi2", "beta", "dirichlet", "studentT"):
+                   "chi2", "beta", "dirichlet", "studentT", "cauchy", "half_normal", "gumbel", "geometric",
+                   "multinomial", "mixture_same_family", "relaxed_bernoulli", "relaxed_categorical",
+                   "lowrank_multivariate_normal", "pareto", "weibull", "negative_binomial",
+                   "logistic_normal", "kumaraswamy", "fishersnedecor", "von_mises",
+                   "continuous_bernoulli"):
         importlib.import_module("plugflow.distributions." + module)
         importlib.import_module("torch.distributions." + module)
     for name in PD.__all__:

@@ -1,7 +1,8 @@
 """Transforms: invertible maps with the log |det J| of their Jacobian, for TransformedDistribution
 (torch.distributions.transforms). Those built: ComposeTransform, IndependentTransform,
 ExpTransform, PowerTransform, SigmoidTransform, SoftplusTransform, TanhTransform, AbsTransform,
-AffineTransform, SoftmaxTransform, StickBreakingTransform and LowerCholeskyTransform."""
+AffineTransform, SoftmaxTransform, StickBreakingTransform, LowerCholeskyTransform, ReshapeTransform,
+CatTransform, StackTransform, CumulativeDistributionTransform and CorrCholeskyTransform."""
 
 import functools
 import math
@@ -12,12 +13,14 @@ import weakref
 import plugflow
 from plugflow.nn.functional import logsigmoid, pad, softplus
 from . import constraints
-from .utils import _sum_rightmost, broadcast_all, lazy_property
+from .utils import _sum_rightmost, broadcast_all, lazy_property, tril_matrix_to_vec, vec_to_tril_matrix
 
 __all__ = [
-    "AbsTransform", "AffineTransform", "ComposeTransform", "ExpTransform", "IndependentTransform",
-    "LowerCholeskyTransform", "PowerTransform", "SigmoidTransform", "SoftplusTransform", "TanhTransform",
-    "SoftmaxTransform", "StickBreakingTransform", "Transform", "identity_transform",
+    "AbsTransform", "AffineTransform", "CatTransform", "ComposeTransform", "CorrCholeskyTransform",
+    "CumulativeDistributionTransform",
+    "ExpTransform", "IndependentTransform", "LowerCholeskyTransform", "PowerTransform", "ReshapeTransform",
+    "SigmoidTransform", "SoftplusTransform", "StackTransform", "TanhTransform", "SoftmaxTransform",
+    "StickBreakingTransform", "Transform", "identity_transform",
 ]
 
 
@@ -601,3 +604,262 @@ class LowerCholeskyTransform(Transform):
 
     def _inverse(self, y):
         return y.tril(-1) + y.diagonal(dim1=-2, dim2=-1).log().diag_embed()
+
+
+class ReshapeTransform(Transform):
+    """Reshapes the rightmost in_shape dims of x to out_shape (log |det J| is 0)."""
+    bijective = True
+
+    def __init__(self, in_shape, out_shape, cache_size=0):
+        self.in_shape = plugflow.Size(in_shape)
+        self.out_shape = plugflow.Size(out_shape)
+        if self.in_shape.numel() != self.out_shape.numel():
+            raise ValueError("in_shape, out_shape have different numbers of elements")
+        super().__init__(cache_size=cache_size)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.independent(constraints.real, len(self.in_shape))
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.independent(constraints.real, len(self.out_shape))
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return ReshapeTransform(self.in_shape, self.out_shape, cache_size=cache_size)
+
+    def _call(self, x):
+        batch_shape = x.shape[:x.dim() - len(self.in_shape)]
+        return x.reshape(batch_shape + self.out_shape)
+
+    def _inverse(self, y):
+        batch_shape = y.shape[:y.dim() - len(self.out_shape)]
+        return y.reshape(batch_shape + self.in_shape)
+
+    def log_abs_det_jacobian(self, x, y):
+        batch_shape = x.shape[:x.dim() - len(self.in_shape)]
+        return x.new_zeros(batch_shape)
+
+    def forward_shape(self, shape):
+        return _reshaped(shape, self.in_shape, self.out_shape)
+
+    def inverse_shape(self, shape):
+        return _reshaped(shape, self.out_shape, self.in_shape)
+
+
+def _reshaped(shape, from_shape, to_shape):
+    """shape with its rightmost from_shape dims replaced by to_shape."""
+    if len(shape) < len(from_shape):
+        raise ValueError("Too few dimensions on input")
+    cut = len(shape) - len(from_shape)
+    if shape[cut:] != from_shape:
+        raise ValueError(f"Shape mismatch: expected {shape[cut:]} but got {from_shape}")
+    return shape[:cut] + to_shape
+
+
+def _check_slices(t, dim, size):
+    """PyTorch's asserts of Cat/StackTransform: dim is one of t's and t has `size` entries along it."""
+    if not -t.dim() <= dim < t.dim() or t.size(dim) != size:
+        raise AssertionError
+
+
+class CatTransform(Transform):
+    """Applies transforms[i] to the i-th block of lengths[i] entries of x along dim (lengths 1 by
+    default) and concatenates the results."""
+
+    def __init__(self, tseq, dim=0, lengths=None, cache_size=0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.lengths = [1] * len(self.transforms) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.transforms):
+            raise AssertionError
+        self.dim = dim
+
+    @lazy_property
+    def event_dim(self):
+        return max(t.event_dim for t in self.transforms)
+
+    @lazy_property
+    def length(self):
+        return sum(self.lengths)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
+
+    def _blocks(self, t):
+        start = 0
+        for length in self.lengths:
+            yield t.narrow(self.dim, start, length)
+            start = start + length
+
+    def _call(self, x):
+        _check_slices(x, self.dim, self.length)
+        return plugflow.cat([trans(xs) for trans, xs in zip(self.transforms, self._blocks(x))], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_slices(y, self.dim, self.length)
+        return plugflow.cat([trans.inv(ys) for trans, ys in zip(self.transforms, self._blocks(y))], dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_slices(x, self.dim, self.length)
+        _check_slices(y, self.dim, self.length)
+        logdetjacs = []
+        for trans, xs, ys in zip(self.transforms, self._blocks(x), self._blocks(y)):
+            logdetjac = trans.log_abs_det_jacobian(xs, ys)
+            if trans.event_dim < self.event_dim:
+                logdetjac = _sum_rightmost(logdetjac, self.event_dim - trans.event_dim)
+            logdetjacs.append(logdetjac)
+        dim = self.dim - x.dim() if self.dim >= 0 else self.dim
+        dim = dim + self.event_dim
+        # dim an event dim of the blocks: their terms are summed; a batch dim: concatenated
+        return plugflow.cat(logdetjacs, dim=dim) if dim < 0 else sum(logdetjacs)
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.cat([t.domain for t in self.transforms], self.dim, self.lengths)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.cat([t.codomain for t in self.transforms], self.dim, self.lengths)
+
+
+class StackTransform(Transform):
+    """Applies transforms[i] to x.select(dim, i) and stacks the results along dim."""
+
+    def __init__(self, tseq, dim=0, cache_size=0):
+        if not all(isinstance(t, Transform) for t in tseq):
+            raise AssertionError
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
+        super().__init__(cache_size=cache_size)
+        self.transforms = list(tseq)
+        self.dim = dim
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
+
+    def _slice(self, z):
+        return [z.select(self.dim, i) for i in range(z.size(self.dim))]
+
+    def _call(self, x):
+        _check_slices(x, self.dim, len(self.transforms))
+        return plugflow.stack([trans(xs) for xs, trans in zip(self._slice(x), self.transforms)], dim=self.dim)
+
+    def _inverse(self, y):
+        _check_slices(y, self.dim, len(self.transforms))
+        return plugflow.stack([trans.inv(ys) for ys, trans in zip(self._slice(y), self.transforms)], dim=self.dim)
+
+    def log_abs_det_jacobian(self, x, y):
+        _check_slices(x, self.dim, len(self.transforms))
+        _check_slices(y, self.dim, len(self.transforms))
+        return plugflow.stack([trans.log_abs_det_jacobian(xs, ys)
+                               for xs, ys, trans in zip(self._slice(x), self._slice(y), self.transforms)], dim=self.dim)
+
+    @property
+    def bijective(self):
+        return all(t.bijective for t in self.transforms)
+
+    @constraints.dependent_property
+    def domain(self):
+        return constraints.stack([t.domain for t in self.transforms], self.dim)
+
+    @constraints.dependent_property
+    def codomain(self):
+        return constraints.stack([t.codomain for t in self.transforms], self.dim)
+
+
+class CumulativeDistributionTransform(Transform):
+    """y = distribution.cdf(x), onto the unit interval (a copula's marginal); log |det J| is the
+    distribution's log density."""
+    bijective = True
+    codomain = constraints.unit_interval
+    sign = +1
+
+    def __init__(self, distribution, cache_size=0):
+        super().__init__(cache_size=cache_size)
+        self.distribution = distribution
+
+    @property
+    def domain(self):
+        return self.distribution.support
+
+    def _call(self, x):
+        return self.distribution.cdf(x)
+
+    def _inverse(self, y):
+        return self.distribution.icdf(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        return self.distribution.log_prob(x)
+
+    def with_cache(self, cache_size=1):
+        if self._cache_size == cache_size:
+            return self
+        return CumulativeDistributionTransform(self.distribution, cache_size=cache_size)
+
+
+class CorrCholeskyTransform(Transform):
+    """Maps a vector of D (D - 1) / 2 reals to the Cholesky factor of a D x D correlation matrix:
+    tanh to (-1, 1), then stick-breaking along each row so that its squares sum to 1 (Stan's
+    transform). log_abs_det_jacobian is taken with respect to the factor's strict lower triangle."""
+    domain = constraints.real_vector
+    codomain = constraints.corr_cholesky
+    bijective = True
+
+    def _call(self, x):
+        x = plugflow.tanh(x)
+        eps = plugflow.finfo(x.dtype).eps
+        x = x.clamp(min=-1 + eps, max=1 - eps)
+        r = vec_to_tril_matrix(x, diag=-1)
+        # stick-breaking on the squares: y = sign(r) sqrt(z * cumprod(1 - z)) = r * sqrt(cumprod(1 - z))
+        z = r ** 2
+        z1m_cumprod_sqrt = (1 - z).sqrt().cumprod(-1)
+        r = r + plugflow.eye(r.shape[-1], dtype=r.dtype, device=r.device)  # the diagonal is 1
+        return r * pad(z1m_cumprod_sqrt[..., :-1], [1, 0], value=1)
+
+    def _inverse(self, y):
+        y_cumsum = 1 - plugflow.cumsum(y * y, dim=-1)
+        y_cumsum_shifted = pad(y_cumsum[..., :-1], [1, 0], value=1)
+        y_vec = tril_matrix_to_vec(y, diag=-1)
+        y_cumsum_vec = tril_matrix_to_vec(y_cumsum_shifted, diag=-1)
+        t = y_vec / y_cumsum_vec.sqrt()
+        return ((1 + t) / (1 - t)).log() / 2  # atanh
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        y1m_cumsum = 1 - (y * y).cumsum(dim=-1)
+        # diag=-2 takes the cumulative sums already shifted by one column
+        y1m_cumsum_tril = tril_matrix_to_vec(y1m_cumsum, diag=-2)
+        stick_breaking_logdet = 0.5 * y1m_cumsum_tril.log().sum(-1)
+        tanh_logdet = -2 * (x + softplus(-2 * x) - math.log(2.)).sum(dim=-1)
+        return stick_breaking_logdet + tanh_logdet
+
+    def forward_shape(self, shape):
+        if len(shape) < 1:
+            raise ValueError("Too few dimensions on input")
+        N = shape[-1]
+        D = round((0.25 + 2 * N) ** 0.5 + 0.5)
+        if D * (D - 1) // 2 != N:
+            raise ValueError("Input is not a flattend lower-diagonal number")
+        return shape[:-1] + (D, D)
+
+    def inverse_shape(self, shape):
+        if len(shape) < 2:
+            raise ValueError("Too few dimensions on input")
+        if shape[-2] != shape[-1]:
+            raise ValueError("Input is not square")
+        D = shape[-1]
+        return shape[:-2] + (D * (D - 1) // 2,)
