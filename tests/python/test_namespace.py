@@ -218,3 +218,29 @@ def test_interop_threads_set_once():
             "try:\n    pf.set_num_interop_threads(2)\nexcept RuntimeError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "cannot set number of interop threads" in out
+
+
+@pytest.mark.parametrize("name, args", [("uniform", (-1.0, 2.0)), ("normal", (0.5, 2.0)), ("constant", (0.25,)),
+                                        ("eye", ()), ("dirac", ()), ("xavier_uniform", (1.5,)),
+                                        ("xavier_normal", ()), ("kaiming_uniform", (0.1,)),
+                                        ("kaiming_normal", ()), ("orthogonal", (2.0,)), ("sparse", (0.5,))])
+def test_deprecated_init_aliases(name, args):
+    shape = (4, 2, 3) if name == "dirac" else (4, 6)
+    results = {}
+    for lib in (torch, pf):
+        tensor = lib.empty(shape, dtype=lib.float64)
+        with pytest.warns(UserWarning) as caught:
+            assert getattr(lib.nn.init, name)(tensor, *args) is tensor
+        results[lib] = [str(w.message) for w in caught], tensor
+    assert results[pf][0] == results[torch][0] == [f"nn.init.{name} is now deprecated in favor of nn.init.{name}_."]
+    if name in ("constant", "eye", "dirac"):
+        assert_matches(results[pf][1], results[torch][1])
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (3, 2, 4), (4, 4)])
+def test_orthogonal_init_is_orthogonal(shape):
+    seeded_rng(seed_plugflow=True)
+    for dtype in (pf.float32, pf.float64):
+        w = pf.nn.init.orthogonal_(pf.empty(shape, dtype=dtype), gain=1.5).reshape(shape[0], -1).double()
+        gram = w @ w.t() if shape[0] <= w.shape[1] else w.t() @ w
+        assert pf.allclose(gram, 2.25 * pf.eye(gram.shape[0], dtype=pf.float64), atol=1e-5)
