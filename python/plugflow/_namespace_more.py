@@ -7,7 +7,7 @@ Importing this module installs Tensor.hardshrink."""
 
 import warnings
 
-from . import _C, backends, linalg
+from . import backends, linalg
 from ._C import Tensor
 from .nn import functional as _F
 from .distributions import _discrete
@@ -155,10 +155,10 @@ def matrix_rank(*args, **kwargs):
 
 
 def cholesky(input, upper=False, *, out=None):
-    """linalg.cholesky, transposed when upper (deprecated in PyTorch)."""
+    """linalg.cholesky (deprecated in PyTorch)."""
     _warn_once(
-        "cholesky", "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in a future PyTorch "
-        "release.\nL = torch.cholesky(A)\nshould be replaced with\nL = torch.linalg.cholesky(A)\nand\n"
+        "cholesky", "torch.cholesky is deprecated in favor of torch.linalg.cholesky and will be removed in a future "
+        "PyTorch release.\nL = torch.cholesky(A)\nshould be replaced with\nL = torch.linalg.cholesky(A)\nand\n"
         "U = torch.cholesky(A, upper=True)\nshould be replaced with\nU = torch.linalg.cholesky(A).mH().\n"
         "This transform will produce equivalent results for all valid (symmetric positive definite) inputs.")
     return linalg.cholesky(input, upper=upper, out=out)
