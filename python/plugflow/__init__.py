@@ -101,6 +101,7 @@ from .linalg import (inverse, det, logdet, cholesky_solve, cholesky_inverse, pin
                      _svd_function as svd, _qr_function as qr, symeig, orgqr)
 from . import testing  # noqa: E402,F401  (torch.testing.assert_close after `import torch`)
 from . import distributions  # noqa: E402,F401  (torch.distributions)
+from ._namespace_more import *  # noqa: F401,F403,E402  (F's top-level aliases, chain_matmul, poisson, settings, ...)
 from ._tensortype import legacy_types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("cpu"))  # FloatTensor, LongTensor, ... (constructors and isinstance tests)

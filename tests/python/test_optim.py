@@ -1,5 +1,5 @@
 """plugflow.optim against torch.optim 1.13: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta, Adamax,
-NAdam, RAdam and ASGD run on the same random parameters and the same random gradient sequence for
+NAdam, RAdam, ASGD and Rprop run on the same random parameters and the same random gradient sequence for
 several steps, with every option combination, param groups with their own options, a parameter
 that gets no gradient, non-contiguous / size-0 / size-1 / 0-d parameters, state_dict() round trips
 in both directions mid-run, closures, zero_grad, and PyTorch's errors for bad hyperparameters and
@@ -189,17 +189,21 @@ RADAM_COMBOS = combos(lr=[0.01], betas=[(0.9, 0.999), (0.8, 0.9)], eps=[1e-8, 1e
 # t0 = 2 starts ASGD's averaging (mu != 1) within the run.
 ASGD_COMBOS = combos(lr=[0.05], lambd=[1e-4, 0.1], alpha=[0.75, 0.5], t0=[1e6, 2], weight_decay=[0, 0.1],
                      maximize=[False, True])
+# step_sizes (1e-3, 0.02) reaches both clamps within the run.
+RPROP_COMBOS = combos(lr=[0.01], etas=[(0.5, 1.2), (0.3, 1.7)], step_sizes=[(1e-6, 50), (1e-3, 0.02)],
+                      maximize=[False, True])
 
 ALL_COMBOS = ([("SGD", c) for c in SGD_COMBOS] + [("Adam", c) for c in ADAM_COMBOS]
               + [("AdamW", c) for c in ADAMW_COMBOS] + [("RMSprop", c) for c in RMSPROP_COMBOS]
               + [("Adagrad", c) for c in ADAGRAD_COMBOS] + [("Adadelta", c) for c in ADADELTA_COMBOS]
               + [("Adamax", c) for c in ADAMAX_COMBOS] + [("NAdam", c) for c in NADAM_COMBOS]
-              + [("RAdam", c) for c in RADAM_COMBOS] + [("ASGD", c) for c in ASGD_COMBOS])
+              + [("RAdam", c) for c in RADAM_COMBOS] + [("ASGD", c) for c in ASGD_COMBOS]
+              + [("Rprop", c) for c in RPROP_COMBOS])
 
 
 @pytest.mark.parametrize("name,kwargs", ALL_COMBOS, ids=[f"{n}-{combo_id(c)}" for n, c in ALL_COMBOS])
 def test_matches_torch(rng, name, kwargs):
-    run_and_compare(rng, name, kwargs, steps=7 if name == "RAdam" else 4)
+    run_and_compare(rng, name, kwargs, steps=7 if name in ("RAdam", "Rprop") else 4)
 
 
 @pytest.mark.parametrize("name", ["Adadelta", "Adamax", "NAdam", "RAdam", "ASGD"])
@@ -232,6 +236,7 @@ GROUP_OPTIONS = {
     "NAdam": (dict(lr=0.01), dict(lr=0.03, betas=(0.8, 0.9), momentum_decay=0.1, weight_decay=0.1)),
     "RAdam": (dict(lr=0.01), dict(lr=0.03, betas=(0.8, 0.9), weight_decay=0.1)),
     "ASGD": (dict(lr=0.05, t0=3), dict(lr=0.02, lambd=0.1, alpha=0.5, t0=1, weight_decay=0.1, maximize=True)),
+    "Rprop": (dict(lr=0.01), dict(lr=0.03, etas=(0.4, 1.5), step_sizes=(1e-4, 0.05), maximize=True)),
 }
 
 
@@ -405,6 +410,7 @@ BAD_HYPERPARAMETERS = [
     ("RAdam", dict(lr=-1)), ("RAdam", dict(eps=-1)), ("RAdam", dict(betas=(-0.5, 0.9))),
     ("RAdam", dict(weight_decay=-1)),
     ("ASGD", dict(lr=-1)), ("ASGD", dict(weight_decay=-1)),
+    ("Rprop", dict(lr=-1)), ("Rprop", dict(etas=(1.0, 1.2))), ("Rprop", dict(etas=(0.5, 0.9))),
 ]
 
 
@@ -534,7 +540,8 @@ def test_old_state_dict_with_integer_step(rng):
                                           ("Adamax", "Adamax does not support sparse gradients"),
                                           ("NAdam", "NAdam does not support sparse gradients"),
                                           ("RAdam", "RAdam does not support sparse gradients"),
-                                          ("ASGD", "ASGD does not support sparse gradients")])
+                                          ("ASGD", "ASGD does not support sparse gradients"),
+                                          ("Rprop", "Rprop does not support sparse gradients")])
 def test_sparse_gradients_are_rejected(rng, monkeypatch, name, message):
     (p,), _ = make_params(rng, specs=[((3,), "contiguous")])
     p.grad = pf.ones(3)

@@ -41,22 +41,22 @@ def _until_done(step, *state):
     return result
 
 
-def _uniform_like(x):
-    return plugflow.rand(x.shape, dtype=x.dtype, device=x.device)
+def _uniform_like(x, generator):
+    return plugflow.rand(x.shape, dtype=x.dtype, device=x.device, generator=generator)
 
 
-def _poisson_by_products(rate):
+def _poisson_by_products(rate, generator):
     """Poisson draws for small rates (1-d): the number of uniforms multiplied before the product
     falls below exp(-rate)."""
     def step(threshold, product, count):
-        product = product * _uniform_like(product)
+        product = product * _uniform_like(product, generator)
         done = product <= threshold
         return done, count, (threshold, product, count + 1)
 
     return _until_done(step, plugflow.exp(-rate), plugflow.ones_like(rate), plugflow.zeros_like(rate))
 
 
-def _poisson_ptrs(lam):
+def _poisson_ptrs(lam, generator):
     """Poisson draws for rates >= 10 (1-d) by transformed rejection (PTRS)."""
     slam, loglam = lam.sqrt(), lam.log()
     b = 0.931 + 2.53 * slam
@@ -65,8 +65,8 @@ def _poisson_ptrs(lam):
     vr = 0.9277 - 3.6224 / (b - 2)
 
     def step(lam, loglam, a, b, inv_alpha, vr):
-        u = _uniform_like(lam) - 0.5
-        v = _uniform_like(lam)
+        u = _uniform_like(lam, generator) - 0.5
+        v = _uniform_like(lam, generator)
         us = 0.5 - u.abs()
         k = plugflow.floor((2 * a / us + b) * u + lam + 0.43)
         quick = (us >= 0.07) & (v <= vr)
@@ -79,7 +79,7 @@ def _poisson_ptrs(lam):
     return _until_done(step, lam, loglam, a, b, inv_alpha, vr)
 
 
-def poisson(rate):
+def poisson(rate, generator=None):
     """torch.poisson: a Poisson draw for each element of rate (a float tensor, no gradient); an
     infinite rate gives inf and NaN gives NaN."""
     flat = rate.reshape(-1)
@@ -87,13 +87,13 @@ def poisson(rate):
     small = flat.isfinite() & (flat < 10)
     large = flat.isfinite() & (flat >= 10)
     if small.any():
-        result[small] = _poisson_by_products(flat[small])
+        result[small] = _poisson_by_products(flat[small], generator)
     if large.any():
-        result[large] = _poisson_ptrs(flat[large])
+        result[large] = _poisson_ptrs(flat[large], generator)
     return result.reshape(rate.shape)
 
 
-def _binomial_inversion(n, q):
+def _binomial_inversion(n, q, generator):
     """Binomial draws for n q < 10 (1-d, 0 < q <= 1/2): walks the cumulative probabilities from 0."""
     s = q / (1 - q)
 
@@ -104,10 +104,10 @@ def _binomial_inversion(n, q):
         r = r * ((n + 1) * s / k_next - s)  # P(k + 1) / P(k) = (n - k) q / ((k + 1) (1 - q))
         return done, k, (n, s, u, r, k_next)
 
-    return _until_done(step, n, s, _uniform_like(q), plugflow.exp(n * plugflow.log1p(-q)), plugflow.zeros_like(q))
+    return _until_done(step, n, s, _uniform_like(q, generator), plugflow.exp(n * plugflow.log1p(-q)), plugflow.zeros_like(q))
 
 
-def _binomial_btrs(n, p):
+def _binomial_btrs(n, p, generator):
     """Binomial draws for n p >= 10 (1-d, p <= 1/2) by transformed rejection (BTRS)."""
     stddev = (n * p * (1 - p)).sqrt()
     b = 1.15 + 2.53 * stddev
@@ -120,8 +120,8 @@ def _binomial_btrs(n, p):
     m_tails = _stirling_tail(m) + _stirling_tail(n - m)
 
     def step(n, a, b, c, v_r, r, alpha, m, m_tails):
-        u = _uniform_like(n) - 0.5
-        v = _uniform_like(n)
+        u = _uniform_like(n, generator) - 0.5
+        v = _uniform_like(n, generator)
         us = 0.5 - u.abs()
         k = plugflow.floor((2 * a / us + b) * u + c)
         in_range = (k >= 0) & (k <= n)
@@ -137,7 +137,7 @@ def _binomial_btrs(n, p):
     return _until_done(step, n, a, b, c, v_r, r, alpha, m, m_tails)
 
 
-def binomial(count, prob):
+def binomial(count, prob, generator=None):
     """torch.binomial: a Binomial(count, prob) draw for each element (float tensors of one shape,
     no gradient); NaN where count is not a finite non-negative number or prob not in [0, 1].
     Draws with q = min(prob, 1 - prob) and reflects (count - k) where prob > 1/2."""
@@ -150,8 +150,8 @@ def binomial(count, prob):
     by_inversion = trials & (n * q < 10)
     by_rejection = trials & (n * q >= 10)
     if by_inversion.any():
-        result[by_inversion] = _binomial_inversion(n[by_inversion], q[by_inversion])
+        result[by_inversion] = _binomial_inversion(n[by_inversion], q[by_inversion], generator)
     if by_rejection.any():
-        result[by_rejection] = _binomial_btrs(n[by_rejection], q[by_rejection])
+        result[by_rejection] = _binomial_btrs(n[by_rejection], q[by_rejection], generator)
     result = plugflow.where(flip, n - result, result)
     return plugflow.where(valid, result, plugflow.full_like(result, plugflow.nan)).reshape(count.shape)

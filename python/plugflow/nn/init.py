@@ -9,9 +9,7 @@ distributions are the same.
 import math
 import warnings
 
-import numpy as np
-
-from .. import _C, _creation
+from .. import _C, _creation, linalg
 from ..autograd import no_grad
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
@@ -184,17 +182,15 @@ def orthogonal_(tensor, gain=1, generator=None):
         return tensor
     rows = tensor.size(0)
     cols = tensor.numel() // rows
-    flattened = _creation.empty(rows, cols, dtype=_C.float64).normal_(0, 1, generator=generator).numpy()
+    flattened = _creation.empty(rows, cols, dtype=_C.float64).normal_(0, 1, generator=generator)
     if rows < cols:
-        flattened = flattened.T
-    # No QR in plugflow's op set; this runs once per parameter, so numpy's is fine.
-    q, r = np.linalg.qr(flattened)
-    q *= np.sign(np.diag(r))  # makes Q uniform (Mezzadri, arXiv math-ph/0609050)
+        flattened = flattened.t()
+    q, r = linalg.qr(flattened)
+    q = q * r.diagonal().sign()  # makes Q uniform (Mezzadri, arXiv math-ph/0609050)
     if rows < cols:
-        q = q.T
+        q = q.t()
     with no_grad():
-        values = _C.from_numpy(np.ascontiguousarray(q) * gain).to(tensor.device, tensor.dtype)
-        tensor.copy_(values.view(tensor.shape))
+        tensor.copy_((q * gain).reshape(tensor.shape).to(tensor.device, tensor.dtype))
     return tensor
 
 
@@ -211,3 +207,29 @@ def sparse_(tensor, sparsity, std=0.01, generator=None):
             row_indices = _creation.randperm(rows, generator=generator, device=tensor.device)
             tensor[row_indices[:num_zeros], col_idx] = 0
     return tensor
+
+
+def _deprecated(method):
+    """PyTorch's deprecated spelling without the trailing underscore: warns, then calls method."""
+    old_name = method.__name__[:-1]
+
+    def deprecated_init(*args, **kwargs):
+        warnings.warn(f"nn.init.{old_name} is now deprecated in favor of nn.init.{method.__name__}.", stacklevel=2)
+        return method(*args, **kwargs)
+
+    deprecated_init.__name__ = deprecated_init.__qualname__ = old_name
+    deprecated_init.__doc__ = f"Deprecated: nn.init.{method.__name__}."
+    return deprecated_init
+
+
+uniform = _deprecated(uniform_)
+normal = _deprecated(normal_)
+constant = _deprecated(constant_)
+eye = _deprecated(eye_)
+dirac = _deprecated(dirac_)
+xavier_uniform = _deprecated(xavier_uniform_)
+xavier_normal = _deprecated(xavier_normal_)
+kaiming_uniform = _deprecated(kaiming_uniform_)
+kaiming_normal = _deprecated(kaiming_normal_)
+orthogonal = _deprecated(orthogonal_)
+sparse = _deprecated(sparse_)

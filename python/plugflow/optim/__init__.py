@@ -21,10 +21,11 @@ from .adamax import Adamax
 from .nadam import NAdam
 from .radam import RAdam
 from .asgd import ASGD
+from .rprop import Rprop
 from .lbfgs import LBFGS
 from .sparse_adam import SparseAdam
 from . import lr_scheduler
 from . import swa_utils
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop",
            "LBFGS", "SparseAdam", "lr_scheduler", "swa_utils"]
