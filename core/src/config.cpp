@@ -331,7 +331,7 @@ class SchemaReader {
   void read_optimizations(const YAML::Node& node, const std::string& path, const YAML::Mark& mark, Optimizations& o) {
     for_each_field(node, path, mark,
                    {"conv_algo_search", "algo_cache", "fuse_pad_conv", "fuse_add_to_output", "fuse_conv_bn",
-                    "fuse_bias_act", "fuse_model_update", "amp", "graph", "graph_memory_format"},
+                    "fuse_bias_act", "fuse_model_update", "blocked_layout", "amp", "graph", "graph_memory_format"},
                    [&](const std::string& key, const YAML::Mark& m, const YAML::Node& v) {
                      const std::string leaf = key.substr(path.size() + 1);
                      if (leaf == "conv_algo_search") {
@@ -349,6 +349,8 @@ class SchemaReader {
                        o.fuse_bias_act = read_bool(v, key, m);
                      } else if (leaf == "fuse_model_update") {
                        o.fuse_model_update = read_bool(v, key, m);
+                     } else if (leaf == "blocked_layout") {
+                       o.blocked_layout = read_bool(v, key, m);
                      } else if (leaf == "graph") {
                        o.graph = read_bool(v, key, m);
                      } else if (leaf == "graph_memory_format") {

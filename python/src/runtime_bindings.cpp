@@ -51,6 +51,7 @@ py::dict config_dict(const Config& c) {
   opt["fuse_conv_bn"] = o.fuse_conv_bn;
   opt["fuse_bias_act"] = o.fuse_bias_act;
   opt["fuse_model_update"] = o.fuse_model_update;
+  opt["blocked_layout"] = o.blocked_layout;
   opt["graph"] = o.graph;
   opt["amp"] = o.amp;
   opt["graph_memory_format"] = o.graph_memory_format;

@@ -4,6 +4,7 @@ results: float64 within 1e-10, float32 within float tolerance, for inference and
 over several steps), then whole models with every pass on and with each pass off alone."""
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -14,10 +15,11 @@ import plugflow.nn.functional as F
 
 from helpers import seeded_rng
 
-PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
+PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update",
+          "blocked_layout")
 ALLOW = {"fuse_pad_conv": "allow_fuse_pad_conv", "fuse_conv_bn": "allow_fuse_conv_bn",
          "fuse_bias_act": "allow_fuse_bias_act", "fuse_add_to_output": "allow_fuse_add_to_output",
-         "fuse_model_update": "allow_fuse_model_update_ops"}
+         "fuse_model_update": "allow_fuse_model_update_ops", "blocked_layout": "allow_blocked_layout"}
 TOL = {pf.float64: dict(rtol=1e-10, atol=1e-12), pf.float32: dict(rtol=2e-5, atol=2e-5)}
 
 
@@ -502,10 +504,11 @@ class Net(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU())
-        self.block = BasicBlock(4)
-        self.conv = nn.Conv2d(4, 4, 3, groups=2)
-        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 5)
+        # 16 channels: blocked_layout's float32 activations (a multiple of 16).
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.block = BasicBlock(16)
+        self.conv = nn.Conv2d(16, 16, 3, groups=2)
+        self.fc1, self.fc2 = nn.Linear(16, 8), nn.Linear(8, 5)
 
     def forward(self, x):
         h = self.stem(F.pad(x, (1, 1, 1, 1)))
@@ -543,6 +546,129 @@ def test_each_pass_alone_and_all_match_eager(passes, dtype):
         assert_close(graph(x.to(dtype), y)[0], loss, dtype)
         for (name, a), b in zip(model.named_parameters(), twin.parameters()):
             assert_close(b, a, dtype, name)
+
+
+# ---- blocked_layout ---------------------------------------------------------------------------
+
+
+class BlockedNet(nn.Module):
+    """A small ResNet: strided stem, a basic block, a projection block (1x1 stride-2 shortcut),
+    then a head that pools (`pool`) or flattens the feature map (`flatten`: a view of a
+    convolution's output read by a Linear); `features` also returns the last feature map."""
+
+    def __init__(self, width=16, head="pool", hw=(9, 7), features=False):
+        super().__init__()
+        self.head, self.features = head, features
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width),
+                                  nn.ReLU(inplace=True))
+        self.block = BasicBlock(width)
+        self.down = nn.Sequential(nn.Conv2d(width, 2 * width, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(2 * width), nn.ReLU(inplace=True),
+                                  nn.Conv2d(2 * width, 2 * width, 3, padding=1, bias=False), nn.BatchNorm2d(2 * width))
+        self.shortcut = nn.Sequential(nn.Conv2d(width, 2 * width, 1, stride=2, bias=False), nn.BatchNorm2d(2 * width))
+        h, w = (hw[0] + 1) // 2, (hw[1] + 1) // 2
+        h, w = (h + 1) // 2, (w + 1) // 2
+        self.fc = nn.Linear(2 * width * (h * w if head == "flatten" else 1), 5)
+
+    def forward(self, x):
+        h = self.stem(x)
+        b = self.block
+        h = b.relu(b.bn2(b.conv2(b.relu(b.bn1(b.conv1(h))))) + h)
+        h = F.relu(self.down(h) + self.shortcut(h))
+        out = self.fc(h.flatten(1) if self.head == "flatten" else h.mean((2, 3)))
+        return (out, h) if self.features else out
+
+
+def blocked_report(graph):
+    return report(graph, "blocked_layout")
+
+
+@pytest.mark.parametrize("head", ["pool", "flatten"])
+@pytest.mark.parametrize("fusions", [False, True])
+def test_blocked_layout_training_same_numbers(head, fusions):
+    """Channel-blocked activations give the row-major graph's losses, outputs, parameters and
+    running statistics step after step (float32; odd image sizes, a strided stem, a projection
+    shortcut), with the fusion passes off and on."""
+    rng = seeded_rng(seed_plugflow=True)
+    model = BlockedNet(head=head)
+    perturb_bn_statistics(model, rng)
+    batches = image_batches(rng, (3, 3, 9, 7), 5)
+    passes = {"blocked_layout"} | ({"fuse_conv_bn", "fuse_add_to_output", "fuse_bias_act"} if fusions else set())
+    on, off = check_training(model, lambda ps: pf.optim.SGD(ps, lr=0.05, momentum=0.9), batches, passes, pf.float32,
+                             steps=3)
+    text = blocked_report(on)
+    assert "kept channel-blocked (nChw16c)" in text, text
+    # Every conversion is a copy node; the flattened feature map is read through a view (a Linear
+    # reads a row-major copy) and its gradient written by the view's backward (converted back).
+    conversions = int(re.search(r"(\d+) conversions for other ops", text).group(1))
+    assert ops(on).count("copy") == ops(off).count("copy") + conversions
+    assert conversions >= (2 if head == "flatten" else 0)
+    assert blocked_report(off) == ""
+
+
+def test_blocked_layout_inference_and_eager_agree():
+    """An inference graph (batch norms folded into the convolutions) with blocked activations,
+    and eager training of the same model afterwards, agree with the row-major results."""
+    rng = seeded_rng(seed_plugflow=True)
+    model = BlockedNet()
+    perturb_bn_statistics(model, rng)
+    model.eval()
+    on, _ = check_inference(model, lambda: [pf.from_numpy(rng.standard_normal((2, 3, 9, 7)))],
+                            {"blocked_layout", "fuse_conv_bn"}, pf.float32)
+    assert "kept channel-blocked" in blocked_report(on)
+    x = pf.from_numpy(rng.standard_normal((2, 3, 9, 7))).float()
+    with pf.no_grad():
+        assert_close(on(x), model(x), pf.float32)
+
+
+@pytest.mark.parametrize("case", ["width12", "float64", "channels_last", "off"])
+def test_blocked_layout_guards(case):
+    """No channel-blocked buffer where the layout cannot hold the value (channels not a multiple
+    of 16, float64, channels-last activations) or the pass is off; results as row-major."""
+    rng = seeded_rng(seed_plugflow=True)
+    model = BlockedNet(width=12 if case == "width12" else 16)  # 12 and 24 channels
+    dtype = pf.float64 if case == "float64" else pf.float32
+    batches = image_batches(rng, (2, 3, 9, 7), 5)
+    passes = set() if case == "off" else {"blocked_layout"}
+    model = model.to(dtype)
+    twin = copy.deepcopy(model)
+    on = Train(model, pf.optim.SGD(model.parameters(), lr=0.05), passes)
+    off = Train(twin, pf.optim.SGD(twin.parameters(), lr=0.05), ())
+    if case == "channels_last":
+        on.config.set_memory_format(pf.channels_last)
+        off.config.set_memory_format(pf.channels_last)
+    for _ in range(2):
+        x, y = batches()
+        assert_close(on(x.to(dtype), y)[0], off(x.to(dtype), y)[0], dtype)
+    assert blocked_report(on) == ""
+    assert all("blocked_inputs" not in line and "blocked_outputs" not in line
+               for line in on._last.pass_reports[-1][2].text().splitlines())
+
+
+def test_blocked_layout_graph_outputs_stay_row_major():
+    """A feature map the graph returns is row-major for the caller (only the graph's own
+    temporaries are blocked), equal to the eager model's."""
+    rng = seeded_rng(seed_plugflow=True)
+    model = BlockedNet(features=True)
+    twin = copy.deepcopy(model)
+
+    class Features(nn.Graph):
+        def __init__(self, passes):
+            super().__init__()
+            self.model = twin
+            configure(self, passes)
+
+        def build(self, x):
+            return self.model(x)
+
+    graph = Features({"blocked_layout", "fuse_conv_bn"})
+    x = pf.from_numpy(rng.standard_normal((2, 3, 9, 7))).float()
+    logits, feats = graph(x)
+    ref_logits, ref_feats = model(x)
+    assert "kept channel-blocked" in blocked_report(graph)
+    assert feats.is_contiguous()
+    assert_close(feats, ref_feats, pf.float32)
+    assert_close(logits, ref_logits, pf.float32)
 
 
 # ---- fuse_model_update ------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def test_current_config_has_every_key():
     assert c["collectives"]["cpu"] == "gloo" and c["collectives"]["cuda"] == "nccl"
     assert isinstance(c["collectives"]["timeout_s"], float)
     assert set(c["optimizations"]) == {"conv_algo_search", "algo_cache", "fuse_pad_conv", "fuse_add_to_output",
-                                       "fuse_conv_bn", "fuse_bias_act", "fuse_model_update", "amp", "graph",
+                                       "fuse_conv_bn", "fuse_bias_act", "fuse_model_update", "blocked_layout", "amp", "graph",
                                        "graph_memory_format"}
     assert c["kernels"]["prefer"][0] == "cpu"
     assert {"name": "cpu", "optional": False} in c["plugins"]

@@ -27,6 +27,8 @@ struct Optimizations {
   bool fuse_conv_bn = true;
   bool fuse_bias_act = true;
   bool fuse_model_update = true;
+  // float32 CPU activations kept channel-blocked (nChw16c) between convolutions and batch norms
+  bool blocked_layout = true;
   std::string amp = "off";  // off | bf16 | fp16
   // The layout of nn.Graph's image activations: contiguous (the arguments' own) | channels_last
   std::string graph_memory_format = "contiguous";

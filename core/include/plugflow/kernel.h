@@ -27,6 +27,24 @@ struct KernelContext {
   Tensor& output(size_t i) const { return outputs[i]; }
   template <typename T>
   const T& attr(std::string_view name) const { return attrs.get<T>(name); }
+
+  // nn.Graph's channel-blocked activations (docs/graph.md, "Channel-blocked activations"): the
+  // blocked_layout pass lists, in the attributes `blocked_inputs` / `blocked_outputs`, the
+  // operands it keeps in the nChw16c layout: an (N, C, H, W) float32 tensor, C a multiple of
+  // kChannelBlock, described as dense row-major but holding element (n, c, h, w) at
+  // ((n * C/16 + c/16) * H * W + h * W + w) * 16 + c % 16. The pass sets them only on ops whose
+  // kernels read them (convolutions and batch norms of the built-in CPU plugin).
+  static constexpr int64_t kChannelBlock = 16;
+  bool blocked_input(int64_t i) const { return listed(attrs, "blocked_inputs", i); }
+  bool blocked_output(int64_t i) const { return listed(attrs, "blocked_outputs", i); }
+
+ private:
+  static bool listed(const Attrs& a, std::string_view name, int64_t i) {
+    if (!a.has(name)) return false;
+    for (int64_t v : a.get<Shape>(name))
+      if (v == i) return true;
+    return false;
+  }
 };
 
 struct KernelRecord {

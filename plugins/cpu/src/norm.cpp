@@ -586,7 +586,7 @@ void batch_norm_reduced(const KernelContext& ctx) {
 //
 // Two passes over the rows read x (and grad) twice where the channel kernels read each channel
 // again from cache, so at large images channels last costs more than the row-major kernels;
-// normalizing each slice last rows first (RowSlices::for_each_backwards) recovers most of it.
+// normalizing each slice last rows first (ChannelRows::for_each_backwards) recovers most of it.
 // Minimum of 120 runs in ms, 2 threads, float32, weight and bias, the machine under load
 // (forward training / eval, backward through autograd), against PyTorch 1.13's channels_last:
 //
@@ -810,25 +810,81 @@ struct RowSlices {
       : rows(rows), slices(std::max(1, parallel_slices(rows, std::max<int64_t>(1, kGrainSize / c)))) {}
   int64_t begin(int64_t s) const { return rows * s / slices; }
   int64_t end(int64_t s) const { return rows * (s + 1) / slices; }
+};
 
-  // f(r0, r1) over the rows of every slice, each slice's blocks of rows last to first: the
-  // thread that summed a slice (parallel_for gives slice s to the same thread each time) finds
-  // the rows it read last still in its cache.
+// Where a rows kernel's rows of channels lie. Channels-last and (N, C) inputs are one run of
+// N * L rows of all C channels, split into RowSlices. nn.Graph's channel-blocked activations
+// (KernelContext::blocked_input) are N * C/16 runs of L rows of 16 channels, run r holding
+// channels (r % (C/16)) * 16 onwards; each run is one item. Every item sums into its own
+// partial sums, merged in item order, so results do not depend on the thread count.
+struct ChannelRows {
+  struct Item {
+    int64_t run, r0, r1;
+  };
+  int64_t channels, width, rows;  // rows per run, each of `width` channels
+  std::vector<Item> items;
+
+  ChannelRows(const Tensor& x, bool blocked) : channels(x.sizes()[1]) {
+    if (blocked) {
+      width = KernelContext::kChannelBlock;
+      rows = spatial_size(x);
+      const int64_t runs = x.sizes()[0] * (channels / width);
+      for (int64_t r = 0; r < runs; ++r) items.push_back({r, 0, rows});
+    } else {
+      width = channels;
+      rows = x.numel() / channels;
+      const RowSlices part(rows, channels);
+      for (int s = 0; s < part.slices; ++s) items.push_back({0, part.begin(s), part.end(s)});
+    }
+  }
+  int64_t size() const { return static_cast<int64_t>(items.size()); }
+  // Element offset of item i's first row, and the first channel its rows hold.
+  int64_t offset(int64_t i) const { return (items[i].run * rows + items[i].r0) * width; }
+  int64_t first_channel(int64_t i) const { return (items[i].run % (channels / width)) * width; }
+  int64_t item_rows(int64_t i) const { return items[i].r1 - items[i].r0; }
+  // The element index of channel ch's first element (sample 0, position 0).
+  int64_t first_element(int64_t ch) const { return (ch / width) * rows * width + ch % width; }
+
+  // Merges the items' partial sums (per item: a[width], b[width]) into per-channel a, b.
+  void merge(const std::vector<double>& partial, std::vector<double>& a, std::vector<double>& b) const {
+    a.assign(channels, 0.0);
+    b.assign(channels, 0.0);
+    for (int64_t i = 0; i < size(); ++i) {
+      const double* p = partial.data() + i * 2 * width;
+      const int64_t c0 = first_channel(i);
+      for (int64_t j = 0; j < width; ++j) {
+        a[c0 + j] += p[j];
+        b[c0 + j] += p[width + j];
+      }
+    }
+  }
+
+  // f(i, r0, r1) over blocks of rows of every item (r relative to the item's first row), each
+  // thread's items and each item's blocks last to first: the thread that summed an item
+  // (parallel_for gives item i to the same thread each time) finds the rows it read last still
+  // in its cache.
   template <typename F>
-  void for_each_backwards(int64_t c, const F& f) const {
-    const int64_t block = std::max<int64_t>(kSweepRows, 4096 / c);
-    parallel_for(slices, 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s)
-        for (int64_t r1 = end(s); r1 > begin(s); r1 -= block) f(std::max(begin(s), r1 - block), r1);
+  void for_each_backwards(const F& f) const {
+    const int64_t block = std::max<int64_t>(kSweepRows, 4096 / width);
+    parallel_for(size(), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i1; i-- > i0;)
+        for (int64_t r1 = item_rows(i); r1 > 0; r1 -= block) f(i, std::max<int64_t>(0, r1 - block), r1);
     });
   }
 };
 
+bool blocked_batch_norm(const KernelContext& ctx, const Tensor& x, int x_input) {
+  if (!ctx.blocked_input(x_input)) return false;
+  PF_CHECK(x.dim() == 4 && x.sizes()[1] % KernelContext::kChannelBlock == 0 && x.is_contiguous(), "cpu '",
+           ctx.op.name, "': a channel-blocked input must be a dense (N, C, H, W) tensor with C a multiple of 16");
+  return true;
+}
+
 template <typename T>
-void batch_norm_rows(const KernelContext& ctx) {
+void batch_norm_rows(const KernelContext& ctx, bool blocked) {
   using A = arith_t<T>;
   const Tensor& x = ctx.input(0);
-  const int64_t c = x.sizes()[1], rows = x.numel() / c;
+  const int64_t c = x.sizes()[1], count = x.numel() / c;
   const BatchNormArgs args(ctx, c);
   const bool training = args.training, has_running = args.has_running;
   const double momentum = args.momentum, eps = args.eps;
@@ -841,32 +897,29 @@ void batch_norm_rows(const KernelContext& ctx) {
   const Tensor* addend = fused_addend(ctx);
   const T* zp = addend ? addend->data<T>() : nullptr;
 
-  std::vector<double> sums;  // per slice: s1 (c), s2 (c)
-  std::vector<double> shift0(training ? c : 0);
-  const RowSlices part(rows, c);
+  const ChannelRows part(x, blocked);
+  const int64_t width = part.width;
+  std::vector<double> shift0(training ? c : 0), s1, s2;
   if (training) {
-    for (int64_t j = 0; j < c; ++j) shift0[j] = assumed_mean(static_cast<double>(load(xp, j)));
-    sums.assign(static_cast<size_t>(part.slices) * 2 * c, 0.0);
-    parallel_for(part.slices, 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s)
-        rows_shifted_sums(xp + part.begin(s) * c, part.end(s) - part.begin(s), c, shift0.data(),
-                          sums.data() + s * 2 * c, sums.data() + s * 2 * c + c);
+    for (int64_t j = 0; j < c; ++j) shift0[j] = assumed_mean(static_cast<double>(load(xp, part.first_element(j))));
+    std::vector<double> sums(static_cast<size_t>(part.size()) * 2 * width, 0.0);  // per item: s1, s2
+    parallel_for(part.size(), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        rows_shifted_sums(xp + part.offset(i), part.item_rows(i), width, shift0.data() + part.first_channel(i),
+                          sums.data() + i * 2 * width, sums.data() + i * 2 * width + width);
     });
+    part.merge(sums, s1, s2);
   }
   std::vector<A> hi(c), lo(c), scale(c), shift(c);
   for (int64_t ch = 0; ch < c; ++ch) {
     double mean, invstd;
     if (training) {
-      double s1 = 0, s2 = 0, var;
-      for (int s = 0; s < part.slices; ++s) {
-        s1 += sums[s * 2 * c + ch];
-        s2 += sums[s * 2 * c + c + ch];
-      }
-      moments(s1, s2, shift0[ch], rows, mean, var);
+      double var;
+      moments(s1[ch], s2[ch], shift0[ch], count, mean, var);
       invstd = 1.0 / std::sqrt(var + eps);
       if (has_running) {  // unbiased variance for the running estimate, as PyTorch
         store_channel(ctx.input(3), ch, nn_math::running_mean_update(rm[ch], mean, momentum));
-        store_channel(ctx.input(4), ch, nn_math::running_var_update(rv[ch], var, rows, momentum));
+        store_channel(ctx.input(4), ch, nn_math::running_var_update(rv[ch], var, count, momentum));
       }
     } else {
       mean = rm[ch];
@@ -882,9 +935,10 @@ void batch_norm_rows(const KernelContext& ctx) {
     else scale[ch] = static_cast<T>(invstd) * (w.empty() ? T(1) : static_cast<T>(w[ch]));
     shift[ch] = static_cast<A>(b.empty() ? 0.0 : b[ch]);
   }
-  part.for_each_backwards(c, [&](int64_t r0, int64_t r1) {
-    rows_affine(xp + r0 * c, zp ? zp + r0 * c : nullptr, yp + r0 * c, r1 - r0, c, hi.data(), lo.data(), scale.data(),
-                shift.data(), relu);
+  part.for_each_backwards([&](int64_t i, int64_t r0, int64_t r1) {
+    const int64_t off = part.offset(i) + r0 * width, c0 = part.first_channel(i);
+    rows_affine(xp + off, zp ? zp + off : nullptr, yp + off, r1 - r0, width, hi.data() + c0, lo.data() + c0,
+                scale.data() + c0, shift.data() + c0, relu);
   });
 }
 
@@ -892,11 +946,13 @@ void batch_norm_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   check_layout(ctx, x, {&x, &ctx.output(0)});
   if (const Tensor* addend = fused_addend(ctx)) check_layout(ctx, x, {addend});
-  const bool rows = channels_in_rows(x);
-  if (x.dtype() == DType::BFloat16) return rows ? batch_norm_rows<BFloat16>(ctx) : batch_norm_reduced<BFloat16>(ctx);
+  const bool blocked = blocked_batch_norm(ctx, x, 0);
+  const bool rows = blocked || channels_in_rows(x);
+  if (x.dtype() == DType::BFloat16)
+    return rows ? batch_norm_rows<BFloat16>(ctx, blocked) : batch_norm_reduced<BFloat16>(ctx);
   dispatch_float(ctx, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rows ? batch_norm_rows<T>(ctx) : batch_norm_typed<T>(ctx);
+    rows ? batch_norm_rows<T>(ctx, blocked) : batch_norm_typed<T>(ctx);
   });
 }
 
@@ -1009,12 +1065,12 @@ void batch_norm_backward_reduced(const KernelContext& ctx) {
 
 // batch_norm_backward and batch_norm_relu_backward over rows of channels (see batch_norm_rows).
 template <typename T>
-void batch_norm_backward_rows(const KernelContext& ctx) {
+void batch_norm_backward_rows(const KernelContext& ctx, bool blocked) {
   using A = arith_t<T>;
   const bool masked = ctx.op.name == "batch_norm_relu_backward";
   const int xi = masked ? 2 : 1;  // the operands after grad (and the relu output)
   const Tensor& x = ctx.input(xi);
-  const int64_t c = x.sizes()[1], rows = x.numel() / c;
+  const int64_t c = x.sizes()[1], count = x.numel() / c;
   const bool training = ctx.attr<bool>("training");
   const std::vector<double> w = channel_values(ctx.input(xi + 1), ctx.attr<bool>("has_weight"), c);
   const std::vector<double> mean = channel_values(ctx.input(xi + 2), true, c),
@@ -1026,25 +1082,24 @@ void batch_norm_backward_rows(const KernelContext& ctx) {
   T* gxp = ctx.output(0).data<T>();
   A* gwp = ctx.output(1).data<A>();
   A* gbp = ctx.output(2).data<A>();
-  const RowSlices part(rows, c);
-  std::vector<double> sums(static_cast<size_t>(part.slices) * 2 * c, 0.0);  // per slice: sum g (c), dot (c)
-  parallel_for(part.slices, 1, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) {
-      const int64_t off = part.begin(s) * c;
-      rows_grad_sums(gp + off, op ? op + off : nullptr, xp + off, gpp ? gpp + off : nullptr,
-                     part.end(s) - part.begin(s), c, mean.data(), sums.data() + s * 2 * c, sums.data() + s * 2 * c + c);
+  const ChannelRows part(x, blocked);
+  const int64_t width = part.width;
+  std::vector<double> sums(static_cast<size_t>(part.size()) * 2 * width, 0.0);  // per item: sum g, dot
+  parallel_for(part.size(), 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t off = part.offset(i);
+      rows_grad_sums(gp + off, op ? op + off : nullptr, xp + off, gpp ? gpp + off : nullptr, part.item_rows(i), width,
+                     mean.data() + part.first_channel(i), sums.data() + i * 2 * width,
+                     sums.data() + i * 2 * width + width);
     }
   });
+  std::vector<double> sum_g, dot;
+  part.merge(sums, sum_g, dot);
   std::vector<A> hi(c), lo(c), ka(c), kb(c), kc(c);
   for (int64_t ch = 0; ch < c; ++ch) {
-    double sum_g = 0, dot = 0;
-    for (int s = 0; s < part.slices; ++s) {
-      sum_g += sums[s * 2 * c + ch];
-      dot += sums[s * 2 * c + c + ch];
-    }
-    gwp[ch] = static_cast<A>(dot * invstd[ch]);
-    gbp[ch] = static_cast<A>(sum_g);
-    const auto k = batch_norm_grad_coefs<A>(training, w.empty() ? 1.0 : w[ch], invstd[ch], sum_g, dot, rows);
+    gwp[ch] = static_cast<A>(dot[ch] * invstd[ch]);
+    gbp[ch] = static_cast<A>(sum_g[ch]);
+    const auto k = batch_norm_grad_coefs<A>(training, w.empty() ? 1.0 : w[ch], invstd[ch], sum_g[ch], dot[ch], count);
     const SplitMean<A> m = rows_mean<T>(mean[ch]);
     hi[ch] = m.hi;
     lo[ch] = m.lo;
@@ -1052,10 +1107,10 @@ void batch_norm_backward_rows(const KernelContext& ctx) {
     kb[ch] = k.b;
     kc[ch] = k.c;
   }
-  part.for_each_backwards(c, [&](int64_t r0, int64_t r1) {
-    const int64_t off = r0 * c;
-    rows_grad_affine(gp + off, op ? op + off : nullptr, xp + off, gxp + off, r1 - r0, c, hi.data(), lo.data(),
-                     ka.data(), kb.data(), kc.data(), training);
+  part.for_each_backwards([&](int64_t i, int64_t r0, int64_t r1) {
+    const int64_t off = part.offset(i) + r0 * width, c0 = part.first_channel(i);
+    rows_grad_affine(gp + off, op ? op + off : nullptr, xp + off, gxp + off, r1 - r0, width, hi.data() + c0,
+                     lo.data() + c0, ka.data() + c0, kb.data() + c0, kc.data() + c0, training);
   });
 }
 
@@ -1066,12 +1121,13 @@ void batch_norm_backward_kernel(KernelContext& ctx) {
   check_layout(ctx, x, {&ctx.input(0), &x, &ctx.output(0)});
   if (masked) check_layout(ctx, x, {&ctx.input(1)});
   if (masked && ctx.attr<bool>("has_grad_pre")) check_layout(ctx, x, {&ctx.output(3)});
-  const bool rows = channels_in_rows(x);
+  const bool blocked = blocked_batch_norm(ctx, x, masked ? 2 : 1);
+  const bool rows = blocked || channels_in_rows(x);
   if (x.dtype() == DType::BFloat16)
-    return rows ? batch_norm_backward_rows<BFloat16>(ctx) : batch_norm_backward_reduced<BFloat16>(ctx);
+    return rows ? batch_norm_backward_rows<BFloat16>(ctx, blocked) : batch_norm_backward_reduced<BFloat16>(ctx);
   dispatch_float(ctx, x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rows ? batch_norm_backward_rows<T>(ctx) : batch_norm_backward_typed<T>(ctx);
+    rows ? batch_norm_backward_rows<T>(ctx, blocked) : batch_norm_backward_typed<T>(ctx);
   });
 }
 

@@ -41,7 +41,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Pass order: algebraic rewrites first, then fusions that change kernels, then amp (which
 # hoists what is computed from parameters, fused or not), then the update.
-_PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "amp", "fuse_model_update")
+_PASS_ORDER = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "amp", "blocked_layout",
+               "fuse_model_update")
 # Passes that always run around the switchable ones (they never change results).
 _CLEANUP = ("fold_constants", "eliminate_dead", "conv_algo_search")
 
@@ -66,6 +67,7 @@ class GraphConfig:
             "fuse_conv_bn": bool(opt["fuse_conv_bn"]),
             "fuse_bias_act": bool(opt["fuse_bias_act"]),
             "fuse_model_update": bool(opt["fuse_model_update"]),
+            "blocked_layout": bool(opt["blocked_layout"]),
         }
         self._amp = opt["amp"]  # "off" | "bf16" | "fp16"
         self._conv_algo_search = opt["conv_algo_search"]
@@ -138,6 +140,12 @@ class GraphConfig:
     def allow_fuse_model_update_ops(self, mode=True):
         """Update all parameters of an optimizer group with one multi-tensor kernel."""
         self._allow("fuse_model_update", mode)
+
+    def allow_blocked_layout(self, mode=True):
+        """Keep float32 image activations that flow only between convolutions, batch norms and
+        elementwise ops in oneDNN's channel-blocked layout (nChw16c) on the CPU, so convolutions
+        do not reorder them on every call (docs/graph.md, "Channel-blocked activations")."""
+        self._allow("blocked_layout", mode)
 
     def set_gradient_accumulation_steps(self, value):
         """Split each call's batch (dim 0 of every tensor argument) into `value` micro-batches,

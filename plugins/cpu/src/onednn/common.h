@@ -62,6 +62,8 @@ class OmpThreads {
 struct Operand {
   Dims dims, strides;
   bool copy = false;
+  // nn.Graph's channel-blocked layout (KernelContext::blocked_input): oneDNN's nChw16c.
+  bool blocked = false;
 };
 
 // `t` seen with `dims`: its own sizes, or (for grouped convolution weights) (O, C/g, k...)
@@ -77,7 +79,7 @@ void append_activation(dnnl::post_ops& ops, const std::string& activation);
 std::unique_ptr<float[]> dense_copy(const Tensor& t);
 
 inline memory::desc user_desc(const Operand& op, memory::data_type dt = memory::data_type::f32) {
-  return memory::desc(op.dims, dt, op.strides);
+  return op.blocked ? memory::desc(op.dims, dt, memory::format_tag::nChw16c) : memory::desc(op.dims, dt, op.strides);
 }
 inline memory::desc any_desc(const Dims& dims, memory::data_type dt = memory::data_type::f32) {
   return memory::desc(dims, dt, memory::format_tag::any);

@@ -116,11 +116,14 @@ struct Problem {
     for (const Operand& op : inputs) {
       k << " st=";
       if (op.copy) k << "copy:";
-      dims(op.strides, '.');
+      if (op.blocked) k << "nChw16c";
+      else dims(op.strides, '.');
     }
+    if (output.blocked) k << " out=nChw16c";
     if (addend) {
       k << " +sum st=";
-      dims(addend->strides, '.');
+      if (addend->blocked) k << "nChw16c";
+      else dims(addend->strides, '.');
     }
     if (activation != "none") k << " +" << activation;
     if (channels_last) k << " nhwc";
@@ -194,6 +197,10 @@ std::optional<Problem> make_problem(Kind kind, const KernelContext& ctx) {
   for (const auto& [t, dims] : operands) p.inputs.push_back(operand(*t, dims));
   const Dims out_dims = kind == Kind::Forward ? p.dst_dims() : kind == Kind::BackwardData ? p.src_dims() : p.weight_dims();
   p.output = operand(out, out_dims);  // contiguous: always representable
+  // nn.Graph's channel-blocked activations (never the weights): described as nChw16c.
+  for (size_t i = 0; i < p.inputs.size(); ++i) p.inputs[i].blocked = ctx.blocked_input(static_cast<int64_t>(i));
+  p.output.blocked = ctx.blocked_output(0);
+  if (p.addend) p.addend->blocked = ctx.blocked_input(static_cast<int64_t>(ctx.inputs.size()) - 1);
   return p;
 }
 
@@ -532,10 +539,18 @@ bool run(const Problem& p, const KernelContext& ctx) {
   return true;
 }
 
+// True when an nn.Graph keeps an operand of this call channel-blocked (only oneDNN reads those).
+bool any_blocked(const KernelContext& ctx) {
+  return ctx.attrs.has("blocked_inputs") || ctx.attrs.has("blocked_outputs");
+}
+
 template <Kind kind>
 void conv_kernel(KernelContext& ctx) {
   const auto problem = make_problem(kind, ctx);
   run_or_fall_back(ctx, [&] { return problem && run(*problem, ctx); }, [&] {
+    PF_CHECK(!any_blocked(ctx), "cpu '", ctx.op.name,
+             "': oneDNN cannot run this convolution on channel-blocked operands (an nn.Graph's blocked_layout pass "
+             "should not have chosen them)");
     const KernelFn im2col = kind == Kind::Forward        ? (ctx.op.name == "conv2d_fused" ? conv2d_fused_native : conv_im2col)
                             : kind == Kind::BackwardData ? conv_grad_input_im2col
                                                          : conv_grad_weight_im2col;
