@@ -173,6 +173,7 @@ def test_cell_unrolled_matches_layer():
 @pytest.mark.parametrize("name,kwargs", SEQ_CONFIGS + [("RNNCell", {}), ("LSTMCell", {}), ("GRUCell", {})])
 def test_parameters_names_shapes_init_and_state_dict(name, kwargs):
     mod_t = getattr(torch.nn, name)(3, 5, **kwargs)
+    pf.manual_seed(0)  # the spread check below fails for one draw in thousands of a 5-element bias
     mod_p = getattr(pf.nn, name)(3, 5, **kwargs)
     shapes_t = [(n, tuple(p.shape)) for n, p in mod_t.named_parameters()]
     shapes_p = [(n, tuple(p.shape)) for n, p in mod_p.named_parameters()]
