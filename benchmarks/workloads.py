@@ -165,11 +165,13 @@ def make_resnet18_cifar_train(fw):
 
 
 def make_resnet18_infer(fw):
-    """ResNet-18 inference at batch 1, 3x224x224 (eval mode, no grad)."""
+    """ResNet-18 inference at batch 1, 3x224x224 (eval mode, no grad). Its bfloat16 graph runs
+    channels last; the float32 one row-major, its activations channel-blocked between the
+    convolutions (docs/graph.md, "Channel-blocked activations")."""
     model = _resnet(fw, 18, 1000, cifar_stem=False).eval()
     x = fw.randn(1, 3, 224, 224)
     if MODE != "eager":
-        graph = _graph(fw, model, [model], channels_last=True)
+        graph = _graph(fw, model, [model], channels_last=MODE == "graph-bf16")
         return lambda: graph(x)
 
     def step():

@@ -24,7 +24,7 @@ START=$(date +%s)
 failed=0
 
 # The pytest subset (most of the suite's tests and of its C++ paths): core ops, CPU and
-# oneDNN kernels, LAPACK linear algebra, autograd, nn.Graph capture and replay, nn layers, optimizers, DataLoader
+# oneDNN kernels, LAPACK linear algebra, autograd, nn.Graph capture, passes and replay, nn layers, optimizers, DataLoader
 # workers, serialization, Gloo collectives. Left out: files of Python-only logic (schedulers, module
 # bookkeeping, repr), the model-level and algorithm-search tests (minutes under ASan, paths
 # covered above) and test_vendor_plugin (it checks the installed package, not a staged one).
@@ -32,7 +32,7 @@ PYTEST_FILES=(
   test_creation.py test_indexing.py test_indexing_ops.py test_runtime.py test_errors.py test_hardening.py
   test_cpu_kernels.py test_elementwise.py test_math.py test_reduction.py test_shape.py test_matmul.py test_linalg.py
   test_conv.py test_onednn_pool.py test_onednn_layer_norm_softmax.py test_batch_norm_cpu.py
-  test_autograd.py test_graph.py
+  test_autograd.py test_graph.py test_graph_passes.py
   test_nn_layers.py test_loss.py test_norm.py
   test_optim.py test_data.py
   test_serialization.py
