@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plugflow as pf  # noqa: E402
 import workloads  # noqa: E402
 
-PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update")
+PASSES = ("fuse_pad_conv", "fuse_conv_bn", "fuse_bias_act", "fuse_add_to_output", "fuse_model_update", "blocked_layout")
 WORKLOADS = [name for name in workloads.WORKLOADS if name != "small_op"]
 PRECISIONS = {"off": ("graph",), "bf16": ("graph-bf16",), "both": ("graph", "graph-bf16")}
 

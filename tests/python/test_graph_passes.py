@@ -671,6 +671,61 @@ def test_blocked_layout_graph_outputs_stay_row_major():
     assert_close(logits, ref_logits, pf.float32)
 
 
+class RandomConvNet(nn.Module):
+    """A random CNN for blocked_layout: convolutions of random widths (multiples of 16 or not),
+    kernels, strides and groups, batch norms, ReLUs, residual adds where shapes allow, pooling,
+    and a pooled or flattened head."""
+
+    def __init__(self, rng, hw):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        self.kinds = []
+        c, h, w = 3, hw[0], hw[1]
+        for _ in range(int(rng.integers(3, 7))):
+            kind = rng.choice(["conv", "conv", "conv_bn_relu", "residual", "pool"])
+            if kind == "pool" and min(h, w) >= 4:
+                self.layers.append(nn.MaxPool2d(2) if rng.random() < 0.5 else nn.AvgPool2d(2))
+                h, w = h // 2, w // 2
+            elif kind == "residual" and c % 16 == 0:
+                self.layers.append(BasicBlock(c, inplace=bool(rng.random() < 0.5)))
+                self.kinds.append("residual")
+                continue
+            else:
+                out = int(rng.choice([16, 32, 24, 48]))
+                k = int(rng.choice([1, 3]))
+                stride = int(rng.choice([1, 2])) if min(h, w) >= 4 else 1
+                groups = 2 if c % 2 == 0 and out % 2 == 0 and rng.random() < 0.2 else 1
+                conv = nn.Conv2d(c, out, k, stride=stride, padding=k // 2, groups=groups, bias=bool(rng.random() < 0.5))
+                layer = nn.Sequential(conv, nn.BatchNorm2d(out), nn.ReLU()) if kind == "conv_bn_relu" else conv
+                self.layers.append(layer)
+                c, h, w = out, (h - 1) // stride + 1, (w - 1) // stride + 1
+            self.kinds.append("plain")
+        self.flatten = bool(rng.random() < 0.5)
+        self.fc = nn.Linear(c * h * w if self.flatten else c, 4)
+
+    def forward(self, x):
+        for kind, layer in zip(self.kinds, self.layers):
+            if kind == "residual":  # BasicBlock pools its output: use its layers
+                out = layer.relu(layer.bn1(layer.conv1(x)))
+                x = layer.relu(layer.bn2(layer.conv2(out)) + x)
+            else:
+                x = layer(x)
+        return self.fc(x.flatten(1) if self.flatten else x.mean((2, 3)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_blocked_layout_random_networks(seed):
+    """Random CNNs train to the same numbers with blocked_layout on (with every other pass) and
+    with every pass off."""
+    rng = np.random.default_rng(1000 + seed)
+    pf.manual_seed(seed)
+    hw = (int(rng.integers(5, 13)), int(rng.integers(5, 13)))
+    model = RandomConvNet(rng, hw)
+    batches = image_batches(rng, (int(rng.integers(1, 4)), 3, *hw), 4)
+    check_training(model, lambda ps: pf.optim.SGD(ps, lr=0.02, momentum=0.9), batches, set(PASSES), pf.float32,
+                   steps=2)
+
+
 # ---- fuse_model_update ------------------------------------------------------------------------
 
 
