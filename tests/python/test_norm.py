@@ -439,6 +439,39 @@ def test_dropout_edges(rng):
     raises_like(RuntimeError, r"not implemented for 'Long'", lambda: F.dropout(pf.ones(3, dtype=pf.int64), 0.5))
 
 
+def philox4x32_10(seed, counters):
+    """Philox4x32-10 (Salmon et al.) in numpy, one row of four 32-bit words per counter: the
+    reference for the stream plugflow's random kernels document (core/include/plugflow/philox.h)."""
+    m = np.uint64(0xFFFFFFFF)
+    c = np.asarray(counters, dtype=np.uint64)
+    c0, c1 = c & m, c >> np.uint64(32)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & m
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+    return np.stack([c0, c1, c2, c3], axis=1).astype(np.uint32)
+
+
+@pytest.mark.parametrize("numel", [1, 5, 63, 64, 65, 1003, 70001])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_dropout_draws_the_documented_philox_stream(numel, p):
+    """Element i is kept when word i % 4 of Philox(seed, offset + i // 4), top 24 bits, is below
+    ceil((1 - p) 2^24): the CPU kernel's vectorized generator gives the scalar stream bit for bit
+    (and so the CUDA kernel's), whatever the size and the thread split."""
+    pf.manual_seed(20261202)
+    state = pf.get_rng_state().numpy().tobytes()
+    seed, offset = int.from_bytes(state[8:16], "little"), int.from_bytes(state[16:24], "little")
+    y = F.dropout(pf.ones(numel), p)
+    i = np.arange(numel)
+    words = philox4x32_10(seed, offset + i // 4)[i, i % 4]
+    threshold = int(np.ceil((1 - p) * 2 ** 24))
+    kept = (words >> 8) < threshold
+    np.testing.assert_array_equal(y.numpy() != 0, kept)
+
+
 def test_dropout_seeding_and_inplace(rng):
     data = rng.uniform(1, 2, size=(7, 9)).astype("float32")
     pf.manual_seed(1234)

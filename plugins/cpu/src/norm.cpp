@@ -1403,6 +1403,69 @@ void embedding_backward_kernel(KernelContext& ctx) {
 // Philox costs ~40 integer ops per four elements: parallelize earlier than plain arithmetic.
 constexpr int64_t kDropoutGrain = kGrainSize / 4;
 
+// Philox4x32::generate for kPhiloxLanes consecutive counters at once: the lanes are independent,
+// so each round is one vector loop (32x32 -> 64-bit products), ~8x faster than one counter at a
+// time on AVX-512; the words are the scalar generator's, bit for bit. words[4 * l + j] is word j
+// of counter ctr0 + l: element order for dropout's element i = 4 * counter + word.
+constexpr int kPhiloxLanes = 16;
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void philox_block(
+    uint64_t seed, uint64_t ctr0, uint32_t* words) {
+  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
+  for (int l = 0; l < kPhiloxLanes; ++l) {
+    const uint64_t c = ctr0 + static_cast<uint64_t>(l);
+    c0[l] = static_cast<uint32_t>(c);
+    c1[l] = static_cast<uint32_t>(c >> 32);
+    c2[l] = c3[l] = 0;
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+#pragma omp simd
+    for (int l = 0; l < kPhiloxLanes; ++l) {
+      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[l];
+      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[l];
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0, n1 = static_cast<uint32_t>(p1);
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1, n3 = static_cast<uint32_t>(p0);
+      c0[l] = n0;
+      c1[l] = n1;
+      c2[l] = n2;
+      c3[l] = n3;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int l = 0; l < kPhiloxLanes; ++l) {
+    words[4 * l] = c0[l];
+    words[4 * l + 1] = c1[l];
+    words[4 * l + 2] = c2[l];
+    words[4 * l + 3] = c3[l];
+  }
+}
+
+// mask = keep ? scale : 0 and y = x * mask over one block: a select, not a branch (a random
+// mask mispredicts), vectorized per ISA for float and double.
+template <typename T>
+[[gnu::always_inline]] inline void dropout_apply_impl(const uint32_t* words, uint32_t threshold, T scale, const T* x,
+                                                      T* y, T* mask, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const T m = nn_math::dropout_keeps(words[j], threshold) ? scale : T(0);
+    mask[j] = m;
+    y[j] = x[j] * m;
+  }
+}
+#define PF_DROPOUT_APPLY(T)                                                                                 \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dropout_apply(         \
+      const uint32_t* words, uint32_t threshold, T scale, const T* x, T* y, T* mask, int64_t n) {           \
+    dropout_apply_impl(words, threshold, scale, x, y, mask, n);                                             \
+  }
+PF_DROPOUT_APPLY(float)
+PF_DROPOUT_APPLY(double)
+#undef PF_DROPOUT_APPLY
+template <typename T>  // the 16-bit floats: each product rounded once, as PyTorch
+void dropout_apply(const uint32_t* words, uint32_t threshold, T scale, const T* x, T* y, T* mask, int64_t n) {
+  dropout_apply_impl(words, threshold, scale, x, y, mask, n);
+}
+
 template <typename T>
 void dropout_typed(const KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
@@ -1415,17 +1478,14 @@ void dropout_typed(const KernelContext& ctx) {
   const T* xp = x.data<T>();
   T* yp = ctx.output(0).data<T>();
   T* mp = ctx.output(1).data<T>();
-  const int64_t quads = (numel + 3) / 4;
-  parallel_for(quads, kDropoutGrain / 4, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      uint32_t w[4];
-      Philox4x32::generate(seed, offset + static_cast<uint64_t>(q), w);
-      const int64_t base = q * 4, end = std::min<int64_t>(4, numel - base);
-      for (int64_t j = 0; j < end; ++j) {
-        const T m = nn_math::dropout_keeps(w[j], threshold) ? scale : T(0);
-        mp[base + j] = m;
-        yp[base + j] = xp[base + j] * m;
-      }
+  constexpr int64_t kBlock = 4 * kPhiloxLanes;  // elements per philox_block
+  const int64_t blocks = (numel + kBlock - 1) / kBlock;
+  parallel_for(blocks, std::max<int64_t>(1, kDropoutGrain / kBlock), [&](int64_t b0, int64_t b1) {
+    uint32_t words[kBlock];
+    for (int64_t b = b0; b < b1; ++b) {
+      philox_block(seed, offset + static_cast<uint64_t>(b * kPhiloxLanes), words);
+      const int64_t base = b * kBlock, end = std::min<int64_t>(kBlock, numel - base);
+      dropout_apply(words, threshold, scale, xp + base, yp + base, mp + base, end);
     }
   });
 }
