@@ -472,6 +472,31 @@ def test_dropout_draws_the_documented_philox_stream(numel, p):
     np.testing.assert_array_equal(y.numpy() != 0, kept)
 
 
+@pytest.mark.parametrize("numel", [1, 15, 16, 17, 1003])
+def test_random_kernels_draw_the_documented_philox_stream(numel):
+    """rand, randint and randn: element i from counter offset + i (plugflow/philox.h's
+    transforms), the CPU kernels' 16-counter vector Philox included."""
+    def state():
+        b = pf.get_rng_state().numpy().tobytes()
+        return int.from_bytes(b[8:16], "little"), int.from_bytes(b[16:24], "little")
+    pf.manual_seed(7)
+    seed, offset = state()
+    w = philox4x32_10(seed, offset + np.arange(numel))
+    np.testing.assert_array_equal(pf.rand(numel).numpy(), (w[:, 0] >> 8).astype(np.float32) / np.float32(2 ** 24))
+    seed, offset = state()
+    w = philox4x32_10(seed, offset + np.arange(numel)).astype(np.uint64)
+    bits = ((w[:, 0] << np.uint64(53 - 32)) ^ (w[:, 1] >> np.uint64(11))) & np.uint64(2 ** 53 - 1)
+    np.testing.assert_array_equal(pf.rand(numel, dtype=pf.float64).numpy(), bits.astype(np.float64) / 2.0 ** 53)
+    seed, offset = state()
+    w = philox4x32_10(seed, offset + np.arange(numel)).astype(np.uint64)
+    np.testing.assert_array_equal(pf.randint(-5, 1000, (numel,)).numpy(),
+                                  (-5 + ((w[:, 0] << np.uint64(32)) | w[:, 1]) % np.uint64(1005)).astype(np.int64))
+    seed, offset = state()
+    w = philox4x32_10(seed, offset + np.arange(numel)).astype(np.float64)
+    z = np.sqrt(-2 * np.log((w[:, 0] + 1) / 2.0 ** 32)) * np.cos(6.283185307179586 * (w[:, 1] / 2.0 ** 32))
+    np.testing.assert_allclose(pf.randn(numel, dtype=pf.float64).numpy(), z, rtol=1e-14, atol=1e-14)
+
+
 def test_dropout_seeding_and_inplace(rng):
     data = rng.uniform(1, 2, size=(7, 9)).astype("float32")
     pf.manual_seed(1234)

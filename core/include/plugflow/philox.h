@@ -43,16 +43,28 @@ struct Philox4x32 {
   PF_HOST_DEVICE static inline double uniform_double(uint64_t seed, uint64_t offset, uint64_t i) {
     uint32_t w[4];
     generate(seed, offset + i, w);
-    const uint64_t bits = (static_cast<uint64_t>(w[0]) << 21) ^ (w[1] >> 11);
-    return static_cast<double>(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+    return uniform_double_of(w);
   }
   PF_HOST_DEVICE static inline float uniform_float(uint64_t seed, uint64_t offset, uint64_t i) {
-    return static_cast<float>(word(seed, offset, i) >> 8) * (1.0f / 16777216.0f);
+    return uniform_float_of(word(seed, offset, i));
   }
   // Standard normal by Box-Muller on two words of element i.
   PF_HOST_DEVICE static inline double normal(uint64_t seed, uint64_t offset, uint64_t i) {
     uint32_t w[4];
     generate(seed, offset + i, w);
+    return normal_of(w);
+  }
+
+  // The same transforms on the words of an element's counter (a CPU kernel that generates many
+  // counters at once applies them to each).
+  PF_HOST_DEVICE static inline double uniform_double_of(const uint32_t w[4]) {
+    const uint64_t bits = (static_cast<uint64_t>(w[0]) << 21) ^ (w[1] >> 11);
+    return static_cast<double>(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+  }
+  PF_HOST_DEVICE static inline float uniform_float_of(uint32_t w0) {
+    return static_cast<float>(w0 >> 8) * (1.0f / 16777216.0f);
+  }
+  PF_HOST_DEVICE static inline double normal_of(const uint32_t w[4]) {
     const double u1 = (static_cast<double>(w[0]) + 1.0) * (1.0 / 4294967296.0);  // (0, 1]
     const double u2 = static_cast<double>(w[1]) * (1.0 / 4294967296.0);
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

@@ -32,6 +32,7 @@
 #include "loops.h"
 #include "nn_math.h"
 #include "opdefs.h"
+#include "philox_block.h"
 #include "plugflow/philox.h"
 
 namespace plugflow::cpu {
@@ -1402,44 +1403,6 @@ void embedding_backward_kernel(KernelContext& ctx) {
 
 // Philox costs ~40 integer ops per four elements: parallelize earlier than plain arithmetic.
 constexpr int64_t kDropoutGrain = kGrainSize / 4;
-
-// Philox4x32::generate for kPhiloxLanes consecutive counters at once: the lanes are independent,
-// so each round is one vector loop (32x32 -> 64-bit products), ~8x faster than one counter at a
-// time on AVX-512; the words are the scalar generator's, bit for bit. words[4 * l + j] is word j
-// of counter ctr0 + l: element order for dropout's element i = 4 * counter + word.
-constexpr int kPhiloxLanes = 16;
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void philox_block(
-    uint64_t seed, uint64_t ctr0, uint32_t* words) {
-  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
-  for (int l = 0; l < kPhiloxLanes; ++l) {
-    const uint64_t c = ctr0 + static_cast<uint64_t>(l);
-    c0[l] = static_cast<uint32_t>(c);
-    c1[l] = static_cast<uint32_t>(c >> 32);
-    c2[l] = c3[l] = 0;
-  }
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-#pragma omp simd
-    for (int l = 0; l < kPhiloxLanes; ++l) {
-      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[l];
-      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[l];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0, n1 = static_cast<uint32_t>(p1);
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1, n3 = static_cast<uint32_t>(p0);
-      c0[l] = n0;
-      c1[l] = n1;
-      c2[l] = n2;
-      c3[l] = n3;
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  for (int l = 0; l < kPhiloxLanes; ++l) {
-    words[4 * l] = c0[l];
-    words[4 * l + 1] = c1[l];
-    words[4 * l + 2] = c2[l];
-    words[4 * l + 3] = c3[l];
-  }
-}
 
 // mask = keep ? scale : 0 and y = x * mask over one block: a select, not a branch (a random
 // mask mispredicts), vectorized per ISA for float and double.

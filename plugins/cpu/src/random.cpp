@@ -4,9 +4,44 @@
 #include "kernels.h"
 #include "loops.h"
 #include "opdefs.h"
+#include "philox_block.h"
 #include "plugflow/philox.h"
 
 namespace plugflow::cpu {
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void philox_block(
+    uint64_t seed, uint64_t ctr0, uint32_t* words) {
+  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
+  for (int l = 0; l < kPhiloxLanes; ++l) {
+    const uint64_t c = ctr0 + static_cast<uint64_t>(l);
+    c0[l] = static_cast<uint32_t>(c);
+    c1[l] = static_cast<uint32_t>(c >> 32);
+    c2[l] = c3[l] = 0;
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {  // Philox4x32::generate's rounds, lane by lane
+#pragma omp simd
+    for (int l = 0; l < kPhiloxLanes; ++l) {
+      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[l];
+      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[l];
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0, n1 = static_cast<uint32_t>(p1);
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1, n3 = static_cast<uint32_t>(p0);
+      c0[l] = n0;
+      c1[l] = n1;
+      c2[l] = n2;
+      c3[l] = n3;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int l = 0; l < kPhiloxLanes; ++l) {
+    words[4 * l] = c0[l];
+    words[4 * l + 1] = c1[l];
+    words[4 * l + 2] = c2[l];
+    words[4 * l + 3] = c3[l];
+  }
+}
+
 namespace {
 
 // Philox costs ~40 integer ops per element: parallelize earlier than for plain arithmetic.
@@ -27,6 +62,30 @@ struct RandomState {
       : seed(static_cast<uint64_t>(ctx.attr<int64_t>("seed"))), offset(static_cast<uint64_t>(ctx.attr<int64_t>("offset"))) {}
 };
 
+// out[i] = f(words of counter offset + i), i in row-major order: the counters of kPhiloxLanes
+// elements at a time from philox_block (generate_indexed's layout handling).
+template <typename T, typename F>
+void generate_from_counters(const Tensor& out, const RandomState& rs, const F& f) {
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  if (!out.is_contiguous()) {
+    Tensor tmp = Tensor::empty(out.sizes(), out.dtype(), out.device());
+    generate_from_counters<T>(tmp, rs, f);
+    copy_tensor(out, tmp);
+    return;
+  }
+  T* o = out.data<T>();
+  const int64_t blocks = (numel + kPhiloxLanes - 1) / kPhiloxLanes;
+  parallel_for(blocks, std::max<int64_t>(1, kRandomGrain / kPhiloxLanes), [&](int64_t b0, int64_t b1) {
+    uint32_t words[4 * kPhiloxLanes];
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t base = b * kPhiloxLanes, n = std::min<int64_t>(kPhiloxLanes, numel - base);
+      philox_block(rs.seed, rs.offset + static_cast<uint64_t>(base), words);
+      for (int64_t l = 0; l < n; ++l) o[base + l] = f(words + 4 * l);
+    }
+  });
+}
+
 void uniform_kernel(KernelContext& ctx) {
   const Tensor& out = ctx.output(0);
   const double low = ctx.attr<double>("low"), high = ctx.attr<double>("high");
@@ -34,12 +93,12 @@ void uniform_kernel(KernelContext& ctx) {
   dispatch_supported<FloatOnly>(ctx, out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const double range = high - low;
-    generate_indexed<T>(out, [&](int64_t i) {
+    generate_from_counters<T>(out, rs, [&](const uint32_t* w) {
       // float64 gets 53 random bits, the narrower types 24 (all a float can hold).
-      const double u = std::is_same_v<T, double> ? Philox4x32::uniform_double(rs.seed, rs.offset, i)
-                                                 : static_cast<double>(Philox4x32::uniform_float(rs.seed, rs.offset, i));
+      const double u = std::is_same_v<T, double> ? Philox4x32::uniform_double_of(w)
+                                                 : static_cast<double>(Philox4x32::uniform_float_of(w[0]));
       return convert<T>(low + range * u);
-    }, kRandomGrain);
+    });
   });
 }
 
@@ -49,9 +108,9 @@ void normal_kernel(KernelContext& ctx) {
   const RandomState rs(ctx);
   dispatch_supported<FloatOnly>(ctx, out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    generate_indexed<T>(out, [&](int64_t i) {
-      return convert<T>(mean + stddev * Philox4x32::normal(rs.seed, rs.offset, i));
-    }, kRandomGrain);
+    generate_from_counters<T>(out, rs, [&](const uint32_t* w) {
+      return convert<T>(mean + stddev * Philox4x32::normal_of(w));
+    });
   });
 }
 
@@ -64,12 +123,10 @@ void randint_kernel(KernelContext& ctx) {
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   dispatch_supported<NumericOnly>(ctx, out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    generate_indexed<T>(out, [&](int64_t i) {
-      uint32_t w[4];
-      Philox4x32::generate(rs.seed, rs.offset + static_cast<uint64_t>(i), w);
+    generate_from_counters<T>(out, rs, [&](const uint32_t* w) {
       const uint64_t bits = (static_cast<uint64_t>(w[0]) << 32) | w[1];
       return convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + bits % range));
-    }, kRandomGrain);
+    });
   });
 }
 
