@@ -1424,7 +1424,18 @@ template <typename T>
 PF_DROPOUT_APPLY(float)
 PF_DROPOUT_APPLY(double)
 #undef PF_DROPOUT_APPLY
-template <typename T>  // the 16-bit floats: each product rounded once, as PyTorch
+// bfloat16: the product in float, rounded once (the bit-level load/store above vectorize).
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void dropout_apply(
+    const uint32_t* words, uint32_t threshold, bf16 scale, const bf16* x, bf16* y, bf16* mask, int64_t n) {
+  const float s = BFloat16::to_float(scale.bits);
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const float m = nn_math::dropout_keeps(words[j], threshold) ? s : 0.0f;
+    store(mask, j, m);
+    store(y, j, load(x, j) * m);
+  }
+}
+template <typename T>  // float16: each product rounded once, as PyTorch
 void dropout_apply(const uint32_t* words, uint32_t threshold, T scale, const T* x, T* y, T* mask, int64_t n) {
   dropout_apply_impl(words, threshold, scale, x, y, mask, n);
 }
