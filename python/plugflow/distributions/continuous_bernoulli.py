@@ -1,11 +1,11 @@
 import math
-from numbers import Number
 
 import plugflow
 from plugflow.nn.functional import binary_cross_entropy_with_logits
 from . import constraints
 from .exp_family import ExponentialFamily
-from .utils import broadcast_all, clamp_probs, lazy_property, logits_to_probs, probs_to_logits
+from .utils import (broadcast_all, clamp_probs, expand_probs_or_logits, lazy_property, logits_to_probs,
+                    probs_or_logits, probs_to_logits)
 
 __all__ = ["ContinuousBernoulli"]
 
@@ -20,19 +20,14 @@ class ContinuousBernoulli(ExponentialFamily):
     has_rsample = True
 
     def __init__(self, probs=None, logits=None, lims=(0.499, 0.501), validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        name, param, _, is_scalar = probs_or_logits(probs, logits)
+        setattr(self, name, param)
         if probs is not None:
-            is_scalar = isinstance(probs, Number)
-            self.probs, = broadcast_all(probs)
             # checked before the clamp below hides values out of [0, 1], as PyTorch's (only when
             # validate_args is given explicitly)
             if validate_args is not None and not self.arg_constraints["probs"].check(self.probs).all():
                 raise ValueError("The parameter probs has invalid values")
             self.probs = clamp_probs(self.probs)
-        else:
-            is_scalar = isinstance(logits, Number)
-            self.logits, = broadcast_all(logits)
         self._param = self.probs if probs is not None else self.logits
         batch_shape = plugflow.Size() if is_scalar else self._param.size()
         self._lims = lims
@@ -42,12 +37,7 @@ class ContinuousBernoulli(ExponentialFamily):
         new = self._get_checked_instance(ContinuousBernoulli, _instance)
         new._lims = self._lims
         batch_shape = plugflow.Size(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
+        expand_probs_or_logits(self, new, batch_shape)
         super(ContinuousBernoulli, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new

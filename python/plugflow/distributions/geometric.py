@@ -1,9 +1,8 @@
-from numbers import Number
-
 import plugflow
 from . import constraints
 from .distribution import Distribution
-from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from .utils import (broadcast_all, expand_probs_or_logits, lazy_property, logits_to_probs,
+                    probs_or_logits, probs_to_logits)
 
 __all__ = ["Geometric"]
 
@@ -14,14 +13,9 @@ class Geometric(Distribution):
     support = constraints.nonnegative_integer
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            self.probs, = broadcast_all(probs)
-        else:
-            self.logits, = broadcast_all(logits)
-        probs_or_logits = probs if probs is not None else logits
-        batch_shape = plugflow.Size() if isinstance(probs_or_logits, Number) else probs_or_logits.size()
+        name, self._param, _, is_scalar = probs_or_logits(probs, logits)
+        setattr(self, name, self._param)
+        batch_shape = plugflow.Size() if is_scalar else self._param.size()
         super().__init__(batch_shape, validate_args=validate_args)
         if self._validate_args and probs is not None:
             valid = self.probs > 0  # unit_interval admits 0, which has no geometric distribution
@@ -33,10 +27,7 @@ class Geometric(Distribution):
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(Geometric, _instance)
         batch_shape = plugflow.Size(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
+        expand_probs_or_logits(self, new, batch_shape)
         super(Geometric, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new

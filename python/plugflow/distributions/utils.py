@@ -27,6 +27,26 @@ def broadcast_all(*values):
     return plugflow.broadcast_tensors(*values)
 
 
+def probs_or_logits(probs, logits, *others):
+    """The distributions parametrized by probs or by logits: exactly one must be given
+    (ValueError otherwise). Returns its name, it broadcast with `others` (broadcast_all), the
+    broadcast others, and whether it was a number (a scalar batch shape)."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+    name, value = ("probs", probs) if probs is not None else ("logits", logits)
+    *rest, param = broadcast_all(*others, value)
+    return name, param, rest, isinstance(value, Number)
+
+
+def expand_probs_or_logits(source, new, shape):
+    """expand() of such a distribution: whichever of probs / logits `source` holds (given, or
+    computed by its lazy property) expanded to `shape` on `new`, `_param` the given one."""
+    for name in ("probs", "logits"):
+        if name in source.__dict__:
+            setattr(new, name, getattr(source, name).expand(shape))
+            new._param = getattr(new, name)
+
+
 def _standard_normal(shape, dtype, device):
     """N(0, 1) draws from plugflow's default generator."""
     return plugflow.empty(shape, dtype=dtype, device=device).normal_()
