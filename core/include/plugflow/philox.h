@@ -19,18 +19,28 @@ struct Philox4x32 {
     hi = static_cast<uint32_t>(p >> 32);
     lo = static_cast<uint32_t>(p);
   }
+  static constexpr int kRounds = 10;
+  // One round on the counter words c0..c3 under the round's key k0, k1.
+  PF_HOST_DEVICE static inline void round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0,
+                                          uint32_t k1) {
+    uint32_t hi0, lo0, hi1, lo1;
+    mulhilo(0xD2511F53u, c0, hi0, lo0);
+    mulhilo(0xCD9E8D57u, c2, hi1, lo1);
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+  }
+  // The key schedule: the key of the next round.
+  PF_HOST_DEVICE static inline void bump_key(uint32_t& k0, uint32_t& k1) {
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
   // Four 32-bit random words for counter `ctr` under key `seed`.
   PF_HOST_DEVICE static inline void generate(uint64_t seed, uint64_t ctr, uint32_t out[4]) {
     uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0, c3 = 0;
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int round = 0; round < 10; ++round) {
-      uint32_t hi0, lo0, hi1, lo1;
-      mulhilo(0xD2511F53u, c0, hi0, lo0);
-      mulhilo(0xCD9E8D57u, c2, hi1, lo1);
-      const uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-      c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
+    for (int r = 0; r < kRounds; ++r) {
+      round(c0, c1, c2, c3, k0, k1);
+      bump_key(k0, k1);
     }
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
   }

@@ -19,20 +19,10 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     c2[l] = c3[l] = 0;
   }
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {  // Philox4x32::generate's rounds, lane by lane
+  for (int r = 0; r < Philox4x32::kRounds; ++r) {  // Philox4x32::generate's rounds, lane by lane
 #pragma omp simd
-    for (int l = 0; l < kPhiloxLanes; ++l) {
-      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[l];
-      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[l];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0, n1 = static_cast<uint32_t>(p1);
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1, n3 = static_cast<uint32_t>(p0);
-      c0[l] = n0;
-      c1[l] = n1;
-      c2[l] = n2;
-      c3[l] = n3;
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    for (int l = 0; l < kPhiloxLanes; ++l) Philox4x32::round(c0[l], c1[l], c2[l], c3[l], k0, k1);
+    Philox4x32::bump_key(k0, k1);
   }
   for (int l = 0; l < kPhiloxLanes; ++l) {
     words[4 * l] = c0[l];
